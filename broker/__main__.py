@@ -1,0 +1,3 @@
+from broker.daemon_cli import main
+
+main()

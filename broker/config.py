@@ -1,0 +1,144 @@
+"""Settings: a TOML file plus BROKER_* environment overrides.
+
+`brokerd --config PATH` (or BROKER_CONFIG) names the file; environment
+variables win over it, with `__` for nesting (BROKER_LEDGER__SYNCHRONOUS=FULL).
+An invalid file or value stops the daemon at start with a message naming the
+key and exit status 78 (EX_CONFIG), which systemd is told not to restart on.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from policies.model import Owner, QueueMode, Rule
+
+EX_CONFIG = 78
+CHANNEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LedgerSettings(_Section):
+    path: Path = Path("var/ledger.db")
+    synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    readers: int = Field(2, ge=1, le=16)
+
+
+class EngineSettings(_Section):
+    kind: Literal["echo", "subprocess", "openai"] = "echo"
+    chunks: int = Field(3, ge=1, le=1000)
+    delay_ms: int = Field(0, ge=0, le=60_000)
+    timeout_s: float = Field(120.0, gt=0)
+    context_window: int = Field(8192, ge=256)
+    command: list[str] = Field(default_factory=list)
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    api_key: str | None = None
+
+
+class AuthSettings(_Section):
+    # None: the broker's own uid / gid only.
+    allowed_uids: list[int] | None = None
+    allowed_gids: list[int] | None = None
+    channel_tokens: dict[str, str] = Field(default_factory=dict)
+    require_token: bool = False
+
+    @field_validator("channel_tokens")
+    @classmethod
+    def _channel_names(cls, value: dict[str, str]) -> dict[str, str]:
+        import re
+
+        for name in value:
+            if not re.fullmatch(CHANNEL_PATTERN, name):
+                raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
+        return value
+
+
+class QueueSettings(_Section):
+    debounce_ms: int = Field(1500, ge=0, le=600_000)
+    cap: int | None = Field(100, ge=1)
+    drop: Literal["old", "new", "summarize"] = "old"
+    person_mode: QueueMode = "interrupt"
+    worker_mode: QueueMode = "followup"
+    idle_stop_s: float = Field(30.0, gt=0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    server_name: str = "brokerd"
+    socket_path: Path = Path("var/broker.sock")
+    socket_mode: int = Field(0o660, ge=0, le=0o777)
+    max_frame_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
+    max_text_bytes: int = Field(256 << 10, ge=16, le=32 << 20)
+    max_inflight: int = Field(1024, ge=1, le=1_000_000)
+    shutdown_grace_s: float = Field(10.0, ge=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "json"
+    ledger: LedgerSettings = LedgerSettings()
+    engine: EngineSettings = EngineSettings()
+    auth: AuthSettings = AuthSettings()
+    queue: QueueSettings = QueueSettings()
+    owners: list[Owner] = Field(default_factory=list)
+    routes: list[Rule] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment overrides the file, which arrives as init values.
+        return (env_settings, init_settings)
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key at fault."""
+
+
+def config_path(explicit: Path | None) -> Path | None:
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("BROKER_CONFIG")
+    return Path(env) if env else None
+
+
+def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
+    """Load settings from `path` (or BROKER_CONFIG) and the environment."""
+    data: dict[str, Any] = {}
+    path = config_path(path)
+    if path is not None:
+        try:
+            with path.open("rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    data.update(overrides)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc, path)) from exc
+
+
+def describe_validation_error(exc: ValidationError, path: Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = [f"invalid configuration{where}:"]
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(root)"
+        lines.append(f"  {key}: {err['msg']}")
+    return "\n".join(lines)

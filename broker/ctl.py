@@ -1,0 +1,180 @@
+"""`brokerctl`: the operator's command line.
+
+Each command is one op of the wire protocol; `--json` prints the raw data,
+otherwise a readable table.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .client import BrokerClient, BrokerError
+from .config import ConfigError, load_settings
+
+app = typer.Typer(
+    add_completion=False, help="Inspect and steer a running broker.", no_args_is_help=True
+)
+console = Console()
+_opts: dict[str, Any] = {"socket": None, "config": None, "json": False}
+
+
+@app.callback()
+def _main(
+    socket: Annotated[
+        Path | None,
+        typer.Option("--socket", "-s", envvar="BROKER_SOCKET", help="The broker's socket."),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Read the socket path from this config.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print raw JSON data.")] = False,
+) -> None:
+    _opts.update(socket=socket, config=config, json=as_json)
+
+
+def socket_path() -> Path:
+    if _opts["socket"] is not None:
+        return Path(_opts["socket"])
+    try:
+        return load_settings(_opts["config"]).socket_path
+    except ConfigError as exc:
+        print(f"brokerctl: {exc}", file=sys.stderr)
+        raise typer.Exit(78) from exc
+
+
+def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
+    async def go() -> Any:
+        async with await BrokerClient.connect(socket_path()) as client:
+            return await client.op(op, **{k: v for k, v in args.items() if v is not None})
+
+    try:
+        data = anyio.run(go)
+    except BrokerError as exc:
+        print(f"brokerctl: {exc.code}: {exc.frame.get('message')}", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    except OSError as exc:
+        print(
+            f"brokerctl: cannot reach the broker at {socket_path()}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2) from exc
+    if _opts["json"]:
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render(data)
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*["" if v is None else str(v) for v in row])
+    console.print(table)
+
+
+@app.command()
+def health() -> None:
+    """Is the broker up, and how busy is it."""
+
+    def render(d: dict[str, Any]) -> None:
+        _table("health", ["key", "value"], [[k, v] for k, v in d.items()])
+
+    call("health", render)
+
+
+@app.command()
+def sessions(
+    status: Annotated[str | None, typer.Option(help="Only sessions with this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+) -> None:
+    """List sessions, most recently active first."""
+
+    def render(rows: list[dict[str, Any]]) -> None:
+        _table(
+            "sessions",
+            ["label", "status", "state", "turns", "queued", "parent"],
+            [
+                [r["label"], r["status"], r["state"], r["turns"], r["queued"], r["parent"]]
+                for r in rows
+            ],
+        )
+
+    call("sessions.list", render, status=status, limit=limit)
+
+
+@app.command()
+def show(
+    session: Annotated[str, typer.Argument(help="A session label or alias.")],
+    limit: Annotated[int, typer.Option(help="At most this many turns and items.")] = 50,
+) -> None:
+    """One session: its aliases, backlog and thread."""
+
+    def render(d: dict[str, Any]) -> None:
+        console.print(
+            f"[bold]{d['label']}[/bold]  status={d['status']} state={d['state']} "
+            f"head={d['head']} aliases={', '.join(d['aliases']) or '-'}"
+        )
+        if d.get("merged_into"):
+            console.print(f"merged into {d['merged_into']}")
+        _table(
+            "queue",
+            ["item", "status", "mode", "msg_id", "reason", "text"],
+            [
+                [q["item"], q["status"], q["mode"], q["msg_id"], q["reason"], q["preview"]]
+                for q in d["queued"]
+            ],
+        )
+        _table(
+            "turns",
+            ["id", "type", "status", "inputs", "output"],
+            [
+                [t["id"], t["type"], t["status"], ",".join(t["inputs"]), (t["output"] or "")[:60]]
+                for t in d["turns"]
+            ],
+        )
+
+    call("session.show", render, session=session, limit=limit)
+
+
+@app.command()
+def contact(channel: str, sender_id: str) -> None:
+    """Who a channel's sender is: entity, canonical entity, session."""
+
+    def render(d: dict[str, Any]) -> None:
+        _table(
+            "contact",
+            ["entity", "canonical", "session"],
+            [[d["entity"], d["canonical"], d["session"]]],
+        )
+
+    call("contact.show", render, channel=channel, sender_id=sender_id)
+
+
+@app.command()
+def merge(
+    src: Annotated[str, typer.Argument(metavar="FROM", help="Entity id to merge.")],
+    into: Annotated[str, typer.Argument(metavar="INTO", help="Entity id to merge into.")],
+) -> None:
+    """Merge two entities; their DM sessions converge on one primary session."""
+
+    def render(d: dict[str, Any]) -> None:
+        console.print(f"canonical entity: {d['canonical']}   primary session: {d['primary']}")
+        _table("aliases", ["alias", "session"], [[a["alias"], a["session"]] for a in d["aliases"]])
+
+    call("entity.merge", render, **{"from": src, "into": into})
+
+
+def main() -> None:
+    os.environ.setdefault("COLUMNS", "160")
+    app()

@@ -1,0 +1,119 @@
+"""The daemon: wires the ledger, router, ingress, ops and server under one task group.
+
+Rule 1: one root task group owns everything; "ready" is announced only after
+        the ledger is migrated, the writer runs and the socket listens.
+Rule 2: on stop the listener closes first, then the rest is cancelled; the
+        ledger writer finishes every job already handed to it before the
+        ledger closes (see ledger/writer.py), so no acked write is cut short.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ledger.ingest import Accepted
+from ledger.store import Ledger
+
+from . import logs
+from .config import Settings
+from .ingress import Ingress
+from .ops import Ops
+from .protocol import Hello
+from .router import Router
+from .server import Connection, Server
+
+log = logs.get("broker.daemon")
+
+
+class Daemon:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._stop = anyio.Event()
+        self.ledger: Ledger | None = None
+        self.server: Server | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def state_of(self, label: str) -> str:
+        return "idle"
+
+    def on_committed(self, accepted: Accepted) -> None:
+        """A new message is durable; the next issue's mailboxes pick it up here."""
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[Daemon] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        s = self.settings
+        async with Ledger.open(
+            s.ledger.path, s.ledger.synchronous, readers=s.ledger.readers
+        ) as ledger:
+            self.ledger = ledger
+            if ledger.migrations_applied:
+                log.info(
+                    "ledger migrated", applied=ledger.migrations_applied, path=str(s.ledger.path)
+                )
+            router = Router(tuple(s.routes), frozenset((o.channel, o.sender_id) for o in s.owners))
+            ingress = Ingress(s, ledger, router, self.on_committed)
+            ops = Ops(ledger, self.state_of)
+
+            async def on_hello(conn: Connection, hello: Hello) -> None:
+                if hello.role == "adapter":
+                    assert conn.tg is not None
+                    ingress.attach(conn, conn.tg)
+
+            async def on_close(conn: Connection) -> None:
+                if conn.role == "adapter":
+                    ingress.detach(conn)
+
+            server = Server(s, ingress.handle, ops.handle, on_hello, on_close)
+            self.server = server
+            listener = await server.open_listener()
+            async with anyio.create_task_group() as tg:
+                await tg.start(server.serve, listener)
+                log.info(
+                    "ready",
+                    socket=str(s.socket_path),
+                    ledger=str(s.ledger.path),
+                    synchronous=s.ledger.synchronous,
+                    engine=s.engine.kind,
+                )
+                task_status.started(self)
+                await self._stop.wait()
+                log.info("stopping")
+                tg.cancel_scope.cancel()
+        log.info("stopped")
+
+
+async def watch_signals(daemon: Daemon, scope: anyio.CancelScope) -> None:
+    """First SIGTERM/SIGINT stops the daemon cleanly; a second one cancels everything."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            if daemon._stop.is_set():
+                log.warning("second signal, forcing exit", signal=signal.Signals(signum).name)
+                scope.cancel()
+                return
+            log.info("signal received", signal=signal.Signals(signum).name)
+            daemon.stop()
+
+
+async def run_until_signalled(settings: Settings) -> None:
+    daemon = Daemon(settings)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch_signals, daemon, tg.cancel_scope)
+        await daemon.run()
+        tg.cancel_scope.cancel()
+
+
+def backend_options(backend: str) -> dict[str, Any]:
+    if backend != "asyncio":
+        return {}
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        return {}
+    return {"use_uvloop": True}

@@ -1,0 +1,50 @@
+"""`brokerd`: run the daemon."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import anyio
+import typer
+
+from . import logs
+from .config import EX_CONFIG, ConfigError, load_settings
+from .daemon import backend_options, run_until_signalled
+
+app = typer.Typer(add_completion=False, help="The agent session broker daemon.")
+
+
+@app.command()
+def run(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML config file (or BROKER_CONFIG).")
+    ] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="Event loop: asyncio (uvloop when installed) or trio.")
+    ] = "asyncio",
+    check: Annotated[
+        bool, typer.Option("--check-config", help="Validate the config and exit.")
+    ] = False,
+) -> None:
+    try:
+        settings = load_settings(config)
+    except ConfigError as exc:
+        print(f"brokerd: {exc}", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG) from exc
+    if backend not in ("asyncio", "trio"):
+        print(f"brokerd: invalid --backend {backend!r}: use asyncio or trio", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG)
+    if check:
+        print("brokerd: configuration is valid")
+        return
+    logs.configure(settings.log_level, settings.log_format)
+    chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
+    anyio.run(
+        run_until_signalled, settings, backend=chosen, backend_options=backend_options(chosen)
+    )
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,53 @@
+"""Identifiers and wall-clock time.
+
+`new_id` makes ULIDs (Crockford base32, 48-bit millisecond time + 80 bits).
+It is our own because it sits on the ingest hot path: python-ulid takes about
+10 µs an id, this about 1 µs. It is also monotonic within a process: ids made
+in the same millisecond (or after the clock stepped back) increment the last
+one, so id order is creation order. Tests check the output against python-ulid.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# Two characters (ten bits) per lookup: 13 lookups make the 26 characters.
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+_SHIFTS = tuple(range(120, -1, -10))
+_RANDOM_MAX = (1 << 80) - 1
+
+_lock = threading.Lock()
+_last_ms = 0
+_last_random = 0
+
+
+def encode_ulid(value: int) -> str:
+    """The 26-character Crockford base32 form of a 128-bit integer."""
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
+
+
+def new_id() -> str:
+    global _last_ms, _last_random
+    ms = time.time_ns() // 1_000_000
+    with _lock:
+        if ms <= _last_ms:
+            ms = _last_ms
+            _last_random += 1
+            if _last_random > _RANDOM_MAX:  # 2**80 ids in one millisecond: borrow the next
+                ms, _last_random = ms + 1, 0
+        else:
+            _last_random = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        _last_ms = ms
+        return encode_ulid((ms << 80) | _last_random)
+
+
+def new_entity_id() -> str:
+    return f"ent_{new_id()}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,70 @@
+"""Structured logs: one JSON object per line on stderr, or a human format.
+
+Every record may carry `session`, `turn`, `msg_id`, `conn` and `channel`; the
+code binds them where they apply rather than formatting them into messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+import orjson
+import structlog
+
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
+_taps: list[Callable[[MutableMapping[str, Any]], None]] = []
+
+
+def add_tap(tap: Callable[[MutableMapping[str, Any]], None]) -> None:
+    """Receive a copy of every record that passes the level filter (for logs.follow)."""
+    _taps.append(tap)
+
+
+def remove_tap(tap: Callable[[MutableMapping[str, Any]], None]) -> None:
+    if tap in _taps:
+        _taps.remove(tap)
+
+
+def _fan_out(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for tap in list(_taps):
+        tap(dict(event))
+    return event
+
+
+def _json(event: MutableMapping[str, Any], **_kw: Any) -> str:
+    return orjson.dumps(event, default=str).decode()
+
+
+def configure(level: str = "info", fmt: str = "json") -> None:
+    renderer: Processor = (
+        structlog.processors.JSONRenderer(serializer=_json)
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            _fan_out,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get(name: str) -> Any:
+    return structlog.get_logger(name)

@@ -1,0 +1,152 @@
+"""Operator ops: one small async function per op, looked up by name.
+
+Each op validates its arguments (`invalid`), maps ledger lookups that miss to
+`not_found`, and returns plain JSON data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ledger import queries
+from ledger.errors import LedgerLookupError
+from ledger.store import Ledger
+
+from . import logs
+from .ids import now_ms
+from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
+from .server import Connection
+
+log = logs.get("broker.ops")
+
+OpFn = Callable[[Connection, dict[str, Any], str | None], Awaitable[Any]]
+StateOf = Callable[[str], str]
+
+
+class Ops:
+    def __init__(self, ledger: Ledger, state_of: StateOf) -> None:
+        self.ledger = ledger
+        self.state_of = state_of
+        self.started = time.monotonic()
+        self.table: dict[str, OpFn] = {
+            "health": self.health,
+            "sessions.list": self.sessions_list,
+            "session.show": self.session_show,
+            "contact.show": self.contact_show,
+            "entity.merge": self.entity_merge,
+        }
+
+    async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
+        req = frame.get("req")
+        if frame["type"] != "op":
+            raise ProtocolError(
+                "unknown_type",
+                f"an operator may not send {frame['type']!r} frames",
+                field="type",
+                req=req,
+            )
+        op: Op = parse_model(Op, frame)
+        fn = self.table.get(op.op)
+        if fn is None:
+            raise ProtocolError(
+                "invalid",
+                f"unknown op {op.op!r}; known: {', '.join(sorted(self.table))}",
+                field="op",
+                req=req,
+            )
+        try:
+            data = await fn(conn, op.args, req)
+        except LedgerLookupError as exc:
+            raise ProtocolError(exc.code, str(exc), field=exc.field, req=req) from exc  # type: ignore[arg-type]
+        except ProtocolError:
+            raise
+        except Exception as exc:
+            log.exception("op failed", op=op.op, req=req, conn=conn.id)
+            raise ProtocolError(
+                "internal", f"{op.op} failed: internal error (see the broker log)", req=req
+            ) from exc
+        if data is not None:
+            out: dict[str, Any] = {"type": "result", "ok": True, "data": data}
+            if req is not None:
+                out["req"] = req
+            await conn.send(out)
+
+    async def health(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        counts = await self.ledger.counts()
+        return {
+            "ok": True,
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "sessions": counts["sessions"],
+            "queued": counts["queued"],
+            "ledger": "sqlite",
+            "writer_queue": self.ledger.writer.queued,
+        }
+
+    async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args,
+            (
+                ArgSpec("status", str, False, 32),
+                ArgSpec("limit", int, False, minimum=1, maximum=10_000),
+            ),
+            req,
+        )
+        rows = await self.ledger.sessions_list(a.get("status"), a.get("limit", 100))
+        for row in rows:
+            row["state"] = self.state_of(row["label"])
+        return rows
+
+    async def session_show(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args,
+            (
+                ArgSpec("session", str, True),
+                ArgSpec("limit", int, False, minimum=1, maximum=10_000),
+            ),
+            req,
+        )
+        limit = a.get("limit", 200)
+
+        def show(c: Any) -> dict[str, Any]:
+            label = queries.resolve_for_show(c, a["session"])
+            row = queries.session_row(c, label)
+            return {
+                "label": label,
+                "kind": row["kind"],
+                "status": row["status"],
+                "merged_into": row["merged_into"],
+                "persona": row["persona"],
+                "parent": row["parent_session"],
+                "aliases": queries.aliases_of(c, label),
+                "head": row["head_turn_id"],
+                "queued": queries.queued_items(c, label, limit),
+                "turns": queries.thread_turns(c, row["head_turn_id"], limit),
+            }
+
+        data = await self.ledger.read(show)
+        data["state"] = self.state_of(data["label"])
+        return data
+
+    async def contact_show(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("channel", str, True, 32), ArgSpec("sender_id", str, True, 256)), req
+        )
+        return await self.ledger.contact_show(a["channel"], a["sender_id"])
+
+    async def entity_merge(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("from", str, True, 64), ArgSpec("into", str, True, 64)), req)
+        result = await self.ledger.merge_entities(a["from"], a["into"], now_ms())
+        log.info(
+            "entities merged",
+            src=a["from"],
+            into=a["into"],
+            canonical=result.canonical,
+            primary=result.primary,
+        )
+        return {
+            "canonical": result.canonical,
+            "primary": result.primary,
+            "aliases": [{"alias": al, "session": s} for al, s in result.aliases],
+        }

@@ -1,0 +1,81 @@
+"""From a validated inbound frame to what the ledger should write.
+
+Pure: applies the routing policy and the queue-mode permission; the identity
+lookups that need the ledger happen inside the ingest transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from ledger.ingest import InboundRecord, SessionSpec
+from policies.model import Decision, Delivery, Rule, decide
+
+from .protocol import Inbound, ProtocolError
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    record: InboundRecord
+    spec: SessionSpec
+    decision: Decision
+
+
+DECISION_CACHE = 100_000
+
+
+class Router:
+    def __init__(self, rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]) -> None:
+        self.rules = rules
+        self.owners = owners
+        # Decisions depend only on (channel, peer kind, sender) and the rules.
+        self._decisions: dict[tuple[str, str, str], Decision] = {}
+
+    def decision(self, channel: str, peer_kind: str, sender_id: str) -> Decision:
+        key = (channel, peer_kind, sender_id)
+        found = self._decisions.get(key)
+        if found is None:
+            if len(self._decisions) >= DECISION_CACHE:
+                self._decisions.clear()
+            found = decide(
+                self.rules, Delivery(channel, msg_kind(peer_kind), sender_id), self.owners
+            )
+            self._decisions[key] = found
+        return found
+
+    def route(self, channel: str, msg: Inbound, req: str | None) -> Routed:
+        decision = self.decision(channel, msg.peer_kind, msg.sender_id)
+        if (
+            msg.queue_mode is not None
+            and decision.allowed_modes is not None
+            and msg.queue_mode not in decision.allowed_modes
+        ):
+            allowed = ", ".join(sorted(decision.allowed_modes)) or "none"
+            raise ProtocolError(
+                "invalid",
+                f"queue_mode {msg.queue_mode!r} is not allowed for this sender by rule "
+                f"{decision.rule!r} (allowed: {allowed})",
+                field="queue_mode",
+                req=req,
+            )
+        record = InboundRecord(
+            channel=channel,
+            msg_id=msg.msg_id,
+            sender_id=msg.sender_id,
+            sender_name=msg.sender_name,
+            peer_kind=msg.peer_kind,
+            peer_id=msg.peer_id or msg.sender_id,
+            thread_id=msg.thread_id,
+            text=msg.text,
+            ts=msg.ts,
+            queue_mode=msg.queue_mode,
+            meta=orjson.dumps(msg.meta).decode() if msg.meta else None,
+        )
+        return Routed(record, decision.spec, decision)
+
+
+def msg_kind(peer_kind: str) -> Literal["dm", "group"]:
+    return "dm" if peer_kind == "dm" else "group"

@@ -1,0 +1,270 @@
+"""The Unix-socket server: handshake, framing, and who may connect.
+
+Rule 1: a connection is one task group (reader and acker); nothing it does can
+        reach another connection, and its failure closes only itself.
+Rule 2: frames are validated before anything is handed on; a frame that fails
+        is answered with an error and stores nothing.
+Rule 3: an inbound frame is acked only after the commit that holds it; acks of
+        one connection are written in the order the frames arrived.
+Rule 4: at most `max_inflight` inbound frames of one connection wait for their
+        commit; past that the broker answers `overloaded` at once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from . import logs
+from .config import Settings
+from .ids import new_id
+from .protocol import (
+    Hello,
+    LineBuffer,
+    ProtocolError,
+    decode,
+    encode,
+    parse_hello,
+)
+
+log = logs.get("broker.server")
+HELLO_TIMEOUT_S = 10.0
+SEND_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCred:
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_credentials(stream: anyio.abc.SocketStream) -> PeerCred | None:
+    raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
+    if raw.family != socket.AF_UNIX or not hasattr(socket, "SO_PEERCRED"):
+        return None
+    data = raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", data)
+    return PeerCred(pid, uid, gid)
+
+
+class Connection:
+    """One client connection; `send` is safe to call from any task."""
+
+    def __init__(self, stream: anyio.abc.SocketStream, conn_id: str) -> None:
+        self.stream = stream
+        self.id = conn_id
+        self.role: str | None = None
+        self.channel: str | None = None
+        self._send_lock = anyio.Lock()
+        self.closed = False
+        self.tg: anyio.abc.TaskGroup | None = None  # the connection's own tasks
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.send_raw(encode(frame))
+
+    async def send_raw(self, data: bytes) -> None:
+        async with self._send_lock:
+            with anyio.fail_after(SEND_TIMEOUT_S):
+                await self.stream.send(data)
+
+    async def send_error(self, err: ProtocolError) -> None:
+        await self.send(err.frame())
+
+
+Handler = Callable[[Connection, dict[str, Any]], Awaitable[None]]
+
+
+class Server:
+    """Accepts connections and hands validated frames to the broker's handlers."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        on_adapter_frame: Handler,
+        on_operator_frame: Handler,
+        on_hello: Callable[[Connection, Hello], Awaitable[None]],
+        on_close: Callable[[Connection], Awaitable[None]],
+    ) -> None:
+        self.settings = settings
+        self._on_adapter_frame = on_adapter_frame
+        self._on_operator_frame = on_operator_frame
+        self._on_hello = on_hello
+        self._on_close = on_close
+        uid, gid = os.getuid(), os.getgid()
+        auth = settings.auth
+        self._uids = frozenset(auth.allowed_uids if auth.allowed_uids is not None else [uid])
+        self._gids = frozenset(auth.allowed_gids if auth.allowed_gids is not None else [gid])
+        self.connections: dict[str, Connection] = {}
+
+    async def open_listener(self) -> anyio.abc.SocketListener:
+        path = self.settings.socket_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await _refuse_if_live(path)
+        return await anyio.create_unix_listener(path, mode=self.settings.socket_mode)
+
+    async def serve(
+        self,
+        listener: anyio.abc.SocketListener,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        async with listener, anyio.create_task_group() as tg:
+            task_status.started()
+            while True:
+                stream = await listener.accept()
+                tg.start_soon(self._handle, stream)
+
+    async def _handle(self, stream: anyio.abc.SocketStream) -> None:
+        conn = Connection(stream, new_id())
+        async with stream, anyio.create_task_group() as tg:
+            conn.tg = tg
+            try:
+                await self._converse(conn)
+            except ProtocolError as err:
+                await self._try_send(conn, err)
+            except (
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                TimeoutError,
+                ConnectionError,
+            ):
+                pass
+            finally:
+                tg.cancel_scope.cancel()
+                conn.closed = True
+                self.connections.pop(conn.id, None)
+                if conn.role is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._on_close(conn)
+                log.debug("connection closed", conn=conn.id, role=conn.role, channel=conn.channel)
+
+    async def _try_send(self, conn: Connection, err: ProtocolError) -> None:
+        try:
+            with anyio.move_on_after(1.0):
+                await conn.send_error(err)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            pass
+        if err.code != "frame_too_large":
+            log.info("connection refused", conn=conn.id, code=err.code, reason=err.message)
+        else:
+            log.warning("frame too large, closing", conn=conn.id, channel=conn.channel)
+
+    def _authorize_peer(self, conn: Connection) -> None:
+        cred = peer_credentials(conn.stream)
+        if cred is None:
+            return
+        if cred.uid not in self._uids and cred.gid not in self._gids:
+            raise ProtocolError(
+                "unauthorized", f"uid {cred.uid} / gid {cred.gid} may not connect to this broker"
+            )
+
+    def _authorize_hello(self, hello: Hello) -> None:
+        if hello.role != "adapter":
+            return
+        assert hello.channel is not None
+        expected = self.settings.auth.channel_tokens.get(hello.channel)
+        if expected is None:
+            if self.settings.auth.require_token:
+                raise ProtocolError("unauthorized", f"no token is configured for {hello.channel!r}")
+            return
+        if hello.token is None or not hmac.compare_digest(hello.token, expected):
+            raise ProtocolError("unauthorized", f"wrong or missing token for {hello.channel!r}")
+
+    async def _converse(self, conn: Connection) -> None:
+        self._authorize_peer(conn)
+        lines = LineBuffer(self.settings.max_frame_bytes)
+        receive = _line_reader(conn.stream, lines)
+        with anyio.fail_after(HELLO_TIMEOUT_S):
+            first = await receive()
+        try:
+            hello = parse_hello(decode(first))
+        except ProtocolError as err:
+            if err.code in ("bad_json", "invalid"):
+                err = ProtocolError(
+                    "bad_hello",
+                    f"the first frame must be a valid hello ({err.message})",
+                    field=err.field,
+                    req=err.req,
+                )
+            raise err
+        self._authorize_hello(hello)
+        conn.role, conn.channel = hello.role, hello.channel
+        self.connections[conn.id] = conn
+        await conn.send(
+            {
+                "type": "welcome",
+                "v": 1,
+                "server": f"{self.settings.server_name} {_version()}",
+                "conn": conn.id,
+            }
+        )
+        log.info("connected", conn=conn.id, role=conn.role, channel=conn.channel)
+        await self._on_hello(conn, hello)
+        handler = self._on_adapter_frame if hello.role == "adapter" else self._on_operator_frame
+        while True:
+            line = await receive()
+            try:
+                frame = decode(line)
+                await handler(conn, frame)
+            except ProtocolError as err:
+                if err.closes:
+                    raise
+                await conn.send_error(err)
+
+
+def _line_reader(
+    stream: anyio.abc.ByteReceiveStream, lines: LineBuffer
+) -> Callable[[], Awaitable[bytes]]:
+    ready: list[bytes] = []
+
+    async def receive() -> bytes:
+        while not ready:
+            ready.extend(reversed(lines.feed(await stream.receive(65536))))
+        return ready.pop()
+
+    return receive
+
+
+async def _refuse_if_live(path: Path) -> None:
+    """Refuse to take over a socket another live broker is listening on."""
+    if not await anyio.Path(path).exists():
+        return
+    try:
+        with anyio.fail_after(1.0):
+            stream = await anyio.connect_unix(path)
+    except (OSError, TimeoutError):
+        return  # stale: nobody listens; the listener replaces it
+    await stream.aclose()
+    raise RuntimeError(f"another broker is already listening on {path}")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agent-broker")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
+async def drain(receive: MemoryObjectReceiveStream[Any]) -> list[Any]:
+    """Everything already waiting in a memory stream, without blocking."""
+    out = []
+    while True:
+        try:
+            out.append(receive.receive_nowait())
+        except anyio.WouldBlock:
+            return out

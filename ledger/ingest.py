@@ -1,0 +1,251 @@
+"""The ingest transaction: one inbound message becomes a durable queue item.
+
+Runs inside a writer job (see writer.py), so every read here sees the writes of
+earlier jobs in the same batch and nothing here ever races another writer.
+
+Rule 1: `(channel, msg_id)` is checked first; a repeat returns the first
+        answer (session and item) and writes nothing.
+Rule 2: first contact creates the entity and the contact in the same
+        transaction as the message, so an acked message always has both.
+Rule 3: the caches only mirror committed-or-about-to-commit rows; the writer
+        clears them whenever anything rolls back, and a merge clears the
+        resolution caches because it changes where keys lead.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from broker.identity import Route, SessionRef, build_session_key, chain_to_root, resolve_label
+from broker.ids import new_entity_id, new_id
+
+CACHE_LIMIT = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class InboundRecord:
+    channel: str
+    msg_id: str
+    sender_id: str
+    sender_name: str | None
+    peer_kind: str
+    peer_id: str
+    thread_id: str | None
+    text: str
+    ts: str | None
+    queue_mode: str | None
+    meta: str | None  # JSON text, None when empty
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What the routing policy decided for a message before it is written."""
+
+    key_template: str | None
+    persona: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    msg_id: str
+    session: str
+    item: str
+    duplicate: bool
+    seq: int  # arrival order of the queue item; 0 for a duplicate
+    entity: str | None
+
+
+class IdentityCache:
+    """Writer-thread caches for contact, root and session-key lookups."""
+
+    def __init__(self) -> None:
+        self.contacts: dict[tuple[str, str], str] = {}
+        self.roots: dict[str, str] = {}
+        self.sessions: dict[str, str] = {}
+        # The whole answer for a route seen before: (entity, root, session).
+        self.routes: dict[tuple[str | None, ...], tuple[str, str, str]] = {}
+
+    def clear(self) -> None:
+        self.contacts.clear()
+        self.clear_resolution()
+
+    def clear_resolution(self) -> None:
+        self.roots.clear()
+        self.sessions.clear()
+        self.routes.clear()
+
+    def trim(self) -> None:
+        for cache in (self.contacts, self.roots, self.sessions, self.routes):
+            if len(cache) > CACHE_LIMIT:
+                cache.clear()
+
+
+def ingest(
+    conn: sqlite3.Connection, cache: IdentityCache, rec: InboundRecord, spec: SessionSpec, now: int
+) -> Accepted:
+    route_key = (
+        rec.channel,
+        rec.sender_id,
+        rec.peer_kind,
+        rec.peer_id,
+        rec.thread_id,
+        spec.key_template,
+    )
+    cached = cache.routes.get(route_key)
+    if cached is None:
+        # Slow path: this message may create a contact, an entity or a session,
+        # so check for a repeat before writing anything.
+        first = _first_answer(conn, rec)
+        if first is not None:
+            return first
+        entity = contact_entity(conn, cache, rec.channel, rec.sender_id, rec.sender_name, now)
+        root = find_root(conn, cache, entity)
+        key = build_session_key(_route(rec, root), spec.key_template)
+        session = ensure_session(conn, cache, key, rec.peer_kind, root, spec.persona, now)
+        cache.routes[route_key] = (entity, root, session)
+    else:
+        entity, root, session = cached
+
+    item = new_id()
+    cur = conn.execute(
+        "INSERT INTO inbound (channel, msg_id, item_id, session_label, entity_id, sender_id,"
+        " sender_name, peer_kind, peer_id, thread_id, text, ts, queue_mode, meta, received_at)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (channel, msg_id) DO NOTHING",
+        (
+            rec.channel,
+            rec.msg_id,
+            item,
+            session,
+            entity,
+            rec.sender_id,
+            rec.sender_name,
+            rec.peer_kind,
+            rec.peer_id,
+            rec.thread_id,
+            rec.text,
+            rec.ts,
+            rec.queue_mode,
+            rec.meta,
+            now,
+        ),
+    )
+    if cur.rowcount == 0:  # a repeat, found by the unique key on the fast path
+        first = _first_answer(conn, rec)
+        assert first is not None
+        return first
+    cur = conn.execute(
+        "INSERT INTO queue_items (id, session_label, source, mode, inbound_id, created_at,"
+        " updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?)",
+        (item, session, rec.queue_mode, cur.lastrowid, now, now),
+    )
+    cache.trim()
+    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root)
+
+
+def _route(rec: InboundRecord, root: str) -> Route:
+    return Route(rec.channel, rec.peer_kind, rec.peer_id, rec.thread_id, rec.sender_id, root)  # type: ignore[arg-type]
+
+
+def _first_answer(conn: sqlite3.Connection, rec: InboundRecord) -> Accepted | None:
+    row = conn.execute(
+        "SELECT session_label, item_id FROM inbound WHERE channel = ? AND msg_id = ?",
+        (rec.channel, rec.msg_id),
+    ).fetchone()
+    return None if row is None else Accepted(rec.msg_id, row[0], row[1], True, 0, None)
+
+
+def contact_entity(
+    conn: sqlite3.Connection,
+    cache: IdentityCache,
+    channel: str,
+    sender_id: str,
+    sender_name: str | None,
+    now: int,
+) -> str:
+    """The entity of a contact, creating both on first contact."""
+    key = (channel, sender_id)
+    entity = cache.contacts.get(key)
+    if entity is not None:
+        return entity
+    row = conn.execute(
+        "SELECT entity_id FROM contacts WHERE channel = ? AND sender_id = ?", key
+    ).fetchone()
+    if row is not None:
+        entity = str(row[0])
+    else:
+        entity = new_entity_id()
+        conn.execute(
+            "INSERT INTO entities (id, kind, name, created_at) VALUES (?, 'contact', ?, ?)",
+            (entity, sender_name or f"{channel}:{sender_id}", now),
+        )
+        conn.execute(
+            "INSERT INTO contacts (channel, sender_id, entity_id, display_name, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (channel, sender_id, entity, sender_name, now),
+        )
+    cache.contacts[key] = entity
+    return entity
+
+
+def find_root(conn: sqlite3.Connection, cache: IdentityCache, entity: str) -> str:
+    """Walk `merged_into` to the canonical root, compressing the path."""
+    root = cache.roots.get(entity)
+    if root is not None:
+        return root
+    path = chain_to_root(entity, lambda e: _parent(conn, e))
+    root = path[-1]
+    if len(path) > 2:
+        conn.executemany(
+            "UPDATE entities SET merged_into = ? WHERE id = ?", [(root, e) for e in path[:-2]]
+        )
+    for node in path:
+        cache.roots[node] = root
+    return root
+
+
+def _parent(conn: sqlite3.Connection, entity: str) -> str | None:
+    row = conn.execute("SELECT merged_into FROM entities WHERE id = ?", (entity,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def get_session_ref(conn: sqlite3.Connection, label: str) -> SessionRef | None:
+    row = conn.execute(
+        "SELECT label, status, merged_into FROM sessions WHERE label = ?", (label,)
+    ).fetchone()
+    return None if row is None else SessionRef(row[0], row[1], row[2])
+
+
+def get_alias(conn: sqlite3.Connection, alias: str) -> str | None:
+    row = conn.execute(
+        "SELECT session_label FROM session_aliases WHERE alias = ?", (alias,)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def ensure_session(
+    conn: sqlite3.Connection,
+    cache: IdentityCache,
+    key: str,
+    peer_kind: str,
+    entity: str,
+    persona: str | None,
+    now: int,
+) -> str:
+    """Resolve a session key to a label (direct, alias, then create)."""
+    label = cache.sessions.get(key)
+    if label is not None:
+        return label
+    resolved = resolve_label(key, lambda k: get_session_ref(conn, k), lambda a: get_alias(conn, a))
+    if resolved.label is None:
+        kind = "dm" if peer_kind == "dm" else "group"
+        conn.execute(
+            "INSERT INTO sessions (label, kind, entity_id, persona, origin, status, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, 'inbound', 'active', ?, ?)",
+            (key, kind, entity if kind == "dm" else None, persona, now, now),
+        )
+        label = key
+    else:
+        label = resolved.label
+    cache.sessions[key] = label
+    return label

@@ -1,0 +1,111 @@
+"""Entity merge and its propagation to DM sessions, in one transaction.
+
+Rule 1: merging joins two union-find sets; the canonical root is the smallest
+        id of the joined set (see broker.identity), whatever the argument order.
+Rule 2: histories are never merged. Among the set's active DM sessions the one
+        with the most turns (then the latest activity) becomes primary; the
+        others are marked `merged` into it and stop receiving messages. Their
+        turns stay where they are.
+Rule 3: every entity of the set gets the alias `dm:<entity>` pointing at the
+        primary, and aliases that pointed at a demoted session are re-pointed,
+        so any contact of the set reaches the primary on its next message.
+Rule 4: a merge is idempotent: merging two entities already in one set only
+        re-asserts the aliases.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from broker.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
+
+from .errors import NotFound
+from .ingest import IdentityCache, find_root
+
+
+@dataclass(frozen=True, slots=True)
+class MergeResult:
+    canonical: str
+    primary: str | None
+    aliases: list[tuple[str, str]]  # (alias, session)
+
+
+def merge_entities(
+    conn: sqlite3.Connection, cache: IdentityCache, src: str, into: str, now: int
+) -> MergeResult:
+    for entity, field in ((src, "from"), (into, "into")):
+        if conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity,)).fetchone() is None:
+            raise NotFound(f"no entity {entity!r}", field=field)
+    cache.clear_resolution()
+    ra, rb = find_root(conn, cache, src), find_root(conn, cache, into)
+    root = ra
+    if ra != rb:
+        root, child = canonical_pair(ra, rb)
+        conn.execute("UPDATE entities SET merged_into = ? WHERE id = ?", (root, child))
+        cache.clear_resolution()
+    members = set_members(conn, root)
+    primary = _propagate(conn, members, now)
+    aliases = []
+    if primary is not None:
+        aliases = [
+            (str(r[0]), str(r[1]))
+            for r in conn.execute(
+                "SELECT alias, session_label FROM session_aliases WHERE session_label = ?"
+                " ORDER BY alias",
+                (primary,),
+            )
+        ]
+    return MergeResult(root, primary, aliases)
+
+
+def set_members(conn: sqlite3.Connection, root: str) -> list[str]:
+    rows = conn.execute(
+        "WITH RECURSIVE m(id) AS (SELECT ? UNION SELECT e.id FROM entities e JOIN m"
+        " ON e.merged_into = m.id) SELECT id FROM m ORDER BY id",
+        (root,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _propagate(conn: sqlite3.Connection, members: list[str], now: int) -> str | None:
+    marks = ",".join("?" * len(members))
+    rows = conn.execute(
+        f"SELECT s.label, s.turns, max(s.updated_at, coalesce((SELECT q.created_at FROM"
+        f" queue_items q WHERE q.session_label = s.label AND q.status IN ('queued', 'running')"
+        f" ORDER BY q.seq DESC LIMIT 1), 0))"
+        f" FROM sessions s WHERE s.kind = 'dm' AND s.status = 'active'"
+        f" AND s.entity_id IN ({marks})",
+        members,
+    ).fetchall()
+    if not rows:
+        return None
+    primary = pick_primary(DmCandidate(str(r[0]), int(r[1]), int(r[2])) for r in rows)
+    for label, *_rest in rows:
+        if label == primary:
+            continue
+        conn.execute(
+            "UPDATE sessions SET status = 'merged', merged_into = ?, updated_at = ?"
+            " WHERE label = ?",
+            (primary, now, label),
+        )
+        conn.execute(
+            "UPDATE session_aliases SET session_label = ? WHERE session_label = ?",
+            (primary, label),
+        )
+        conn.execute(
+            "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+            " SELECT label, head_turn_id, head_turn_id, 'merge', ? FROM sessions WHERE label = ?",
+            (now, label),
+        )
+    conn.executemany(
+        "INSERT INTO session_aliases (alias, session_label, reason, created_at)"
+        " VALUES (?, ?, 'identity_merge', ?)"
+        " ON CONFLICT(alias) DO UPDATE SET session_label = excluded.session_label",
+        [
+            (DM_TEMPLATE.format(entity=e), primary, now)
+            for e in members
+            if DM_TEMPLATE.format(entity=e) != primary
+        ],
+    )
+    return primary

@@ -1,0 +1,153 @@
+"""Read-only queries for operators. They run on reader connections, never the writer."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from broker.identity import DM_TEMPLATE, chain_to_root, resolve_label
+
+from .errors import NotFound
+from .ingest import get_alias, get_session_ref
+
+OPEN = "('queued', 'running')"
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    queued = conn.execute(f"SELECT count(*) FROM queue_items WHERE status IN {OPEN}").fetchone()[0]
+    return {"sessions": int(sessions), "queued": int(queued)}
+
+
+def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> list[dict[str, Any]]:
+    sql = (
+        "SELECT s.label, s.status, s.turns, s.parent_session, s.kind,"
+        " (SELECT count(*) FROM queue_items q"
+        f" WHERE q.session_label = s.label AND q.status IN {OPEN})"
+        " FROM sessions s"
+    )
+    args: list[Any] = []
+    if status:
+        sql += " WHERE s.status = ?"
+        args.append(status)
+    sql += " ORDER BY s.updated_at DESC, s.label LIMIT ?"
+    args.append(limit)
+    return [
+        {"label": r[0], "status": r[1], "turns": r[2], "parent": r[3], "kind": r[4], "queued": r[5]}
+        for r in conn.execute(sql, args)
+    ]
+
+
+def resolve_for_show(conn: sqlite3.Connection, name: str) -> str:
+    """A label names its own session even when merged; otherwise follow an alias."""
+    if get_session_ref(conn, name) is not None:
+        return name
+    target = get_alias(conn, name)
+    if target is None:
+        raise NotFound(f"no session or alias {name!r}", field="session")
+    return target
+
+
+def session_row(conn: sqlite3.Connection, label: str) -> dict[str, Any]:
+    conn.row_factory = sqlite3.Row
+    try:
+        row = conn.execute("SELECT * FROM sessions WHERE label = ?", (label,)).fetchone()
+    finally:
+        conn.row_factory = None
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    return dict(row)
+
+
+def aliases_of(conn: sqlite3.Connection, label: str) -> list[str]:
+    return [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT alias FROM session_aliases WHERE session_label = ? ORDER BY alias", (label,)
+        )
+    ]
+
+
+def queued_items(conn: sqlite3.Connection, label: str, limit: int) -> list[dict[str, Any]]:
+    """Waiting and running items, then the latest dropped or cancelled ones."""
+    rows = conn.execute(
+        "SELECT q.id, q.seq, q.status, q.mode, q.source, q.reason, i.channel, i.msg_id,"
+        " substr(coalesce(i.text, q.payload), 1, 120) FROM queue_items q"
+        " LEFT JOIN inbound i ON i.id = q.inbound_id"
+        f" WHERE q.session_label = ? AND q.status IN {OPEN} ORDER BY q.seq LIMIT ?",
+        (label, limit),
+    ).fetchall()
+    dropped = conn.execute(
+        "SELECT q.id, q.seq, q.status, q.mode, q.source, q.reason, i.channel, i.msg_id,"
+        " substr(coalesce(i.text, q.payload), 1, 120) FROM queue_items q"
+        " LEFT JOIN inbound i ON i.id = q.inbound_id"
+        " WHERE q.session_label = ? AND q.status IN ('dropped', 'cancelled')"
+        " ORDER BY q.seq DESC LIMIT ?",
+        (label, limit),
+    ).fetchall()
+    keys = ("item", "seq", "status", "mode", "source", "reason", "channel", "msg_id", "preview")
+    return [dict(zip(keys, r, strict=True)) for r in [*rows, *reversed(dropped)]]
+
+
+def contact_show(conn: sqlite3.Connection, channel: str, sender_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT entity_id FROM contacts WHERE channel = ? AND sender_id = ?", (channel, sender_id)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no contact {sender_id!r} on channel {channel!r}", field="sender_id")
+    entity = str(row[0])
+
+    def parent(e: str) -> str | None:
+        r = conn.execute("SELECT merged_into FROM entities WHERE id = ?", (e,)).fetchone()
+        return None if r is None or r[0] is None else str(r[0])
+
+    canonical = chain_to_root(entity, parent)[-1]
+    resolved = resolve_label(
+        DM_TEMPLATE.format(entity=canonical),
+        lambda k: get_session_ref(conn, k),
+        lambda a: get_alias(conn, a),
+    )
+    return {"entity": entity, "canonical": canonical, "session": resolved.label}
+
+
+def thread_turns(conn: sqlite3.Connection, head: str | None, limit: int) -> list[dict[str, Any]]:
+    """The turns from the root of a thread to `head`, at most the last `limit`."""
+    if head is None:
+        return []
+    rows = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL AND c.depth < ?)"
+        " SELECT t.id, t.parent_id, t.type, t.status, t.reason, t.output, t.started_at,"
+        " t.completed_at, t.prompt_tokens, t.completion_tokens, t.session_label"
+        " FROM chain c JOIN turns t ON t.id = c.id ORDER BY c.depth DESC",
+        (head, limit - 1),
+    ).fetchall()
+    turn_ids = [r[0] for r in rows]
+    inputs: dict[str, list[str]] = {t: [] for t in turn_ids}
+    if turn_ids:
+        marks = ",".join("?" * len(turn_ids))
+        for turn_id, msg_id in conn.execute(
+            f"SELECT turn_id, msg_id FROM messages WHERE turn_id IN ({marks}) AND role = 'user'"
+            " ORDER BY turn_id, seq",
+            turn_ids,
+        ):
+            if msg_id is not None:
+                inputs[turn_id].append(msg_id)
+    return [
+        {
+            "id": r[0],
+            "parent": r[1],
+            "type": r[2],
+            "status": r[3],
+            "reason": r[4],
+            "inputs": inputs[r[0]],
+            "output": r[5],
+            "started_at": r[6],
+            "completed_at": r[7],
+            "prompt_tokens": r[8],
+            "completion_tokens": r[9],
+            "session": r[10],
+        }
+        for r in rows
+    ]

@@ -1,0 +1,212 @@
+"""The ledger's one writer, with group commit.
+
+Rule 1: one connection writes, and only the writer task touches it. Each batch
+        of jobs is one transaction, run whole in one hop to a worker thread, so
+        no statement waits on the event loop and many callers share one commit.
+Rule 2: a job that raises is rolled back alone and its caller gets the
+        exception; the other jobs of its batch commit. (The batch first runs
+        without savepoints; only when a job fails is it rolled back and run
+        again with one savepoint per job. Jobs are therefore pure functions of
+        the database: they may run twice, and only the committed run counts.)
+Rule 3: a caller learns its job's result only after the COMMIT that holds it
+        returned. If the COMMIT fails (disk full, I/O error), every job of the
+        batch fails with `LedgerWriteFailed` and nothing of the batch is kept.
+Rule 4: a batch, once handed to the thread, finishes even if the writer is
+        cancelled; on cancellation the writer also finishes every job already
+        queued, then refuses new ones. A cancelled caller's write may still
+        have happened; jobs are idempotent by id, so a retry is harmless.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.abc
+
+T = TypeVar("T")
+Job = Callable[[sqlite3.Connection], T]
+Outcome = tuple[Any, BaseException | None]
+
+
+class LedgerWriteFailed(Exception):
+    """The transaction holding the job did not commit; nothing of it was kept."""
+
+
+class WriterOverloaded(Exception):
+    """The writer's queue is full; the caller should shed load."""
+
+
+class WriterClosed(Exception):
+    """The writer has stopped and takes no more jobs."""
+
+
+class _JobFailed(Exception):
+    """Internal: a job raised during the optimistic run of a batch."""
+
+
+class Pending(Generic[T]):
+    """A submitted job. `await pending.result()` returns after its commit."""
+
+    __slots__ = ("_after", "_batch_done", "_done", "_error", "_value", "fn")
+
+    def __init__(self, fn: Job[T], batch_done: Callable[[], anyio.Event]) -> None:
+        self.fn = fn
+        self._batch_done = batch_done
+        self._done = False
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._after: Callable[[T], None] | None = None
+
+    def after_commit(self, callback: Callable[[T], None]) -> None:
+        """Run `callback(result)` in the writer task right after a successful commit.
+
+        Callbacks of one batch run in submission order before any caller
+        resumes, so work handed on from here keeps the commit order. They must
+        not block or raise.
+        """
+        self._after = callback
+
+    def _resolve(self, value: Any, error: BaseException | None) -> None:
+        self._value = value
+        self._error = error
+        self._done = True
+        if error is None and self._after is not None:
+            self._after(value)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def get(self) -> T:
+        """The result of a finished job (raises its error)."""
+        assert self._done
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+    async def result(self) -> T:
+        while not self._done:
+            await self._batch_done().wait()
+        return self.get()
+
+
+class LedgerWriter:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        max_batch: int = 2048,
+        max_queue: int = 100_000,
+        on_rollback: Callable[[], None] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._max_batch = max_batch
+        self._max_queue = max_queue
+        self._on_rollback = on_rollback
+        self._queue: deque[Pending[Any]] = deque()
+        self._wake = anyio.Event()
+        self._batch_done = anyio.Event()
+        self._closed = False
+        self._limiter = anyio.CapacityLimiter(1)
+        self.commits = 0
+        self.jobs = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def _current_batch_event(self) -> anyio.Event:
+        return self._batch_done
+
+    def submit(self, fn: Job[T]) -> Pending[T]:
+        """Queue a job without waiting. Raises WriterOverloaded or WriterClosed."""
+        if self._closed:
+            raise WriterClosed("the ledger writer has stopped")
+        if len(self._queue) >= self._max_queue:
+            raise WriterOverloaded("the ledger writer queue is full")
+        pending: Pending[T] = Pending(fn, self._current_batch_event)
+        self._queue.append(pending)
+        self._wake.set()
+        return pending
+
+    async def call(self, fn: Job[T]) -> T:
+        return await self.submit(fn).result()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run until cancelled; then finish what was queued and stop taking jobs."""
+        task_status.started()
+        try:
+            while True:
+                if not self._queue:
+                    self._wake = anyio.Event()
+                    await self._wake.wait()
+                await self._run_one_batch()
+        finally:
+            self._closed = True
+            with anyio.CancelScope(shield=True):
+                while self._queue:
+                    await self._run_one_batch()
+
+    async def _run_one_batch(self) -> None:
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+        outcomes = await anyio.to_thread.run_sync(self._execute, batch, limiter=self._limiter)
+        for pending, (value, error) in zip(batch, outcomes, strict=True):
+            pending._resolve(value, error)
+        done, self._batch_done = self._batch_done, anyio.Event()
+        done.set()
+
+    def _execute(self, batch: list[Pending[Any]]) -> list[Outcome]:
+        try:
+            try:
+                outcomes = self._transaction(batch, savepoints=False)
+            except _JobFailed:
+                self._rolled_back()
+                outcomes = self._transaction(batch, savepoints=True)
+        except sqlite3.Error as exc:
+            self._rolled_back()
+            failure = LedgerWriteFailed(f"ledger write failed: {exc}")
+            failure.__cause__ = exc
+            return [(None, failure)] * len(batch)
+        self.commits += 1
+        self.jobs += len(batch)
+        return outcomes
+
+    def _transaction(self, batch: list[Pending[Any]], *, savepoints: bool) -> list[Outcome]:
+        conn = self._conn
+        outcomes: list[Outcome] = []
+        failed = False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for pending in batch:
+                if savepoints:
+                    conn.execute("SAVEPOINT job")
+                try:
+                    value = pending.fn(conn)
+                except Exception as exc:  # the job's own failure, for its caller
+                    if not savepoints:
+                        raise _JobFailed from exc
+                    conn.execute("ROLLBACK TO job")
+                    outcomes.append((None, exc))
+                    failed = True
+                else:
+                    outcomes.append((value, None))
+                if savepoints:
+                    conn.execute("RELEASE job")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if failed:
+            self._rolled_back()  # caches may hold what a failed job wrote
+        return outcomes
+
+    def _rolled_back(self) -> None:
+        if self._on_rollback is not None:
+            self._on_rollback()

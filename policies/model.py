@@ -1,0 +1,142 @@
+"""The routing policy model: rules matched first to last.
+
+Pure data and matching, no I/O. A rule matches a message on who sent it (the
+principal), the channel, the peer kind and the sender; the first rule that
+matches decides the session-key template, the persona, the default queue
+mode, which modes the sender may choose and which chat commands it may use.
+
+Rule 1: rules are tried in order; the first match wins; the built-in defaults
+        after the configured rules make sure every message matches something.
+Rule 2: a rule is validated when loaded: an unknown placeholder in a key
+        template or an unknown mode is an error that names the rule.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from broker.identity import TEMPLATE_FIELDS
+from ledger.ingest import SessionSpec
+
+QueueMode = Literal["interrupt", "steer", "followup", "collect", "queue"]
+PrincipalKind = Literal["owner", "known", "unknown"]
+ChatCommand = Literal["queue", "stop", "status", "new", "compact"]
+ALL_COMMANDS: tuple[ChatCommand, ...] = ("queue", "stop", "status", "new", "compact")
+
+
+class Match(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    principal: list[PrincipalKind] | None = None
+    channel: list[str] | None = None
+    peer_kind: list[Literal["dm", "group"]] | None = None
+    sender: list[str] | None = None
+
+
+class SessionRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str | None = None  # None: the default template for the peer kind
+    persona: str | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _known_placeholders(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        names = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+        unknown = names - TEMPLATE_FIELDS
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder(s) {sorted(unknown)} in key template; "
+                f"use {sorted(TEMPLATE_FIELDS)}"
+            )
+        return value
+
+
+class QueueRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: QueueMode | None = None  # the route's default mode
+    allowed: list[QueueMode] | None = None  # None: the sender may choose any mode
+
+
+class Rule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    match: Match = Match()
+    session: SessionRule = SessionRule()
+    queue: QueueRule = QueueRule()
+    commands: list[ChatCommand] | None = None  # None: every chat command
+
+
+class Owner(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channel: str
+    sender_id: str
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (Rule(name="default"),)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    channel: str
+    peer_kind: Literal["dm", "group"]
+    sender_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    rule: str
+    principal: PrincipalKind
+    key_template: str | None
+    persona: str | None
+    default_mode: QueueMode | None
+    allowed_modes: frozenset[str] | None
+    commands: frozenset[str]
+
+    @property
+    def spec(self) -> SessionSpec:
+        return SessionSpec(self.key_template, self.persona)
+
+
+def principal_of(delivery: Delivery, owners: frozenset[tuple[str, str]]) -> PrincipalKind:
+    if not delivery.sender_id:
+        return "unknown"
+    if (delivery.channel, delivery.sender_id) in owners:
+        return "owner"
+    return "known"
+
+
+def _matches(match: Match, delivery: Delivery, principal: PrincipalKind) -> bool:
+    return (
+        (match.principal is None or principal in match.principal)
+        and (match.channel is None or delivery.channel in match.channel)
+        and (match.peer_kind is None or delivery.peer_kind in match.peer_kind)
+        and (match.sender is None or delivery.sender_id in match.sender)
+    )
+
+
+def decide(
+    rules: tuple[Rule, ...], delivery: Delivery, owners: frozenset[tuple[str, str]]
+) -> Decision:
+    principal = principal_of(delivery, owners)
+    for rule in (*rules, *DEFAULT_RULES):
+        if _matches(rule.match, delivery, principal):
+            return Decision(
+                rule=rule.name,
+                principal=principal,
+                key_template=rule.session.key,
+                persona=rule.session.persona,
+                default_mode=rule.queue.mode,
+                allowed_modes=None if rule.queue.allowed is None else frozenset(rule.queue.allowed),
+                commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
+            )
+    raise AssertionError("the default rule matches every delivery")  # pragma: no cover

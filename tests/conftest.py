@@ -1,0 +1,56 @@
+"""Shared fixtures: a real daemon on a temporary socket and ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import DaemonProcess
+
+DaemonFactory = Callable[..., DaemonProcess]
+
+
+@pytest.fixture
+def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Unix socket paths are limited to ~107 bytes; pytest's tmp paths can be long.
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))
+
+
+@pytest.fixture
+def make_daemon(short_tmp: Path) -> Iterator[DaemonFactory]:
+    """Start daemons with extra config; all are stopped at the end of the test."""
+    started: list[DaemonProcess] = []
+
+    def factory(config: dict[str, Any] | None = None, backend: str = "asyncio",
+                name: str = "d") -> DaemonProcess:
+        work = short_tmp / name
+        work.mkdir(exist_ok=True)
+        daemon = DaemonProcess(work, config, backend=backend).start()
+        started.append(daemon)
+        return daemon
+
+    yield factory
+    for daemon in started:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.kill()
+
+
+@pytest.fixture
+def daemon(make_daemon: DaemonFactory) -> DaemonProcess:
+    return make_daemon()
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def any_backend_daemon(request: pytest.FixtureRequest, make_daemon: DaemonFactory) -> DaemonProcess:
+    """The same daemon under asyncio (uvloop) and under trio."""
+    return make_daemon(backend=request.param)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)

@@ -1,0 +1,165 @@
+"""Start the real daemon as a subprocess on a temporary socket and ledger.
+
+Used by the integration and crash tests and by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def write_config(path: Path, config: dict[str, Any]) -> None:
+    """Write a small TOML file: top-level keys, then one table per nested dict."""
+    lines: list[str] = []
+    tables: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            tables.append(f"\n[{key}]")
+            for k, v in value.items():
+                if isinstance(v, dict):
+                    inner = ", ".join(f'"{ik}" = {_toml_value(iv)}' for ik, iv in v.items())
+                    tables.append(f"{k} = {{ {inner} }}")
+                else:
+                    tables.append(f"{k} = {_toml_value(v)}")
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for entry in value:
+                tables.append(f"\n[[{key}]]")
+                tables.extend(f"{k} = {_toml_value(v)}" for k, v in entry.items())
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    path.write_text("\n".join(lines + tables) + "\n")
+    tomllib.loads(path.read_text())  # fail early on a bad test config
+
+
+class DaemonProcess:
+    """The broker daemon in a child process."""
+
+    def __init__(
+        self, workdir: Path, config: dict[str, Any] | None = None, backend: str = "asyncio"
+    ) -> None:
+        self.workdir = workdir
+        self.socket = workdir / "broker.sock"
+        self.ledger = workdir / "ledger.db"
+        self.config_path = workdir / "broker.toml"
+        self.log_path = workdir / "broker.log"
+        self.backend = backend
+        base: dict[str, Any] = {
+            "socket_path": str(self.socket),
+            "log_level": "info",
+            "ledger": {"path": str(self.ledger)},
+        }
+        for key, value in (config or {}).items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                base[key] = {**base[key], **value}
+            else:
+                base[key] = value
+        self.config = base
+        write_config(self.config_path, base)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20.0) -> DaemonProcess:
+        log = self.log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "broker",
+                "--config",
+                str(self.config_path),
+                "--backend",
+                self.backend,
+            ],
+            stdout=log,
+            stderr=log,
+            env=env,
+            cwd=self.workdir,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            if self._accepting():
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise TimeoutError(f"daemon did not become ready:\n{self.log()}")
+
+    def _accepting(self) -> bool:
+        if not self.socket.exists():
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(self.socket))
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        return True
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_lines(self) -> list[str]:
+        return self.log().splitlines()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+        return int(self.proc.returncode)
+
+    def restart(self) -> DaemonProcess:
+        self.kill()
+        return self.start()
+
+    def db(self) -> sqlite3.Connection:
+        """A read connection to the ledger file."""
+        conn = sqlite3.connect(f"file:{self.ledger}?mode=ro", uri=True)
+        conn.execute("PRAGMA busy_timeout = 5000")
+        return conn
+
+    def __enter__(self) -> DaemonProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.terminate(10)
