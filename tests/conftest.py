@@ -26,8 +26,9 @@ def make_daemon(short_tmp: Path) -> Iterator[DaemonFactory]:
     """Start daemons with extra config; all are stopped at the end of the test."""
     started: list[DaemonProcess] = []
 
-    def factory(config: dict[str, Any] | None = None, backend: str = "asyncio",
-                name: str = "d") -> DaemonProcess:
+    def factory(
+        config: dict[str, Any] | None = None, backend: str = "asyncio", name: str = "d"
+    ) -> DaemonProcess:
         work = short_tmp / name
         work.mkdir(exist_ok=True)
         daemon = DaemonProcess(work, config, backend=backend).start()

@@ -35,18 +35,27 @@ CHUNK = 50
 
 
 def inbound(conn_no: int, i: int) -> bytes:
-    return orjson.dumps({
-        "type": "inbound", "req": f"{conn_no}:{i}", "msg_id": f"c{conn_no}-m{i}",
-        "sender_id": f"s{(i * 31 + conn_no) % SENDERS}", "peer_kind": "dm",
-        "text": f"message {i} of connection {conn_no}", "queue_mode": "queue",
-    }) + b"\n"
+    return (
+        orjson.dumps(
+            {
+                "type": "inbound",
+                "req": f"{conn_no}:{i}",
+                "msg_id": f"c{conn_no}-m{i}",
+                "sender_id": f"s{(i * 31 + conn_no) % SENDERS}",
+                "peer_kind": "dm",
+                "text": f"message {i} of connection {conn_no}",
+                "queue_mode": "queue",
+            }
+        )
+        + b"\n"
+    )
 
 
-async def pipeline(daemon: DaemonProcess, conn_no: int,
-                   on_ack: Callable[[dict[str, Any]], None]) -> None:
+async def pipeline(
+    daemon: DaemonProcess, conn_no: int, on_ack: Callable[[dict[str, Any]], None]
+) -> None:
     """Send one connection's messages with at most WINDOW un-acked."""
-    async with await BrokerClient.connect(daemon.socket, role="adapter",
-                                          channel="crash") as client:
+    async with await BrokerClient.connect(daemon.socket, role="adapter", channel="crash") as client:
         window = anyio.Semaphore(WINDOW)
         received = 0
 
@@ -64,8 +73,9 @@ async def pipeline(daemon: DaemonProcess, conn_no: int,
             for start in range(0, PER_CONNECTION, CHUNK):
                 for _ in range(CHUNK):
                     await window.acquire()
-                await client.send_raw(b"".join(inbound(conn_no, i)
-                                               for i in range(start, start + CHUNK)))
+                await client.send_raw(
+                    b"".join(inbound(conn_no, i) for i in range(start, start + CHUNK))
+                )
 
 
 async def push_until_killed(daemon: DaemonProcess, acked: set[str], kill_at: int) -> None:
@@ -110,7 +120,8 @@ async def test_kill9_loses_no_acked_message(make_daemon: DaemonFactory, seed: in
     daemon = make_daemon({"max_inflight": WINDOW * 2}, name=f"crash{seed}")
     acked: set[str] = set()
     await push_until_killed(daemon, acked, kill_at)
-    assert daemon.proc is not None and daemon.proc.wait(10) == -signal.SIGKILL
+    assert daemon.proc is not None
+    assert daemon.proc.wait(10) == -signal.SIGKILL
     assert kill_at <= len(acked) < TOTAL, "the kill must land mid-stream"
 
     daemon.start()
@@ -118,11 +129,13 @@ async def test_kill9_loses_no_acked_message(make_daemon: DaemonFactory, seed: in
         stored = [r[0] for r in db.execute("SELECT msg_id FROM inbound")]
         orphans = db.execute(
             "SELECT count(*) FROM inbound i LEFT JOIN queue_items q ON q.inbound_id = i.id"
-            " WHERE q.seq IS NULL").fetchone()[0]
+            " WHERE q.seq IS NULL"
+        ).fetchone()[0]
         items = db.execute("SELECT count(*) FROM queue_items").fetchone()[0]
     assert len(stored) == len(set(stored)), "a message is stored twice"
     assert acked <= set(stored), f"acked but lost: {sorted(acked - set(stored))[:5]}"
-    assert orphans == 0 and items == len(stored), "a message without its queue item"
+    assert orphans == 0, "a message without its queue item"
+    assert items == len(stored), "a queue item without its message"
 
     answers = await resend_all(daemon)
     assert len(answers) == TOTAL
