@@ -132,13 +132,28 @@ def load_settings(path: Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc, path)) from exc
+        raise ConfigError(describe_validation_error(exc, path, data)) from exc
 
 
-def describe_validation_error(exc: ValidationError, path: Path | None) -> str:
+def describe_validation_error(
+    exc: ValidationError, path: Path | None, data: dict[str, Any] | None = None
+) -> str:
     where = f" in {path}" if path else ""
     lines = [f"invalid configuration{where}:"]
     for err in exc.errors():
-        key = ".".join(str(part) for part in err["loc"]) or "(root)"
-        lines.append(f"  {key}: {err['msg']}")
+        loc = err["loc"]
+        key = ".".join(str(part) for part in loc) or "(root)"
+        lines.append(f"  {key}{_rule_name(loc, data)}: {err['msg']}")
     return "\n".join(lines)
+
+
+def _rule_name(loc: tuple[int | str, ...], data: dict[str, Any] | None) -> str:
+    """' (rule "name")' for an error inside a route rule, so the message names the rule."""
+    if data is None or len(loc) < 2 or loc[0] != "routes" or not isinstance(loc[1], int):
+        return ""
+    routes = data.get("routes")
+    if isinstance(routes, list) and loc[1] < len(routes) and isinstance(routes[loc[1]], dict):
+        name = routes[loc[1]].get("name")
+        if isinstance(name, str):
+            return f" (rule {name!r})"
+    return ""

@@ -15,12 +15,14 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ledger.ingest import Accepted
 from ledger.store import Ledger
 
 from . import logs
 from .config import Settings
+from .deliveries import Deliveries
+from .engines.factory import build_engine
 from .ingress import Ingress
+from .mailbox.registry import Mailboxes
 from .ops import Ops
 from .protocol import Hello
 from .router import Router
@@ -35,15 +37,13 @@ class Daemon:
         self._stop = anyio.Event()
         self.ledger: Ledger | None = None
         self.server: Server | None = None
+        self.mailboxes: Mailboxes | None = None
 
     def stop(self) -> None:
         self._stop.set()
 
     def state_of(self, label: str) -> str:
-        return "idle"
-
-    def on_committed(self, accepted: Accepted) -> None:
-        """A new message is durable; the next issue's mailboxes pick it up here."""
+        return self.mailboxes.state_of(label) if self.mailboxes is not None else "idle"
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[Daemon] = anyio.TASK_STATUS_IGNORED
@@ -58,22 +58,30 @@ class Daemon:
                     "ledger migrated", applied=ledger.migrations_applied, path=str(s.ledger.path)
                 )
             router = Router(tuple(s.routes), frozenset((o.channel, o.sender_id) for o in s.owners))
-            ingress = Ingress(s, ledger, router, self.on_committed)
+            deliveries = Deliveries(ledger)
+            mailboxes = Mailboxes(s, ledger, build_engine(s.engine), router, deliveries)
+            self.mailboxes = mailboxes
+            ingress = Ingress(s, ledger, router, mailboxes.on_committed)
+            ingress.frame_handlers["delivered"] = deliveries.on_delivered
             ops = Ops(ledger, self.state_of)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":
                     assert conn.tg is not None
                     ingress.attach(conn, conn.tg)
+                    await deliveries.adapter_connected(conn)
 
             async def on_close(conn: Connection) -> None:
                 if conn.role == "adapter":
                     ingress.detach(conn)
+                    deliveries.adapter_gone(conn)
 
             server = Server(s, ingress.handle, ops.handle, on_hello, on_close)
             self.server = server
             listener = await server.open_listener()
             async with anyio.create_task_group() as tg:
+                # Rehydrate the backlog before the socket takes new work.
+                await tg.start(mailboxes.run)
                 await tg.start(server.serve, listener)
                 log.info(
                     "ready",

@@ -171,7 +171,7 @@ class Inbound(_Frame):
     @classmethod
     def _iso_ts(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(
-            r"\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:?\d\d)?", value
+            r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?", value
         ):
             raise ValueError("ts must be an ISO 8601 timestamp")
         return value

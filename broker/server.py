@@ -59,8 +59,17 @@ def peer_credentials(stream: anyio.abc.SocketStream) -> PeerCred | None:
     return PeerCred(pid, uid, gid)
 
 
+OUT_SOFT_LIMIT = 4 << 20  # past this, best-effort frames (deltas) are dropped
+OUT_HARD_LIMIT = 64 << 20  # past this, the client is too slow and is disconnected
+
+
 class Connection:
-    """One client connection; `send` is safe to call from any task."""
+    """One client connection.
+
+    `send` writes and waits; `post` queues bytes for the connection's flusher
+    and returns at once, so an actor never waits on a slow client. Both keep
+    the order in which they were called.
+    """
 
     def __init__(self, stream: anyio.abc.SocketStream, conn_id: str) -> None:
         self.stream = stream
@@ -70,6 +79,33 @@ class Connection:
         self._send_lock = anyio.Lock()
         self.closed = False
         self.tg: anyio.abc.TaskGroup | None = None  # the connection's own tasks
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._out_ready = anyio.Event()
+
+    def post(self, data: bytes, *, droppable: bool = False) -> bool:
+        """Queue bytes to send; False if dropped (best effort) or the client is gone."""
+        if self.closed:
+            return False
+        if droppable and self._out_bytes > OUT_SOFT_LIMIT:
+            return False
+        if self._out_bytes > OUT_HARD_LIMIT:
+            log.warning("client too slow, disconnecting", conn=self.id, channel=self.channel)
+            self.closed = True
+            if self.tg is not None:
+                self.tg.cancel_scope.cancel()
+            return False
+        self._out.append(data)
+        self._out_bytes += len(data)
+        self._out_ready.set()
+        return True
+
+    async def flush_forever(self) -> None:
+        while True:
+            await self._out_ready.wait()
+            self._out_ready = anyio.Event()
+            data, self._out, self._out_bytes = b"".join(self._out), [], 0
+            await self.send_raw(data)
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self.send_raw(encode(frame))
@@ -203,6 +239,8 @@ class Server:
         self._authorize_hello(hello)
         conn.role, conn.channel = hello.role, hello.channel
         self.connections[conn.id] = conn
+        assert conn.tg is not None
+        conn.tg.start_soon(_flusher, conn)
         await conn.send(
             {
                 "type": "welcome",
@@ -223,6 +261,15 @@ class Server:
                 if err.closes:
                     raise
                 await conn.send_error(err)
+
+
+async def _flusher(conn: Connection) -> None:
+    try:
+        await conn.flush_forever()
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError, ConnectionError):
+        conn.closed = True
+        if conn.tg is not None:
+            conn.tg.cancel_scope.cancel()
 
 
 def _line_reader(

@@ -54,6 +54,7 @@ class Accepted:
     duplicate: bool
     seq: int  # arrival order of the queue item; 0 for a duplicate
     entity: str | None
+    record: InboundRecord | None = None  # the message, for the mailbox (None for a duplicate)
 
 
 class IdentityCache:
@@ -140,7 +141,7 @@ def ingest(
         (item, session, rec.queue_mode, cur.lastrowid, now, now),
     )
     cache.trim()
-    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root)
+    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root, rec)
 
 
 def _route(rec: InboundRecord, root: str) -> Route:

@@ -69,6 +69,8 @@ class Pending(Generic[T]):
         not block or raise.
         """
         self._after = callback
+        if self._done and self._error is None:
+            callback(self._value)  # type: ignore[arg-type]
 
     def _resolve(self, value: Any, error: BaseException | None) -> None:
         self._value = value
@@ -155,7 +157,10 @@ class LedgerWriter:
 
     async def _run_one_batch(self) -> None:
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
-        outcomes = await anyio.to_thread.run_sync(self._execute, batch, limiter=self._limiter)
+        # Shielded: to_thread.run_sync checkpoints before the thread starts, and a
+        # cancellation there would lose the batch just popped (never run, never resolved).
+        with anyio.CancelScope(shield=True):
+            outcomes = await anyio.to_thread.run_sync(self._execute, batch, limiter=self._limiter)
         for pending, (value, error) in zip(batch, outcomes, strict=True):
             pending._resolve(value, error)
         done, self._batch_done = self._batch_done, anyio.Event()

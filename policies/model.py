@@ -55,6 +55,10 @@ class SessionRule(BaseModel):
                 f"unknown placeholder(s) {sorted(unknown)} in key template; "
                 f"use {sorted(TEMPLATE_FIELDS)}"
             )
+        try:  # format specs and conversions must work on real values too
+            value.format(**{name: "x" for name in TEMPLATE_FIELDS})
+        except (KeyError, ValueError, IndexError) as exc:
+            raise ValueError(f"key template {value!r} cannot be filled: {exc}") from exc
         return value
 
 

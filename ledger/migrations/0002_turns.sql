@@ -53,7 +53,7 @@ CREATE INDEX tool_calls_turn ON tool_calls(turn_id, seq);
 CREATE TABLE outbox (
     out_id        TEXT PRIMARY KEY,
     session_label TEXT NOT NULL,
-    turn_id       TEXT NOT NULL REFERENCES turns(id),
+    turn_id       TEXT REFERENCES turns(id),  -- NULL for replies to chat commands
     channel       TEXT NOT NULL,
     frame         TEXT NOT NULL,           -- the deliver frame as JSON
     status        TEXT NOT NULL DEFAULT 'pending',  -- pending | delivered

@@ -1,0 +1,95 @@
+"""Replies to adapters: `delta` frames (best effort) and `deliver` frames (at least once).
+
+Rule 1: a `deliver` is sent only after the outbox row holding it committed;
+        until an adapter confirms it with `delivered` it stays pending in the
+        ledger and is sent again, with the same out_id, when an adapter of
+        its channel connects (or when the adapter it went to goes away and
+        another of the channel is still connected).
+Rule 2: a session's replies go to one adapter of the channel, chosen by the
+        session label, so its deltas and its deliver arrive in order on one
+        connection. Sending never waits on a client (see Connection.post).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import orjson
+
+from ledger import turns
+from ledger.store import Ledger
+
+from . import logs
+from .ids import now_ms
+from .protocol import ArgSpec, ProtocolError, check_args
+from .server import Connection
+
+log = logs.get("broker.deliveries")
+RESEND_BATCH = 10_000
+
+
+class Deliveries:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.adapters: dict[str, list[Connection]] = {}
+        # out_id -> (channel, frame bytes, the connection it went to)
+        self.unconfirmed: dict[str, tuple[str, bytes, str | None]] = {}
+
+    def pick(self, channel: str, session: str) -> Connection | None:
+        conns = [c for c in self.adapters.get(channel, ()) if not c.closed]
+        if not conns:
+            return None
+        return conns[zlib.crc32(session.encode()) % len(conns)]
+
+    def delta(self, channel: str, session: str, frame: dict[str, Any]) -> None:
+        conn = self.pick(channel, session)
+        if conn is not None:
+            conn.post(orjson.dumps(frame) + b"\n", droppable=True)
+
+    def deliver(self, out_id: str, channel: str, session: str, frame_json: str) -> None:
+        """Send a committed reply; it stays unconfirmed until `delivered`."""
+        data = frame_json.encode() + b"\n"
+        conn = self.pick(channel, session)
+        sent_to = conn.id if conn is not None and conn.post(data) else None
+        self.unconfirmed[out_id] = (channel, data, sent_to)
+
+    async def adapter_connected(self, conn: Connection) -> None:
+        assert conn.channel is not None
+        self.adapters.setdefault(conn.channel, []).append(conn)
+        channel = conn.channel
+        pending = await self.ledger.read(lambda c: turns.pending_outbox(c, channel, RESEND_BATCH))
+        for out_id, frame in pending:
+            data = frame.encode() + b"\n"
+            if conn.post(data):
+                self.unconfirmed[out_id] = (channel, data, conn.id)
+        if pending:
+            log.info(
+                "resent unconfirmed replies", conn=conn.id, channel=channel, count=len(pending)
+            )
+
+    def adapter_gone(self, conn: Connection) -> None:
+        if conn.channel is None:
+            return
+        conns = self.adapters.get(conn.channel, [])
+        if conn in conns:
+            conns.remove(conn)
+        for out_id, (channel, data, sent_to) in list(self.unconfirmed.items()):
+            if sent_to == conn.id:
+                other = self.pick(channel, out_id)
+                resent = other.id if other is not None and other.post(data) else None
+                self.unconfirmed[out_id] = (channel, data, resent)
+
+    async def on_delivered(self, conn: Connection, frame: dict[str, Any]) -> None:
+        args = check_args(frame, (ArgSpec("out_id", str, True, 64),), frame.get("req"))
+        out_id = args["out_id"]
+        self.unconfirmed.pop(out_id, None)
+        now = now_ms()
+        try:
+            self.ledger.writer.submit(lambda c: turns.mark_delivered(c, [out_id], now))
+        except Exception as exc:  # overloaded or closing: it stays pending and is resent
+            raise ProtocolError(
+                "overloaded",
+                "could not record the confirmation; it will be asked again",
+                req=frame.get("req"),
+            ) from exc

@@ -1,0 +1,99 @@
+"""The engine interface: stream text, report usage, call broker tools, take steering.
+
+An engine gets a `TurnRequest` (the assembled context) and a `TurnIO` (how it
+talks back to the broker while it runs) and returns an `EngineResult`.
+
+Rule 1: the broker owns every timeout and every abort. It runs `Engine.run`
+        inside a cancel scope; an engine must not swallow cancellation, and
+        should stop at once when cancelled (the text it already streamed
+        through `io.delta` is kept as the partial output).
+Rule 2: an engine that cannot go on raises `EngineError` with a sentence a
+        person can read; the broker records the turn as failed and tells the
+        adapter.
+Rule 3: steering: an engine with `accepts_steering = True` calls
+        `io.take_steer()` at each step where it can take new user input and
+        folds what it gets into the turn; the broker records which steered
+        messages were taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: Role
+    content: str
+    name: str | None = None  # the sender's display name for user messages
+    msg_id: str | None = None  # the channel's id, for inputs
+    item_id: str | None = None  # the queue item, for inputs
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A broker tool offered to the engine (JSON schema for the arguments)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text as the model produced it
+    result: str
+    status: Literal["ok", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    session: str
+    turn_id: str
+    system_prompt: str | None
+    history: tuple[ChatMessage, ...]  # earlier turns, oldest first
+    inputs: tuple[ChatMessage, ...]  # this turn's inputs, in arrival order
+    notes: tuple[str, ...] = ()  # broker notes, e.g. messages dropped by a queue cap
+    tools: tuple[ToolSpec, ...] = ()
+    model: str | None = None
+
+
+@dataclass(slots=True)
+class EngineResult:
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    model: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+class EngineError(Exception):
+    """The engine could not produce a reply; the message is for people."""
+
+    def __init__(self, message: str, *, reason: str = "engine") -> None:
+        super().__init__(message)
+        self.reason = reason  # engine | timeout | context_overflow
+
+
+class TurnIO(Protocol):
+    async def delta(self, text: str) -> None:
+        """Stream a piece of the reply to the adapter (best effort)."""
+
+    def take_steer(self) -> list[ChatMessage]:
+        """User messages steered into this turn since the last call (non-blocking)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run a broker tool; raises EngineError for an unknown tool."""
+
+
+class Engine(Protocol):
+    name: str
+    accepts_steering: bool
+    context_window: int
+
+    async def run(self, request: TurnRequest, io: TurnIO) -> EngineResult: ...

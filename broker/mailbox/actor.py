@@ -1,0 +1,430 @@
+"""A session's mailbox actor: the I/O shell around the pure queue-mode machine.
+
+Rule 1: one actor per live session (the registry guarantees it), and the
+        actor runs at most one turn at a time: it starts a turn only on the
+        machine's StartTurn, which the machine emits only while no turn runs.
+        A turn's task is the only place the engine is called.
+Rule 2: everything reaches the actor as an event in its own queue, handled one
+        at a time in arrival order: new items, turn ends, timers, commands.
+Rule 3: a turn is durable at both ends: its items are marked running before
+        the engine is called, and its outcome is committed in one transaction
+        (ledger/turns.py) before the reply is sent.
+Rule 4: every wait on the engine is bounded by `engine.timeout_s`; an abort
+        cancels the turn's own scope; a shutdown leaves the turn uncommitted,
+        for crash recovery to record and re-run at the next start.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import orjson
+
+from broker import logs
+from broker.engines.base import ChatMessage, EngineError, EngineResult, TurnRequest
+from broker.ids import new_id, now_ms
+from ledger import turns as lt
+from ledger.turns import ItemInfo, TurnRecord
+
+from . import machine as m
+from .commands import Command, is_command
+
+if TYPE_CHECKING:
+    from .registry import Mailboxes
+
+log = logs.get("broker.actor")
+HISTORY_MESSAGES = 40
+ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]
+SOURCES: dict[str, m.Source] = {s: s for s in ("person", "worker", "timer", "operator")}
+
+
+@dataclass
+class RunningTurn:
+    """One turn in flight; also the engine's TurnIO."""
+
+    id: str
+    turn_no: int
+    out_id: str
+    session: str
+    channel: str | None
+    send_delta: Callable[[str, str, dict[str, Any]], None]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    abort_reason: str | None = None
+    steer_queue: list[ItemInfo] = field(default_factory=list)
+    taken: list[ItemInfo] = field(default_factory=list)
+    parts: list[str] = field(default_factory=list)
+
+    async def delta(self, text: str) -> None:
+        self.parts.append(text)
+        if self.channel is not None:
+            self.send_delta(
+                self.channel,
+                self.session,
+                {"type": "delta", "out_id": self.out_id, "session": self.session, "text": text},
+            )
+
+    def take_steer(self) -> list[ChatMessage]:
+        taken, self.steer_queue = self.steer_queue, []
+        self.taken.extend(taken)
+        return [as_chat(it) for it in taken]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        raise EngineError(f"the broker offers no tool named {name!r}")
+
+    def abort(self, reason: str) -> None:
+        self.abort_reason = reason
+        self.scope.cancel()
+
+
+def as_chat(item: ItemInfo) -> ChatMessage:
+    return ChatMessage(
+        "user", item.content, name=item.sender_name, msg_id=item.msg_id, item_id=item.id
+    )
+
+
+class SessionActor:
+    def __init__(self, label: str, hub: Mailboxes) -> None:
+        self.label = label
+        self.hub = hub
+        self.items: dict[str, ItemInfo] = {}
+        self.queue: deque[ItemInfo | m.Event | Command] = deque()
+        self.wake = anyio.Event()
+        self.status: ActorState = "idle"
+        self.turn: RunningTurn | None = None
+        self.deadline: float | None = None
+        self.head: str | None = None
+        self.persona: str | None = None
+        self.override: dict[str, Any] = {}
+        self.turn_count = 0
+        self.history: deque[ChatMessage] = deque(maxlen=HISTORY_MESSAGES)
+        self.pending_new = False
+        self.state = m.State(limits=self._limits())
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._last_activity = anyio.current_time()
+
+    # -- feeding the actor (synchronous, never blocks) -------------------------
+
+    def post(self, event: ItemInfo | m.Event | Command) -> None:
+        self.queue.append(event)
+        self.wake.set()
+
+    @property
+    def backlog(self) -> int:
+        return len(self.state.backlog)
+
+    # -- the loop --------------------------------------------------------------
+
+    async def run(self, backlog: list[ItemInfo] | None) -> None:
+        """Run until idle. `backlog=None`: recover the session from the ledger first."""
+        if backlog is None:
+            backlog = await self.hub.recover_session(self.label)
+        await self._load()
+        for item in backlog:
+            self.items[item.id] = item
+        # Items posted while loading may also be in the recovered backlog.
+        self.queue = deque(
+            e for e in self.queue if not (isinstance(e, ItemInfo) and e.id in self.items)
+        )
+        self.state = m.State.initial(self._limits(), [self._machine_item(i) for i in backlog])
+        idle_s = self.hub.settings.queue.idle_stop_s
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self._apply(m.Resume())
+            while True:
+                timeout = self._wait_time(idle_s)
+                with anyio.move_on_after(timeout):
+                    await self.wake.wait()
+                self.wake = anyio.Event()
+                self._drain()
+                if self._timer_due():
+                    self._apply(m.Tick())
+                if self._quiet() and not self.wake.is_set() and self._idle_long(idle_s):
+                    self.hub.retire(self)
+                    return
+
+    def _wait_time(self, idle_s: float) -> float:
+        now = anyio.current_time()
+        waits = [idle_s]
+        if self.deadline is not None:
+            waits.append(max(0.0, self.deadline - now))
+        return min(waits)
+
+    def _timer_due(self) -> bool:
+        return self.deadline is not None and anyio.current_time() >= self.deadline
+
+    def _quiet(self) -> bool:
+        return (
+            self.turn is None
+            and not self.state.backlog
+            and not self.queue
+            and self.state.running is None
+        )
+
+    def _idle_long(self, idle_s: float) -> bool:
+        return anyio.current_time() - self._last_activity >= idle_s
+
+    def _drain(self) -> None:
+        while self.queue:
+            self._last_activity = anyio.current_time()
+            event = self.queue.popleft()
+            if isinstance(event, ItemInfo):
+                self._arrived(event)
+            elif isinstance(event, Command):
+                self.apply_command(event)
+            else:
+                self._apply(event)
+
+    # -- the machine -----------------------------------------------------------
+
+    def _limits(self) -> m.Limits:
+        q = self.hub.settings.queue
+        return m.Limits(
+            debounce_s=self.override.get("debounce_ms", q.debounce_ms) / 1000,
+            cap=self.override.get("cap", q.cap),
+            drop=self.override.get("drop", q.drop),
+        )
+
+    def _machine_item(self, item: ItemInfo) -> m.Item:
+        source = SOURCES.get(item.source, "operator")
+        route_default: m.QueueMode | None = None
+        if source == "person" and item.channel and item.sender_id and item.peer_kind:
+            decision = self.hub.router.decision(item.channel, item.peer_kind, item.sender_id)
+            route_default = decision.default_mode or self.hub.settings.queue.person_mode
+        elif source in ("worker", "timer"):
+            route_default = self.hub.settings.queue.worker_mode
+        try:
+            mode = m.resolve_mode(item.mode, None, self.override.get("mode"), route_default, source)
+        except m.ModeRefused:
+            mode = m.resolve_mode(None, None, self.override.get("mode"), route_default, source)
+        return m.Item(item.id, item.seq, mode, source)
+
+    def _apply(self, event: m.Event) -> None:
+        try:
+            self.state, actions = m.handle(self.state, event, anyio.current_time())
+        except m.IllegalTransition:
+            log.exception("illegal queue transition", session=self.label, event=repr(event))
+            return
+        for action in actions:
+            self._act(action)
+
+    def _act(self, action: m.Action) -> None:
+        match action:
+            case m.StartTurn():
+                self._start_turn(action)
+            case m.AbortTurn():
+                if self.turn is not None and self.turn.turn_no == action.turn_no:
+                    self.turn.abort(action.reason)
+            case m.Steer():
+                if self.turn is not None and self.turn.turn_no == action.turn_no:
+                    self.turn.steer_queue.append(self.items[action.item.id])
+            case m.Drop():
+                self._drop(action)
+            case m.WakeAt():
+                self.deadline = action.deadline
+
+    def _arrived(self, item: ItemInfo) -> None:
+        if item.source == "person" and is_command(item.text or ""):
+            self.hub.chat_command(self, item)
+            return
+        self.items[item.id] = item
+        steerable = self.hub.engine.accepts_steering
+        self._apply(m.Arrived(self._machine_item(item), steerable=steerable))
+
+    def apply_command(self, command: Command) -> None:
+        if command.name == "stop":
+            self._apply(m.Stop())
+        elif command.name == "queue":
+            self.override = dict(command.override or {})
+            self._apply(m.Configure(self._limits()))
+        elif command.name == "new":
+            self.pending_new = True
+            if self.turn is None:
+                self._new_thread()
+
+    def _new_thread(self) -> None:
+        self.pending_new = False
+        previous, self.head = self.head, None
+        self.history.clear()
+        label, now = self.label, now_ms()
+        self.hub.ledger.writer.submit(lambda c: lt.new_thread(c, label, previous, now))
+
+    def _drop(self, action: m.Drop) -> None:
+        item = self.items.pop(action.item.id, None)
+        if action.reason == "stopped":
+            return  # the stopped turn's commit recorded it as cancelled
+        now = now_ms()
+        self.hub.ledger.writer.submit(
+            lambda c: lt.set_item_status(c, [(action.item.id, "dropped", action.reason)], now)
+        )
+        log.info(
+            "item dropped",
+            session=self.label,
+            item=action.item.id,
+            reason=action.reason,
+            msg_id=item.msg_id if item else None,
+        )
+
+    # -- turns -----------------------------------------------------------------
+
+    def _start_turn(self, start: m.StartTurn) -> None:
+        assert self.turn is None, "two turns of one session at once"
+        assert self._tg is not None
+        if self.pending_new:
+            self._new_thread()
+        inputs = [self.items[i.id] for i in start.items]
+        channel = next((i.channel for i in reversed(inputs) if i.channel), None)
+        self.turn = RunningTurn(
+            new_id(), start.turn_no, new_id(), self.label, channel, self.hub.deliveries.delta
+        )
+        self.status = "processing"
+        self._tg.start_soon(self._run_turn, start, inputs, self.turn)
+
+    async def _run_turn(
+        self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
+    ) -> None:
+        started = now_ms()
+        parent = self.head
+        ids = [i.id for i in inputs]
+        await self.hub.ledger.write(lambda c: lt.mark_running(c, turn.id, ids, started))
+        request = self._request(turn, start, inputs)
+        result, error, reason = await self._call_engine(request, turn)
+        self.status = "completing"
+        with anyio.CancelScope(shield=True):
+            outcome = await self._commit(
+                start, inputs, turn, parent, started, result, error, reason
+            )
+        self.turn = None
+        self.status = "idle"
+        taken = tuple(i.id for i in turn.taken)
+        for item_id in (*ids, *taken):
+            if outcome != "aborted" or turn.abort_reason == "stop":
+                self.items.pop(item_id, None)
+        self.post(m.TurnEnded(start.turn_no, outcome, taken))
+
+    def _request(
+        self, turn: RunningTurn, start: m.StartTurn, inputs: list[ItemInfo]
+    ) -> TurnRequest:
+        notes: tuple[str, ...] = ()
+        if start.dropped_note:
+            dropped = [self.items.get(i.id) for i in start.dropped_note]
+            listed = "; ".join((d.content[:80] if d else "?") for d in dropped)
+            notes = (
+                f"{len(start.dropped_note)} earlier message(s) were dropped because the "
+                f"queue was full: {listed}",
+            )
+        persona = self.hub.personas.get(self.persona or "")
+        return TurnRequest(
+            session=self.label,
+            turn_id=turn.id,
+            system_prompt=persona,
+            history=tuple(self.history),
+            inputs=tuple(as_chat(i) for i in inputs),
+            notes=notes,
+        )
+
+    async def _call_engine(
+        self, request: TurnRequest, turn: RunningTurn
+    ) -> tuple[EngineResult | None, str | None, str | None]:
+        self.status = "streaming"
+        engine = self.hub.engine
+        with turn.scope:
+            try:
+                with anyio.fail_after(self.hub.settings.engine.timeout_s):
+                    return await engine.run(request, turn), None, None
+            except TimeoutError:
+                return None, "the agent took too long to answer and was stopped", "timeout"
+            except EngineError as exc:
+                return None, str(exc), exc.reason
+            except Exception as exc:
+                log.exception("engine crashed", session=self.label, turn=turn.id)
+                return None, f"the agent failed ({type(exc).__name__})", "engine"
+        return None, None, turn.abort_reason  # aborted by the machine
+
+    async def _commit(
+        self,
+        start: m.StartTurn,
+        inputs: list[ItemInfo],
+        turn: RunningTurn,
+        parent: str | None,
+        started: int,
+        result: EngineResult | None,
+        error: str | None,
+        reason: str | None,
+    ) -> m.Outcome:
+        all_inputs = inputs + turn.taken
+        outcome: m.Outcome
+        status: Literal["completed", "aborted", "failed"]
+        if turn.abort_reason is not None and result is None and error is None:
+            outcome, status = "aborted", "aborted"
+            item_status: lt.ItemStatus = "cancelled" if turn.abort_reason == "stop" else "queued"
+        elif error is not None:
+            outcome, status, item_status = "failed", "failed", "done"
+        else:
+            outcome, status, item_status = "completed", "completed", "done"
+        text = result.text if result is not None else "".join(turn.parts)
+        reply = error if status == "failed" else text
+        rec = TurnRecord(
+            turn_id=turn.id,
+            session=self.label,
+            parent_id=parent,
+            type=start.kind,
+            status=status,
+            reason=reason,
+            error=error,
+            output=text,
+            engine=self.hub.engine.name,
+            model=result.model if result else None,
+            started_at=started,
+            completed_at=now_ms(),
+            prompt_tokens=result.prompt_tokens if result else None,
+            completion_tokens=result.completion_tokens if result else None,
+            inputs=all_inputs,
+            item_status=item_status,
+            item_reason="stopped" if item_status == "cancelled" else None,
+            tool_calls=result.tool_calls if result else [],
+            outbox=self._outbox(turn, all_inputs, reply or "", status),
+        )
+        written = await self.hub.commit(rec)
+        if written == "thread":
+            self.head = rec.turn_id
+            self.turn_count += 1
+            if outcome == "completed":
+                self.history.extend(as_chat(i) for i in all_inputs)
+                self.history.append(ChatMessage("assistant", text))
+        elif written == "orphan":
+            outcome = "failed"
+        if written != "lost" and rec.outbox is not None:
+            out_id, channel, frame = rec.outbox
+            self.hub.deliveries.deliver(out_id, channel, self.label, frame)
+        return outcome
+
+    def _outbox(
+        self, turn: RunningTurn, inputs: list[ItemInfo], text: str, status: str
+    ) -> tuple[str, str, str] | None:
+        latest = next((i for i in reversed(inputs) if i.channel), None)
+        if latest is None or latest.channel is None:
+            return None
+        frame = {
+            "type": "deliver",
+            "out_id": turn.out_id,
+            "session": self.label,
+            "turn": turn.id,
+            "peer_kind": latest.peer_kind,
+            "peer_id": latest.peer_id,
+            "thread_id": latest.thread_id,
+            "in_reply_to": [i.msg_id for i in inputs if i.msg_id is not None],
+            "text": text,
+            "status": "final" if status == "completed" else status,
+        }
+        return turn.out_id, latest.channel, orjson.dumps(frame).decode()
+
+    async def _load(self) -> None:
+        label = self.label
+        row = await self.hub.ledger.read(lambda c: lt.actor_start(c, label, HISTORY_MESSAGES))
+        self.head, self.persona, override, self.turn_count, history = row
+        self.override = orjson.loads(override) if override else {}
+        self.history.extend(ChatMessage(r, t) for r, t in history)  # type: ignore[arg-type]

@@ -1,0 +1,83 @@
+"""Chat commands in inbound text: parsed here, pure; applied by the actor.
+
+`/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]`, `/queue reset`,
+`/stop`, `/status`, `/new`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .machine import QUEUE_MODES
+
+COMMANDS = ("queue", "stop", "status", "new")
+DROPS = ("old", "new", "summarize")
+
+
+class CommandError(ValueError):
+    """The command is malformed; the message says how to write it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    args: str
+    override: dict[str, Any] | None = None  # for /queue; {} means reset
+
+
+def is_command(text: str) -> bool:
+    """Does the text name a chat command (well-formed or not)?"""
+    stripped = text.lstrip()
+    if not stripped.startswith("/"):
+        return False
+    return stripped[1:].split(" ", 1)[0].lower() in COMMANDS
+
+
+def parse(text: str) -> Command | None:
+    """A chat command, or None when the text is an ordinary message."""
+    stripped = text.strip()
+    if not stripped.startswith("/"):
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.lower()
+    if name not in COMMANDS:
+        return None
+    rest = rest.strip()
+    if name == "queue":
+        return Command(name, rest, parse_queue(rest))
+    return Command(name, rest)
+
+
+def parse_queue(args: str) -> dict[str, Any]:
+    words = args.split()
+    if not words:
+        raise CommandError(
+            "usage: /queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]"
+            " or /queue reset"
+        )
+    if words[0].lower() == "reset":
+        return {}
+    mode = words[0].lower()
+    if mode not in QUEUE_MODES:
+        raise CommandError(f"unknown queue mode {mode!r}; use one of {', '.join(QUEUE_MODES)}")
+    out: dict[str, Any] = {"mode": mode}
+    for word in words[1:]:
+        key, sep, value = word.partition(":")
+        if not sep:
+            raise CommandError(f"expected key:value, got {word!r}")
+        out.update(_option(key.lower(), value))
+    return out
+
+
+def _option(key: str, value: str) -> dict[str, Any]:
+    if key == "drop":
+        if value not in DROPS:
+            raise CommandError(f"drop must be one of {', '.join(DROPS)}")
+        return {"drop": value}
+    if key in ("debounce", "cap"):
+        number = value.removesuffix("ms") if key == "debounce" else value
+        if not number.isdigit() or (key == "cap" and int(number) < 1):
+            raise CommandError(f"{key} needs a positive whole number, got {value!r}")
+        return {"debounce_ms" if key == "debounce" else "cap": int(number)}
+    raise CommandError(f"unknown option {key!r}; use debounce, cap or drop")

@@ -1,0 +1,261 @@
+"""The registry of live mailbox actors.
+
+Rule 1: at most one actor per session label. An actor is started when its
+        session gets work and retires itself after an idle period; it leaves
+        the registry in the same step in which it finds itself idle, so a new
+        item after that starts a fresh actor and two never overlap.
+Rule 2: every actor runs in the daemon's actor task group; none outlives it.
+Rule 3: at start, turns cut off by a crash are recorded as aborted and their
+        items re-queued, and every waiting item is handed to its actor, before
+        the socket accepts new work.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import orjson
+
+from broker import logs
+from broker.config import Settings
+from broker.deliveries import Deliveries
+from broker.engines.base import Engine
+from broker.ids import new_id, now_ms
+from broker.router import Router
+from ledger import turns as lt
+from ledger.ingest import Accepted
+from ledger.store import Ledger
+from ledger.turns import HeadMoved, ItemInfo, TurnRecord
+from ledger.writer import LedgerWriteFailed
+
+from .actor import SessionActor
+from .commands import Command, CommandError, parse
+
+log = logs.get("broker.mailboxes")
+Written = Literal["thread", "orphan", "lost"]
+MAX_ACTOR_RESTARTS = 5
+
+
+class Mailboxes:
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        engine: Engine,
+        router: Router,
+        deliveries: Deliveries,
+        personas: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.engine = engine
+        self.router = router
+        self.deliveries = deliveries
+        self.personas = personas or {}
+        self.actors: dict[str, SessionActor] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.started_actors = 0
+        self._failures: dict[str, int] = {}
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Own the actors; rehydrate the backlog before reporting started."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await self._rehydrate()
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def _rehydrate(self) -> None:
+        now = now_ms()
+        recovered = await self.ledger.write(lambda c: lt.recover_crashed(c, now))
+        if recovered:
+            log.warning("turns cut off by a crash recorded as aborted", turns=len(recovered))
+        items = await self.ledger.read(lt.load_open_items)
+        by_session: dict[str, list[ItemInfo]] = {}
+        for item in items:
+            by_session.setdefault(item.session, []).append(item)
+        for label, backlog in by_session.items():
+            self._start(label, backlog)
+        if items:
+            log.info("backlog rehydrated", items=len(items), sessions=len(by_session))
+
+    # -- feeding ---------------------------------------------------------------
+
+    def on_committed(self, accepted: Accepted) -> None:
+        """After-commit hook of ingest: hand the new item to its session's actor."""
+        rec = accepted.record
+        assert rec is not None
+        self.post(
+            ItemInfo(
+                id=accepted.item,
+                seq=accepted.seq,
+                session=accepted.session,
+                source="person",
+                mode=rec.queue_mode,
+                status="queued",
+                turn_id=None,
+                payload=None,
+                channel=rec.channel,
+                msg_id=rec.msg_id,
+                sender_id=rec.sender_id,
+                sender_name=rec.sender_name,
+                peer_kind=rec.peer_kind,
+                peer_id=rec.peer_id,
+                thread_id=rec.thread_id,
+                text=rec.text,
+            )
+        )
+
+    def post(self, item: ItemInfo) -> None:
+        actor = self.actors.get(item.session)
+        if actor is None:
+            self._start(item.session, [item])
+        else:
+            actor.post(item)
+
+    def _start(self, label: str, backlog: list[ItemInfo] | None) -> None:
+        assert self._tg is not None, "mailboxes are not running"
+        actor = SessionActor(label, self)
+        self.actors[label] = actor
+        self.started_actors += 1
+        self._tg.start_soon(self._run_actor, actor, backlog)
+
+    async def _run_actor(self, actor: SessionActor, backlog: list[ItemInfo] | None) -> None:
+        try:
+            await actor.run(backlog)
+        except Exception:
+            # A bug in one session must not stop the others. The session's items
+            # are in the ledger: a fresh actor recovers them (bounded retries).
+            log.exception("actor failed", session=actor.label)
+            if self.actors.get(actor.label) is actor:
+                del self.actors[actor.label]
+            failures = self._failures.get(actor.label, 0) + 1
+            self._failures[actor.label] = failures
+            if failures > MAX_ACTOR_RESTARTS:
+                log.critical(
+                    "actor keeps failing; its items wait in the ledger until restart",
+                    session=actor.label,
+                    failures=failures,
+                )
+                return
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(min(5.0, 0.1 * 2**failures))
+            if actor.label not in self.actors:
+                self._start(actor.label, None)
+
+    async def recover_session(self, label: str) -> list[ItemInfo]:
+        now = now_ms()
+        await self.ledger.write(lambda c: lt.recover_crashed(c, now, session=label))
+        return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
+
+    def retire(self, actor: SessionActor) -> None:
+        if self.actors.get(actor.label) is actor:
+            del self.actors[actor.label]
+
+    def state_of(self, label: str) -> str:
+        actor = self.actors.get(label)
+        return actor.status if actor is not None else "idle"
+
+    # -- turn commits ----------------------------------------------------------
+
+    async def commit(self, rec: TurnRecord) -> Written:
+        try:
+            await self.ledger.write(lambda c: lt.commit_turn(c, rec))
+            return "thread"
+        except HeadMoved:
+            log.error(
+                "head moved under a running turn; recorded as failed off the thread",
+                session=rec.session,
+                turn=rec.turn_id,
+                parent=rec.parent_id,
+            )
+        except LedgerWriteFailed as exc:
+            log.error(
+                "turn commit failed; its items stay running and are recovered at the next start",
+                session=rec.session,
+                turn=rec.turn_id,
+                error=str(exc),
+            )
+            return "lost"
+        try:
+            await self.ledger.write(lambda c: lt.commit_orphan(c, rec))
+            return "orphan"
+        except LedgerWriteFailed:
+            return "lost"
+
+    # -- chat commands ---------------------------------------------------------
+
+    def chat_command(self, actor: SessionActor, item: ItemInfo) -> None:
+        """Apply a chat command at once (it never reaches the engine) and reply."""
+        override: str | bool | None = False
+        try:
+            command = parse(item.text or "")
+            assert command is not None
+            allowed = self._allowed(item, command.name)
+            if not allowed:
+                text, reason = f"/{command.name} is not allowed for you here.", "command:refused"
+            else:
+                text, reason = self._command_reply(actor, command), f"command:{command.name}"
+                if command.name == "queue":
+                    override = orjson.dumps(command.override).decode() if command.override else None
+                actor.apply_command(command)
+        except CommandError as exc:
+            text, reason = str(exc), "command:invalid"
+        self._reply(actor, item, text, reason, override)
+
+    def _allowed(self, item: ItemInfo, name: str) -> bool:
+        if not (item.channel and item.peer_kind and item.sender_id):
+            return False
+        return name in self.router.decision(item.channel, item.peer_kind, item.sender_id).commands
+
+    def _command_reply(self, actor: SessionActor, command: Command) -> str:
+        if command.name == "stop":
+            return "Stopped." if actor.turn is not None else "Nothing is running."
+        if command.name == "new":
+            return "Starting a new conversation thread."
+        if command.name == "queue":
+            if not command.override:
+                return "Queue settings reset to the defaults."
+            return "Queue settings: " + ", ".join(f"{k}={v}" for k, v in command.override.items())
+        return (
+            f"state: {actor.status}; waiting: {actor.backlog}; turns: {actor.turn_count}; "
+            f"queue: {actor.override.get('mode', 'default')}"
+        )
+
+    def _reply(
+        self,
+        actor: SessionActor,
+        item: ItemInfo,
+        text: str,
+        reason: str,
+        override: str | bool | None,
+    ) -> None:
+        reply: tuple[str, str, str, str] | None = None
+        if item.channel is not None:
+            out_id = new_id()
+            frame: dict[str, Any] = {
+                "type": "deliver",
+                "out_id": out_id,
+                "session": actor.label,
+                "turn": None,
+                "peer_kind": item.peer_kind,
+                "peer_id": item.peer_id,
+                "thread_id": item.thread_id,
+                "in_reply_to": [item.msg_id],
+                "text": text,
+                "status": "final",
+            }
+            reply = (out_id, actor.label, item.channel, orjson.dumps(frame).decode())
+        now = now_ms()
+        pending = self.ledger.writer.submit(
+            lambda c: lt.command_done(c, item.id, reason, reply, override, now)
+        )
+        if reply is not None:
+            out_id, label, channel, frame_json = reply
+            pending.after_commit(
+                lambda _: self.deliveries.deliver(out_id, channel, label, frame_json)
+            )

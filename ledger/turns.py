@@ -1,0 +1,391 @@
+"""Turn transactions: start, commit (with the head compare-and-swap), recovery, outbox.
+
+Rule 1: a turn is committed in one transaction: the turn row, its input and
+        output messages, its tool calls, its queue items' new status, the head
+        move, a session_history row and the outbox row of its reply.
+Rule 2: the head moves only from the head the turn started from. If it moved
+        meanwhile, `commit_turn` raises HeadMoved and writes nothing; the
+        caller records the turn as failed off the thread instead
+        (`commit_orphan`), so a lost race is an error, never a silent fork.
+Rule 3: a turn's items are marked `running` (with the turn id) before the
+        engine is called, so after a crash `recover_crashed` knows which turns
+        were cut off: each becomes an aborted turn (reason `crash`) and its
+        items go back to `queued`, to run again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Literal
+
+from broker.engines.base import ToolCall
+from broker.ids import new_id
+
+from .errors import NotFound
+
+ItemStatus = Literal["done", "queued", "cancelled"]
+
+ITEM_COLUMNS = (
+    "q.id, q.seq, q.session_label, q.source, q.mode, q.status, q.turn_id, q.payload,"
+    " i.channel, i.msg_id, i.sender_id, i.sender_name, i.peer_kind, i.peer_id, i.thread_id,"
+    " i.text"
+)
+
+
+class HeadMoved(Exception):
+    """The session's head is no longer the turn's parent."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemInfo:
+    id: str
+    seq: int
+    session: str
+    source: str
+    mode: str | None
+    status: str
+    turn_id: str | None
+    payload: str | None
+    channel: str | None
+    msg_id: str | None
+    sender_id: str | None
+    sender_name: str | None
+    peer_kind: str | None
+    peer_id: str | None
+    thread_id: str | None
+    text: str | None
+
+    @property
+    def content(self) -> str:
+        return self.text if self.text is not None else (self.payload or "")
+
+
+def _item(row: tuple[object, ...]) -> ItemInfo:
+    return ItemInfo(*row)  # type: ignore[arg-type]
+
+
+def load_open_items(conn: sqlite3.Connection, session: str | None = None) -> list[ItemInfo]:
+    """Waiting and running items in arrival order (of one session, or all)."""
+    sql = (
+        f"SELECT {ITEM_COLUMNS} FROM queue_items q LEFT JOIN inbound i ON i.id = q.inbound_id"
+        " WHERE q.status IN ('queued', 'running')"
+    )
+    args: tuple[str, ...] = ()
+    if session is not None:
+        sql += " AND q.session_label = ?"
+        args = (session,)
+    return [_item(r) for r in conn.execute(sql + " ORDER BY q.seq", args)]
+
+
+def load_item(conn: sqlite3.Connection, item_id: str) -> ItemInfo:
+    row = conn.execute(
+        f"SELECT {ITEM_COLUMNS} FROM queue_items q LEFT JOIN inbound i ON i.id = q.inbound_id"
+        " WHERE q.id = ?",
+        (item_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no queue item {item_id!r}")
+    return _item(row)
+
+
+def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], now: int) -> None:
+    conn.executemany(
+        "UPDATE queue_items SET status = 'running', turn_id = ?, updated_at = ? WHERE id = ?",
+        [(turn_id, now, i) for i in item_ids],
+    )
+
+
+def set_item_status(
+    conn: sqlite3.Connection, items: list[tuple[str, str, str | None]], now: int
+) -> None:
+    """(item id, status, reason) for items dropped, cancelled or handled as commands."""
+    conn.executemany(
+        "UPDATE queue_items SET status = ?, reason = ?, updated_at = ? WHERE id = ?",
+        [(status, reason, now, item) for item, status, reason in items],
+    )
+
+
+def session_head(conn: sqlite3.Connection, label: str) -> tuple[str | None, str | None]:
+    row = conn.execute(
+        "SELECT head_turn_id, persona FROM sessions WHERE label = ?", (label,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    return row[0], row[1]
+
+
+@dataclass
+class TurnRecord:
+    turn_id: str
+    session: str
+    parent_id: str | None
+    type: str
+    status: Literal["completed", "aborted", "failed"]
+    reason: str | None
+    error: str | None
+    output: str
+    engine: str
+    model: str | None
+    started_at: int
+    completed_at: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    inputs: list[ItemInfo]
+    item_status: ItemStatus
+    item_reason: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    outbox: tuple[str, str, str] | None = None  # (out_id, channel, frame JSON)
+
+
+def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+    moved = conn.execute(
+        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
+        " WHERE label = ? AND head_turn_id IS ?",
+        (rec.turn_id, rec.completed_at, rec.session, rec.parent_id),
+    )
+    if moved.rowcount != 1:
+        raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
+    _write_turn(conn, rec)
+    conn.execute(
+        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+        " VALUES (?, ?, ?, 'turn', ?)",
+        (rec.session, rec.turn_id, rec.parent_id, rec.completed_at),
+    )
+
+
+def commit_orphan(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+    """Record a turn that lost the head race: failed, off the thread, head untouched."""
+    rec.status, rec.reason = "failed", "head_moved"
+    rec.error = f"the session's head moved while the turn ran (from {rec.parent_id})"
+    _write_turn(conn, rec)
+
+
+def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+    conn.execute(
+        "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
+        " engine, model, started_at, completed_at, prompt_tokens, completion_tokens)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            rec.turn_id,
+            rec.session,
+            rec.parent_id,
+            rec.type,
+            rec.status,
+            rec.reason,
+            rec.error,
+            rec.output,
+            rec.engine,
+            rec.model,
+            rec.started_at,
+            rec.completed_at,
+            rec.prompt_tokens,
+            rec.completion_tokens,
+        ),
+    )
+    messages: list[tuple[object, ...]] = [
+        (
+            rec.turn_id,
+            n,
+            "user",
+            it.channel,
+            it.msg_id,
+            it.id,
+            it.sender_id,
+            it.content,
+            rec.started_at,
+        )
+        for n, it in enumerate(rec.inputs)
+    ]
+    if rec.output or rec.status == "completed":
+        messages.append(
+            (
+                rec.turn_id,
+                len(messages),
+                "assistant",
+                None,
+                None,
+                None,
+                None,
+                rec.output,
+                rec.completed_at,
+            )
+        )
+    conn.executemany(
+        "INSERT INTO messages (turn_id, seq, role, channel, msg_id, item_id, sender_id, content,"
+        " created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+        messages,
+    )
+    conn.executemany(
+        "INSERT INTO tool_calls (id, turn_id, seq, name, arguments, result, status, created_at)"
+        " VALUES (?,?,?,?,?,?,?,?)",
+        [
+            (
+                tc.id or new_id(),
+                rec.turn_id,
+                n,
+                tc.name,
+                tc.arguments,
+                tc.result,
+                tc.status,
+                rec.completed_at,
+            )
+            for n, tc in enumerate(rec.tool_calls)
+        ],
+    )
+    item_turn = None if rec.item_status == "queued" else rec.turn_id
+    conn.executemany(
+        "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ? WHERE id = ?",
+        [
+            (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id)
+            for it in rec.inputs
+        ],
+    )
+    if rec.outbox is not None:
+        out_id, channel, frame = rec.outbox
+        conn.execute(
+            "INSERT INTO outbox (out_id, session_label, turn_id, channel, frame, created_at)"
+            " VALUES (?,?,?,?,?,?)",
+            (out_id, rec.session, rec.turn_id, channel, frame, rec.completed_at),
+        )
+
+
+def add_outbox(
+    conn: sqlite3.Connection, out_id: str, session: str, channel: str, frame: str, now: int
+) -> None:
+    conn.execute(
+        "INSERT INTO outbox (out_id, session_label, turn_id, channel, frame, created_at)"
+        " VALUES (?, ?, NULL, ?, ?, ?)",
+        (out_id, session, channel, frame, now),
+    )
+
+
+def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = None) -> list[str]:
+    """Turn every turn cut off by a crash into an aborted turn; re-queue its items."""
+    running = [it for it in load_open_items(conn, session) if it.status == "running"]
+    by_turn: dict[str, list[ItemInfo]] = {}
+    for item in running:
+        by_turn.setdefault(item.turn_id or "", []).append(item)
+    recovered = []
+    for turn_id, items in by_turn.items():
+        session = items[0].session
+        head, _persona = session_head(conn, session)
+        rec = TurnRecord(
+            turn_id=turn_id or new_id(),
+            session=session,
+            parent_id=head,
+            type="turn" if len(items) == 1 else "queue_batch",
+            status="aborted",
+            reason="crash",
+            error="the broker stopped while this turn ran",
+            output="",
+            engine="",
+            model=None,
+            started_at=now,
+            completed_at=now,
+            prompt_tokens=None,
+            completion_tokens=None,
+            inputs=items,
+            item_status="queued",
+        )
+        if conn.execute("SELECT 1 FROM turns WHERE id = ?", (rec.turn_id,)).fetchone():
+            rec.turn_id = new_id()  # the id was used by a committed turn: never reuse it
+        commit_turn(conn, rec)
+        recovered.append(rec.turn_id)
+    return recovered
+
+
+def pending_outbox(conn: sqlite3.Connection, channel: str, limit: int) -> list[tuple[str, str]]:
+    return [
+        (str(r[0]), str(r[1]))
+        for r in conn.execute(
+            "SELECT out_id, frame FROM outbox WHERE channel = ? AND status = 'pending'"
+            " ORDER BY created_at, out_id LIMIT ?",
+            (channel, limit),
+        )
+    ]
+
+
+def mark_delivered(conn: sqlite3.Connection, out_ids: list[str], now: int) -> int:
+    cur = conn.executemany(
+        "UPDATE outbox SET status = 'delivered', delivered_at = ? WHERE out_id = ?"
+        " AND status = 'pending'",
+        [(now, o) for o in out_ids],
+    )
+    return cur.rowcount
+
+
+def thread_messages(
+    conn: sqlite3.Connection, head: str | None, max_turns: int
+) -> list[tuple[str, str]]:
+    """(role, content) of the last `max_turns` turns up to `head`, oldest first.
+
+    Inputs of turns aborted for an interrupt or a crash are left out: they run
+    again in a later turn, where they appear.
+    """
+    if head is None:
+        return []
+    rows = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL AND c.depth < ?)"
+        " SELECT m.role, m.content, t.status FROM chain c JOIN turns t ON t.id = c.id"
+        " JOIN messages m ON m.turn_id = t.id ORDER BY c.depth DESC, m.seq",
+        (head, max_turns - 1),
+    ).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows if not (r[2] == "aborted" and r[0] == "user")]
+
+
+def actor_start(
+    conn: sqlite3.Connection, label: str, history_messages: int
+) -> tuple[str | None, str | None, str | None, int, list[tuple[str, str]]]:
+    """What an actor needs when it starts: head, persona, queue override, turns, history."""
+    row = conn.execute(
+        "SELECT head_turn_id, persona, queue_override, turns FROM sessions WHERE label = ?",
+        (label,),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    history = thread_messages(conn, row[0], max(1, history_messages // 2))[-history_messages:]
+    return row[0], row[1], row[2], int(row[3]), history
+
+
+def new_thread(conn: sqlite3.Connection, label: str, previous: str | None, now: int) -> None:
+    """`/new`: the session starts a fresh thread; the old turns stay in the tree."""
+    conn.execute(
+        "UPDATE sessions SET head_turn_id = NULL, updated_at = ? WHERE label = ?", (now, label)
+    )
+    conn.execute(
+        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+        " VALUES (?, NULL, ?, 'new_thread', ?)",
+        (label, previous, now),
+    )
+
+
+def command_done(
+    conn: sqlite3.Connection,
+    item_id: str,
+    reason: str,
+    reply: tuple[str, str, str, str] | None,  # (out_id, session, channel, frame)
+    override: str | bool | None,  # JSON to store, None to clear, False to leave alone
+    now: int,
+) -> None:
+    set_item_status(conn, [(item_id, "done", reason)], now)
+    if override is not False:
+        conn.execute(
+            "UPDATE sessions SET queue_override = ?, updated_at = ? WHERE label ="
+            " (SELECT session_label FROM queue_items WHERE id = ?)",
+            (override, now, item_id),
+        )
+    if reply is not None:
+        out_id, session, channel, frame = reply
+        add_outbox(conn, out_id, session, channel, frame, now)
+
+
+def session_tokens(conn: sqlite3.Connection, label: str) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0)"
+        " FROM turns WHERE session_label = ?",
+        (label,),
+    ).fetchone()
+    return int(row[0]), int(row[1])

@@ -1,0 +1,359 @@
+"""Identity core, stepped synchronously: union-find, session keys, label resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.identity import (
+    DmCandidate,
+    Resolved,
+    Route,
+    SessionRef,
+    UnionFind,
+    build_session_key,
+    chain_to_root,
+    pick_primary,
+    resolve_label,
+)
+
+NODES = [f"n{i:02d}" for i in range(12)]  # zero-padded, so string order is index order
+
+node = st.sampled_from(NODES)
+merges = st.lists(st.tuples(node, node), max_size=30)
+
+
+def apply(merge_list: list[tuple[str, str]]) -> UnionFind:
+    uf = UnionFind()
+    for a, b in merge_list:
+        uf.union(a, b)
+    return uf
+
+
+def components(merge_list: list[tuple[str, str]]) -> set[frozenset[str]]:
+    """The partition by brute force: repeatedly join overlapping sets."""
+    sets = [{n} for n in NODES]
+    for a, b in merge_list:
+        sa = next(s for s in sets if a in s)
+        sb = next(s for s in sets if b in s)
+        if sa is not sb:
+            sa |= sb
+            sets.remove(sb)
+    return {frozenset(s) for s in sets}
+
+
+def root_without_compression(uf: UnionFind, n: str) -> str:
+    return chain_to_root(n, uf.parent.get)[-1]
+
+
+def depth(uf: UnionFind, n: str) -> int:
+    return len(chain_to_root(n, uf.parent.get)) - 1
+
+
+# -- union-find -------------------------------------------------------------
+
+
+@given(merges, st.data())
+def test_any_order_of_merges_gives_same_partition_and_roots(
+    merge_list: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    reordered = data.draw(st.permutations(merge_list))
+    flips = data.draw(st.lists(st.booleans(), min_size=len(reordered), max_size=len(reordered)))
+    reordered = [(b, a) if flip else (a, b) for (a, b), flip in zip(reordered, flips, strict=True)]
+
+    first = apply(merge_list).groups(NODES)
+    second = apply(reordered).groups(NODES)
+
+    assert first == second
+    assert set(first.values()) == components(merge_list)
+    for root, members in first.items():
+        assert root == min(members)  # the canonical root is the smallest id
+
+
+@given(merges)
+def test_union_returns_the_canonical_root(merge_list: list[tuple[str, str]]) -> None:
+    uf = UnionFind()
+    for a, b in merge_list:
+        root = uf.union(a, b)
+        assert root == uf.find(a) == uf.find(b)
+        assert root == min(uf.groups(NODES)[root])
+
+
+@st.composite
+def forests(draw: st.DrawFn) -> dict[str, str]:
+    """Any acyclic parent map over NODES (roots need not be the smallest ids)."""
+    order = draw(st.permutations(NODES))
+    parent: dict[str, str] = {}
+    for i, n in enumerate(order[1:], start=1):
+        if draw(st.booleans()):
+            parent[n] = order[draw(st.integers(0, i - 1))]
+    return parent
+
+
+@given(forests(), st.lists(node, max_size=30))
+def test_find_never_changes_a_root_and_only_shortens_paths(
+    parent: dict[str, str], finds: list[str]
+) -> None:
+    uf = UnionFind(parent)
+    roots = {n: root_without_compression(uf, n) for n in NODES}
+    depths = {n: depth(uf, n) for n in NODES}
+    for n in finds:
+        assert uf.find(n) == roots[n]
+        assert depth(uf, n) <= 1  # compressed: straight to the root
+        for m in NODES:
+            assert root_without_compression(uf, m) == roots[m]
+            assert depth(uf, m) <= depths[m]
+            depths[m] = depth(uf, m)
+
+
+def test_find_compresses_a_long_chain() -> None:
+    uf = UnionFind({"e": "d", "d": "c", "c": "b", "b": "a"})
+    assert uf.find("e") == "a"
+    assert uf.parent == {"e": "a", "d": "a", "c": "a", "b": "a"}
+    assert uf.find("a") == "a"  # a root maps to itself and gets no entry
+    assert "a" not in uf.parent
+
+
+def test_constructor_copies_the_parent_map() -> None:
+    source = {"b": "a", "c": "b"}
+    uf = UnionFind(source)
+    uf.find("c")
+    assert source == {"b": "a", "c": "b"}
+
+
+@given(merges, node, node)
+def test_union_is_idempotent(merge_list: list[tuple[str, str]], a: str, b: str) -> None:
+    uf = apply(merge_list)
+    first = uf.union(a, b)
+    partition = uf.groups(NODES)
+    assert uf.union(a, b) == first
+    assert uf.union(b, a) == first
+    assert uf.groups(NODES) == partition
+
+
+def test_union_of_a_node_with_itself_changes_nothing() -> None:
+    uf = UnionFind()
+    assert uf.union("x", "x") == "x"
+    assert uf.parent == {}
+
+
+def test_union_links_the_larger_root_under_the_smaller() -> None:
+    uf = UnionFind()
+    assert uf.union("m", "z") == "m"
+    assert uf.union("z", "b") == "b"  # argument order does not matter, the ids do
+    assert uf.parent["m"] == "b"
+    assert uf.find("z") == "b"
+
+
+@pytest.mark.parametrize(
+    "parent",
+    [
+        {"a": "a"},
+        {"a": "b", "b": "a"},
+        {"a": "b", "b": "c", "c": "d", "d": "b"},
+    ],
+)
+def test_chain_to_root_raises_on_a_cycle(parent: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="cycle"):
+        chain_to_root("a", parent.get)
+
+
+def test_find_on_a_cycle_raises_and_changes_nothing() -> None:
+    uf = UnionFind({"a": "b", "b": "c", "c": "a", "x": "a"})
+    before = dict(uf.parent)
+    with pytest.raises(ValueError, match="cycle"):
+        uf.find("x")
+    assert uf.parent == before
+
+
+def test_chain_to_root_lists_the_whole_path() -> None:
+    assert chain_to_root("c", {"c": "b", "b": "a"}.get) == ["c", "b", "a"]
+    no_parents: dict[str, str] = {}
+    assert chain_to_root("a", no_parents.get) == ["a"]
+
+
+# -- session keys -----------------------------------------------------------
+
+
+def route(
+    peer_kind: str = "dm", peer_id: str = "peer1", thread: str | None = None, entity: str = "ent_A"
+) -> Route:
+    return Route("chat", peer_kind, peer_id, thread, "sender9", entity)  # type: ignore[arg-type]
+
+
+def test_dm_key_is_the_canonical_entity() -> None:
+    assert build_session_key(route()) == "dm:ent_A"
+    assert build_session_key(route(thread="t1")) == "dm:ent_A"  # a DM ignores threads
+
+
+def test_group_key() -> None:
+    assert build_session_key(route("group", "g1")) == "group:chat:g1"
+
+
+def test_group_thread_key() -> None:
+    assert build_session_key(route("group", "g1", "t7")) == "group:chat:g1:thread:t7"
+
+
+def test_custom_template_fills_every_placeholder() -> None:
+    template = "{channel}/{peer}/{sender}/{entity}/{thread}"
+    assert build_session_key(route("group", "g1", "t7"), template) == "chat/g1/sender9/ent_A/t7"
+
+
+def test_custom_template_with_thread_suffix_drops_it_without_a_thread() -> None:
+    template = "team:{channel}:{peer}:thread:{thread}"
+    assert build_session_key(route("group", "g1"), template) == "team:chat:g1"
+    assert build_session_key(route("group", "g1", "t2"), template) == "team:chat:g1:thread:t2"
+
+
+def test_template_naming_thread_elsewhere_never_renders_none() -> None:
+    key = build_session_key(route("group", "g1"), "topic:{channel}:{thread}")
+    assert "None" not in key
+    assert key.startswith("topic:chat")
+
+
+@given(
+    st.text(min_size=1, max_size=20),
+    st.text(min_size=1, max_size=20),
+    st.none() | st.text(min_size=1, max_size=20),
+)
+def test_dm_key_depends_only_on_the_entity(peer: str, sender: str, thread: str | None) -> None:
+    r = Route("chan", "dm", peer, thread, sender, "ent_{x}")
+    assert build_session_key(r) == "dm:ent_{x}"  # values are never parsed as templates
+
+
+# -- label resolution -------------------------------------------------------
+
+
+class Lookups:
+    """Fake ledger lookups that record the order of calls."""
+
+    def __init__(
+        self, sessions: Mapping[str, tuple[str, str | None]], aliases: Mapping[str, str]
+    ) -> None:
+        self.sessions = {
+            label: SessionRef(label, status, into) for label, (status, into) in sessions.items()
+        }
+        self.aliases = dict(aliases)
+        self.calls: list[tuple[str, str]] = []
+
+    def session(self, label: str) -> SessionRef | None:
+        self.calls.append(("session", label))
+        return self.sessions.get(label)
+
+    def alias(self, name: str) -> str | None:
+        self.calls.append(("alias", name))
+        return self.aliases.get(name)
+
+    def resolve(self, key: str) -> Resolved:
+        return resolve_label(key, self.session, self.alias)
+
+
+def test_direct_label_wins_over_an_alias() -> None:
+    look = Lookups({"k": ("active", None), "other": ("active", None)}, {"k": "other"})
+    assert look.resolve("k") == Resolved("k", "label")
+    assert ("alias", "k") not in look.calls
+
+
+def test_merged_session_is_followed_to_its_primary() -> None:
+    look = Lookups({"k": ("merged", "p"), "p": ("active", None)}, {})
+    assert look.resolve("k") == Resolved("p", "merged")
+
+
+def test_chain_of_merged_sessions_is_followed_to_the_end() -> None:
+    look = Lookups(
+        {"k": ("merged", "a"), "a": ("merged", "b"), "b": ("merged", "c"), "c": ("active", None)},
+        {},
+    )
+    assert look.resolve("k") == Resolved("c", "merged")
+
+
+@pytest.mark.parametrize(
+    "sessions",
+    [
+        {"k": ("merged", "k")},
+        {"k": ("merged", "a"), "a": ("merged", "k")},
+        {"k": ("merged", "a"), "a": ("merged", "b"), "b": ("merged", "a")},
+    ],
+)
+def test_cycle_of_merged_sessions_terminates(sessions: dict[str, tuple[str, str | None]]) -> None:
+    look = Lookups(sessions, {})
+    resolved = look.resolve("k")
+    assert resolved.via == "merged"
+    assert resolved.label in sessions
+    assert len(look.calls) <= len(sessions) + 1
+
+
+def test_merged_into_a_missing_session_stops_at_the_last_one_found() -> None:
+    look = Lookups({"k": ("merged", "a"), "a": ("merged", "gone")}, {})
+    assert look.resolve("k") == Resolved("a", "merged")
+
+
+def test_merged_status_without_target_is_a_plain_label() -> None:
+    look = Lookups({"k": ("merged", None)}, {})
+    assert look.resolve("k") == Resolved("k", "label")
+
+
+def test_alias_is_used_when_there_is_no_label() -> None:
+    look = Lookups({"target": ("active", None)}, {"k": "target"})
+    assert look.resolve("k") == Resolved("target", "alias")
+    assert look.calls[:2] == [("session", "k"), ("alias", "k")]
+
+
+def test_alias_to_a_merged_session_is_followed_to_its_primary() -> None:
+    look = Lookups(
+        {"target": ("merged", "mid"), "mid": ("merged", "p"), "p": ("active", None)},
+        {"k": "target"},
+    )
+    assert look.resolve("k") == Resolved("p", "alias")
+
+
+def test_nothing_found_means_create() -> None:
+    look = Lookups({"x": ("active", None)}, {"y": "x"})
+    assert look.resolve("k") == Resolved(None, "create")
+    assert look.calls == [("session", "k"), ("alias", "k")]
+
+
+# -- primary DM session -----------------------------------------------------
+
+
+def test_pick_primary_prefers_most_turns() -> None:
+    cands = [DmCandidate("a", 1, 900), DmCandidate("b", 5, 100), DmCandidate("c", 2, 999)]
+    assert pick_primary(cands) == "b"
+
+
+def test_pick_primary_then_latest_activity() -> None:
+    cands = [DmCandidate("a", 3, 100), DmCandidate("b", 3, 300), DmCandidate("c", 1, 999)]
+    assert pick_primary(cands) == "b"
+
+
+def test_pick_primary_then_smallest_label() -> None:
+    cands = [DmCandidate("dm:z", 3, 100), DmCandidate("dm:b", 3, 100), DmCandidate("dm:m", 3, 100)]
+    assert pick_primary(cands) == "dm:b"
+
+
+def test_pick_primary_of_nothing_raises() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        pick_primary([])
+
+
+candidates = st.lists(
+    st.builds(DmCandidate, st.sampled_from("abcdef"), st.integers(0, 3), st.integers(0, 3)),
+    min_size=1,
+    max_size=6,
+    unique_by=lambda c: c.label,  # labels are primary keys
+)
+
+
+@settings(max_examples=50)
+@given(candidates, st.data())
+def test_pick_primary_ignores_input_order(cands: list[DmCandidate], data: st.DataObject) -> None:
+    shuffled = data.draw(st.permutations(cands))
+    best = pick_primary(cands)
+    assert pick_primary(shuffled) == best
+    winner = next(c for c in cands if c.label == best)
+    assert winner.turns == max(c.turns for c in cands)
+    top = [c for c in cands if c.turns == winner.turns]
+    assert winner.last_activity == max(c.last_activity for c in top)
