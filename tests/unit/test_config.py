@@ -150,8 +150,13 @@ def test_keyword_overrides_are_applied(tmp_path: Path) -> None:
 def test_invalid_file_value_names_the_dotted_key(tmp_path: Path, toml: str, key: str) -> None:
     path = write(tmp_path, toml)
     message = config_error(path)
-    assert f"  {key}: " in message
+    assert f"  {key}: " in message or f"  {key} (rule " in message
     assert str(path) in message
+
+
+def test_error_inside_a_route_rule_names_the_rule(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[routes]]\nname = "groups"\nsession = { key = "{nope}" }\n')
+    assert "routes.0.session.key (rule 'groups'): " in config_error(path)
 
 
 def test_every_bad_key_is_listed(tmp_path: Path) -> None:
