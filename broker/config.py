@@ -92,6 +92,14 @@ class Settings(BaseSettings):
     owners: list[Owner] = Field(default_factory=list)
     routes: list[Rule] = Field(default_factory=list)
 
+    @field_validator("socket_path")
+    @classmethod
+    def _fits_sun_path(cls, value: Path) -> Path:
+        # sockaddr_un holds 108 bytes including the terminating NUL.
+        if len(os.fsencode(value.absolute())) > 107:
+            raise ValueError("the socket path is longer than the 107 bytes a Unix socket allows")
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -22,7 +22,10 @@ from .client import BrokerClient, BrokerError
 from .config import ConfigError, load_settings
 
 app = typer.Typer(
-    add_completion=False, help="Inspect and steer a running broker.", no_args_is_help=True
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    help="Inspect and steer a running broker.",
+    no_args_is_help=True,
 )
 console = Console()
 _opts: dict[str, Any] = {"socket": None, "config": None, "json": False}

@@ -10,11 +10,13 @@ Rule 2: on stop the listener closes first, then the rest is cancelled; the
 from __future__ import annotations
 
 import signal
+import sqlite3
 from typing import Any
 
 import anyio
 import anyio.abc
 
+from ledger.db import LedgerError
 from ledger.store import Ledger
 
 from . import logs
@@ -26,9 +28,13 @@ from .mailbox.registry import Mailboxes
 from .ops import Ops
 from .protocol import Hello
 from .router import Router
-from .server import Connection, Server
+from .server import AlreadyRunning, Connection, Server
 
 log = logs.get("broker.daemon")
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says why in one sentence."""
 
 
 class Daemon:
@@ -38,6 +44,7 @@ class Daemon:
         self.ledger: Ledger | None = None
         self.server: Server | None = None
         self.mailboxes: Mailboxes | None = None
+        self.started = False
 
     def stop(self) -> None:
         self._stop.set()
@@ -59,7 +66,8 @@ class Daemon:
                 )
             router = Router(tuple(s.routes), frozenset((o.channel, o.sender_id) for o in s.owners))
             deliveries = Deliveries(ledger)
-            mailboxes = Mailboxes(s, ledger, build_engine(s.engine), router, deliveries)
+            engine = build_engine(s.engine)
+            mailboxes = Mailboxes(s, ledger, engine, router, deliveries)
             self.mailboxes = mailboxes
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
@@ -90,10 +98,13 @@ class Daemon:
                     synchronous=s.ledger.synchronous,
                     engine=s.engine.kind,
                 )
+                self.started = True
                 task_status.started(self)
                 await self._stop.wait()
                 log.info("stopping")
                 tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await engine.aclose()
         log.info("stopped")
 
 
@@ -111,10 +122,23 @@ async def watch_signals(daemon: Daemon, scope: anyio.CancelScope) -> None:
 
 async def run_until_signalled(settings: Settings) -> None:
     daemon = Daemon(settings)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch_signals, daemon, tg.cancel_scope)
-        await daemon.run()
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_signals, daemon, tg.cancel_scope)
+            await daemon.run()
+            tg.cancel_scope.cancel()
+    except* (LedgerError, sqlite3.Error, AlreadyRunning, OSError) as group:
+        if daemon.started:
+            raise
+        first = _innermost(group)
+        raise StartupError(str(first) or type(first).__name__) from first
+
+
+def _innermost(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def backend_options(backend: str) -> dict[str, Any]:

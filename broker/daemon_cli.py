@@ -11,9 +11,11 @@ import typer
 
 from . import logs
 from .config import EX_CONFIG, ConfigError, load_settings
-from .daemon import backend_options, run_until_signalled
+from .daemon import StartupError, backend_options, run_until_signalled
 
-app = typer.Typer(add_completion=False, help="The agent session broker daemon.")
+app = typer.Typer(
+    pretty_exceptions_enable=False, add_completion=False, help="The agent session broker daemon."
+)
 
 
 @app.command()
@@ -41,9 +43,13 @@ def run(
         return
     logs.configure(settings.log_level, settings.log_format)
     chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
-    anyio.run(
-        run_until_signalled, settings, backend=chosen, backend_options=backend_options(chosen)
-    )
+    try:
+        anyio.run(
+            run_until_signalled, settings, backend=chosen, backend_options=backend_options(chosen)
+        )
+    except StartupError as exc:
+        print(f"brokerd: cannot start: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from exc
 
 
 def main() -> None:

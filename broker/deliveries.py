@@ -12,7 +12,9 @@ Rule 2: a session's replies go to one adapter of the channel, chosen by the
 
 from __future__ import annotations
 
+import sqlite3
 import zlib
+from collections import deque
 from typing import Any
 
 import orjson
@@ -35,6 +37,10 @@ class Deliveries:
         self.adapters: dict[str, list[Connection]] = {}
         # out_id -> (channel, frame bytes, the connection it went to)
         self.unconfirmed: dict[str, tuple[str, bytes, str | None]] = {}
+        # Confirmations wait here for one writer job to record them together.
+        self._confirmed: deque[str] = deque()
+        self._confirm_job = False
+        self._taking: list[str] | None = None
 
     def pick(self, channel: str, session: str) -> Connection | None:
         conns = [c for c in self.adapters.get(channel, ()) if not c.closed]
@@ -82,14 +88,44 @@ class Deliveries:
 
     async def on_delivered(self, conn: Connection, frame: dict[str, Any]) -> None:
         args = check_args(frame, (ArgSpec("out_id", str, True, 64),), frame.get("req"))
-        out_id = args["out_id"]
-        self.unconfirmed.pop(out_id, None)
-        now = now_ms()
+        self.unconfirmed.pop(args["out_id"], None)
+        self._confirmed.append(args["out_id"])
+        if self._confirm_job:
+            return  # the job already queued records this one too
         try:
-            self.ledger.writer.submit(lambda c: turns.mark_delivered(c, [out_id], now))
+            self._submit_confirm_job()
         except Exception as exc:  # overloaded or closing: it stays pending and is resent
             raise ProtocolError(
                 "overloaded",
                 "could not record the confirmation; it will be asked again",
                 req=frame.get("req"),
             ) from exc
+
+    def _record_confirmed(self, conn: sqlite3.Connection) -> int:
+        # Runs in the writer thread. The ids are taken once per job: a job may
+        # run twice (see ledger/writer.py) and must record the same ids again.
+        if self._taking is None:
+            taking = []
+            while self._confirmed:  # popleft is atomic against the loop's append
+                taking.append(self._confirmed.popleft())
+            self._taking = taking
+        return turns.mark_delivered(conn, self._taking, now_ms())
+
+    def _recorded(self, _count: int) -> None:
+        self._taking = None
+        self._confirm_job = False
+        if self._confirmed:  # arrived after the job took its ids
+            self._submit_confirm_job()
+
+    def _not_recorded(self, error: BaseException) -> None:
+        # The outbox rows stay pending, so the replies are resent on the next
+        # connect; keep the ids for the next job all the same.
+        log.warning("could not record delivery confirmations", error=str(error))
+        self._confirmed.extendleft(reversed(self._taking or []))
+        self._taking = None
+        self._confirm_job = False
+
+    def _submit_confirm_job(self) -> None:
+        pending = self.ledger.writer.submit(self._record_confirmed)
+        self._confirm_job = True
+        pending.after_commit(self._recorded, self._not_recorded)

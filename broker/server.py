@@ -295,7 +295,11 @@ async def _refuse_if_live(path: Path) -> None:
     except (OSError, TimeoutError):
         return  # stale: nobody listens; the listener replaces it
     await stream.aclose()
-    raise RuntimeError(f"another broker is already listening on {path}")
+    raise AlreadyRunning(f"another broker is already listening on {path}")
+
+
+class AlreadyRunning(Exception):
+    """Another broker listens on the configured socket."""
 
 
 def _version() -> str:

@@ -338,8 +338,9 @@ def thread_messages(
 
 def actor_start(
     conn: sqlite3.Connection, label: str, history_messages: int
-) -> tuple[str | None, str | None, str | None, int, list[tuple[str, str]]]:
-    """What an actor needs when it starts: head, persona, queue override, turns, history."""
+) -> tuple[str | None, str | None, str | None, int, list[tuple[str, str]], tuple[int, int]]:
+    """What an actor needs when it starts: head, persona, queue override, turns, history,
+    and the session's token totals."""
     row = conn.execute(
         "SELECT head_turn_id, persona, queue_override, turns FROM sessions WHERE label = ?",
         (label,),
@@ -347,7 +348,7 @@ def actor_start(
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
     history = thread_messages(conn, row[0], max(1, history_messages // 2))[-history_messages:]
-    return row[0], row[1], row[2], int(row[3]), history
+    return row[0], row[1], row[2], int(row[3]), history, session_tokens(conn, label)
 
 
 def new_thread(conn: sqlite3.Connection, label: str, previous: str | None, now: int) -> None:

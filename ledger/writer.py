@@ -51,7 +51,7 @@ class _JobFailed(Exception):
 class Pending(Generic[T]):
     """A submitted job. `await pending.result()` returns after its commit."""
 
-    __slots__ = ("_after", "_batch_done", "_done", "_error", "_value", "fn")
+    __slots__ = ("_after", "_batch_done", "_done", "_error", "_on_error", "_value", "fn")
 
     def __init__(self, fn: Job[T], batch_done: Callable[[], anyio.Event]) -> None:
         self.fn = fn
@@ -60,8 +60,11 @@ class Pending(Generic[T]):
         self._value: T | None = None
         self._error: BaseException | None = None
         self._after: Callable[[T], None] | None = None
+        self._on_error: Callable[[BaseException], None] | None = None
 
-    def after_commit(self, callback: Callable[[T], None]) -> None:
+    def after_commit(
+        self, callback: Callable[[T], None], on_error: Callable[[BaseException], None] | None = None
+    ) -> None:
         """Run `callback(result)` in the writer task right after a successful commit.
 
         Callbacks of one batch run in submission order before any caller
@@ -69,15 +72,22 @@ class Pending(Generic[T]):
         not block or raise.
         """
         self._after = callback
-        if self._done and self._error is None:
-            callback(self._value)  # type: ignore[arg-type]
+        self._on_error = on_error
+        if self._done:
+            self._notify()
 
     def _resolve(self, value: Any, error: BaseException | None) -> None:
         self._value = value
         self._error = error
         self._done = True
-        if error is None and self._after is not None:
-            self._after(value)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._error is None:
+            if self._after is not None:
+                self._after(self._value)  # type: ignore[arg-type]
+        elif self._on_error is not None:
+            self._on_error(self._error)
 
     @property
     def done(self) -> bool:

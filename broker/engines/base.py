@@ -12,8 +12,9 @@ Rule 2: an engine that cannot go on raises `EngineError` with a sentence a
         adapter.
 Rule 3: steering: an engine with `accepts_steering = True` calls
         `io.take_steer()` at each step where it can take new user input and
-        folds what it gets into the turn; the broker records which steered
-        messages were taken.
+        folds what it gets into the turn. A steered message counts as an input
+        of the turn only if the engine used it (`EngineResult.steer_used`);
+        the others run in the next turn, so none is lost.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class EngineResult:
     completion_tokens: int | None = None
     model: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # Item ids of the steered messages the engine really used. None: every
+    # message it took with `io.take_steer()`. The others run in the next turn.
+    steer_used: tuple[str, ...] | None = None
 
 
 class EngineError(Exception):
@@ -97,3 +101,6 @@ class Engine(Protocol):
     context_window: int
 
     async def run(self, request: TurnRequest, io: TurnIO) -> EngineResult: ...
+
+    async def aclose(self) -> None:
+        """Release what the engine holds across turns (connections); called at shutdown."""

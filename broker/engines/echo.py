@@ -48,3 +48,6 @@ class EchoEngine:
         tokens = len(text.split())
         prompt = sum(len(m.content.split()) for m in (*request.history, *request.inputs))
         return EngineResult(text=text, prompt_tokens=prompt, completion_tokens=tokens, model="echo")
+
+    async def aclose(self) -> None:
+        return None

@@ -100,6 +100,7 @@ class SessionActor:
         self.persona: str | None = None
         self.override: dict[str, Any] = {}
         self.turn_count = 0
+        self.tokens = [0, 0]  # prompt, completion: running totals of this session
         self.history: deque[ChatMessage] = deque(maxlen=HISTORY_MESSAGES)
         self.pending_new = False
         self.state = m.State(limits=self._limits())
@@ -253,7 +254,10 @@ class SessionActor:
         self.hub.ledger.writer.submit(lambda c: lt.new_thread(c, label, previous, now))
 
     def _drop(self, action: m.Drop) -> None:
-        item = self.items.pop(action.item.id, None)
+        if action.reason == "cap:summarize":  # named in the next turn's note: keep it till then
+            item = self.items.get(action.item.id)
+        else:
+            item = self.items.pop(action.item.id, None)
         if action.reason == "stopped":
             return  # the stopped turn's commit recorded it as cancelled
         now = now_ms()
@@ -289,7 +293,9 @@ class SessionActor:
         started = now_ms()
         parent = self.head
         ids = [i.id for i in inputs]
-        await self.hub.ledger.write(lambda c: lt.mark_running(c, turn.id, ids, started))
+        # Not awaited: the writer is FIFO, so this commits before the turn's own
+        # commit. If the process dies first, the items are simply still queued.
+        self.hub.ledger.writer.submit(lambda c: lt.mark_running(c, turn.id, ids, started))
         request = self._request(turn, start, inputs)
         result, error, reason = await self._call_engine(request, turn)
         self.status = "completing"
@@ -310,7 +316,7 @@ class SessionActor:
     ) -> TurnRequest:
         notes: tuple[str, ...] = ()
         if start.dropped_note:
-            dropped = [self.items.get(i.id) for i in start.dropped_note]
+            dropped = [self.items.pop(i.id, None) for i in start.dropped_note]
             listed = "; ".join((d.content[:80] if d else "?") for d in dropped)
             notes = (
                 f"{len(start.dropped_note)} earlier message(s) were dropped because the "
@@ -365,6 +371,9 @@ class SessionActor:
             outcome, status, item_status = "failed", "failed", "done"
         else:
             outcome, status, item_status = "completed", "completed", "done"
+        if result is not None and result.steer_used is not None:
+            # Steered items the engine took but did not use run in the next turn.
+            turn.taken = [i for i in turn.taken if i.id in result.steer_used]
         text = result.text if result is not None else "".join(turn.parts)
         reply = error if status == "failed" else text
         rec = TurnRecord(
@@ -389,6 +398,9 @@ class SessionActor:
             outbox=self._outbox(turn, all_inputs, reply or "", status),
         )
         written = await self.hub.commit(rec)
+        if written != "lost":
+            self.tokens[0] += rec.prompt_tokens or 0
+            self.tokens[1] += rec.completion_tokens or 0
         if written == "thread":
             self.head = rec.turn_id
             self.turn_count += 1
@@ -425,6 +437,7 @@ class SessionActor:
     async def _load(self) -> None:
         label = self.label
         row = await self.hub.ledger.read(lambda c: lt.actor_start(c, label, HISTORY_MESSAGES))
-        self.head, self.persona, override, self.turn_count, history = row
+        self.head, self.persona, override, self.turn_count, history, tokens = row
+        self.tokens = list(tokens)
         self.override = orjson.loads(override) if override else {}
         self.history.extend(ChatMessage(r, t) for r, t in history)  # type: ignore[arg-type]

@@ -113,16 +113,18 @@ class Mailboxes:
     def post(self, item: ItemInfo) -> None:
         actor = self.actors.get(item.session)
         if actor is None:
-            self._start(item.session, [item])
-        else:
-            actor.post(item)
+            # A live item is an arrival, not rehydrated backlog: it must go
+            # through the machine as one (a collect item waits its quiet period).
+            actor = self._start(item.session, [])
+        actor.post(item)
 
-    def _start(self, label: str, backlog: list[ItemInfo] | None) -> None:
+    def _start(self, label: str, backlog: list[ItemInfo] | None) -> SessionActor:
         assert self._tg is not None, "mailboxes are not running"
         actor = SessionActor(label, self)
         self.actors[label] = actor
         self.started_actors += 1
         self._tg.start_soon(self._run_actor, actor, backlog)
+        return actor
 
     async def _run_actor(self, actor: SessionActor, backlog: list[ItemInfo] | None) -> None:
         try:
@@ -221,8 +223,10 @@ class Mailboxes:
             if not command.override:
                 return "Queue settings reset to the defaults."
             return "Queue settings: " + ", ".join(f"{k}={v}" for k, v in command.override.items())
+        prompt, completion = actor.tokens
         return (
             f"state: {actor.status}; waiting: {actor.backlog}; turns: {actor.turn_count}; "
+            f"tokens: {prompt} prompt + {completion} completion; "
             f"queue: {actor.override.get('mode', 'default')}"
         )
 
