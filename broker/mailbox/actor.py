@@ -372,8 +372,14 @@ class SessionActor:
         else:
             outcome, status, item_status = "completed", "completed", "done"
         if result is not None and result.steer_used is not None:
-            # Steered items the engine took but did not use run in the next turn.
-            turn.taken = [i for i in turn.taken if i.id in result.steer_used]
+            # Steered items the engine took but did not use run in the next
+            # turn. Only a prefix can count: a used item after an unused one
+            # would run ahead of it, so it runs again, in order, instead.
+            used = set(result.steer_used)
+            prefix = 0
+            while prefix < len(turn.taken) and turn.taken[prefix].id in used:
+                prefix += 1
+            turn.taken = turn.taken[:prefix]
         text = result.text if result is not None else "".join(turn.parts)
         reply = error if status == "failed" else text
         rec = TurnRecord(
