@@ -63,8 +63,11 @@ class ProtocolError(Exception):
 
 
 class FrameTooLarge(ProtocolError):
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, lines_before: list[bytes] | None = None) -> None:
         super().__init__("frame_too_large", f"a frame is longer than the limit of {limit} bytes")
+        # Complete lines that came before the oversize one in the same read:
+        # they are valid frames and are still answered before the close.
+        self.lines_before = lines_before or []
 
 
 class LineBuffer:
@@ -80,12 +83,12 @@ class LineBuffer:
         start = 0
         while (nl := self._buf.find(b"\n", start)) != -1:
             if nl - start > self.limit:
-                raise FrameTooLarge(self.limit)
+                raise FrameTooLarge(self.limit, lines)
             lines.append(bytes(self._buf[start:nl]))
             start = nl + 1
         del self._buf[:start]
         if len(self._buf) > self.limit:
-            raise FrameTooLarge(self.limit)
+            raise FrameTooLarge(self.limit, lines)
         return lines
 
     @property

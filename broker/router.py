@@ -72,9 +72,20 @@ class Router:
             text=msg.text,
             ts=msg.ts,
             queue_mode=msg.queue_mode,
-            meta=orjson.dumps(msg.meta).decode() if msg.meta else None,
+            meta=_meta_json(msg.meta, req),
         )
         return Routed(record, decision.spec, decision)
+
+
+def _meta_json(meta: dict[str, object] | None, req: str | None) -> str | None:
+    if not meta:
+        return None
+    try:
+        return orjson.dumps(meta).decode()
+    except orjson.JSONEncodeError as exc:  # e.g. nested deeper than orjson writes
+        raise ProtocolError(
+            "invalid", f"meta cannot be stored: {exc}", field="meta", req=req
+        ) from exc
 
 
 def msg_kind(peer_kind: str) -> Literal["dm", "group"]:

@@ -30,6 +30,7 @@ from . import logs
 from .config import Settings
 from .ids import new_id
 from .protocol import (
+    FrameTooLarge,
     Hello,
     LineBuffer,
     ProtocolError,
@@ -164,6 +165,13 @@ class Server:
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         conn = Connection(stream, new_id())
+        try:
+            await self._handle_connection(conn)
+        except Exception:  # includes groups from the connection's own tasks
+            log.exception("connection failed", conn=conn.id, role=conn.role, channel=conn.channel)
+
+    async def _handle_connection(self, conn: Connection) -> None:
+        stream = conn.stream
         async with stream, anyio.create_task_group() as tg:
             conn.tg = tg
             try:
@@ -216,7 +224,7 @@ class Server:
             if self.settings.auth.require_token:
                 raise ProtocolError("unauthorized", f"no token is configured for {hello.channel!r}")
             return
-        if hello.token is None or not hmac.compare_digest(hello.token, expected):
+        if hello.token is None or not hmac.compare_digest(hello.token.encode(), expected.encode()):
             raise ProtocolError("unauthorized", f"wrong or missing token for {hello.channel!r}")
 
     async def _converse(self, conn: Connection) -> None:
@@ -225,8 +233,11 @@ class Server:
         receive = _line_reader(conn.stream, lines)
         with anyio.fail_after(HELLO_TIMEOUT_S):
             first = await receive()
+        first_req: object = None
         try:
-            hello = parse_hello(decode(first))
+            first_frame = decode(first)
+            first_req = first_frame.get("req")
+            hello = parse_hello(first_frame)
         except ProtocolError as err:
             if err.code in ("bad_json", "invalid"):
                 err = ProtocolError(
@@ -247,6 +258,7 @@ class Server:
                 "v": 1,
                 "server": f"{self.settings.server_name} {_version()}",
                 "conn": conn.id,
+                **({"req": first_req} if isinstance(first_req, str) else {}),
             }
         )
         log.info("connected", conn=conn.id, role=conn.role, channel=conn.channel)
@@ -254,6 +266,7 @@ class Server:
         handler = self._on_adapter_frame if hello.role == "adapter" else self._on_operator_frame
         while True:
             line = await receive()
+            frame: dict[str, Any] = {}
             try:
                 frame = decode(line)
                 await handler(conn, frame)
@@ -261,6 +274,18 @@ class Server:
                 if err.closes:
                     raise
                 await conn.send_error(err)
+            except Exception:
+                # A bug reached by one frame answers that frame; it never takes
+                # the connection, let alone the daemon, down with it.
+                req = frame.get("req")
+                log.exception("frame handler failed", conn=conn.id, channel=conn.channel, req=req)
+                await conn.send_error(
+                    ProtocolError(
+                        "internal",
+                        "the broker failed on this frame (see its log)",
+                        req=req if isinstance(req, str) else None,
+                    )
+                )
 
 
 async def _flusher(conn: Connection) -> None:
@@ -276,10 +301,17 @@ def _line_reader(
     stream: anyio.abc.ByteReceiveStream, lines: LineBuffer
 ) -> Callable[[], Awaitable[bytes]]:
     ready: list[bytes] = []
+    overflow: list[FrameTooLarge] = []
 
     async def receive() -> bytes:
         while not ready:
-            ready.extend(reversed(lines.feed(await stream.receive(65536))))
+            if overflow:
+                raise overflow[0]
+            try:
+                ready.extend(reversed(lines.feed(await stream.receive(65536))))
+            except FrameTooLarge as exc:
+                ready.extend(reversed(exc.lines_before))
+                overflow.append(exc)
         return ready.pop()
 
     return receive

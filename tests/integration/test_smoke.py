@@ -1,5 +1,8 @@
+"""One message in, one reply out, on the daemon under asyncio and under trio."""
+
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from broker.client import BrokerClient
@@ -8,7 +11,7 @@ from tests.harness import DaemonProcess
 pytestmark = pytest.mark.anyio
 
 
-async def test_inbound_is_acked_and_listed(any_backend_daemon: DaemonProcess) -> None:
+async def test_message_is_acked_answered_and_listed(any_backend_daemon: DaemonProcess) -> None:
     d = any_backend_daemon
     async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c:
         await c.send(
@@ -18,15 +21,23 @@ async def test_inbound_is_acked_and_listed(any_backend_daemon: DaemonProcess) ->
                 "msg_id": "m1",
                 "sender_id": "+1",
                 "peer_kind": "dm",
-                "text": "hi",
+                "text": "hi there",
             }
         )
-        ack = await c.recv()
-    assert ack["type"] == "ack"
-    assert ack["req"] == "r1"
-    assert ack["duplicate"] is False
+        with anyio.fail_after(10):
+            ack = await c.recv()
+            deliver = await c.recv()
+            while deliver["type"] != "deliver":
+                deliver = await c.recv()
+        await c.send({"type": "delivered", "out_id": deliver["out_id"]})
+    assert ack["type"] == "ack" and ack["req"] == "r1" and ack["duplicate"] is False
     assert ack["session"].startswith("dm:ent_")
+    assert deliver["text"] == "hi there" and deliver["in_reply_to"] == ["m1"]
+    assert deliver["status"] == "final" and deliver["session"] == ack["session"]
     async with await BrokerClient.connect(d.socket) as op:
         sessions = await op.op("sessions.list")
-    assert [s["label"] for s in sessions] == [ack["session"]]
-    assert sessions[0]["queued"] == 1
+        shown = await op.op("session.show", session=ack["session"])
+    assert [(s["label"], s["turns"], s["queued"]) for s in sessions] == [(ack["session"], 1, 0)]
+    assert [(t["inputs"], t["output"], t["status"]) for t in shown["turns"]] == [
+        (["m1"], "hi there", "completed")
+    ]
