@@ -512,7 +512,7 @@ _CMD_WEIGHTS: dict[str, tuple[int, st.SearchStrategy[Cmd]]] = {
 cmd_st: st.SearchStrategy[Cmd] = st.sampled_from(
     [name for name, (weight, _) in _CMD_WEIGHTS.items() for _ in range(weight)]
 ).flatmap(lambda name: _CMD_WEIGHTS[name][1])
-cmds_st = st.lists(cmd_st, min_size=20, max_size=80)
+cmds_st = st.lists(cmd_st, min_size=15, max_size=60)
 
 
 @dataclass
@@ -750,7 +750,7 @@ def head_run(waiting: list[Item]) -> list[Item]:
     return waiting[:n]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(limits=limits_st, cmds=cmds_st)
 def test_random_runs_keep_every_invariant(limits: Limits, cmds: list[Cmd]) -> None:
     ledger = Ledger(State(limits))
@@ -759,7 +759,7 @@ def test_random_runs_keep_every_invariant(limits: Limits, cmds: list[Cmd]) -> No
     ledger.quiesce()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     limits=limits_st,
     waiting=st.lists(st.tuples(st.sampled_from(QUEUE_MODES), st.sampled_from(SOURCES)), max_size=5),
