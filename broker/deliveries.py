@@ -35,8 +35,8 @@ class Deliveries:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self.adapters: dict[str, list[Connection]] = {}
-        # out_id -> (channel, frame bytes, the connection it went to)
-        self.unconfirmed: dict[str, tuple[str, bytes, str | None]] = {}
+        # out_id -> (channel, session, frame bytes, the connection it went to)
+        self.unconfirmed: dict[str, tuple[str, str, bytes, str | None]] = {}
         # Confirmations wait here for one writer job to record them together.
         self._confirmed: deque[str] = deque()
         self._confirm_job = False
@@ -46,7 +46,10 @@ class Deliveries:
         conns = [c for c in self.adapters.get(channel, ()) if not c.closed]
         if not conns:
             return None
-        return conns[zlib.crc32(session.encode()) % len(conns)]
+        # Rendezvous hashing: a session keeps its adapter while others come
+        # and go; only the sessions of an adapter that leaves move.
+        key = session.encode()
+        return max(conns, key=lambda c: zlib.crc32(key, zlib.crc32(c.id.encode())))
 
     def delta(self, channel: str, session: str, frame: dict[str, Any]) -> None:
         conn = self.pick(channel, session)
@@ -55,20 +58,24 @@ class Deliveries:
 
     def deliver(self, out_id: str, channel: str, session: str, frame_json: str) -> None:
         """Send a committed reply; it stays unconfirmed until `delivered`."""
-        data = frame_json.encode() + b"\n"
+        self._send(out_id, channel, session, frame_json.encode() + b"\n")
+
+    def _send(self, out_id: str, channel: str, session: str, data: bytes) -> None:
         conn = self.pick(channel, session)
         sent_to = conn.id if conn is not None and conn.post(data) else None
-        self.unconfirmed[out_id] = (channel, data, sent_to)
+        self.unconfirmed[out_id] = (channel, session, data, sent_to)
 
     async def adapter_connected(self, conn: Connection) -> None:
         assert conn.channel is not None
         self.adapters.setdefault(conn.channel, []).append(conn)
         channel = conn.channel
         pending = await self.ledger.read(lambda c: turns.pending_outbox(c, channel, RESEND_BATCH))
-        for out_id, frame in pending:
-            data = frame.encode() + b"\n"
-            if conn.post(data):
-                self.unconfirmed[out_id] = (channel, data, conn.id)
+        live = {c.id for c in self.adapters.get(channel, ()) if not c.closed}
+        for out_id, session, frame in pending:
+            in_flight = self.unconfirmed.get(out_id)
+            if in_flight is not None and in_flight[3] in live and in_flight[3] != conn.id:
+                continue  # on its way through another live adapter already
+            self._send(out_id, channel, session, frame.encode() + b"\n")
         if pending:
             log.info(
                 "resent unconfirmed replies", conn=conn.id, channel=channel, count=len(pending)
@@ -80,11 +87,9 @@ class Deliveries:
         conns = self.adapters.get(conn.channel, [])
         if conn in conns:
             conns.remove(conn)
-        for out_id, (channel, data, sent_to) in list(self.unconfirmed.items()):
+        for out_id, (channel, session, data, sent_to) in list(self.unconfirmed.items()):
             if sent_to == conn.id:
-                other = self.pick(channel, out_id)
-                resent = other.id if other is not None and other.post(data) else None
-                self.unconfirmed[out_id] = (channel, data, resent)
+                self._send(out_id, channel, session, data)
 
     async def on_delivered(self, conn: Connection, frame: dict[str, Any]) -> None:
         args = check_args(frame, (ArgSpec("out_id", str, True, 64),), frame.get("req"))

@@ -295,11 +295,15 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
     return recovered
 
 
-def pending_outbox(conn: sqlite3.Connection, channel: str, limit: int) -> list[tuple[str, str]]:
+def pending_outbox(
+    conn: sqlite3.Connection, channel: str, limit: int
+) -> list[tuple[str, str, str]]:
+    """(out_id, session, frame) of the replies of a channel not yet confirmed."""
     return [
-        (str(r[0]), str(r[1]))
+        (str(r[0]), str(r[1]), str(r[2]))
         for r in conn.execute(
-            "SELECT out_id, frame FROM outbox WHERE channel = ? AND status = 'pending'"
+            "SELECT out_id, session_label, frame FROM outbox WHERE channel = ?"
+            " AND status = 'pending'"
             " ORDER BY created_at, out_id LIMIT ?",
             (channel, limit),
         )

@@ -124,7 +124,10 @@ class SessionActor:
         if backlog is None:
             backlog = await self.hub.recover_session(self.label)
         await self._load()
-        for item in backlog:
+        # A chat command cut off between its ack and its reply is still a command.
+        commands = [i for i in backlog if i.source == "person" and is_command(i.text or "")]
+        backlog = [i for i in backlog if i not in commands]
+        for item in (*backlog, *commands):
             self.items[item.id] = item
         # Items posted while loading may also be in the recovered backlog.
         self.queue = deque(
@@ -134,6 +137,9 @@ class SessionActor:
         idle_s = self.hub.settings.queue.idle_stop_s
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            for command in commands:
+                self.items.pop(command.id, None)
+                self.hub.chat_command(self, command)
             self._apply(m.Resume())
             while True:
                 timeout = self._wait_time(idle_s)
@@ -410,8 +416,12 @@ class SessionActor:
         if written == "thread":
             self.head = rec.turn_id
             self.turn_count += 1
-            if outcome == "completed":
+            # The same rule as ledger.turns.thread_messages, so an actor that
+            # starts later sees the same history: inputs unless the turn was
+            # aborted (they run again), the reply when there is one.
+            if status != "aborted":
                 self.history.extend(as_chat(i) for i in all_inputs)
+            if text or status == "completed":
                 self.history.append(ChatMessage("assistant", text))
         elif written == "orphan":
             outcome = "failed"
