@@ -33,6 +33,9 @@ from .server import AlreadyRunning, Connection, Server
 log = logs.get("broker.daemon")
 
 
+FLUSH_AT_STOP_S = 2.0  # for replies already posted to clients when the daemon stops
+
+
 class StartupError(Exception):
     """The daemon cannot start; the message says why in one sentence."""
 
@@ -101,7 +104,12 @@ class Daemon:
                 self.started = True
                 task_status.started(self)
                 await self._stop.wait()
-                log.info("stopping")
+                log.info("stopping", grace_s=s.shutdown_grace_s)
+                server.stop_accepting()
+                ingress.accepting = False
+                await mailboxes.drain(s.shutdown_grace_s)
+                with anyio.move_on_after(FLUSH_AT_STOP_S):
+                    await server.flush_all()
                 tg.cancel_scope.cancel()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await engine.aclose()

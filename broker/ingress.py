@@ -56,6 +56,7 @@ class Ingress:
         self.on_committed = on_committed
         self.adapters: dict[str, AdapterState] = {}
         self.frame_handlers: dict[str, Callable[[Connection, dict[str, Any]], Any]] = {}
+        self.accepting = True  # False while the daemon shuts down
 
     def attach(self, conn: Connection, tg: anyio.abc.TaskGroup) -> None:
         send, receive = anyio.create_memory_object_stream[AckEntry](self.settings.max_inflight)
@@ -85,6 +86,10 @@ class Ingress:
 
     def _inbound(self, conn: Connection, frame: dict[str, Any]) -> None:
         req = frame.get("req")
+        if not self.accepting:
+            raise ProtocolError(
+                "overloaded", "the broker is shutting down; send it again later", req=req
+            )
         msg = parse_inbound(frame, self.settings.max_text_bytes)
         state = self.adapters[conn.id]
         if state.inflight >= self.settings.max_inflight:

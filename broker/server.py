@@ -12,6 +12,7 @@ Rule 4: at most `max_inflight` inbound frames of one connection wait for their
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import socket
@@ -83,6 +84,8 @@ class Connection:
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._out_ready = anyio.Event()
+        self._flushed = anyio.Event()
+        self._sending = False
 
     def post(self, data: bytes, *, droppable: bool = False) -> bool:
         """Queue bytes to send; False if dropped (best effort) or the client is gone."""
@@ -106,7 +109,19 @@ class Connection:
             await self._out_ready.wait()
             self._out_ready = anyio.Event()
             data, self._out, self._out_bytes = b"".join(self._out), [], 0
-            await self.send_raw(data)
+            self._sending = True
+            try:
+                await self.send_raw(data)
+            finally:
+                self._sending = False
+            if not self._out:
+                self._flushed.set()
+                self._flushed = anyio.Event()
+
+    async def flushed(self) -> None:
+        """Return once everything posted so far has been written (or the client is gone)."""
+        while (self._out or self._sending) and not self.closed:
+            await self._flushed.wait()
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self.send_raw(encode(frame))
@@ -144,6 +159,8 @@ class Server:
         self._uids = frozenset(auth.allowed_uids if auth.allowed_uids is not None else [uid])
         self._gids = frozenset(auth.allowed_gids if auth.allowed_gids is not None else [gid])
         self.connections: dict[str, Connection] = {}
+        self._accepting = anyio.CancelScope()
+        self._unlink_on_stop = True  # False when the socket came from systemd
 
     async def open_listener(self) -> anyio.abc.SocketListener:
         path = self.settings.socket_path
@@ -157,11 +174,27 @@ class Server:
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        async with listener, anyio.create_task_group() as tg:
+        """Accept until `stop_accepting`; connections live on until cancelled."""
+        async with anyio.create_task_group() as tg:
             task_status.started()
-            while True:
-                stream = await listener.accept()
-                tg.start_soon(self._handle, stream)
+            with self._accepting:
+                async with listener:
+                    while True:
+                        stream = await listener.accept()
+                        tg.start_soon(self._handle, stream)
+            if self._unlink_on_stop:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.settings.socket_path)
+            await anyio.sleep_forever()
+
+    async def flush_all(self) -> None:
+        """Return once every connection has written out what it was posted."""
+        for conn in list(self.connections.values()):
+            await conn.flushed()
+
+    def stop_accepting(self) -> None:
+        """Close the listening socket; open connections keep going."""
+        self._accepting.cancel()
 
     async def _handle(self, stream: anyio.abc.SocketStream) -> None:
         conn = Connection(stream, new_id())

@@ -283,6 +283,8 @@ class SessionActor:
     def _start_turn(self, start: m.StartTurn) -> None:
         assert self.turn is None, "two turns of one session at once"
         assert self._tg is not None
+        if self.hub.draining:
+            return  # shutting down: the items stay queued in the ledger for the next start
         if self.pending_new:
             self._new_thread()
         inputs = [self.items[i.id] for i in start.items]
@@ -311,6 +313,7 @@ class SessionActor:
             )
         self.turn = None
         self.status = "idle"
+        self.hub.turn_ended()
         taken = tuple(i.id for i in turn.taken)
         for item_id in (*ids, *taken):
             if outcome != "aborted" or turn.abort_reason == "stop":

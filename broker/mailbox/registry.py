@@ -36,6 +36,7 @@ from .commands import Command, CommandError, parse
 log = logs.get("broker.mailboxes")
 Written = Literal["thread", "orphan", "lost"]
 MAX_ACTOR_RESTARTS = 5
+SHUTDOWN_COMMIT_S = 10.0  # for the commits of turns aborted at shutdown
 
 
 class Mailboxes:
@@ -58,6 +59,8 @@ class Mailboxes:
         self._tg: anyio.abc.TaskGroup | None = None
         self.started_actors = 0
         self._failures: dict[str, int] = {}
+        self.draining = False
+        self._turn_ended = anyio.Event()
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -115,7 +118,10 @@ class Mailboxes:
         if actor is None:
             # A live item is an arrival, not rehydrated backlog: it must go
             # through the machine as one (a collect item waits its quiet period).
-            actor = self._start(item.session, [])
+            # But after an actor of this session failed, its items wait in the ledger
+            # (some still marked running): recover them first, or they are stranded
+            # and this item runs ahead of them.
+            actor = self._start(item.session, None if item.session in self._failures else [])
         actor.post(item)
 
     def _start(self, label: str, backlog: list[ItemInfo] | None) -> SessionActor:
@@ -153,6 +159,33 @@ class Mailboxes:
         now = now_ms()
         await self.ledger.write(lambda c: lt.recover_crashed(c, now, session=label))
         return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
+
+    def turn_ended(self) -> None:
+        self._turn_ended.set()
+        self._turn_ended = anyio.Event()
+
+    def _busy(self) -> list[SessionActor]:
+        return [a for a in self.actors.values() if a.turn is not None]
+
+    async def drain(self, grace_s: float) -> None:
+        """Start no new turn; let running ones finish for `grace_s`, then abort them.
+
+        An aborted turn is committed with reason `shutdown` and its items go
+        back to the queue, so they run again after the next start.
+        """
+        self.draining = True
+        with anyio.move_on_after(grace_s):
+            while self._busy():
+                await self._turn_ended.wait()
+        busy = self._busy()
+        if busy:
+            log.warning("aborting turns still running at the shutdown deadline", turns=len(busy))
+        for actor in busy:
+            assert actor.turn is not None
+            actor.turn.abort("shutdown")
+        with anyio.move_on_after(SHUTDOWN_COMMIT_S):
+            while self._busy():
+                await self._turn_ended.wait()
 
     def retire(self, actor: SessionActor) -> None:
         if self.actors.get(actor.label) is actor:

@@ -1,0 +1,120 @@
+"""SIGTERM: stop accepting, let running turns finish up to the deadline, abort the rest."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import anyio
+import pytest
+
+from broker.client import BrokerClient
+from tests.conftest import DaemonFactory
+from tests.harness import DaemonProcess
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+
+def inbound(msg_id: str, text: str) -> dict[str, object]:
+    return {
+        "type": "inbound",
+        "req": msg_id,
+        "msg_id": msg_id,
+        "sender_id": "+1",
+        "peer_kind": "dm",
+        "text": text,
+        "queue_mode": "followup",
+    }
+
+
+async def start_turn(d: DaemonProcess, text: str) -> BrokerClient:
+    """Send one message and return once its turn streams."""
+    client = await BrokerClient.connect(d.socket, role="adapter", channel="sms")
+    await client.send(inbound("m1", text))
+    with anyio.fail_after(10):
+        while (await client.recv())["type"] != "delta":
+            pass
+    return client
+
+
+def wait_exit(d: DaemonProcess, timeout: float) -> tuple[int, float]:
+    assert d.proc is not None
+    started = time.monotonic()
+    code = d.proc.wait(timeout)
+    return code, time.monotonic() - started
+
+
+async def test_running_turn_finishes_within_the_grace_period(make_daemon: DaemonFactory) -> None:
+    d = make_daemon({"engine": {"chunks": 3, "delay_ms": 300}, "shutdown_grace_s": 10})
+    client = await start_turn(d, "one two three")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    frames = []
+    with anyio.fail_after(10):
+        try:
+            while True:
+                frames.append(await client.recv())
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+    await client.aclose()
+    code, _ = wait_exit(d, 10)
+    assert code == 0
+    delivers = [f for f in frames if f["type"] == "deliver"]
+    assert [(f["status"], f["text"]) for f in delivers] == [("final", "one two three")]
+    with d.db() as db:
+        assert db.execute("SELECT status FROM turns").fetchall() == [("completed",)]
+        assert db.execute("SELECT status FROM queue_items").fetchall() == [("done",)]
+
+
+async def test_turn_past_the_deadline_is_aborted_and_runs_after_restart(
+    make_daemon: DaemonFactory,
+) -> None:
+    d = make_daemon({"engine": {"chunks": 20, "delay_ms": 500}, "shutdown_grace_s": 0.5})
+    client = await start_turn(d, "a b c d e f g h i j k l m n o p q r s t")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    code, took = wait_exit(d, 15)
+    await client.aclose()
+    assert code == 0
+    assert took < 8, "the deadline bounds the shutdown"
+    with d.db() as db:
+        assert db.execute("SELECT status, reason FROM turns").fetchall() == [
+            ("aborted", "shutdown")
+        ]
+        assert db.execute("SELECT status FROM queue_items").fetchall() == [("queued",)]
+    d.config["engine"] = {"chunks": 1, "delay_ms": 0}
+    from tests.harness import write_config
+
+    write_config(d.config_path, d.config)
+    d.start()
+    with anyio.fail_after(10):
+        while True:
+            with d.db() as db:
+                rows = db.execute("SELECT status FROM turns ORDER BY started_at").fetchall()
+            if ("completed",) in rows:
+                break
+            await anyio.sleep(0.05)
+    assert rows == [("aborted",), ("completed",)]
+    d.terminate()
+
+
+async def test_second_signal_forces_exit(make_daemon: DaemonFactory) -> None:
+    d = make_daemon({"engine": {"chunks": 20, "delay_ms": 500}, "shutdown_grace_s": 30})
+    client = await start_turn(d, "a b c d e f g h i j k l m n o p q r s t")
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGTERM)
+    await anyio.sleep(0.3)
+    d.proc.send_signal(signal.SIGTERM)
+    code, took = wait_exit(d, 10)
+    await client.aclose()
+    assert took < 5
+    assert code in (0, 1, -signal.SIGTERM)
+    d.start()  # the cut-off turn is recovered as a crash and runs again
+    with anyio.fail_after(10):
+        while True:
+            with d.db() as db:
+                reasons = [r[0] for r in db.execute("SELECT reason FROM turns")]
+            if reasons:
+                break
+            await anyio.sleep(0.05)
+    assert reasons[0] in ("crash", "shutdown")
