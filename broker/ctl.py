@@ -178,6 +178,56 @@ def merge(
     call("entity.merge", render, **{"from": src, "into": into})
 
 
+@app.command()
+def logs(
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream live records.")] = False,
+    session: Annotated[str | None, typer.Option(help="Only records of this session.")] = None,
+    level: Annotated[str, typer.Option(help="Minimum level: debug, info, warning, error.")] = (
+        "info"
+    ),
+) -> None:
+    """Follow the broker's log (past records are in the journal: journalctl -u brokerd)."""
+    if not follow:
+        print(
+            "brokerctl: only --follow is served; past records are in the journal "
+            "(journalctl -u brokerd)",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
+
+    async def go() -> None:
+        async with await BrokerClient.connect(socket_path()) as client:
+            args = {"level": level, **({"session": session} if session else {})}
+            await client.op("logs.follow", **args)
+            while True:
+                frame = await client.recv()
+                if frame.get("type") == "log":
+                    _print_log(frame)
+
+    try:
+        anyio.run(go)
+    except KeyboardInterrupt:
+        return
+    except BrokerError as exc:
+        print(f"brokerctl: {exc.code}: {exc.frame.get('message')}", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    except (OSError, anyio.EndOfStream) as exc:
+        print(f"brokerctl: the broker at {socket_path()} went away", file=sys.stderr)
+        raise typer.Exit(2) from exc
+
+
+def _print_log(frame: dict[str, Any]) -> None:
+    if _opts["json"]:
+        frame.pop("type", None)
+        sys.stdout.write(orjson.dumps(frame).decode() + "\n")
+    else:
+        ts, lvl, event = frame.pop("timestamp", ""), frame.pop("level", ""), frame.pop("event", "")
+        frame.pop("type", None)
+        rest = " ".join(f"{k}={v}" for k, v in frame.items())
+        console.print(f"[dim]{ts}[/dim] {lvl:<7} [bold]{event}[/bold] {rest}", highlight=False)
+    sys.stdout.flush()
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
     app()

@@ -16,6 +16,7 @@ from ledger.store import Ledger
 
 from . import logs
 from .ids import now_ms
+from .logfollow import LEVEL_ORDER, Follower
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .server import Connection
 
@@ -36,6 +37,7 @@ class Ops:
             "session.show": self.session_show,
             "contact.show": self.contact_show,
             "entity.merge": self.entity_merge,
+            "logs.follow": self.logs_follow,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -134,6 +136,20 @@ class Ops:
             args, (ArgSpec("channel", str, True, 32), ArgSpec("sender_id", str, True, 256)), req
         )
         return await self.ledger.contact_show(a["channel"], a["sender_id"])
+
+    async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("session", str, False), ArgSpec("level", str, False, 16)), req
+        )
+        level = a.get("level", "info")
+        if level not in LEVEL_ORDER:
+            raise ProtocolError(
+                "invalid", f"level must be one of {', '.join(LEVEL_ORDER)}", field="level", req=req
+            )
+        follower = Follower(conn, a.get("session"), level)
+        assert conn.tg is not None
+        conn.tg.start_soon(follower.run)
+        return {"following": True, "session": a.get("session"), "level": level}
 
     async def entity_merge(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(args, (ArgSpec("from", str, True, 64), ArgSpec("into", str, True, 64)), req)

@@ -413,6 +413,18 @@ class SessionActor:
             outbox=self._outbox(turn, all_inputs, reply or "", status),
         )
         written = await self.hub.commit(rec)
+        log.info(
+            "turn " + (status if written != "lost" else "lost"),
+            session=self.label,
+            turn=rec.turn_id,
+            turn_type=rec.type,
+            reason=rec.reason,
+            msg_ids=[i.msg_id for i in all_inputs if i.msg_id],
+            channel=turn.channel,
+            ms=rec.completed_at - started,
+            prompt_tokens=rec.prompt_tokens,
+            completion_tokens=rec.completion_tokens,
+        )
         if written != "lost":
             self.tokens[0] += rec.prompt_tokens or 0
             self.tokens[1] += rec.completion_tokens or 0
