@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from policies.model import Owner, QueueMode, Rule
+from policies.model import Owner, QueueMode, Rule, RulesFile
 
 EX_CONFIG = 78
 CHANNEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -71,6 +71,12 @@ class QueueSettings(_Section):
     idle_stop_s: float = Field(30.0, gt=0)
 
 
+class Persona(_Section):
+    system_prompt: str | None = None
+    model: str | None = None  # passed to the engine; None: the engine's own
+    context_window: int | None = Field(None, ge=256)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -90,7 +96,9 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     queue: QueueSettings = QueueSettings()
     owners: list[Owner] = Field(default_factory=list)
-    routes: list[Rule] = Field(default_factory=list)
+    routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
+    policies_file: Path | None = None  # a TOML file of [[rules]]
+    personas: dict[str, Persona] = Field(default_factory=dict)
 
     @field_validator("socket_path")
     @classmethod
@@ -165,3 +173,47 @@ def _rule_name(loc: tuple[int | str, ...], data: dict[str, Any] | None) -> str:
         if isinstance(name, str):
             return f" (rule {name!r})"
     return ""
+
+
+def load_rules(settings: Settings) -> tuple[Rule, ...]:
+    """The routing rules: from `policies_file` if set, else the inline `routes`.
+
+    Raises ConfigError naming the file, the rule and the key at fault.
+    """
+    if settings.policies_file is None:
+        rules = tuple(settings.routes)
+        where = "routes"
+    else:
+        if settings.routes:
+            raise ConfigError("set either inline routes or policies_file, not both")
+        rules = _read_rules_file(settings.policies_file)
+        where = str(settings.policies_file)
+    for rule in rules:
+        persona = rule.session.persona
+        if persona is not None and persona not in settings.personas:
+            known = ", ".join(sorted(settings.personas)) or "none configured"
+            raise ConfigError(
+                f"invalid policies in {where}: rule {rule.name!r} names persona {persona!r}, "
+                f"which is not in [personas] ({known})"
+            )
+    return rules
+
+
+def _read_rules_file(path: Path) -> tuple[Rule, ...]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read policies file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"policies file {path} is not valid TOML: {exc}") from exc
+    try:
+        return tuple(RulesFile.model_validate(data).rules)
+    except ValidationError as exc:
+        lines = [f"invalid policies in {path}:"]
+        for err in exc.errors():
+            loc = err["loc"]
+            key = ".".join(str(part) for part in loc)
+            named = _rule_name(("routes", *loc[1:]), {"routes": data.get("rules")})
+            lines.append(f"  {key}{named}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from exc

@@ -228,6 +228,9 @@ def _print_log(frame: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+app.command("chat")(__import__("adapters.terminal").terminal.chat_command)
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
     app()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,7 +21,7 @@ from ledger.db import LedgerError
 from ledger.store import Ledger
 
 from . import logs
-from .config import Settings
+from .config import ConfigError, Settings, load_rules, load_settings
 from .deliveries import Deliveries
 from .engines.factory import build_engine
 from .ingress import Ingress
@@ -41,13 +42,49 @@ class StartupError(Exception):
 
 
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config_path: Path | None = None) -> None:
         self.settings = settings
+        self.config_path = config_path
         self._stop = anyio.Event()
         self.ledger: Ledger | None = None
         self.server: Server | None = None
         self.mailboxes: Mailboxes | None = None
+        self.router: Router | None = None
+        self.ingress: Ingress | None = None
         self.started = False
+
+    async def reload(self) -> None:
+        """SIGHUP: re-read the config and apply what can change live.
+
+        An invalid new config is refused with a logged reason and the old one
+        stays in force. Keys that need a restart keep their old values.
+        """
+        try:
+            new = await anyio.to_thread.run_sync(self._load_config)
+        except ConfigError as exc:
+            log.error("reload refused; the old configuration stays in force", reason=str(exc))
+            return
+        merged, pending = merge_live(self.settings, new)
+        rules = load_rules(merged)  # validated by _load_config already
+        self.settings = merged
+        if self.router is not None:
+            self.router.update(rules, frozenset((o.channel, o.sender_id) for o in merged.owners))
+        if self.server is not None:
+            self.server.apply_auth(merged)
+        if self.ingress is not None:
+            self.ingress.settings = merged
+        if self.mailboxes is not None:
+            self.mailboxes.reconfigure(merged)
+        logs.configure(merged.log_level, merged.log_format)
+        if pending:
+            log.warning("reloaded; these settings take effect after a restart", keys=pending)
+        else:
+            log.info("reloaded", rules=len(rules))
+
+    def _load_config(self) -> Settings:
+        settings = load_settings(self.config_path)
+        load_rules(settings)
+        return settings
 
     def stop(self) -> None:
         self._stop.set()
@@ -67,12 +104,14 @@ class Daemon:
                 log.info(
                     "ledger migrated", applied=ledger.migrations_applied, path=str(s.ledger.path)
                 )
-            router = Router(tuple(s.routes), frozenset((o.channel, o.sender_id) for o in s.owners))
+            router = Router(load_rules(s), frozenset((o.channel, o.sender_id) for o in s.owners))
+            self.router = router
             deliveries = Deliveries(ledger)
             engine = build_engine(s.engine)
             mailboxes = Mailboxes(s, ledger, engine, router, deliveries)
             self.mailboxes = mailboxes
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
+            self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
             ops = Ops(ledger, self.state_of)
 
@@ -116,10 +155,33 @@ class Daemon:
         log.info("stopped")
 
 
+RESTART_ONLY = ("socket_path", "socket_mode", "ledger", "server_name", "policies_file")
+ENGINE_LIVE = frozenset({"timeout_s"})
+
+
+def merge_live(old: Settings, new: Settings) -> tuple[Settings, list[str]]:
+    """`new` with the keys that need a restart kept from `old`; and those keys, if changed."""
+    keep: dict[str, object] = {key: getattr(old, key) for key in RESTART_ONLY}
+    pending = [key for key in RESTART_ONLY if getattr(old, key) != getattr(new, key)]
+    engine_changed = [
+        f"engine.{key}"
+        for key in type(old.engine).model_fields
+        if key not in ENGINE_LIVE and getattr(old.engine, key) != getattr(new.engine, key)
+    ]
+    if engine_changed:
+        keep["engine"] = old.engine.model_copy(update={"timeout_s": new.engine.timeout_s})
+        pending += engine_changed
+    return new.model_copy(update=keep), pending
+
+
 async def watch_signals(daemon: Daemon, scope: anyio.CancelScope) -> None:
-    """First SIGTERM/SIGINT stops the daemon cleanly; a second one cancels everything."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    """SIGHUP reloads. The first SIGTERM/SIGINT stops cleanly; a second one cancels everything."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.info("signal received", signal="SIGHUP")
+                await daemon.reload()
+                continue
             if daemon._stop.is_set():
                 log.warning("second signal, forcing exit", signal=signal.Signals(signum).name)
                 scope.cancel()
@@ -128,8 +190,8 @@ async def watch_signals(daemon: Daemon, scope: anyio.CancelScope) -> None:
             daemon.stop()
 
 
-async def run_until_signalled(settings: Settings) -> None:
-    daemon = Daemon(settings)
+async def run_until_signalled(settings: Settings, config_path: Path | None = None) -> None:
+    daemon = Daemon(settings, config_path)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_signals, daemon, tg.cancel_scope)

@@ -10,7 +10,7 @@ import anyio
 import typer
 
 from . import logs
-from .config import EX_CONFIG, ConfigError, load_settings
+from .config import EX_CONFIG, ConfigError, config_path, load_rules, load_settings
 from .daemon import StartupError, backend_options, run_until_signalled
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ def run(
 ) -> None:
     try:
         settings = load_settings(config)
+        load_rules(settings)
     except ConfigError as exc:
         print(f"brokerd: {exc}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG) from exc
@@ -45,7 +46,11 @@ def run(
     chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
     try:
         anyio.run(
-            run_until_signalled, settings, backend=chosen, backend_options=backend_options(chosen)
+            run_until_signalled,
+            settings,
+            config_path(config),
+            backend=chosen,
+            backend_options=backend_options(chosen),
         )
     except StartupError as exc:
         print(f"brokerd: cannot start: {exc}", file=sys.stderr)

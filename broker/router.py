@@ -6,6 +6,8 @@ lookups that need the ledger happen inside the ingest transaction.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,6 +15,7 @@ import orjson
 
 from ledger.ingest import InboundRecord, SessionSpec
 from policies.model import Decision, Delivery, Rule, decide
+from policies.ratelimit import RateLimiter
 
 from .protocol import Inbound, ProtocolError
 
@@ -28,11 +31,24 @@ DECISION_CACHE = 100_000
 
 
 class Router:
-    def __init__(self, rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        rules: tuple[Rule, ...],
+        owners: frozenset[tuple[str, str]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.rules = rules
         self.owners = owners
+        self.clock = clock
+        self.limiter = RateLimiter()
         # Decisions depend only on (channel, peer kind, sender) and the rules.
         self._decisions: dict[tuple[str, str, str], Decision] = {}
+
+    def update(self, rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]) -> None:
+        """New rules (a reload): forget cached decisions and rate buckets."""
+        self.rules, self.owners = rules, owners
+        self._decisions.clear()
+        self.limiter.clear()
 
     def decision(self, channel: str, peer_kind: str, sender_id: str) -> Decision:
         key = (channel, peer_kind, sender_id)
@@ -48,6 +64,15 @@ class Router:
 
     def route(self, channel: str, msg: Inbound, req: str | None) -> Routed:
         decision = self.decision(channel, msg.peer_kind, msg.sender_id)
+        if decision.rate is not None and not self.limiter.allow(
+            (decision.rule, channel, msg.sender_id), decision.rate, self.clock()
+        ):
+            raise ProtocolError(
+                "overloaded",
+                f"rate limit of rule {decision.rule!r}: at most {decision.rate.per_minute:g} "
+                f"messages a minute (burst {decision.rate.burst}); retry later",
+                req=req,
+            )
         if (
             msg.queue_mode is not None
             and decision.allowed_modes is not None

@@ -154,13 +154,18 @@ class Server:
         self._on_operator_frame = on_operator_frame
         self._on_hello = on_hello
         self._on_close = on_close
+        self.apply_auth(settings)
+        self.connections: dict[str, Connection] = {}
+        self._accepting = anyio.CancelScope()
+        self._unlink_on_stop = True  # False when the socket came from systemd
+
+    def apply_auth(self, settings: Settings) -> None:
+        """Take the peer and token rules of `settings` (at start and on reload)."""
+        self.settings = settings
         uid, gid = os.getuid(), os.getgid()
         auth = settings.auth
         self._uids = frozenset(auth.allowed_uids if auth.allowed_uids is not None else [uid])
         self._gids = frozenset(auth.allowed_gids if auth.allowed_gids is not None else [gid])
-        self.connections: dict[str, Connection] = {}
-        self._accepting = anyio.CancelScope()
-        self._unlink_on_stop = True  # False when the socket came from systemd
 
     async def open_listener(self) -> anyio.abc.SocketListener:
         path = self.settings.socket_path

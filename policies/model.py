@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from broker.identity import TEMPLATE_FIELDS
 from ledger.ingest import SessionSpec
 
+from .ratelimit import Rate
+
 QueueMode = Literal["interrupt", "steer", "followup", "collect", "queue"]
 PrincipalKind = Literal["owner", "known", "unknown"]
 ChatCommand = Literal["queue", "stop", "status", "new", "compact"]
@@ -69,6 +71,13 @@ class QueueRule(BaseModel):
     allowed: list[QueueMode] | None = None  # None: the sender may choose any mode
 
 
+class RateRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    per_minute: float = Field(gt=0)
+    burst: int = Field(1, ge=1)
+
+
 class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -77,6 +86,15 @@ class Rule(BaseModel):
     session: SessionRule = SessionRule()
     queue: QueueRule = QueueRule()
     commands: list[ChatCommand] | None = None  # None: every chat command
+    rate: RateRule | None = None  # per sender; None: no limit
+
+
+class RulesFile(BaseModel):
+    """A policies file: `[[rules]]` tables, matched first to last."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: list[Rule] = Field(default_factory=list)
 
 
 class Owner(BaseModel):
@@ -105,6 +123,7 @@ class Decision:
     default_mode: QueueMode | None
     allowed_modes: frozenset[str] | None
     commands: frozenset[str]
+    rate: Rate | None = None
 
     @property
     def spec(self) -> SessionSpec:
@@ -142,5 +161,6 @@ def decide(
                 default_mode=rule.queue.mode,
                 allowed_modes=None if rule.queue.allowed is None else frozenset(rule.queue.allowed),
                 commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
+                rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover

@@ -103,7 +103,7 @@ class SessionActor:
         self.tokens = [0, 0]  # prompt, completion: running totals of this session
         self.history: deque[ChatMessage] = deque(maxlen=HISTORY_MESSAGES)
         self.pending_new = False
-        self.state = m.State(limits=self._limits())
+        self.state = m.State(limits=self.limits())
         self._tg: anyio.abc.TaskGroup | None = None
         self._last_activity = anyio.current_time()
 
@@ -133,7 +133,7 @@ class SessionActor:
         self.queue = deque(
             e for e in self.queue if not (isinstance(e, ItemInfo) and e.id in self.items)
         )
-        self.state = m.State.initial(self._limits(), [self._machine_item(i) for i in backlog])
+        self.state = m.State.initial(self.limits(), [self._machine_item(i) for i in backlog])
         idle_s = self.hub.settings.queue.idle_stop_s
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -187,7 +187,7 @@ class SessionActor:
 
     # -- the machine -----------------------------------------------------------
 
-    def _limits(self) -> m.Limits:
+    def limits(self) -> m.Limits:
         q = self.hub.settings.queue
         return m.Limits(
             debounce_s=self.override.get("debounce_ms", q.debounce_ms) / 1000,
@@ -246,7 +246,7 @@ class SessionActor:
             self._apply(m.Stop())
         elif command.name == "queue":
             self.override = dict(command.override or {})
-            self._apply(m.Configure(self._limits()))
+            self._apply(m.Configure(self.limits()))
         elif command.name == "new":
             self.pending_new = True
             if self.turn is None:
@@ -331,11 +331,12 @@ class SessionActor:
                 f"{len(start.dropped_note)} earlier message(s) were dropped because the "
                 f"queue was full: {listed}",
             )
-        persona = self.hub.personas.get(self.persona or "")
+        persona = self.hub.settings.personas.get(self.persona or "")
         return TurnRequest(
             session=self.label,
             turn_id=turn.id,
-            system_prompt=persona,
+            system_prompt=persona.system_prompt if persona else None,
+            model=persona.model if persona else None,
             history=tuple(self.history),
             inputs=tuple(as_chat(i) for i in inputs),
             notes=notes,

@@ -30,6 +30,7 @@ from ledger.store import Ledger
 from ledger.turns import HeadMoved, ItemInfo, TurnRecord
 from ledger.writer import LedgerWriteFailed
 
+from . import machine as m
 from .actor import SessionActor
 from .commands import Command, CommandError, parse
 
@@ -47,14 +48,12 @@ class Mailboxes:
         engine: Engine,
         router: Router,
         deliveries: Deliveries,
-        personas: dict[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.ledger = ledger
         self.engine = engine
         self.router = router
         self.deliveries = deliveries
-        self.personas = personas or {}
         self.actors: dict[str, SessionActor] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.started_actors = 0
@@ -190,6 +189,12 @@ class Mailboxes:
     def retire(self, actor: SessionActor) -> None:
         if self.actors.get(actor.label) is actor:
             del self.actors[actor.label]
+
+    def reconfigure(self, settings: Settings) -> None:
+        """New queue settings (a reload): every live actor recomputes its limits."""
+        self.settings = settings
+        for actor in self.actors.values():
+            actor.post(m.Configure(actor.limits()))
 
     def state_of(self, label: str) -> str:
         actor = self.actors.get(label)
