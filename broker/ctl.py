@@ -231,6 +231,28 @@ def _print_log(frame: dict[str, Any]) -> None:
 app.command("chat")(__import__("adapters.terminal").terminal.chat_command)
 
 
+@app.command()
+def doctor() -> None:
+    """Check the config, socket, daemon, ledger and stuck sessions; say what to fix."""
+    from .doctor import run_checks
+
+    findings = anyio.run(run_checks, _opts["config"])
+    if _opts["json"]:
+        rows = [
+            {"level": f.level, "check": f.check, "message": f.message, "fix": f.fix}
+            for f in findings
+        ]
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        colour = {"ok": "green", "warn": "yellow", "fail": "red"}
+        for f in findings:
+            console.print(f"[{colour[f.level]}]{f.level:>4}[/] {f.check:<11} {f.message}")
+            if f.fix and f.level != "ok":
+                console.print(f"{'':17}→ {f.fix}")
+    if any(f.level == "fail" for f in findings):
+        raise typer.Exit(1)
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
     app()

@@ -1,0 +1,213 @@
+"""`brokerctl doctor`: checks an operator can run without reading the code.
+
+Each check returns findings: ok, warn or fail, with what to do about it. The
+checks read the config, the socket and the ledger file directly, so they also
+work while the daemon is down; the daemon itself is asked for `health`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import anyio
+
+from ledger.db import integrity_check, load_migrations, schema_version
+
+from .client import BrokerClient
+from .config import ConfigError, Settings, load_rules, load_settings
+
+Level = Literal["ok", "warn", "fail"]
+STUCK_FACTOR = 2  # a turn running longer than twice the engine timeout is stuck
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    level: Level
+    check: str
+    message: str
+    fix: str = ""
+
+
+def check_config(path: Path | None) -> tuple[Settings | None, list[Finding]]:
+    try:
+        settings = load_settings(path)
+        rules = load_rules(settings)
+    except ConfigError as exc:
+        return None, [Finding("fail", "config", str(exc), "correct the key it names")]
+    return settings, [Finding("ok", "config", f"valid; {len(rules)} route rule(s)")]
+
+
+def check_socket(settings: Settings) -> list[Finding]:
+    path = settings.socket_path
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return [
+            Finding(
+                "fail",
+                "socket",
+                f"{path} does not exist",
+                "start the daemon (systemctl start brokerd)",
+            )
+        ]
+    if not stat.S_ISSOCK(st.st_mode):
+        return [Finding("fail", "socket", f"{path} is not a socket", "remove it and restart")]
+    mode = stat.S_IMODE(st.st_mode)
+    out = [Finding("ok", "socket", f"{path} owned by {st.st_uid}:{st.st_gid}, mode {mode:o}")]
+    if mode & 0o007:
+        out.append(
+            Finding(
+                "warn",
+                "socket",
+                f"{path} is accessible to every user (mode {mode:o})",
+                "set socket_mode = 0o660 (or SocketMode=0660 in the socket unit)",
+            )
+        )
+    if st.st_uid != os.getuid() and not os.access(path, os.R_OK | os.W_OK):
+        out.append(
+            Finding(
+                "fail",
+                "socket",
+                "this user may not use the socket",
+                "run as the broker's user or add yourself to its group",
+            )
+        )
+    return out
+
+
+async def check_daemon(settings: Settings) -> list[Finding]:
+    try:
+        with anyio.fail_after(5):
+            async with await BrokerClient.connect(settings.socket_path) as client:
+                health = await client.op("health")
+    except (OSError, TimeoutError) as exc:
+        return [
+            Finding(
+                "fail",
+                "daemon",
+                f"no answer on {settings.socket_path}: {exc}",
+                "check `journalctl -u brokerd` and start it",
+            )
+        ]
+    except Exception as exc:  # refused: credentials, version
+        return [Finding("fail", "daemon", f"refused: {exc}", "check auth.allowed_uids/gids")]
+    return [
+        Finding(
+            "ok",
+            "daemon",
+            f"up {health['uptime_s']:.0f}s, {health['sessions']} "
+            f"sessions, {health['queued']} queued",
+        )
+    ]
+
+
+def check_ledger(settings: Settings) -> list[Finding]:
+    path = settings.ledger.path
+    if not path.exists():
+        return [
+            Finding(
+                "warn", "ledger", f"{path} does not exist yet", "it is created at the first start"
+            )
+        ]
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return _ledger_findings(conn, settings, path)
+    finally:
+        conn.close()
+
+
+def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -> list[Finding]:
+    out = []
+    problems = integrity_check(conn)
+    if problems:
+        out.append(
+            Finding(
+                "fail",
+                "ledger",
+                f"integrity check failed: {problems[:3]}",
+                "stop the daemon and restore the latest backup (see README)",
+            )
+        )
+    else:
+        out.append(Finding("ok", "ledger", f"{path} passes the integrity check"))
+    version, latest = schema_version(conn), len(load_migrations())
+    if version < latest:
+        out.append(
+            Finding(
+                "warn",
+                "migrations",
+                f"schema {version}, this broker has {latest}",
+                "the next start migrates it; back up the ledger first",
+            )
+        )
+    elif version > latest:
+        out.append(
+            Finding(
+                "fail",
+                "migrations",
+                f"schema {version} is newer than this broker ({latest})",
+                "run the broker version that wrote it",
+            )
+        )
+    else:
+        out.append(Finding("ok", "migrations", f"schema {version} is current"))
+    out += _stuck(conn, settings)
+    return out
+
+
+def _stuck(conn: sqlite3.Connection, settings: Settings) -> list[Finding]:
+    limit_ms = int(settings.engine.timeout_s * STUCK_FACTOR * 1000)
+    cutoff = int(time.time() * 1000) - limit_ms
+    rows = conn.execute(
+        "SELECT session_label, min(updated_at) FROM queue_items WHERE status = 'running'"
+        " AND updated_at < ? GROUP BY session_label",
+        (cutoff,),
+    ).fetchall()
+    out = [
+        Finding(
+            "warn",
+            "stuck",
+            f"{label}: a turn has run for {(time.time() * 1000 - since) / 60000:.1f} min",
+            f"brokerctl show {label}; a restart records it as aborted and runs it again",
+        )
+        for label, since in rows
+    ]
+    pending = conn.execute(
+        "SELECT channel, count(*) FROM outbox WHERE status = 'pending' AND created_at < ?"
+        " GROUP BY channel",
+        (cutoff,),
+    ).fetchall()
+    out += [
+        Finding(
+            "warn",
+            "replies",
+            f"{count} reply(ies) on channel {channel!r} unconfirmed",
+            f"is an adapter for {channel!r} running and sending `delivered`?",
+        )
+        for channel, count in pending
+    ]
+    if not out:
+        out.append(
+            Finding(
+                "ok",
+                "stuck",
+                f"no turn running past {limit_ms // 1000}s, no old unconfirmed replies",
+            )
+        )
+    return out
+
+
+async def run_checks(config: Path | None) -> list[Finding]:
+    settings, findings = check_config(config)
+    if settings is None:
+        return findings
+    findings += check_socket(settings)
+    findings += await check_daemon(settings)
+    findings += await anyio.to_thread.run_sync(check_ledger, settings)
+    return findings
