@@ -19,8 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ledger.errors import LedgerLookupError
+
 from .client import BrokerClient, BrokerError
 from .config import ConfigError, load_settings
+from .ids import now_ms
 
 app = typer.Typer(
     pretty_exceptions_enable=False,
@@ -230,6 +233,78 @@ def _print_log(frame: dict[str, Any]) -> None:
 
 
 app.command("chat")(__import__("adapters.terminal").terminal.chat_command)
+
+
+@app.command()
+def fork(
+    turn: Annotated[str, typer.Argument(help="The turn to branch from.")],
+    label: Annotated[str | None, typer.Option(help="The new session's label.")] = None,
+) -> None:
+    """A new session whose head is TURN; both go on independently."""
+    call("session.fork", lambda d: console.print(f"forked: {d['label']}"), turn=turn, label=label)
+
+
+@app.command("export")
+def export_(
+    session: Annotated[str, typer.Argument(help="A session label.")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="File (default stdout).")
+    ] = None,
+) -> None:
+    """Write a session's thread as JSON lines: a header, then its turns with messages."""
+    from ledger.sessions import export_lines
+
+    conn = _ledger_conn(readonly=True)
+    out = output.open("wb") if output else sys.stdout.buffer
+    try:
+        conn.execute("BEGIN")  # one snapshot for the whole export
+        for line in export_lines(conn, session, now_ms()):
+            out.write(orjson.dumps(line) + b"\n")
+    except LedgerLookupError as exc:
+        print(f"brokerctl: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    finally:
+        conn.close()
+        if output:
+            out.close()
+
+
+@app.command("import")
+def import_(
+    source: Annotated[Path, typer.Argument(help="A file written by `brokerctl export`.")],
+    label: Annotated[str | None, typer.Option(help="The new session's label.")] = None,
+) -> None:
+    """Read an exported thread back into a new session (new turn ids)."""
+    from ledger.sessions import ImportError_, import_lines
+
+    conn = _ledger_conn(readonly=False)
+    try:
+        with source.open("rb") as fh:
+            conn.execute("BEGIN IMMEDIATE")
+            made, turns = import_lines(conn, fh, label, now_ms())
+            conn.execute("COMMIT")
+    except (ImportError_, LedgerLookupError, OSError) as exc:
+        print(f"brokerctl: import failed, nothing was written: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+    console.print(f"imported {turns} turn(s) as {made}")
+
+
+def _ledger_conn(*, readonly: bool) -> sqlite3.Connection:
+    from ledger.db import connect
+
+    try:
+        settings = load_settings(_opts["config"])
+    except ConfigError as exc:
+        print(f"brokerctl: {exc}", file=sys.stderr)
+        raise typer.Exit(78) from exc
+    if not settings.ledger.path.exists():
+        print(f"brokerctl: no ledger at {settings.ledger.path}", file=sys.stderr)
+        raise typer.Exit(1)
+    return connect(settings.ledger.path, settings.ledger.synchronous, readonly=readonly)
 
 
 @app.command()

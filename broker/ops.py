@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ledger import queries
+from ledger import queries, sessions
 from ledger.errors import LedgerLookupError
 from ledger.store import Ledger
 
@@ -38,6 +38,7 @@ class Ops:
             "contact.show": self.contact_show,
             "entity.merge": self.entity_merge,
             "logs.follow": self.logs_follow,
+            "session.fork": self.session_fork,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -121,6 +122,8 @@ class Ops:
                 "merged_into": row["merged_into"],
                 "persona": row["persona"],
                 "parent": row["parent_session"],
+                "parent_turn": row["parent_turn_id"],
+                "origin": row["origin"],
                 "aliases": queries.aliases_of(c, label),
                 "head": row["head_turn_id"],
                 "queued": queries.queued_items(c, label, limit),
@@ -136,6 +139,15 @@ class Ops:
             args, (ArgSpec("channel", str, True, 32), ArgSpec("sender_id", str, True, 256)), req
         )
         return await self.ledger.contact_show(a["channel"], a["sender_id"])
+
+    async def session_fork(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("turn", str, True, 64), ArgSpec("label", str, False, 200)), req
+        )
+        now = now_ms()
+        label = await self.ledger.write(lambda c: sessions.fork(c, a["turn"], a.get("label"), now))
+        log.info("session forked", session=label, turn=a["turn"])
+        return {"label": label}
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

@@ -1,0 +1,213 @@
+"""Session-level writes that are not turns: forks and imports.
+
+Rule 1: a fork is one new row (and a history row): constant time, whatever
+        the length of the thread; the fork shares every ancestor turn.
+Rule 2: an import creates a new session with new turn ids, so an exported
+        thread can be imported any number of times, into any ledger.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from broker.ids import new_id
+
+from .errors import Conflict, NotFound
+
+EXPORT_FORMAT = "agent-broker-session"
+EXPORT_VERSION = 1
+
+
+def label_free(conn: sqlite3.Connection, label: str) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM sessions WHERE label = ?", (label,)).fetchone() is None
+        and conn.execute("SELECT 1 FROM session_aliases WHERE alias = ?", (label,)).fetchone()
+        is None
+    )
+
+
+def fork(conn: sqlite3.Connection, turn_id: str, label: str | None, now: int) -> str:
+    row = conn.execute(
+        "SELECT t.session_label, s.persona FROM turns t JOIN sessions s"
+        " ON s.label = t.session_label WHERE t.id = ?",
+        (turn_id,),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no turn {turn_id!r}", field="turn")
+    label = label or f"fork:{new_id()}"
+    if not label_free(conn, label):
+        raise Conflict(f"the label {label!r} is taken", field="label")
+    conn.execute(
+        "INSERT INTO sessions (label, kind, head_turn_id, persona, origin, status,"
+        " parent_session, parent_turn_id, created_at, updated_at)"
+        " VALUES (?, 'fork', ?, ?, 'fork', 'active', ?, ?, ?, ?)",
+        (label, turn_id, row[1], row[0], turn_id, now, now),
+    )
+    conn.execute(
+        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+        " VALUES (?, ?, NULL, 'fork', ?)",
+        (label, turn_id, now),
+    )
+    return label
+
+
+def export_lines(conn: sqlite3.Connection, label: str, now: int) -> Iterator[dict[str, Any]]:
+    """A header, then each turn of the session's thread from its root, with messages."""
+    row = conn.execute(
+        "SELECT head_turn_id, persona, kind, origin FROM sessions WHERE label = ?", (label,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    chain = thread_ids(conn, row[0])
+    yield {
+        "type": "header",
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "label": label,
+        "persona": row[1],
+        "kind": row[2],
+        "origin": row[3],
+        "exported_at": now,
+        "turns": len(chain),
+    }
+    for turn_id in chain:
+        yield _turn_line(conn, turn_id)
+
+
+def thread_ids(conn: sqlite3.Connection, head: str | None) -> list[str]:
+    if head is None:
+        return []
+    rows = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL) SELECT id FROM chain ORDER BY depth DESC",
+        (head,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+TURN_COLUMNS = (
+    "id",
+    "type",
+    "status",
+    "reason",
+    "error",
+    "output",
+    "engine",
+    "model",
+    "started_at",
+    "completed_at",
+    "prompt_tokens",
+    "completion_tokens",
+)
+MESSAGE_COLUMNS = ("role", "channel", "msg_id", "sender_id", "content", "tokens", "created_at")
+TOOL_COLUMNS = ("name", "arguments", "result", "status", "created_at")
+
+
+def _turn_line(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any]:
+    turn = conn.execute(
+        f"SELECT {', '.join(TURN_COLUMNS)} FROM turns WHERE id = ?", (turn_id,)
+    ).fetchone()
+    line: dict[str, Any] = {"type": "turn", **dict(zip(TURN_COLUMNS, turn, strict=True))}
+    line["messages"] = [
+        dict(zip(MESSAGE_COLUMNS, r, strict=True))
+        for r in conn.execute(
+            f"SELECT {', '.join(MESSAGE_COLUMNS)} FROM messages WHERE turn_id = ? ORDER BY seq",
+            (turn_id,),
+        )
+    ]
+    line["tool_calls"] = [
+        dict(zip(TOOL_COLUMNS, r, strict=True))
+        for r in conn.execute(
+            f"SELECT {', '.join(TOOL_COLUMNS)} FROM tool_calls WHERE turn_id = ? ORDER BY seq",
+            (turn_id,),
+        )
+    ]
+    return line
+
+
+class ImportError_(ValueError):
+    """The file is not an export this broker can read; the message says where."""
+
+
+def import_lines(
+    conn: sqlite3.Connection, lines: Iterable[bytes | str], label: str | None, now: int
+) -> tuple[str, int]:
+    """Read an export into a new session; return its label and the number of turns."""
+    it = iter(lines)
+    header = _parse(next(it, b""), 1)
+    if header.get("type") != "header" or header.get("format") != EXPORT_FORMAT:
+        raise ImportError_("line 1: not an agent-broker session export")
+    if header.get("version") != EXPORT_VERSION:
+        raise ImportError_(f"line 1: export version {header.get('version')} is not supported")
+    label = label or f"import:{new_id()}"
+    if not label_free(conn, label):
+        raise Conflict(f"the label {label!r} is taken", field="label")
+    conn.execute(
+        "INSERT INTO sessions (label, kind, persona, origin, status, created_at, updated_at)"
+        " VALUES (?, 'import', ?, 'import', 'active', ?, ?)",
+        (label, header.get("persona"), now, now),
+    )
+    parent: str | None = None
+    count = 0
+    for number, raw in enumerate(it, start=2):
+        turn = _parse(raw, number)
+        if turn.get("type") != "turn":
+            raise ImportError_(f"line {number}: expected a turn")
+        parent = _insert_turn(conn, turn, label, parent, number)
+        count += 1
+    conn.execute(
+        "UPDATE sessions SET head_turn_id = ?, turns = ? WHERE label = ?", (parent, count, label)
+    )
+    conn.execute(
+        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+        " VALUES (?, ?, NULL, 'import', ?)",
+        (label, parent, now),
+    )
+    return label, count
+
+
+def _parse(raw: bytes | str, number: int) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ImportError_(f"line {number}: not JSON ({exc.msg})") from exc
+    if not isinstance(value, dict):
+        raise ImportError_(f"line {number}: not a JSON object")
+    return value
+
+
+def _insert_turn(
+    conn: sqlite3.Connection, turn: dict[str, Any], label: str, parent: str | None, number: int
+) -> str:
+    turn_id = new_id()
+    try:
+        values = [turn[c] for c in TURN_COLUMNS[1:]]
+        conn.execute(
+            f"INSERT INTO turns (id, session_label, parent_id, {', '.join(TURN_COLUMNS[1:])})"
+            f" VALUES (?, ?, ?, {', '.join('?' * (len(TURN_COLUMNS) - 1))})",
+            (turn_id, label, parent, *values),
+        )
+        conn.executemany(
+            f"INSERT INTO messages (turn_id, seq, {', '.join(MESSAGE_COLUMNS)})"
+            f" VALUES (?, ?, {', '.join('?' * len(MESSAGE_COLUMNS))})",
+            [
+                (turn_id, n, *(m[c] for c in MESSAGE_COLUMNS))
+                for n, m in enumerate(turn["messages"])
+            ],
+        )
+        conn.executemany(
+            f"INSERT INTO tool_calls (id, turn_id, seq, {', '.join(TOOL_COLUMNS)})"
+            f" VALUES (?, ?, ?, {', '.join('?' * len(TOOL_COLUMNS))})",
+            [
+                (new_id(), turn_id, n, *(t[c] for c in TOOL_COLUMNS))
+                for n, t in enumerate(turn["tool_calls"])
+            ],
+        )
+    except (KeyError, TypeError, sqlite3.IntegrityError) as exc:
+        raise ImportError_(f"line {number}: a turn with a missing or bad field ({exc})") from exc
+    return turn_id
