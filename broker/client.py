@@ -93,9 +93,9 @@ class BrokerClient:
             if frame.get("req") == req:
                 return frame
 
-    async def op(self, op: str, **args: Any) -> Any:
+    async def op(self, name: str, /, **args: Any) -> Any:
         req = new_id()
-        await self.send({"type": "op", "req": req, "op": op, "args": args})
+        await self.send({"type": "op", "req": req, "op": name, "args": args})
         reply = await self.recv_until(req)
         if reply.get("type") == "error":
             raise BrokerError(reply)

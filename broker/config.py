@@ -71,6 +71,17 @@ class QueueSettings(_Section):
     idle_stop_s: float = Field(30.0, gt=0)
 
 
+class WorkerSettings(_Section):
+    max_depth: int = Field(2, ge=1, le=10)  # a worker's worker's ... worker
+    max_children: int = Field(8, ge=1, le=1000)  # running workers per session
+    timeout_s: float = Field(600.0, gt=0)  # a dispatch not finished by then times out
+    persona: str | None = None  # a persona for workers; None: `system_prompt` below
+    system_prompt: str = (
+        "You are a worker agent. Another agent dispatched the task below to you. Do it, "
+        "then reply with the result only: it goes back to the agent that asked."
+    )
+
+
 class Persona(_Section):
     system_prompt: str | None = None
     model: str | None = None  # passed to the engine; None: the engine's own
@@ -99,6 +110,7 @@ class Settings(BaseSettings):
     routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
     policies_file: Path | None = None  # a TOML file of [[rules]]
     personas: dict[str, Persona] = Field(default_factory=dict)
+    workers: WorkerSettings = WorkerSettings()
 
     @field_validator("socket_path")
     @classmethod

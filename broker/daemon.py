@@ -20,7 +20,7 @@ import anyio.abc
 from ledger.db import LedgerError
 from ledger.store import Ledger
 
-from . import logs
+from . import logs, systemd
 from .config import ConfigError, Settings, load_rules, load_settings
 from .deliveries import Deliveries
 from .engines.factory import build_engine
@@ -86,6 +86,10 @@ class Daemon:
         load_rules(settings)
         return settings
 
+    def healthy(self) -> bool:
+        """For the systemd watchdog: a wedged event loop stops the pings by itself."""
+        return True
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -113,7 +117,7 @@ class Daemon:
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
-            ops = Ops(ledger, self.state_of)
+            ops = Ops(ledger, self.state_of, mailboxes)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":
@@ -140,10 +144,16 @@ class Daemon:
                     synchronous=s.ledger.synchronous,
                     engine=s.engine.kind,
                 )
+                systemd.ready(f"serving on {s.socket_path}")
+                interval = systemd.watchdog_interval()
+                if interval is not None:
+                    tg.start_soon(systemd.watchdog_pinger, interval, self.healthy)
                 self.started = True
                 task_status.started(self)
                 await self._stop.wait()
                 log.info("stopping", grace_s=s.shutdown_grace_s)
+                systemd.stopping(f"stopping: up to {s.shutdown_grace_s:g} s for running turns")
+                systemd.extend_timeout(s.shutdown_grace_s + FLUSH_AT_STOP_S + 10)
                 server.stop_accepting()
                 ingress.accepting = False
                 await mailboxes.drain(s.shutdown_grace_s)
@@ -174,13 +184,25 @@ def merge_live(old: Settings, new: Settings) -> tuple[Settings, list[str]]:
     return new.model_copy(update=keep), pending
 
 
-async def watch_signals(daemon: Daemon, scope: anyio.CancelScope) -> None:
+async def watch_signals(
+    daemon: Daemon,
+    scope: anyio.CancelScope,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     """SIGHUP reloads. The first SIGTERM/SIGINT stops cleanly; a second one cancels everything."""
+    # Installed before READY: an unhandled SIGHUP would kill the daemon, which
+    # systemd counts as a clean exit and would not restart.
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        task_status.started()
         async for signum in signals:
             if signum == signal.SIGHUP:
                 log.info("signal received", signal="SIGHUP")
-                await daemon.reload()
+                systemd.reloading()
+                try:
+                    await daemon.reload()
+                finally:
+                    systemd.ready()
                 continue
             if daemon._stop.is_set():
                 log.warning("second signal, forcing exit", signal=signal.Signals(signum).name)
@@ -194,7 +216,7 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
     daemon = Daemon(settings, config_path)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(watch_signals, daemon, tg.cancel_scope)
+            await tg.start(watch_signals, daemon, tg.cancel_scope)
             await daemon.run()
             tg.cancel_scope.cancel()
     except* (LedgerError, sqlite3.Error, AlreadyRunning, OSError) as group:

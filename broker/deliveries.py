@@ -66,16 +66,27 @@ class Deliveries:
         self.unconfirmed[out_id] = (channel, session, data, sent_to)
 
     async def adapter_connected(self, conn: Connection) -> None:
+        """Send the channel's unconfirmed replies, oldest first, then live ones.
+
+        The connection joins the channel only after the backlog is read, and
+        the backlog plus whatever committed meanwhile is posted in the same
+        step, so a live reply can never overtake an older one.
+        """
         assert conn.channel is not None
-        self.adapters.setdefault(conn.channel, []).append(conn)
         channel = conn.channel
         pending = await self.ledger.read(lambda c: turns.pending_outbox(c, channel, RESEND_BATCH))
-        live = {c.id for c in self.adapters.get(channel, ()) if not c.closed}
+        self.adapters.setdefault(channel, []).append(conn)
+        live = {c.id for c in self.adapters[channel] if not c.closed and c is not conn}
+        seen = set()
         for out_id, session, frame in pending:
+            seen.add(out_id)
             in_flight = self.unconfirmed.get(out_id)
-            if in_flight is not None and in_flight[3] in live and in_flight[3] != conn.id:
+            if in_flight is not None and in_flight[3] in live:
                 continue  # on its way through another live adapter already
             self._send(out_id, channel, session, frame.encode() + b"\n")
+        for out_id, (ch, session, data, sent_to) in list(self.unconfirmed.items()):
+            if ch == channel and out_id not in seen and sent_to not in live:
+                self._send(out_id, channel, session, data)  # committed while we read
         if pending:
             log.info(
                 "resent unconfirmed replies", conn=conn.id, channel=channel, count=len(pending)

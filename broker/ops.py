@@ -17,6 +17,7 @@ from ledger.store import Ledger
 from . import logs
 from .ids import now_ms
 from .logfollow import LEVEL_ORDER, Follower
+from .mailbox.registry import Mailboxes
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .server import Connection
 
@@ -27,8 +28,11 @@ StateOf = Callable[[str], str]
 
 
 class Ops:
-    def __init__(self, ledger: Ledger, state_of: StateOf) -> None:
+    def __init__(
+        self, ledger: Ledger, state_of: StateOf, mailboxes: Mailboxes | None = None
+    ) -> None:
         self.ledger = ledger
+        self.mailboxes = mailboxes
         self.state_of = state_of
         self.started = time.monotonic()
         self.table: dict[str, OpFn] = {
@@ -39,6 +43,7 @@ class Ops:
             "entity.merge": self.entity_merge,
             "logs.follow": self.logs_follow,
             "session.fork": self.session_fork,
+            "agent_send": self.agent_send,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -148,6 +153,32 @@ class Ops:
         label = await self.ledger.write(lambda c: sessions.fork(c, a["turn"], a.get("label"), now))
         log.info("session forked", session=label, turn=a["turn"])
         return {"label": label}
+
+    async def agent_send(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args,
+            (
+                ArgSpec("op", str, True, 16),
+                ArgSpec("target", dict, True),
+                ArgSpec("task", str, True, 100_000),
+                ArgSpec("parent_session", str, False),
+            ),
+            req,
+        )
+        if a["op"] != "dispatch":
+            raise ProtocolError(
+                "invalid", "agent_send supports only op 'dispatch'", field="op", req=req
+            )
+        if self.mailboxes is None:
+            raise ProtocolError("internal", "the mailboxes are not running", req=req)
+        done = await self.mailboxes.dispatch(
+            parent=a.get("parent_session"),
+            parent_turn=None,
+            tool_call=None,
+            target=a["target"],
+            task=a["task"],
+        )
+        return {"session": done.session, "item": done.item.id, "dispatch": done.dispatch}
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

@@ -27,7 +27,7 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from . import logs
+from . import logs, systemd
 from .config import Settings
 from .ids import new_id
 from .protocol import (
@@ -168,6 +168,15 @@ class Server:
         self._gids = frozenset(auth.allowed_gids if auth.allowed_gids is not None else [gid])
 
     async def open_listener(self) -> anyio.abc.SocketListener:
+        activated = await systemd.activated_listener()
+        if activated is not None:
+            log.info(
+                "socket activated: serving on the socket systemd passed",
+                socket=str(activated.extra(SocketAttribute.local_address)),
+                configured=str(self.settings.socket_path),
+            )
+            self._unlink_on_stop = False
+            return activated
         path = self.settings.socket_path
         path.parent.mkdir(parents=True, exist_ok=True)
         await _refuse_if_live(path)

@@ -19,6 +19,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Literal
 
+import orjson
+
 from broker.engines.base import ToolCall
 from broker.ids import new_id
 
@@ -29,7 +31,7 @@ ItemStatus = Literal["done", "queued", "cancelled"]
 ITEM_COLUMNS = (
     "q.id, q.seq, q.session_label, q.source, q.mode, q.status, q.turn_id, q.payload,"
     " i.channel, i.msg_id, i.sender_id, i.sender_name, i.peer_kind, i.peer_id, i.thread_id,"
-    " i.text"
+    " i.text, q.dispatch_id"
 )
 
 
@@ -55,10 +57,21 @@ class ItemInfo:
     peer_id: str | None
     thread_id: str | None
     text: str | None
+    dispatch_id: str | None = None
 
     @property
     def content(self) -> str:
-        return self.text if self.text is not None else (self.payload or "")
+        if self.text is not None:
+            return self.text
+        payload = self.payload or ""
+        if payload.startswith("{"):  # a structured item (a worker result) carries its text
+            try:
+                value = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                return payload
+            if isinstance(value, dict) and isinstance(value.get("text"), str):
+                return str(value["text"])
+        return payload
 
 
 def _item(row: tuple[object, ...]) -> ItemInfo:
@@ -136,13 +149,30 @@ class TurnRecord:
     item_reason: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     outbox: tuple[str, str, str] | None = None  # (out_id, channel, frame JSON)
+    # Filled by commit_turn: worker results it queued for parent sessions.
+    results: list[ItemInfo] = field(default_factory=list)
 
 
 def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+    # The head moves and the running totals grow in one statement.
     moved = conn.execute(
-        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
+        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
+        " total_prompt_tokens = total_prompt_tokens + ?,"
+        " total_completion_tokens = total_completion_tokens + ?,"
+        " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
+        " total_errors = total_errors + ?"
         " WHERE label = ? AND head_turn_id IS ?",
-        (rec.turn_id, rec.completed_at, rec.session, rec.parent_id),
+        (
+            rec.turn_id,
+            rec.completed_at,
+            rec.prompt_tokens or 0,
+            rec.completion_tokens or 0,
+            0 if rec.status == "aborted" else 1,
+            len(rec.tool_calls),
+            1 if rec.status == "failed" else 0,
+            rec.session,
+            rec.parent_id,
+        ),
     )
     if moved.rowcount != 1:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
@@ -248,6 +278,23 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
             " VALUES (?,?,?,?,?,?)",
             (out_id, rec.session, rec.turn_id, channel, frame, rec.completed_at),
         )
+    _finish_dispatches(conn, rec)
+
+
+def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+    """A task item consumed by a finished turn ends its dispatch (ledger/dispatch.py)."""
+    from .dispatch import finish  # dispatch imports this module
+
+    rec.results = []  # the job may run twice (writer retry): start clean
+    if rec.item_status != "done":
+        return
+    status = "completed" if rec.status == "completed" else "failed"
+    reply = rec.output if status == "completed" else (rec.error or rec.output)
+    for item in rec.inputs:
+        if item.dispatch_id is not None:
+            result = finish(conn, item.dispatch_id, status, reply, rec.completed_at)
+            if result is not None:
+                rec.results.append(result)
 
 
 def add_outbox(
@@ -340,19 +387,54 @@ def thread_messages(
     return [(str(r[0]), str(r[1])) for r in rows if not (r[2] == "aborted" and r[0] == "user")]
 
 
-def actor_start(
-    conn: sqlite3.Connection, label: str, history_messages: int
-) -> tuple[str | None, str | None, str | None, int, list[tuple[str, str]], tuple[int, int]]:
-    """What an actor needs when it starts: head, persona, queue override, turns, history,
-    and the session's token totals."""
+Route = tuple[str, str | None, str | None, str | None]  # channel, peer_kind, peer_id, thread
+
+
+@dataclass(frozen=True, slots=True)
+class ActorStart:
+    """What an actor needs when it starts."""
+
+    head: str | None
+    persona: str | None
+    override: str | None
+    turns: int
+    history: list[tuple[str, str]]
+    tokens: tuple[int, int]  # running totals, kept by commit_turn
+    kind: str
+    route: Route | None  # the delivery context of the latest inbound message
+
+
+def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
+    """Where the session's latest inbound message came from, through indexed lookups."""
     row = conn.execute(
-        "SELECT head_turn_id, persona, queue_override, turns FROM sessions WHERE label = ?",
+        "SELECT i.channel, i.peer_kind, i.peer_id, i.thread_id FROM turns t"
+        " JOIN messages m ON m.turn_id = t.id AND m.role = 'user' AND m.msg_id IS NOT NULL"
+        " JOIN inbound i ON i.channel = m.channel AND i.msg_id = m.msg_id"
+        " WHERE t.session_label = ? ORDER BY t.started_at DESC, m.seq DESC LIMIT 1",
+        (label,),
+    ).fetchone()
+    return None if row is None else (str(row[0]), row[1], row[2], row[3])
+
+
+def actor_start(conn: sqlite3.Connection, label: str, history_messages: int) -> ActorStart:
+    row = conn.execute(
+        "SELECT head_turn_id, persona, queue_override, turns, total_prompt_tokens,"
+        " total_completion_tokens, kind FROM sessions WHERE label = ?",
         (label,),
     ).fetchone()
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
     history = thread_messages(conn, row[0], max(1, history_messages // 2))[-history_messages:]
-    return row[0], row[1], row[2], int(row[3]), history, session_tokens(conn, label)
+    return ActorStart(
+        row[0],
+        row[1],
+        row[2],
+        int(row[3]),
+        history,
+        (int(row[4]), int(row[5])),
+        str(row[6]),
+        last_route(conn, label),
+    )
 
 
 def new_thread(conn: sqlite3.Connection, label: str, previous: str | None, now: int) -> None:

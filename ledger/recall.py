@@ -1,0 +1,491 @@
+"""Conversation recall: full-text search and reads over the verbatim history.
+
+Sync functions over a sqlite3 connection (run them with `Ledger.read`); they
+only read. Times are integer milliseconds (UTC), as stored.
+
+Rule 1: user text never reaches FTS5 as syntax. `fts_query` turns it into
+        quoted strings only: each word, or "a phrase" in double quotes, with a
+        trailing `*` for a prefix; operators (AND, NEAR, `:`, `(`, `^`) are
+        plain words. Text with nothing to search raises ValueError, so a MATCH
+        can never fail with an FTS5 syntax error. All terms must match
+        (`match="any"`: one is enough); bare stopwords are left out when other
+        terms remain ("what did we decide about auth" is `decide auth`).
+Rule 2: a session's history is every turn with its label, on every thread
+        (after `/new`, after a lost head race), aborted turns included:
+        nothing is hidden.
+Rule 3: ranking is FTS5's bm25 over the newest matching messages: the newest
+        CANDIDATES of all, or the newest FILTERED that pass a filter (a
+        session, times, roles); all of them when there are fewer. So a very
+        common word costs little more than a rare one, and among very common
+        matches recent history wins. Scores are -bm25: higher is better.
+Rule 4: the schema indexes message text only: the session is reached through
+        messages -> turns, so a session filter is applied to matches (or the
+        matches to the session's message ids, for a small session); see
+        `_rank`. bm25 itself reads the whole doclist of every term once per
+        query (document frequency), which is what a word found in most
+        messages costs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import NotFound
+
+MARK = ("**", "**")  # around matched words in snippets
+SNIPPET_TOKENS = 16
+CANDIDATES = 2000  # newest matches ranked, unfiltered
+FILTERED = 100  # newest matches ranked, filtered (a session, times, roles)
+PROBE = 200  # newest matches put through the filter first: enough for a rare word
+ID_LIST_MAX = 12_000  # messages of a session small enough to list (see _small)
+MAX_TERMS = 32
+MIN_PREFIX = 3  # shorter prefixes expand to much of the vocabulary (no prefix index)
+STOPWORDS = frozenset(
+    "a an and are as at be but by can could did do does for from had has have how i if in"
+    " into is it its me my of on or our so than that the their them then there these they"
+    " this to was we were what when where which who why will with would you your".split()
+)
+ROLES = frozenset({"user", "assistant", "system", "tool"})
+
+_TERM = re.compile(r'"([^"]*)"\s*(\*?)|(\S+)')
+_WORD = re.compile(r"[^\W_]+")  # what the unicode61 tokenizer keeps, near enough
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    message: int
+    session: str
+    turn: str
+    role: str
+    at: int
+    snippet: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A message, or a tool call (role 'tool', with `tool` and `arguments`)."""
+
+    session: str
+    turn: str
+    seq: int
+    role: str
+    at: int
+    content: str
+    tool: str | None = None
+    arguments: str | None = None
+    status: str | None = None  # a tool call's ok | error
+    turn_status: str = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    turn: str
+    summary: str
+    at: int
+    turns_summarized: int
+    through_turn: str | None
+    first_kept_turn: str | None
+    trigger: str
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    session: str
+    kind: str
+    status: str
+    created_at: int
+    turns: int
+    messages: int
+    tool_calls: int
+    first_at: int | None
+    last_at: int | None
+    totals: dict[str, int]  # the sessions.total_* columns, without the prefix
+    compaction: Compaction | None
+    scratchpad: str | None  # the JSON object, verbatim
+
+
+# -- the query language ------------------------------------------------------
+
+
+def fts_query(text: str, match: Literal["all", "any"] = "all") -> str:
+    """Free text to an FTS5 query of quoted strings (see Rule 1)."""
+    terms: list[tuple[str, bool]] = []  # (FTS5 string, a stopword that may go)
+    for m in _TERM.finditer(text):
+        quoted = m[1] is not None
+        body, prefix = (m[1], m[2]) if quoted else _bare(m[3])
+        words = _WORD.findall(body)
+        if not words:
+            continue
+        if prefix and len(words[-1]) < MIN_PREFIX:
+            raise ValueError(f"a prefix search needs at least {MIN_PREFIX} letters before '*'")
+        stop = not (quoted or prefix) and len(words) == 1 and words[0].lower() in STOPWORDS
+        terms.append(('"' + " ".join(words) + '"' + ("*" if prefix else ""), stop))
+    if not terms:
+        raise ValueError("the query has no words to search for")
+    if len(terms) > MAX_TERMS:
+        raise ValueError(f"the query has more than {MAX_TERMS} terms")
+    kept = [t for t, stop in terms if not stop] or [t for t, _ in terms]
+    return (" OR " if match == "any" else " ").join(kept)
+
+
+def _bare(word: str) -> tuple[str, str]:
+    stripped = word.rstrip("*")
+    return stripped, "*" if stripped != word else ""
+
+
+# -- search ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Filter:
+    session: str | None
+    where: str  # conditions on m (messages) and t (turns), each starting with " AND"
+    args: tuple[Any, ...]
+
+
+def search(
+    conn: sqlite3.Connection,
+    query: str,
+    session: str | None,
+    limit: int,
+    before_ms: int | None = None,
+    after_ms: int | None = None,
+    roles: Sequence[str] | None = None,
+    *,
+    match: Literal["all", "any"] = "all",
+) -> list[Hit]:
+    """The best `limit` messages for `query`, best first; `session` None: all sessions."""
+    fts = fts_query(query, match)
+    flt = _filter(session, before_ms, after_ms, roles)
+    if session is not None:
+        _require_session(conn, session)
+    try:
+        ranked = _rank(conn, fts, flt)[:limit]
+        return _hits(conn, fts, ranked)
+    except sqlite3.OperationalError as exc:  # Rule 1 says never; keep the promise anyway
+        if "fts5" not in str(exc):
+            raise
+        raise ValueError(f"the query could not be searched: {exc}") from exc
+
+
+def _filter(
+    session: str | None,
+    before_ms: int | None,
+    after_ms: int | None,
+    roles: Sequence[str] | None,
+) -> _Filter:
+    where, args = "", []
+    for cond, value in (
+        (" AND t.session_label = ?", session),
+        (" AND m.created_at < ?", before_ms),
+        (" AND m.created_at >= ?", after_ms),
+    ):
+        if value is not None:
+            where += cond
+            args.append(value)
+    if roles:
+        unknown = set(roles) - ROLES
+        if unknown:
+            raise ValueError(f"unknown role {sorted(unknown)[0]!r}; roles are {sorted(ROLES)}")
+        where += f" AND m.role IN ({','.join('?' * len(roles))})"
+        args.extend(roles)
+    return _Filter(session, where, tuple(args))
+
+
+def _rank(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[tuple[int, float]]:
+    """(rowid, -bm25) of the candidates (Rule 3), best first."""
+    if not flt.where:
+        rows = conn.execute(
+            "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT ?",
+            (fts, CANDIDATES),
+        ).fetchall()
+    else:
+        ids = _probe(conn, fts, flt)
+        if ids is None:
+            ids = _filtered_ids(conn, flt) if _small(conn, flt) else _scan(conn, fts, flt)
+        rows = _rank_among(conn, fts, ids)
+    return sorted(((int(r[0]), -float(r[1])) for r in rows), key=lambda r: (-r[1], -r[0]))
+
+
+def _probe(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[int] | None:
+    """The filter over the newest PROBE matches: all candidates when there are no more
+    (a rare word), else None."""
+    rows = conn.execute(
+        "SELECT f.rowid, 1 = 1" + flt.where + " FROM (SELECT rowid FROM messages_fts"
+        " WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?) f"
+        " JOIN messages m ON m.id = f.rowid JOIN turns t ON t.id = m.turn_id",
+        (*flt.args, fts, PROBE),
+    ).fetchall()
+    return [int(r[0]) for r in rows if r[1]] if len(rows) < PROBE else None
+
+
+def _small(conn: sqlite3.Connection, flt: _Filter) -> bool:
+    """Whether listing the session's messages beats walking the matches through the
+    join (about 1.5 µs a message against 2.5 µs a match, FILTERED / share matches)."""
+    if flt.session is None:
+        return False
+    row = conn.execute("SELECT turns FROM sessions WHERE label = ?", (flt.session,)).fetchone()
+    return row is not None and int(row[0]) * 2 <= ID_LIST_MAX
+
+
+def _filtered_ids(conn: sqlite3.Connection, flt: _Filter) -> list[int]:
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT m.id FROM turns t JOIN messages m ON m.turn_id = t.id WHERE 1 = 1" + flt.where,
+            flt.args,
+        )
+    ]
+
+
+def _scan(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[int]:
+    """Walk the matches newest first through the filter until FILTERED pass."""
+    return [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT f.rowid FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid"
+            " CROSS JOIN turns t ON t.id = m.turn_id WHERE messages_fts MATCH ?"
+            + flt.where
+            + " ORDER BY f.rowid DESC LIMIT ?",
+            (fts, *flt.args, FILTERED),
+        )
+    ]
+
+
+def _rank_among(conn: sqlite3.Connection, fts: str, ids: list[int]) -> list[tuple[int, float]]:
+    """bm25 of the newest FILTERED matches among `ids`, in one statement.
+
+    The id set is a filter evaluated on the doclist walk (`+rowid`): offered to
+    FTS5 as a rowid constraint it would run the whole query once per id, bm25's
+    document frequencies included. The rowid bounds are a seek FTS5 does do.
+    """
+    if not ids:
+        return []
+    rows = conn.execute(
+        "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
+        " AND rowid BETWEEN ? AND ? AND +rowid IN (SELECT value FROM json_each(?))"
+        " ORDER BY rowid DESC LIMIT ?",
+        (fts, min(ids), max(ids), json.dumps(ids), FILTERED),
+    ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+_HIT = (
+    "SELECT f.rowid, t.session_label, m.turn_id, m.role, m.created_at,"
+    " snippet(messages_fts, 0, ?, ?, '…', ?) FROM messages_fts f"
+    " CROSS JOIN messages m ON m.id = f.rowid CROSS JOIN turns t ON t.id = m.turn_id"
+    " WHERE messages_fts MATCH ?"
+)
+
+
+def _hits(conn: sqlite3.Connection, fts: str, ranked: list[tuple[int, float]]) -> list[Hit]:
+    """Rows and snippets for the winners: a seek each, or for prefix queries (which
+    FTS5 expands again on every seek) one walk over the span of the winners."""
+    if not ranked:
+        return []
+    ids = [r[0] for r in ranked]
+    head = (*MARK, SNIPPET_TOKENS, fts)
+    if "*" in fts:
+        rows = conn.execute(
+            _HIT + " AND f.rowid BETWEEN ? AND ? AND +f.rowid IN (SELECT value FROM json_each(?))",
+            (*head, min(ids), max(ids), json.dumps(ids)),
+        ).fetchall()
+    else:
+        rows = [conn.execute(_HIT + " AND f.rowid = ?", (*head, i)).fetchone() for i in ids]
+    found = {int(r[0]): r for r in rows if r is not None}
+    return [
+        Hit(i, str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]), round(score, 4))
+        for i, score in ranked
+        if (r := found.get(i)) is not None
+    ]
+
+
+# -- ranges, tool calls, summary -------------------------------------------------
+
+
+def range(  # shadows the builtin on purpose: the tool action is called range
+    conn: sqlite3.Connection,
+    session: str,
+    around_turn: str | None = None,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    limit: int = 50,
+    *,
+    context_turns: int = 2,
+) -> list[Entry]:
+    """Messages and tool calls of a run of the session's turns, oldest first.
+
+    `around_turn`: that turn and `context_turns` turns on each side. Otherwise
+    the turns started in [from_ms, to_ms]: the first ones, or the last ones
+    when only `to_ms` is given. At most `limit` entries, trimmed at the ends
+    (for `around_turn`, the end farther from it).
+    """
+    _require_session(conn, session)
+    if around_turn is not None:
+        turn_ids = _turns_around(conn, session, around_turn, context_turns)
+        entries = _entries(conn, turn_ids)
+        return _trim_around(entries, around_turn, limit)
+    latest = to_ms is not None and from_ms is None
+    rows = conn.execute(
+        "SELECT id FROM turns WHERE session_label = ? AND started_at >= ? AND started_at <= ?"
+        f" ORDER BY started_at {'DESC' if latest else 'ASC'}, id LIMIT ?",
+        (
+            session,
+            -(2**62) if from_ms is None else from_ms,
+            2**62 if to_ms is None else to_ms,
+            limit,
+        ),
+    ).fetchall()
+    entries = _entries(conn, [str(r[0]) for r in rows])
+    return entries[-limit:] if latest else entries[:limit]
+
+
+def _require_session(conn: sqlite3.Connection, session: str) -> None:
+    if conn.execute("SELECT 1 FROM sessions WHERE label = ?", (session,)).fetchone() is None:
+        raise NotFound(f"no session {session!r}", field="session")
+
+
+def _turns_around(conn: sqlite3.Connection, session: str, turn: str, span: int) -> list[str]:
+    row = conn.execute(
+        "SELECT started_at FROM turns WHERE id = ? AND session_label = ?", (turn, session)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no turn {turn!r} in session {session!r}", field="around_turn")
+    key = (session, row[0], turn, span)
+    before = conn.execute(
+        "SELECT id FROM turns WHERE session_label = ? AND (started_at, id) < (?, ?)"
+        " ORDER BY started_at DESC, id DESC LIMIT ?",
+        key,
+    ).fetchall()
+    after = conn.execute(
+        "SELECT id FROM turns WHERE session_label = ? AND (started_at, id) > (?, ?)"
+        " ORDER BY started_at, id LIMIT ?",
+        key,
+    ).fetchall()
+    return [str(r[0]) for r in reversed(before)] + [turn] + [str(r[0]) for r in after]
+
+
+# In a turn: inputs, then tool calls, then the reply (tool_calls.seq numbers calls).
+_PHASE = {"user": 0, "system": 0, "tool": 1, "assistant": 2}
+
+
+def _entries(conn: sqlite3.Connection, turn_ids: list[str]) -> list[Entry]:
+    if not turn_ids:
+        return []
+    marks = ",".join("?" * len(turn_ids))
+    msgs = conn.execute(
+        "SELECT t.session_label, m.turn_id, m.seq, m.role, m.created_at, m.content,"
+        " NULL, NULL, NULL, t.status, t.started_at FROM messages m JOIN turns t"
+        f" ON t.id = m.turn_id WHERE m.turn_id IN ({marks})",
+        turn_ids,
+    ).fetchall()
+    calls = conn.execute(
+        "SELECT t.session_label, c.turn_id, c.seq, 'tool', c.created_at, coalesce(c.result, ''),"
+        " c.name, c.arguments, c.status, t.status, t.started_at FROM tool_calls c JOIN turns t"
+        f" ON t.id = c.turn_id WHERE c.turn_id IN ({marks})",
+        turn_ids,
+    ).fetchall()
+    rows = sorted(
+        [*msgs, *calls],
+        key=lambda r: (r[10], r[1], _PHASE.get(r[3], 2), r[6] is None, r[2]),
+    )
+    return [Entry(*r[:10]) for r in rows]
+
+
+def _trim_around(entries: list[Entry], turn: str, limit: int) -> list[Entry]:
+    inside = [i for i, e in enumerate(entries) if e.turn == turn]
+    lo, hi = 0, len(entries)
+    first, last = (inside[0], inside[-1] + 1) if inside else (0, 0)
+    while hi - lo > limit:
+        if first - lo >= hi - last and lo < first:
+            lo += 1
+        elif hi > last:
+            hi -= 1
+        else:  # the turn alone is longer than the limit: keep its start
+            hi = lo + limit
+    return entries[lo:hi]
+
+
+def tool_calls(
+    conn: sqlite3.Connection, session: str, name: str | None = None, limit: int = 20
+) -> list[Entry]:
+    """The session's latest tool calls (of tool `name`, if given), newest first."""
+    _require_session(conn, session)
+    sql = (
+        "SELECT t.session_label, c.turn_id, c.seq, 'tool', c.created_at, coalesce(c.result, ''),"
+        " c.name, c.arguments, c.status, t.status FROM turns t JOIN tool_calls c"
+        " ON c.turn_id = t.id WHERE t.session_label = ?"
+    )
+    args: list[Any] = [session]
+    if name is not None:
+        sql += " AND c.name = ?"
+        args.append(name)
+    sql += " ORDER BY t.started_at DESC, t.id DESC, c.seq DESC LIMIT ?"
+    return [Entry(*r) for r in conn.execute(sql, [*args, limit])]
+
+
+TOTALS = (
+    "events",
+    "tool_calls",
+    "model_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "files_modified",
+    "errors",
+    "errors_resolved",
+)
+
+
+def summary(conn: sqlite3.Connection, session: str) -> Summary:
+    """The latest compaction summary, the counts and the running totals of a session."""
+    cols = ", ".join(f"total_{t}" for t in TOTALS)
+    row = conn.execute(
+        f"SELECT kind, status, created_at, {cols} FROM sessions WHERE label = ?", (session,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {session!r}", field="session")
+    turns, first_at, last_at = conn.execute(
+        "SELECT count(*), min(started_at), max(completed_at) FROM turns WHERE session_label = ?",
+        (session,),
+    ).fetchone()
+    messages, calls = (
+        conn.execute(
+            f"SELECT count(*) FROM turns t JOIN {table} x ON x.turn_id = t.id"
+            " WHERE t.session_label = ?",
+            (session,),
+        ).fetchone()[0]
+        for table in ("messages", "tool_calls")
+    )
+    pad = conn.execute("SELECT state FROM scratchpad WHERE session_label = ?", (session,))
+    state = pad.fetchone()
+    return Summary(
+        session=session,
+        kind=row[0],
+        status=row[1],
+        created_at=int(row[2]),
+        turns=int(turns),
+        messages=int(messages),
+        tool_calls=int(calls),
+        first_at=first_at,
+        last_at=last_at,
+        totals=dict(zip(TOTALS, (int(v) for v in row[3:]), strict=True)),
+        compaction=_latest_compaction(conn, session),
+        scratchpad=None if state is None else str(state[0]),
+    )
+
+
+def _latest_compaction(conn: sqlite3.Connection, session: str) -> Compaction | None:
+    row = conn.execute(
+        "SELECT turn_id, summary, created_at, turns_summarized, summarized_through_turn_id,"
+        " first_kept_turn_id, trigger FROM compactions WHERE session_label = ?"
+        " ORDER BY created_at DESC, turn_id DESC LIMIT 1",
+        (session,),
+    ).fetchone()
+    return None if row is None else Compaction(*row)
