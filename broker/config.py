@@ -38,6 +38,11 @@ class EngineSettings(_Section):
     delay_ms: int = Field(0, ge=0, le=60_000)
     timeout_s: float = Field(120.0, gt=0)
     context_window: int = Field(8192, ge=256)
+    encoding: str = "cl100k_base"  # tiktoken encoding, bundled offline
+    reserve_reply_tokens: int = Field(1024, ge=0)  # room kept in the window for the reply
+    compaction_threshold: float = Field(0.85, gt=0, le=1)  # of the window
+    keep_recent_ratio: float = Field(0.3, ge=0, lt=1)  # of the window, kept verbatim
+    compaction_timeout_s: float = Field(60.0, gt=0)  # then the deterministic summary
     command: list[str] = Field(default_factory=list)
     base_url: str | None = None
     model: str = "gpt-4o-mini"

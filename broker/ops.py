@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ledger import queries, sessions
+from ledger import queries, recall, sessions
 from ledger.errors import LedgerLookupError
 from ledger.store import Ledger
 
@@ -44,6 +44,8 @@ class Ops:
             "logs.follow": self.logs_follow,
             "session.fork": self.session_fork,
             "agent_send": self.agent_send,
+            "session.compact": self.session_compact,
+            "recall.search": self.recall_search,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -180,6 +182,20 @@ class Ops:
         )
         return {"session": done.session, "item": done.item.id, "dispatch": done.dispatch}
 
+    async def session_compact(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("session", str, True), ArgSpec("instructions", str, False, 4000)), req
+        )
+        label = await self.ledger.read(lambda c: queries.resolve_for_show(c, a["session"]))
+        if self.mailboxes is None:
+            raise ProtocolError("internal", "the mailboxes are not running", req=req)
+        turn = await self.mailboxes.compact(label, a.get("instructions"))
+        if turn is None:
+            raise ProtocolError(
+                "invalid", f"{label} has no history to compact", field="session", req=req
+            )
+        return {"turn": turn}
+
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(
             args, (ArgSpec("session", str, False), ArgSpec("level", str, False, 16)), req
@@ -209,3 +225,26 @@ class Ops:
             "primary": result.primary,
             "aliases": [{"alias": al, "session": s} for al, s in result.aliases],
         }
+
+    async def recall_search(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        """Full-text search of the archive: one session (label or alias) or all of them."""
+        a = check_args(
+            args,
+            (
+                ArgSpec("query", str, True, 1000),
+                ArgSpec("session", str, False),
+                ArgSpec("limit", int, False, minimum=1, maximum=200),
+            ),
+            req,
+        )
+
+        def run(c: Any) -> list[recall.Hit]:
+            label = queries.resolve_for_show(c, a["session"]) if "session" in a else None
+            return recall.search(c, a["query"], label, a.get("limit", 20))
+
+        try:
+            hits = await self.ledger.read(run)
+        except ValueError as exc:
+            raise ProtocolError("invalid", str(exc), field="query", req=req) from exc
+        keys = ("session", "turn", "role", "at", "snippet", "score")
+        return [{k: getattr(h, k) for k in keys} for h in hits]

@@ -39,18 +39,21 @@ from .errors import NotFound
 
 MARK = ("**", "**")  # around matched words in snippets
 SNIPPET_TOKENS = 16
-CANDIDATES = 2000  # newest matches ranked, unfiltered
-FILTERED = 100  # newest matches ranked, filtered (a session, times, roles)
+CANDIDATES = 2000  # newest matches ranked, unfiltered (at least the limit)
+FILTERED = 50  # newest matches ranked, filtered: a session, times, roles (at least the limit)
 PROBE = 200  # newest matches put through the filter first: enough for a rare word
-ID_LIST_MAX = 12_000  # messages of a session small enough to list (see _small)
 MAX_TERMS = 32
 MIN_PREFIX = 3  # shorter prefixes expand to much of the vocabulary (no prefix index)
+# A literal of 60 words reads worse than a string split.
 STOPWORDS = frozenset(
-    "a an and are as at be but by can could did do does for from had has have how i if in"
-    " into is it its me my of on or our so than that the their them then there these they"
-    " this to was we were what when where which who why will with would you your".split()
+    """
+    a about also am an and are as at be been but by can could did do does for from had has have
+    how i if in into is it its just me my of on or our so than that the their them then there
+    these they this to was we were what when where which who why will with would you your
+    """.split()  # noqa: SIM905
 )
 ROLES = frozenset({"user", "assistant", "system", "tool"})
+Match = Literal["all", "any"]
 
 _TERM = re.compile(r'"([^"]*)"\s*(\*?)|(\S+)')
 _WORD = re.compile(r"[^\W_]+")  # what the unicode61 tokenizer keeps, near enough
@@ -113,9 +116,14 @@ class Summary:
 # -- the query language ------------------------------------------------------
 
 
-def fts_query(text: str, match: Literal["all", "any"] = "all") -> str:
+def fts_query(text: str, match: Match = "all") -> str:
     """Free text to an FTS5 query of quoted strings (see Rule 1)."""
-    terms: list[tuple[str, bool]] = []  # (FTS5 string, a stopword that may go)
+    return (" OR " if match == "any" else " ").join(terms(text))
+
+
+def terms(text: str) -> list[str]:
+    """The FTS5 strings of the terms of `text`, stopwords left out (Rule 1)."""
+    found: list[tuple[str, bool]] = []  # (FTS5 string, a stopword that may go)
     for m in _TERM.finditer(text):
         quoted = m[1] is not None
         body, prefix = (m[1], m[2]) if quoted else _bare(m[3])
@@ -125,13 +133,12 @@ def fts_query(text: str, match: Literal["all", "any"] = "all") -> str:
         if prefix and len(words[-1]) < MIN_PREFIX:
             raise ValueError(f"a prefix search needs at least {MIN_PREFIX} letters before '*'")
         stop = not (quoted or prefix) and len(words) == 1 and words[0].lower() in STOPWORDS
-        terms.append(('"' + " ".join(words) + '"' + ("*" if prefix else ""), stop))
-    if not terms:
+        found.append(('"' + " ".join(words) + '"' + ("*" if prefix else ""), stop))
+    if not found:
         raise ValueError("the query has no words to search for")
-    if len(terms) > MAX_TERMS:
+    if len(found) > MAX_TERMS:
         raise ValueError(f"the query has more than {MAX_TERMS} terms")
-    kept = [t for t, stop in terms if not stop] or [t for t, _ in terms]
-    return (" OR " if match == "any" else " ").join(kept)
+    return [t for t, stop in found if not stop] or [t for t, _ in found]
 
 
 def _bare(word: str) -> tuple[str, str]:
@@ -158,7 +165,7 @@ def search(
     after_ms: int | None = None,
     roles: Sequence[str] | None = None,
     *,
-    match: Literal["all", "any"] = "all",
+    match: Match = "all",
 ) -> list[Hit]:
     """The best `limit` messages for `query`, best first; `session` None: all sessions."""
     fts = fts_query(query, match)
@@ -166,7 +173,7 @@ def search(
     if session is not None:
         _require_session(conn, session)
     try:
-        ranked = _rank(conn, fts, flt)[:limit]
+        ranked = _rank(conn, fts, flt, limit)[:limit]
         return _hits(conn, fts, ranked)
     except sqlite3.OperationalError as exc:  # Rule 1 says never; keep the promise anyway
         if "fts5" not in str(exc):
@@ -198,19 +205,23 @@ def _filter(
     return _Filter(session, where, tuple(args))
 
 
-def _rank(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[tuple[int, float]]:
+def _rank(conn: sqlite3.Connection, fts: str, flt: _Filter, limit: int) -> list[tuple[int, float]]:
     """(rowid, -bm25) of the candidates (Rule 3), best first."""
     if not flt.where:
         rows = conn.execute(
             "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
             " ORDER BY rowid DESC LIMIT ?",
-            (fts, CANDIDATES),
+            (fts, max(CANDIDATES, limit)),
         ).fetchall()
     else:
+        k = max(FILTERED, limit)
         ids = _probe(conn, fts, flt)
-        if ids is None:
-            ids = _filtered_ids(conn, flt) if _small(conn, flt) else _scan(conn, fts, flt)
-        rows = _rank_among(conn, fts, ids)
+        if ids is not None:
+            rows = _rank_among(conn, fts, ids, k)
+        elif _small(conn, flt, k):
+            rows = _rank_among(conn, fts, _filtered_ids(conn, flt), k)
+        else:
+            rows = _scan(conn, fts, flt, k)
     return sorted(((int(r[0]), -float(r[1])) for r in rows), key=lambda r: (-r[1], -r[0]))
 
 
@@ -226,13 +237,17 @@ def _probe(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[int] | None
     return [int(r[0]) for r in rows if r[1]] if len(rows) < PROBE else None
 
 
-def _small(conn: sqlite3.Connection, flt: _Filter) -> bool:
-    """Whether listing the session's messages beats walking the matches through the
-    join (about 1.5 µs a message against 2.5 µs a match, FILTERED / share matches)."""
+def _small(conn: sqlite3.Connection, flt: _Filter, k: int) -> bool:
+    """Whether listing the session's M messages (about 2 µs each) beats walking the
+    matches through the join (about 3 µs each) until k of them are the session's:
+    about k * N / M matches of a common word when the session has M of N messages.
+    Listing wins when M * M < 1.4 * k * N (M = 2 per turn; at N = 1e6, k = 50: 8,000)."""
     if flt.session is None:
         return False
     row = conn.execute("SELECT turns FROM sessions WHERE label = ?", (flt.session,)).fetchone()
-    return row is not None and int(row[0]) * 2 <= ID_LIST_MAX
+    total = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
+    msgs = 2 * int(row[0]) if row is not None else 0
+    return msgs * msgs < 1.4 * k * total
 
 
 def _filtered_ids(conn: sqlite3.Connection, flt: _Filter) -> list[int]:
@@ -245,22 +260,22 @@ def _filtered_ids(conn: sqlite3.Connection, flt: _Filter) -> list[int]:
     ]
 
 
-def _scan(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[int]:
-    """Walk the matches newest first through the filter until FILTERED pass."""
-    return [
-        int(r[0])
-        for r in conn.execute(
-            "SELECT f.rowid FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid"
-            " CROSS JOIN turns t ON t.id = m.turn_id WHERE messages_fts MATCH ?"
-            + flt.where
-            + " ORDER BY f.rowid DESC LIMIT ?",
-            (fts, *flt.args, FILTERED),
-        )
-    ]
+def _scan(conn: sqlite3.Connection, fts: str, flt: _Filter, k: int) -> list[tuple[int, float]]:
+    """Walk the matches newest first through the filter until k pass; rank those."""
+    rows = conn.execute(
+        "SELECT f.rowid, f.rank FROM messages_fts f CROSS JOIN messages m ON m.id = f.rowid"
+        " CROSS JOIN turns t ON t.id = m.turn_id WHERE messages_fts MATCH ?"
+        + flt.where
+        + " ORDER BY f.rowid DESC LIMIT ?",
+        (fts, *flt.args, k),
+    ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
 
 
-def _rank_among(conn: sqlite3.Connection, fts: str, ids: list[int]) -> list[tuple[int, float]]:
-    """bm25 of the newest FILTERED matches among `ids`, in one statement.
+def _rank_among(
+    conn: sqlite3.Connection, fts: str, ids: list[int], k: int
+) -> list[tuple[int, float]]:
+    """bm25 of the newest k matches among `ids`, in one statement.
 
     The id set is a filter evaluated on the doclist walk (`+rowid`): offered to
     FTS5 as a rowid constraint it would run the whole query once per id, bm25's
@@ -272,7 +287,7 @@ def _rank_among(conn: sqlite3.Connection, fts: str, ids: list[int]) -> list[tupl
         "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
         " AND rowid BETWEEN ? AND ? AND +rowid IN (SELECT value FROM json_each(?))"
         " ORDER BY rowid DESC LIMIT ?",
-        (fts, min(ids), max(ids), json.dumps(ids), FILTERED),
+        (fts, min(ids), max(ids), json.dumps(ids), k),
     ).fetchall()
     return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -301,7 +316,7 @@ def _hits(conn: sqlite3.Connection, fts: str, ranked: list[tuple[int, float]]) -
         rows = [conn.execute(_HIT + " AND f.rowid = ?", (*head, i)).fetchone() for i in ids]
     found = {int(r[0]): r for r in rows if r is not None}
     return [
-        Hit(i, str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]), round(score, 4))
+        Hit(i, str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5]), float(f"{score:.6g}"))
         for i, score in ranked
         if (r := found.get(i)) is not None
     ]

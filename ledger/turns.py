@@ -151,6 +151,9 @@ class TurnRecord:
     outbox: tuple[str, str, str] | None = None  # (out_id, channel, frame JSON)
     # Filled by commit_turn: worker results it queued for parent sessions.
     results: list[ItemInfo] = field(default_factory=list)
+    input_tokens: list[int] | None = None  # per input, counted once when first seen
+    output_tokens: int | None = None
+    compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
 
 
 def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
@@ -213,6 +216,7 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
             rec.completion_tokens,
         ),
     )
+    counts = rec.input_tokens or []
     messages: list[tuple[object, ...]] = [
         (
             rec.turn_id,
@@ -223,6 +227,7 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
             it.id,
             it.sender_id,
             it.content,
+            counts[n] if n < len(counts) else None,
             rec.started_at,
         )
         for n, it in enumerate(rec.inputs)
@@ -238,14 +243,26 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
                 None,
                 None,
                 rec.output,
+                rec.output_tokens,
                 rec.completed_at,
             )
         )
     conn.executemany(
         "INSERT INTO messages (turn_id, seq, role, channel, msg_id, item_id, sender_id, content,"
-        " created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+        " tokens, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
         messages,
     )
+    if rec.compaction is not None:
+        row = {
+            "turn_id": rec.turn_id,
+            "session_label": rec.session,
+            "created_at": rec.completed_at,
+            **rec.compaction,
+        }
+        conn.execute(
+            f"INSERT INTO compactions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            tuple(row.values()),
+        )
     conn.executemany(
         "INSERT INTO tool_calls (id, turn_id, seq, name, arguments, result, status, created_at)"
         " VALUES (?,?,?,?,?,?,?,?)",
@@ -398,7 +415,6 @@ class ActorStart:
     persona: str | None
     override: str | None
     turns: int
-    history: list[tuple[str, str]]
     tokens: tuple[int, int]  # running totals, kept by commit_turn
     kind: str
     route: Route | None  # the delivery context of the latest inbound message
@@ -416,7 +432,7 @@ def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
     return None if row is None else (str(row[0]), row[1], row[2], row[3])
 
 
-def actor_start(conn: sqlite3.Connection, label: str, history_messages: int) -> ActorStart:
+def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
     row = conn.execute(
         "SELECT head_turn_id, persona, queue_override, turns, total_prompt_tokens,"
         " total_completion_tokens, kind FROM sessions WHERE label = ?",
@@ -424,13 +440,11 @@ def actor_start(conn: sqlite3.Connection, label: str, history_messages: int) -> 
     ).fetchone()
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
-    history = thread_messages(conn, row[0], max(1, history_messages // 2))[-history_messages:]
     return ActorStart(
         row[0],
         row[1],
         row[2],
         int(row[3]),
-        history,
         (int(row[4]), int(row[5])),
         str(row[6]),
         last_route(conn, label),

@@ -49,8 +49,9 @@ lost when a steer line reaches you after you have finished.
 the reply is the concatenated deltas. Then exit with status 0; a program
 still running `grace_s` (1 s) later is stopped, and its reply stands.
 
-``{"type": "error", "message": "..."}``: the turn failed; the message is shown
-to people. Then exit.
+``{"type": "error", "message": "...", "code": "context_overflow"?}``: the turn
+failed; the message is shown to people. Then exit. With the code
+``context_overflow`` the broker compacts the session and runs the turn once more.
 
 Rules the broker keeps:
 
@@ -336,7 +337,10 @@ class _Conversation:
             return self._result(message)
         elif kind == "error":
             text = message.get("message")
-            raise EngineError(str(text) if text else "The engine program reported an error.")
+            reason = "context_overflow" if message.get("code") == "context_overflow" else "engine"
+            raise EngineError(
+                str(text) if text else "The engine program reported an error.", reason=reason
+            )
         return None
 
     async def _tool_call(self, message: Message) -> None:

@@ -18,18 +18,22 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import orjson
 
 from broker import logs, tools
+from broker.context import ContextPlan, Msg, compaction_due
+from broker.context.session import SessionContext, summary_text
+from broker.context.session import load as load_context
 from broker.engines.base import ChatMessage, EngineError, EngineResult, TurnRequest
 from broker.ids import new_id, now_ms
 from ledger import turns as lt
 from ledger.turns import ItemInfo, TurnRecord
 
+from . import compactor
 from . import machine as m
 from .commands import Command, is_command
 
@@ -37,7 +41,6 @@ if TYPE_CHECKING:
     from .registry import Mailboxes
 
 log = logs.get("broker.actor")
-HISTORY_MESSAGES = 40
 ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]
 SOURCES: dict[str, m.Source] = {s: s for s in ("person", "worker", "timer", "operator")}
 
@@ -55,6 +58,7 @@ class RunningTurn:
     tools: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     abort_reason: str | None = None
+    input_msgs: list[Msg] = field(default_factory=list)  # counted once, stored with the turn
     steer_queue: list[ItemInfo] = field(default_factory=list)
     taken: list[ItemInfo] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
@@ -88,6 +92,15 @@ def _route_of(item: ItemInfo) -> lt.Route:
     return (item.channel, item.peer_kind, item.peer_id, item.thread_id)
 
 
+@dataclass
+class CompactRequest:
+    """Manual compaction (`/compact`, `session.compact`), run between turns."""
+
+    instructions: str | None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    turn: str | None = None
+
+
 def as_chat(item: ItemInfo) -> ChatMessage:
     return ChatMessage(
         "user", item.content, name=item.sender_name, msg_id=item.msg_id, item_id=item.id
@@ -99,7 +112,10 @@ class SessionActor:
         self.label = label
         self.hub = hub
         self.items: dict[str, ItemInfo] = {}
-        self.queue: deque[ItemInfo | m.Event | Command] = deque()
+        self.queue: deque[ItemInfo | m.Event | Command | CompactRequest] = deque()
+        self.compacting = False  # a manual compaction runs; turns wait for it
+        self.deferred: m.StartTurn | None = None
+        self.compact_requests: list[CompactRequest] = []
         self.wake = anyio.Event()
         self.status: ActorState = "idle"
         self.turn: RunningTurn | None = None
@@ -111,7 +127,7 @@ class SessionActor:
         self.kind = "dm"
         self.route: lt.Route | None = None  # where replies go when a turn has no inbound
         self.tokens = [0, 0]  # prompt, completion: running totals of this session
-        self.history: deque[ChatMessage] = deque(maxlen=HISTORY_MESSAGES)
+        self.ctx = SessionContext(hub.counter)
         self.pending_new = False
         self.state = m.State(limits=self.limits())
         self._tg: anyio.abc.TaskGroup | None = None
@@ -119,7 +135,7 @@ class SessionActor:
 
     # -- feeding the actor (synchronous, never blocks) -------------------------
 
-    def post(self, event: ItemInfo | m.Event | Command) -> None:
+    def post(self, event: ItemInfo | m.Event | Command | CompactRequest) -> None:
         self.queue.append(event)
         self.wake.set()
 
@@ -192,6 +208,9 @@ class SessionActor:
                 self._arrived(event)
             elif isinstance(event, Command):
                 self.apply_command(event)
+            elif isinstance(event, CompactRequest):
+                self.compact_requests.append(event)
+                self._maybe_compact()
             else:
                 self._apply(event)
 
@@ -259,6 +278,8 @@ class SessionActor:
         elif command.name == "queue":
             self.override = dict(command.override or {})
             self._apply(m.Configure(self.limits()))
+        elif command.name == "compact":
+            self.post(CompactRequest(command.args or None))
         elif command.name == "new":
             self.pending_new = True
             if self.turn is None:
@@ -267,7 +288,7 @@ class SessionActor:
     def _new_thread(self) -> None:
         self.pending_new = False
         previous, self.head = self.head, None
-        self.history.clear()
+        self.ctx.reset()
         label, now = self.label, now_ms()
         self.hub.ledger.writer.submit(lambda c: lt.new_thread(c, label, previous, now))
 
@@ -297,6 +318,9 @@ class SessionActor:
         assert self._tg is not None
         if self.hub.draining:
             return  # shutting down: the items stay queued in the ledger for the next start
+        if self.compacting:
+            self.deferred = start  # runs when the compaction ends
+            return
         if self.pending_new:
             self._new_thread()
         inputs = [self.items[i.id] for i in start.items]
@@ -320,13 +344,15 @@ class SessionActor:
         self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
     ) -> None:
         started = now_ms()
-        parent = self.head
         ids = [i.id for i in inputs]
         # Not awaited: the writer is FIFO, so this commits before the turn's own
         # commit. If the process dies first, the items are simply still queued.
         self.hub.ledger.writer.submit(lambda c: lt.mark_running(c, turn.id, ids, started))
-        request = self._request(turn, start, inputs)
-        result, error, reason = await self._call_engine(request, turn)
+        turn.input_msgs = [self.ctx.msg("user", i.content, i.sender_name) for i in inputs]
+        result, error, reason = await self._prepare_and_call(start, inputs, turn)
+        parent = self.head  # after any compaction this turn ran first
+        for dropped in start.dropped_note:  # named in this turn's note; done with now
+            self.items.pop(dropped.id, None)
         self.status = "completing"
         with anyio.CancelScope(shield=True):
             outcome = await self._commit(
@@ -335,37 +361,125 @@ class SessionActor:
         self.turn = None
         self.status = "idle"
         self.hub.turn_ended()
+        self._maybe_compact()
         taken = tuple(i.id for i in turn.taken)
         for item_id in (*ids, *taken):
             if outcome != "aborted" or turn.abort_reason == "stop":
                 self.items.pop(item_id, None)
         self.post(m.TurnEnded(start.turn_no, outcome, taken))
 
-    def _request(
-        self, turn: RunningTurn, start: m.StartTurn, inputs: list[ItemInfo]
-    ) -> TurnRequest:
-        notes: tuple[str, ...] = ()
-        if start.dropped_note:
-            dropped = [self.items.pop(i.id, None) for i in start.dropped_note]
-            listed = "; ".join((d.content[:80] if d else "?") for d in dropped)
-            notes = (
-                f"{len(start.dropped_note)} earlier message(s) were dropped because the "
-                f"queue was full: {listed}",
-            )
+    def _maybe_compact(self) -> None:
+        if self.compact_requests and self.turn is None and not self.compacting:
+            assert self._tg is not None
+            requests, self.compact_requests = self.compact_requests, []
+            self.compacting = True
+            self._tg.start_soon(self._run_manual_compaction, requests)
+
+    async def _run_manual_compaction(self, requests: list[CompactRequest]) -> None:
+        try:
+            turn = await compactor.compact(self, "manual", requests[-1].instructions)
+        finally:
+            self.compacting = False
+        for request in requests:
+            request.turn = turn
+            request.done.set()
+        if self.deferred is not None:
+            start, self.deferred = self.deferred, None
+            self._start_turn(start)
+
+    def window(self) -> int:
+        persona = self.hub.settings.personas.get(self.persona or "")
+        return (
+            persona.context_window
+            if persona and persona.context_window
+            else self.hub.engine.context_window
+        )
+
+    async def _prepare_and_call(
+        self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
+    ) -> tuple[EngineResult | None, str | None, str | None]:
+        """Assemble within the budget (compacting first when due), call the engine, and
+        on a context overflow compact and try once more."""
+        for attempt in ("first", "after reactive compaction"):
+            plan = self._plan(start, turn)
+            if plan.compaction_due and await compactor.compact(self, "proactive"):
+                plan = self._plan(start, turn)
+            if plan.over_budget:
+                return (
+                    None,
+                    (
+                        f"The message is too long for this agent's context window "
+                        f"({plan.tokens} tokens of {plan.budget})."
+                    ),
+                    "context_overflow",
+                )
+            request = self._request(turn, start, inputs, plan)
+            result, error, reason = await self._call_engine(request, turn)
+            if result is not None:
+                self.ctx.last_reported = result.prompt_tokens
+            if reason != "context_overflow" or turn.parts or attempt != "first":
+                return result, error, reason
+            if not await compactor.compact(self, "reactive"):
+                return result, error, reason
+        return result, error, reason
+
+    def _plan(self, start: m.StartTurn, turn: RunningTurn) -> ContextPlan:
+        cfg = self.hub.settings.engine
+        system = self._system_prompt()
+        notes = tuple(self.ctx.msg("system", n) for n in self._notes(start))
+        plan = self.ctx.build(
+            window=self.window(),
+            reserve=cfg.reserve_reply_tokens,
+            threshold=cfg.compaction_threshold,
+            system=self.ctx.msg("system", system) if system else None,
+            inputs=tuple(turn.input_msgs),
+            notes=notes,
+        )
+        reported = self.ctx.last_reported
+        if reported is not None and not plan.compaction_due and self.ctx.blocks:
+            due = compaction_due(plan.tokens, self.window(), cfg.compaction_threshold, reported)
+            return replace(plan, compaction_due=due)
+        return plan
+
+    def _system_prompt(self) -> str | None:
         settings = self.hub.settings
         persona = settings.personas.get(self.persona or "")
         prompt = persona.system_prompt if persona else None
         if prompt is None and self.kind == "worker":
             prompt = settings.workers.system_prompt
+        return prompt
+
+    def _notes(self, start: m.StartTurn) -> tuple[str, ...]:
+        if not start.dropped_note:
+            return ()
+        dropped = [self.items.get(i.id) for i in start.dropped_note]
+        listed = "; ".join((d.content[:80] if d else "?") for d in dropped)
+        return (
+            f"{len(start.dropped_note)} earlier message(s) were dropped because the "
+            f"queue was full: {listed}",
+        )
+
+    def _request(
+        self, turn: RunningTurn, start: m.StartTurn, inputs: list[ItemInfo], plan: ContextPlan
+    ) -> TurnRequest:
+        persona = self.hub.settings.personas.get(self.persona or "")
+        summary = (
+            (ChatMessage("system", summary_text(self.ctx.summary)),) if self.ctx.summary else ()
+        )
+        history = summary + tuple(
+            ChatMessage(msg.role, msg.content, name=msg.name)
+            for msg in plan.messages
+            if msg.turn_id is not None
+        )
         return TurnRequest(
             session=self.label,
             turn_id=turn.id,
-            system_prompt=prompt,
+            system_prompt=self._system_prompt(),
             model=persona.model if persona else None,
             tools=tools.SPECS,
-            history=tuple(self.history),
+            history=history,
             inputs=tuple(as_chat(i) for i in inputs),
-            notes=notes,
+            notes=self._notes(start),
         )
 
     async def _call_engine(
@@ -438,6 +552,9 @@ class SessionActor:
             item_reason="stopped" if item_status == "cancelled" else None,
             tool_calls=result.tool_calls if result else [],
             outbox=self._outbox(turn, all_inputs, reply or "", status),
+            input_tokens=[msg.tokens for msg in turn.input_msgs]
+            + [self.ctx.counter.count_message("user", i.content) for i in turn.taken],
+            output_tokens=self.ctx.counter.count_message("assistant", text) if text else None,
         )
         written = await self.hub.commit(rec)
         log.info(
@@ -461,10 +578,15 @@ class SessionActor:
             # The same rule as ledger.turns.thread_messages, so an actor that
             # starts later sees the same history: inputs unless the turn was
             # aborted (they run again), the reply when there is one.
-            if status != "aborted":
-                self.history.extend(as_chat(i) for i in all_inputs)
+            kept = (
+                []
+                if status == "aborted"
+                else list(turn.input_msgs)
+                + [self.ctx.msg("user", i.content, i.sender_name) for i in turn.taken]
+            )
             if text or status == "completed":
-                self.history.append(ChatMessage("assistant", text))
+                kept.append(self.ctx.msg("assistant", text))
+            self.ctx.add_turn(rec.turn_id, [replace(msg, turn_id=rec.turn_id) for msg in kept])
         elif written == "orphan":
             outcome = "failed"
         if written != "lost" and rec.outbox is not None:
@@ -496,8 +618,9 @@ class SessionActor:
 
     async def _load(self) -> None:
         label = self.label
-        start = await self.hub.ledger.read(lambda c: lt.actor_start(c, label, HISTORY_MESSAGES))
+        start = await self.hub.ledger.read(lambda c: lt.actor_start(c, label))
         self.head, self.persona, self.kind = start.head, start.persona, start.kind
         self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
         self.override = orjson.loads(start.override) if start.override else {}
-        self.history.extend(ChatMessage(r, t) for r, t in start.history)  # type: ignore[arg-type]
+        head, counter = self.head, self.hub.counter
+        self.ctx = await self.hub.ledger.read(lambda c: load_context(c, head, counter))

@@ -1,7 +1,7 @@
 """Chat commands in inbound text: parsed here, pure; applied by the actor.
 
 `/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]`, `/queue reset`,
-`/stop`, `/status`, `/new`.
+`/stop`, `/status`, `/new`, `/compact [instructions]`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from .machine import QUEUE_MODES
 
-COMMANDS = ("queue", "stop", "status", "new")
+COMMANDS = ("queue", "stop", "status", "new", "compact")
 DROPS = ("old", "new", "summarize")
 
 

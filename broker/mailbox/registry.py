@@ -21,6 +21,7 @@ import orjson
 
 from broker import logs
 from broker.config import Settings
+from broker.context import TokenCounter
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.ids import new_id, now_ms
@@ -33,7 +34,7 @@ from ledger.turns import HeadMoved, ItemInfo, TurnRecord
 from ledger.writer import LedgerWriteFailed
 
 from . import machine as m
-from .actor import SessionActor
+from .actor import CompactRequest, SessionActor
 from .commands import Command, CommandError, parse
 
 log = logs.get("broker.mailboxes")
@@ -61,6 +62,7 @@ class Mailboxes:
         self.engine = engine
         self.router = router
         self.deliveries = deliveries
+        self.counter = TokenCounter(settings.engine.encoding)
         self.actors: dict[str, SessionActor] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.started_actors = 0
@@ -246,6 +248,15 @@ class Mailboxes:
         for actor in self.actors.values():
             actor.post(m.Configure(actor.limits()))
 
+    async def compact(self, label: str, instructions: str | None) -> str | None:
+        """session.compact: run a compaction turn now (between turns); its id or None."""
+        actor = self.actors.get(label) or self._start(label, [])
+        request = CompactRequest(instructions)
+        actor.post(request)
+        with anyio.fail_after(self.settings.engine.compaction_timeout_s + 60):
+            await request.done.wait()
+        return request.turn
+
     def state_of(self, label: str) -> str:
         actor = self.actors.get(label)
         return actor.status if actor is not None else "idle"
@@ -314,6 +325,8 @@ class Mailboxes:
             return "Stopped." if actor.turn is not None else "Nothing is running."
         if command.name == "new":
             return "Starting a new conversation thread."
+        if command.name == "compact":
+            return "Compacting the conversation: older turns become a summary."
         if command.name == "queue":
             if not command.override:
                 return "Queue settings reset to the defaults."

@@ -1,0 +1,158 @@
+"""Compaction turns: summarize the oldest history into a turn of type `compaction`.
+
+Rule 1: a compaction is a turn like any other: parent = the head, committed
+        with its `compactions` row in one transaction, and the head moves to
+        it. Nothing is deleted; the summarized turns stay in the tree.
+Rule 2: the summary comes from the engine, bounded by `compaction_timeout_s`.
+        If the engine fails, hangs, or returns something empty or longer than
+        the summary budget, a deterministic summary is used instead, so a
+        session can never stay in `compacting`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from broker import logs
+from broker.context import compaction
+from broker.engines.base import ChatMessage, EngineError, TurnRequest
+from broker.ids import new_id, now_ms
+from ledger.turns import TurnRecord
+
+if TYPE_CHECKING:
+    from .actor import SessionActor
+
+log = logs.get("broker.compaction")
+Trigger = Literal["proactive", "manual", "reactive"]
+
+
+class _QuietIO:
+    """The summarizer's TurnIO: nothing is streamed to anyone, no tools, no steering."""
+
+    async def delta(self, text: str) -> None:
+        return None
+
+    def take_steer(self) -> list[ChatMessage]:
+        return []
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        raise EngineError("no tools while summarizing")
+
+
+def summary_budget(window: int) -> int:
+    return max(64, min(2000, window // 8))
+
+
+async def compact(
+    actor: SessionActor, trigger: Trigger, instructions: str | None = None
+) -> str | None:
+    """Run one compaction turn; return its id, or None when there is nothing to summarize."""
+    ctx, engine_cfg = actor.ctx, actor.hub.settings.engine
+    window = actor.window()
+    keep = 0 if trigger == "manual" else int(window * engine_cfg.keep_recent_ratio)
+    if trigger == "reactive":  # the engine overflowed though our count fit: keep less
+        keep = min(keep, sum(block.tokens for block in ctx.blocks) // 2)
+    plan = compaction.plan(tuple(ctx.blocks), keep)
+    if plan is None:
+        return None
+    previous_status, actor.status = actor.status, "compacting"
+    started, turn_id = now_ms(), new_id()
+    system, user = compaction.summary_request(
+        plan.summarize, ctx.summary, instructions, max_message_chars=4000
+    )
+    summary, fallback, usage = await _summarize(actor, turn_id, system, user, plan, window)
+    summary_tokens = ctx.counter.count(summary)
+    rec = TurnRecord(
+        turn_id=turn_id,
+        session=actor.label,
+        parent_id=actor.head,
+        type="compaction",
+        status="completed",
+        reason=trigger,
+        error=None,
+        output=summary,
+        engine=actor.hub.engine.name,
+        model=usage.get("model"),
+        started_at=started,
+        completed_at=now_ms(),
+        prompt_tokens=usage.get("prompt"),
+        completion_tokens=usage.get("completion"),
+        inputs=[],
+        item_status="done",
+        output_tokens=summary_tokens,
+        compaction={
+            "summary": summary,
+            "summarized_through_turn_id": plan.summarized_through,
+            "first_kept_turn_id": plan.first_kept,
+            "turns_summarized": plan.turns_summarized,
+            "trigger": trigger,
+            "instructions": instructions,
+            "model": usage.get("model"),
+            "fallback": int(fallback),
+            "tokens_before": plan.tokens_before,
+            "tokens_after": summary_tokens + plan.tokens_kept,
+            "summary_tokens": summary_tokens,
+            "summarization_input_tokens": usage.get("prompt"),
+            "summarization_output_tokens": usage.get("completion"),
+            "duration_ms": now_ms() - started,
+        },
+    )
+    with anyio.CancelScope(shield=True):
+        written = await actor.hub.commit(rec)
+    actor.status = previous_status
+    if written != "thread":
+        return None
+    actor.head = turn_id
+    actor.turn_count += 1
+    ctx.compacted(summary, plan.keep)
+    log.info(
+        "session compacted",
+        session=actor.label,
+        turn=turn_id,
+        trigger=trigger,
+        turns_summarized=plan.turns_summarized,
+        tokens_before=plan.tokens_before,
+        tokens_after=summary_tokens + plan.tokens_kept,
+        fallback=fallback,
+    )
+    return turn_id
+
+
+async def _summarize(
+    actor: SessionActor,
+    turn_id: str,
+    system: str,
+    user: str,
+    plan: compaction.CompactionPlan,
+    window: int,
+) -> tuple[str, bool, dict[str, Any]]:
+    ctx, budget = actor.ctx, summary_budget(window)
+    request = TurnRequest(
+        session=actor.label,
+        turn_id=turn_id,
+        system_prompt=system,
+        history=(),
+        inputs=(ChatMessage("user", user),),
+    )
+    try:
+        with anyio.fail_after(actor.hub.settings.engine.compaction_timeout_s):
+            result = await actor.hub.engine.run(request, _QuietIO())
+        text = result.text.strip()
+        if not text or ctx.counter.count(text) > budget:
+            raise EngineError("the summary was empty or too long")
+        usage = {
+            "model": result.model,
+            "prompt": result.prompt_tokens,
+            "completion": result.completion_tokens,
+        }
+        return text, False, usage
+    except Exception as exc:  # any failure: the deterministic summary, never a hang
+        log.warning(
+            "summarizer failed; using the deterministic summary",
+            session=actor.label,
+            error=str(exc) or type(exc).__name__,
+        )
+    text = compaction.fallback_summary(plan.summarize, ctx.summary, budget, ctx.counter)
+    return text or "(earlier turns omitted)", True, {}
