@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from adapters.terminal import chat_command
 from ledger.errors import LedgerLookupError
 
 from .client import BrokerClient, BrokerError
@@ -232,7 +233,7 @@ def _print_log(frame: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-app.command("chat")(__import__("adapters.terminal").terminal.chat_command)
+app.command("chat")(chat_command)
 
 
 @app.command()
