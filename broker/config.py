@@ -87,6 +87,12 @@ class WorkerSettings(_Section):
     )
 
 
+class RecallSettings(_Section):
+    budget_tokens: int = Field(8000, ge=256)  # of the tool's output
+    # May an agent search every session's archive (session "*")? Off: its own only.
+    cross_session: bool = False
+
+
 class Persona(_Section):
     system_prompt: str | None = None
     model: str | None = None  # passed to the engine; None: the engine's own
@@ -116,6 +122,7 @@ class Settings(BaseSettings):
     policies_file: Path | None = None  # a TOML file of [[rules]]
     personas: dict[str, Persona] = Field(default_factory=dict)
     workers: WorkerSettings = WorkerSettings()
+    recall: RecallSettings = RecallSettings()
 
     @field_validator("socket_path")
     @classmethod

@@ -10,7 +10,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ledger import queries, recall, sessions
+from broker.context.state import EVENT_TYPES
+from ledger import events, queries, recall, sessions
 from ledger.errors import LedgerLookupError
 from ledger.store import Ledger
 
@@ -45,6 +46,9 @@ class Ops:
             "session.fork": self.session_fork,
             "agent_send": self.agent_send,
             "session.compact": self.session_compact,
+            "events.query": self.events_query,
+            "scratchpad.get": self.scratchpad_get,
+            "scratchpad.merge": self.scratchpad_merge,
             "recall.search": self.recall_search,
         }
 
@@ -135,6 +139,7 @@ class Ops:
                 "head": row["head_turn_id"],
                 "queued": queries.queued_items(c, label, limit),
                 "turns": queries.thread_turns(c, row["head_turn_id"], limit),
+                "totals": events.session_totals(c, label),
             }
 
         data = await self.ledger.read(show)
@@ -195,6 +200,46 @@ class Ops:
                 "invalid", f"{label} has no history to compact", field="session", req=req
             )
         return {"turn": turn}
+
+    async def events_query(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args,
+            (
+                ArgSpec("type", str, False, 16),
+                ArgSpec("session", str, False),
+                ArgSpec("turn", str, False, 64),
+                ArgSpec("text", str, False),
+                ArgSpec("limit", int, False, minimum=1, maximum=1000),
+            ),
+            req,
+        )
+        if a.get("type") is not None and a["type"] not in EVENT_TYPES:
+            raise ProtocolError(
+                "invalid", f"type must be one of {', '.join(EVENT_TYPES)}", field="type", req=req
+            )
+        return await self.ledger.read(
+            lambda c: events.query(
+                c,
+                kind=a.get("type"),
+                session=a.get("session"),
+                turn=a.get("turn"),
+                text=a.get("text"),
+                limit=a.get("limit", 100),
+            )
+        )
+
+    async def scratchpad_get(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("session", str, True),), req)
+        return await self.ledger.read(lambda c: events.scratchpad_get(c, a["session"]))
+
+    async def scratchpad_merge(
+        self, conn: Connection, args: dict[str, Any], req: str | None
+    ) -> Any:
+        a = check_args(args, (ArgSpec("session", str, True), ArgSpec("patch", dict, True)), req)
+        now = now_ms()
+        return await self.ledger.write(
+            lambda c: events.scratchpad_merge(c, a["session"], a["patch"], now)
+        )
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

@@ -109,6 +109,19 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
+class Block:
+    """One hit or entry of the answer; `body` is what may be cut."""
+
+    head: str
+    body: str = ""
+    tool: bool = False
+    group: str = ""  # the line of the turn the entry belongs to (range)
+
+    def text(self) -> str:
+        return f"{self.head}\n{self.body}" if self.body else self.head
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     """What an action found, before it is fitted to the budget."""
 
@@ -118,21 +131,13 @@ class Answer:
     oldest_first: bool = False  # range: the first blocks are the oldest
 
     def text(self, blocks: list[Block] | None = None, note: str = "") -> str:
-        shown = self.blocks if blocks is None else blocks
-        parts = [self.header, *(b.text() for b in shown), self.footer, note]
-        return "\n".join(p for p in parts if p)
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """One hit or entry of the answer; `body` is what may be cut."""
-
-    head: str
-    body: str = ""
-    tool: bool = False
-
-    def text(self) -> str:
-        return f"{self.head}\n{self.body}" if self.body else self.head
+        parts, group = [self.header], ""
+        for b in self.blocks if blocks is None else blocks:
+            if b.group != group:  # a turn's line, before its first entry still shown
+                group = b.group
+                parts.append(group)
+            parts.append(b.text())
+        return "\n".join(p for p in [*parts, self.footer, note] if p)
 
 
 async def conversation_recall(
@@ -261,10 +266,9 @@ def _run(conn: sqlite3.Connection, req: Request) -> Answer:
 
 
 def _search(conn: sqlite3.Connection, req: Request) -> Answer:
-    assert req.query is not None
-    scope = "all sessions" if req.session is None else f"session {req.session}"
-
     query = req.query
+    assert query is not None  # parse_arguments checked
+    scope = "all sessions" if req.session is None else f"session {req.session}"
 
     def run(match: recall.Match) -> list[recall.Hit]:
         return recall.search(
@@ -308,14 +312,12 @@ def _range(conn: sqlite3.Connection, req: Request, session: str) -> Answer:
     )
     if not entries:
         return Answer(f"Session {session} has no turns in that range.", [])
-    blocks, turn = [], None
+    started: dict[str, int] = {}
+    blocks = []
     for e in entries:
-        block = _entry_block(e)
-        if e.turn != turn:  # a turn's first entry carries the turn's line
-            turn = e.turn
-            status = "" if e.turn_status == "completed" else f" ({e.turn_status})"
-            block = replace(block, head=f"-- turn {e.turn} {_when(e.at)}{status}\n{block.head}")
-        blocks.append(block)
+        at = started.setdefault(e.turn, e.at)
+        status = "" if e.turn_status == "completed" else f" ({e.turn_status})"
+        blocks.append(replace(_entry_block(e), group=f"-- turn {e.turn} {_when(at)}{status}"))
     header = f"Session {session}, {len(entries)} entries, oldest first (times UTC):"
     return Answer(header, blocks, oldest_first=True)
 
@@ -408,7 +410,9 @@ class _Fitter:
         self.answer, self.count, self.budget = answer, count, budget
         self.blocks: list[Block | None] = list(answer.blocks)
         self.costs = [count(b.text()) + 1 for b in answer.blocks]
-        self.fixed = count(answer.header) + count(answer.footer) + 40  # the note, newlines
+        # The note, the newlines, and a line for each turn of a range.
+        groups = len({b.group for b in answer.blocks})
+        self.fixed = count(answer.header) + count(answer.footer) + 40 + 20 * groups
         self.cut = self.dropped = 0
         n = len(self.blocks)
         # Oldest first: range lists the oldest first; search and tool_calls list the
@@ -451,8 +455,9 @@ class _Fitter:
             self.dropped += 1
 
     def _text(self) -> str:
+        which = "oldest" if self.answer.oldest_first else "last"
         note = (
-            f"[Cut to fit {self.budget} tokens: {self.cut} entries shortened,"
+            f"[Cut to fit {self.budget} tokens: {self.cut} entries shortened, the {which}"
             f" {self.dropped} left out. Ask for fewer (limit) or a narrower range.]"
         )
         return self.answer.text([b for b in self.blocks if b is not None], note)

@@ -9,6 +9,7 @@ import orjson
 from ledger.errors import LedgerLookupError
 
 from .engines.base import EngineError, ToolSpec
+from .recall_tool import RECALL_TOOL, conversation_recall
 
 if TYPE_CHECKING:
     from .mailbox.registry import Mailboxes
@@ -65,7 +66,17 @@ async def call(
 ) -> str:
     if name == "agent_send":
         return await agent_send(hub, session, turn, arguments)
+    if name == RECALL_TOOL.name:
+        cfg = hub.settings.recall
+        return await conversation_recall(
+            hub.ledger,
+            session,
+            arguments,
+            hub.counter.count,
+            cfg.budget_tokens,
+            cross_session=cfg.cross_session,
+        )
     raise EngineError(f"the broker offers no tool named {name!r}")
 
 
-SPECS: tuple[ToolSpec, ...] = (AGENT_SEND,)
+SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL)

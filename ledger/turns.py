@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
+from broker.context.state import totals_of
 from broker.engines.base import ToolCall
 from broker.ids import new_id
 
@@ -154,16 +155,20 @@ class TurnRecord:
     input_tokens: list[int] | None = None  # per input, counted once when first seen
     output_tokens: int | None = None
     compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+    totals = totals_of(rec.events)
     # The head moves and the running totals grow in one statement.
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
         " total_prompt_tokens = total_prompt_tokens + ?,"
         " total_completion_tokens = total_completion_tokens + ?,"
         " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
-        " total_errors = total_errors + ?"
+        " total_errors = total_errors + ?, total_events = total_events + ?,"
+        " total_files_modified = total_files_modified + ?,"
+        " total_errors_resolved = total_errors_resolved + ?"
         " WHERE label = ? AND head_turn_id IS ?",
         (
             rec.turn_id,
@@ -172,7 +177,10 @@ def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
             rec.completion_tokens or 0,
             0 if rec.status == "aborted" else 1,
             len(rec.tool_calls),
-            1 if rec.status == "failed" else 0,
+            totals["errors"],
+            totals["events"],
+            totals["files_modified"],
+            totals["errors_resolved"],
             rec.session,
             rec.parent_id,
         ),
@@ -295,6 +303,21 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
             " VALUES (?,?,?,?,?,?)",
             (out_id, rec.session, rec.turn_id, channel, frame, rec.completed_at),
         )
+    conn.executemany(
+        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (
+                rec.turn_id,
+                n,
+                rec.session,
+                kind,
+                orjson.dumps(payload, default=str).decode(),
+                rec.completed_at,
+            )
+            for n, (kind, payload) in enumerate(rec.events)
+        ],
+    )
     _finish_dispatches(conn, rec)
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+import orjson
+
 from .packing import ContextInput, ContextPlan, Msg, TurnBlock, assemble
+from .state import SessionState, state_from
 from .tokens import TokenCounter
 
 MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
@@ -27,6 +30,7 @@ class SessionContext:
     summary: str | None = None
     summary_tokens: int = 0
     last_reported: int | None = None  # the prompt tokens the engine last reported
+    state: SessionState = field(default_factory=SessionState)
 
     def msg(
         self, role: str, content: str, name: str | None = None, turn_id: str | None = None
@@ -47,12 +51,13 @@ class SessionContext:
         summary = None
         if self.summary:
             summary = Msg("system", summary_text(self.summary), self.summary_tokens)
+        rendered = self.state.render()
         return assemble(
             ContextInput(
                 window=window,
                 reserve_reply=min(reserve, window - 1),
                 system=system,
-                state=None,
+                state=self.msg("system", rendered) if rendered else None,
                 summary=summary,
                 history=tuple(self.blocks),
                 inputs=inputs,
@@ -72,8 +77,9 @@ class SessionContext:
         self.last_reported = None
 
     def reset(self) -> None:
-        """`/new`: a fresh thread has no history and no summary."""
+        """`/new`: a fresh thread has no history, no summary and no state."""
         self.blocks, self.summary, self.summary_tokens, self.last_reported = [], None, 0, None
+        self.state = SessionState()
 
 
 def summary_text(summary: str) -> str:
@@ -84,6 +90,7 @@ def load(conn: sqlite3.Connection, head: str | None, counter: TokenCounter) -> S
     ctx = SessionContext(counter)
     if head is None:
         return ctx
+    ctx.state = _state(conn, head)
     chain = conn.execute(
         "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
         " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
@@ -140,3 +147,19 @@ def _messages(
         count = int(tokens) if tokens is not None else counter.count_message(role, content)
         out.append(Msg(role, content, count, turn_id=turn_id))
     return out
+
+
+STATE_EVENTS = 500  # the newest events of a session that its state record is built from
+
+
+def _state(conn: sqlite3.Connection, head: str) -> SessionState:
+    row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (head,)).fetchone()
+    if row is None:
+        return SessionState()
+    rows = conn.execute(
+        "SELECT type, payload FROM turn_events WHERE session_label = ?"
+        " AND type IN ('intent', 'file', 'decision', 'error', 'feedback')"
+        " ORDER BY created_at DESC, turn_id DESC, seq DESC LIMIT ?",
+        (row[0], STATE_EVENTS),
+    ).fetchall()
+    return state_from((str(kind), orjson.loads(payload)) for kind, payload in reversed(rows))

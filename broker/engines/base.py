@@ -74,6 +74,9 @@ class EngineResult:
     # Item ids of the steered messages the engine really used. None: every
     # message it took with `io.take_steer()`. The others run in the next turn.
     steer_used: tuple[str, ...] | None = None
+    # Typed events the engine reports: (type, payload), type one of intent, action,
+    # file, snapshot, decision, error, llm, feedback. The broker adds its own.
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 class EngineError(Exception):

@@ -39,6 +39,12 @@ Program → broker (on the program's stdout):
 ``{"type": "tool_call", "id": "c1", "name": "...", "arguments": {...}}``: run a
 broker tool; then read lines until the ``tool_result`` with the same id.
 
+``{"type": "event", "event": "decision", "data": {...}}``: a typed event of the
+turn (intent, action, file, snapshot, decision, error, llm, feedback), recorded
+in order with the turn. Conventions the broker reads: ``intent``/``decision``
+``{"text"}``, ``file`` ``{"path", "op": "read"|"write"|"edit"|"create"|"delete"}``,
+and ``"resolves": "<what>"`` on any event that resolves an earlier error.
+
 ``{"type": "steer_taken", "msg_ids": ["m-2"]}`` (or ``"items": [...]``): which
 steered messages you folded into this turn. Only these count as part of the
 turn; any other steered message runs again as the next turn, so nothing is
@@ -91,6 +97,8 @@ from typing import Any, Literal
 import anyio
 import orjson
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskGroup
+
+from broker.context.state import EVENT_TYPES
 
 from .base import ChatMessage, EngineError, EngineResult, ToolCall, TurnIO, TurnRequest
 
@@ -259,6 +267,7 @@ class _Conversation:
         self.deltas: list[str] = []
         self.tool_calls: list[ToolCall] = []
         self.steered: list[ChatMessage] = []  # forwarded to the program
+        self.events: list[tuple[str, dict[str, Any]]] = []
         self.steer_used: set[str] = set()  # item ids the program said it used
         self.steer_scope = anyio.CancelScope()
         self.outbox, self.inbox = anyio.create_memory_object_stream[bytes](16)
@@ -333,6 +342,8 @@ class _Conversation:
             await self._tool_call(message)
         elif kind == "steer_taken":
             self._steer_taken(message)
+        elif kind == "event":
+            self._event(message)
         elif kind == "final":
             return self._result(message)
         elif kind == "error":
@@ -358,6 +369,16 @@ class _Conversation:
             {"type": "tool_result", "id": call_id, "content": content, "status": status}
         )
 
+    def _event(self, message: Message) -> None:
+        kind = message.get("event")
+        data = message.get("data")
+        if kind not in EVENT_TYPES or not isinstance(data, dict):
+            raise EngineError(
+                f"The engine program sent a bad event line (event {kind!r}); "
+                f"events are {', '.join(EVENT_TYPES)} with an object 'data'."
+            )
+        self.events.append((str(kind), data))
+
     def _steer_taken(self, message: Message) -> None:
         msg_ids = set(_field(message, "msg_ids", list, []))
         items = set(_field(message, "items", list, []))
@@ -376,6 +397,7 @@ class _Conversation:
             model=model if isinstance(model, str) else None,
             tool_calls=self.tool_calls,
             steer_used=tuple(sorted(self.steer_used)),
+            events=self.events,
         )
 
     async def _finish(self, result: EngineResult) -> EngineResult:

@@ -16,6 +16,7 @@ Rule 4: every wait on the engine is bounded by `engine.timeout_s`; an abort
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -101,6 +102,29 @@ class CompactRequest:
     turn: str | None = None
 
 
+def turn_events(
+    result: EngineResult | None, status: str, error: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The engine's events, then the broker's own: one `action` per tool call, one
+    `llm` for the model call, and an `error` for a failed turn."""
+    events = list(result.events) if result is not None else []
+    if result is not None:
+        events += [("action", {"tool": c.name, "status": c.status}) for c in result.tool_calls]
+        events.append(
+            (
+                "llm",
+                {
+                    "model": result.model,
+                    "prompt_tokens": result.prompt_tokens,
+                    "completion_tokens": result.completion_tokens,
+                },
+            )
+        )
+    if status == "failed":
+        events.append(("error", {"text": error or "the turn failed"}))
+    return events
+
+
 def as_chat(item: ItemInfo) -> ChatMessage:
     return ChatMessage(
         "user", item.content, name=item.sender_name, msg_id=item.msg_id, item_id=item.id
@@ -180,10 +204,14 @@ class SessionActor:
                     return
 
     def _wait_time(self, idle_s: float) -> float:
+        """Sleep until the collect deadline or, when quiet, the idle deadline; otherwise
+        until woken: every change of state arrives through `post`, which wakes us."""
         now = anyio.current_time()
-        waits = [idle_s]
+        waits = [math.inf]
         if self.deadline is not None:
             waits.append(max(0.0, self.deadline - now))
+        if self._quiet():
+            waits.append(max(0.0, self._last_activity + idle_s - now))
         return min(waits)
 
     def _timer_due(self) -> bool:
@@ -192,6 +220,8 @@ class SessionActor:
     def _quiet(self) -> bool:
         return (
             self.turn is None
+            and not self.compacting
+            and not self.compact_requests
             and not self.state.backlog
             and not self.queue
             and self.state.running is None
@@ -383,6 +413,7 @@ class SessionActor:
         for request in requests:
             request.turn = turn
             request.done.set()
+        self.wake.set()  # reconsider: maybe idle now
         if self.deferred is not None:
             start, self.deferred = self.deferred, None
             self._start_turn(start)
@@ -463,10 +494,11 @@ class SessionActor:
         self, turn: RunningTurn, start: m.StartTurn, inputs: list[ItemInfo], plan: ContextPlan
     ) -> TurnRequest:
         persona = self.hub.settings.personas.get(self.persona or "")
-        summary = (
-            (ChatMessage("system", summary_text(self.ctx.summary)),) if self.ctx.summary else ()
-        )
-        history = summary + tuple(
+        state = self.ctx.state.render()
+        head: tuple[ChatMessage, ...] = (ChatMessage("system", state),) if state else ()
+        if self.ctx.summary:
+            head += (ChatMessage("system", summary_text(self.ctx.summary)),)
+        history = head + tuple(
             ChatMessage(msg.role, msg.content, name=msg.name)
             for msg in plan.messages
             if msg.turn_id is not None
@@ -555,8 +587,12 @@ class SessionActor:
             input_tokens=[msg.tokens for msg in turn.input_msgs]
             + [self.ctx.counter.count_message("user", i.content) for i in turn.taken],
             output_tokens=self.ctx.counter.count_message("assistant", text) if text else None,
+            events=turn_events(result, status, error),
         )
         written = await self.hub.commit(rec)
+        if written != "lost":
+            for kind, payload in rec.events:
+                self.ctx.state.apply(kind, payload)
         log.info(
             "turn " + (status if written != "lost" else "lost"),
             session=self.label,

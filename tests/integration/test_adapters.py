@@ -299,7 +299,7 @@ async def test_a_repeated_deliver_is_dropped_and_a_lost_confirmation_repeated(
         assert any('"resent unconfirmed replies"' in line for line in d.log_lines())
         await a.confirm(first.out_id)
         await a.confirm(second.out_id)
-        await wait_db(d, OUTBOX_STATUS, (first.out_id,), "delivered")
+        await wait_db(d, OUTBOX_STATUS, (first.out_id,), "delivered", within=3 * WAIT)
 
         third_msg = uniq("m")
         await a.send(third_msg, sender, "third")
@@ -308,7 +308,8 @@ async def test_a_repeated_deliver_is_dropped_and_a_lost_confirmation_repeated(
         await a.confirm(third.out_id)  # lost: nobody listens
         await anyio.to_thread.run_sync(d.start)
         # The broker sends it again on reconnect; the SDK confirms the repeat.
-        await wait_db(d, OUTBOX_STATUS, (third.out_id,), "delivered")
+        # A restart and the SDK's reconnect backoff: more than one ordinary wait.
+        await wait_db(d, OUTBOX_STATUS, (third.out_id,), "delivered", within=3 * WAIT)
         assert query(d, OUTBOX_STATUS, second.out_id) == [("delivered",)]
 
 

@@ -115,7 +115,9 @@ async def resend_all(daemon: DaemonProcess) -> dict[str, bool]:
     return answers
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the client side needs only one
+# The client side needs only one backend. Trio: on asyncio, anyio's Unix stream can
+# fail when a pending receive is cancelled as the killed daemon's socket turns readable.
+@pytest.mark.parametrize("anyio_backend", ["trio"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_kill9_loses_no_acked_message(make_daemon: DaemonFactory, seed: int) -> None:
     kill_at = random.Random(seed).randrange(TOTAL // 10, TOTAL * 8 // 10)

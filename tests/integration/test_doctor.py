@@ -79,12 +79,20 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
 
 def test_backup_while_running(daemon: DaemonProcess, tmp_path: Path) -> None:
     target = tmp_path / "copy.db"
-    done = subprocess.run([*CTL, "--config", str(daemon.config_path), "backup", str(target)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*CTL, "--config", str(daemon.config_path), "backup", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     with sqlite3.connect(target) as copy:
         assert copy.execute("PRAGMA user_version").fetchone()[0] >= 2
         assert copy.execute("PRAGMA quick_check").fetchone()[0] == "ok"
-    again = subprocess.run([*CTL, "--config", str(daemon.config_path), "backup", str(target)],
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [*CTL, "--config", str(daemon.config_path), "backup", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 1 and "exists" in again.stderr

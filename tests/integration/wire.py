@@ -237,14 +237,16 @@ async def wait_until(check: Callable[[], Awaitable[bool]], what: str, within: fl
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
-async def wait_db(d: DaemonProcess, sql: str, args: tuple[Any, ...], expected: Any) -> None:
+async def wait_db(
+    d: DaemonProcess, sql: str, args: tuple[Any, ...], expected: Any, within: float = WAIT
+) -> None:
     """Poll the ledger until `sql` returns `expected` as its first column of the first row."""
 
     async def check() -> bool:
         rows = query(d, sql, *args)
         return bool(rows) and rows[0][0] == expected
 
-    await wait_until(check, f"{sql} {args} == {expected!r}")
+    await wait_until(check, f"{sql} {args} == {expected!r}", within)
 
 
 # -- the ledger -----------------------------------------------------------------

@@ -1,0 +1,85 @@
+"""Turn events across sessions, and the scratchpad."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from broker.context.state import merge_patch
+
+from .errors import NotFound
+
+
+def query(
+    conn: sqlite3.Connection,
+    *,
+    kind: str | None,
+    session: str | None,
+    turn: str | None,
+    text: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Newest first. `text` matches anywhere in the payload, case-insensitively."""
+    where, args = [], []
+    for column, value in (("type", kind), ("session_label", session), ("turn_id", turn)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    if text:
+        where.append("instr(lower(payload), lower(?)) > 0")
+        args.append(text)
+    sql = "SELECT turn_id, seq, session_label, type, payload, created_at FROM turn_events"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY created_at DESC, turn_id DESC, seq DESC LIMIT ?"
+    return [
+        {
+            "turn": r[0],
+            "seq": r[1],
+            "session": r[2],
+            "type": r[3],
+            "payload": orjson.loads(r[4]),
+            "at": r[5],
+        }
+        for r in conn.execute(sql, (*args, limit))
+    ]
+
+
+def session_totals(conn: sqlite3.Connection, label: str) -> dict[str, int]:
+    names = (
+        "events",
+        "tool_calls",
+        "model_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "files_modified",
+        "errors",
+        "errors_resolved",
+    )
+    row = conn.execute(
+        f"SELECT {', '.join('total_' + n for n in names)} FROM sessions WHERE label = ?",
+        (label,),
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    return dict(zip(names, (int(v) for v in row), strict=True))
+
+
+def scratchpad_get(conn: sqlite3.Connection, label: str) -> Any:
+    if conn.execute("SELECT 1 FROM sessions WHERE label = ?", (label,)).fetchone() is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    row = conn.execute("SELECT state FROM scratchpad WHERE session_label = ?", (label,)).fetchone()
+    return orjson.loads(row[0]) if row else {}
+
+
+def scratchpad_merge(conn: sqlite3.Connection, label: str, patch: dict[str, Any], now: int) -> Any:
+    merged = merge_patch(scratchpad_get(conn, label), patch)
+    conn.execute(
+        "INSERT INTO scratchpad (session_label, state, updated_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (session_label) DO UPDATE SET state = excluded.state,"
+        " updated_at = excluded.updated_at",
+        (label, orjson.dumps(merged).decode(), now),
+    )
+    return merged
