@@ -94,6 +94,7 @@ class RecallSettings(_Section):
 
 
 class Persona(_Section):
+    engine: str | None = None  # a name in [engines]; None: the default [engine]
     system_prompt: str | None = None
     model: str | None = None  # passed to the engine; None: the engine's own
     context_window: int | None = Field(None, ge=256)
@@ -121,6 +122,7 @@ class Settings(BaseSettings):
     routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
     policies_file: Path | None = None  # a TOML file of [[rules]]
     personas: dict[str, Persona] = Field(default_factory=dict)
+    engines: dict[str, EngineSettings] = Field(default_factory=dict)  # for personas
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
 
@@ -199,11 +201,22 @@ def _rule_name(loc: tuple[int | str, ...], data: dict[str, Any] | None) -> str:
     return ""
 
 
+def check_personas(settings: Settings) -> None:
+    for name, persona in settings.personas.items():
+        if persona.engine is not None and persona.engine not in settings.engines:
+            known = ", ".join(sorted(settings.engines)) or "none configured"
+            raise ConfigError(
+                f"invalid configuration: personas.{name}.engine names "
+                f"{persona.engine!r}, which is not in [engines] ({known})"
+            )
+
+
 def load_rules(settings: Settings) -> tuple[Rule, ...]:
     """The routing rules: from `policies_file` if set, else the inline `routes`.
 
     Raises ConfigError naming the file, the rule and the key at fault.
     """
+    check_personas(settings)
     if settings.policies_file is None:
         rules = tuple(settings.routes)
         where = "routes"

@@ -161,7 +161,7 @@ class Daemon:
                     await server.flush_all()
                 tg.cancel_scope.cancel()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await engine.aclose()
+                await mailboxes.aclose_engines()
         log.info("stopped")
 
 

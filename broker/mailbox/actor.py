@@ -29,7 +29,7 @@ from broker import logs, tools
 from broker.context import ContextPlan, Msg, compaction_due
 from broker.context.session import SessionContext, summary_text
 from broker.context.session import load as load_context
-from broker.engines.base import ChatMessage, EngineError, EngineResult, TurnRequest
+from broker.engines.base import ChatMessage, Engine, EngineError, EngineResult, TurnRequest
 from broker.ids import new_id, now_ms
 from ledger import turns as lt
 from ledger.turns import ItemInfo, TurnRecord
@@ -299,7 +299,7 @@ class SessionActor:
             self.hub.chat_command(self, item)
             return
         self.items[item.id] = item
-        steerable = self.hub.engine.accepts_steering
+        steerable = self.engine.accepts_steering
         self._apply(m.Arrived(self._machine_item(item), steerable=steerable))
 
     def apply_command(self, command: Command) -> None:
@@ -418,12 +418,17 @@ class SessionActor:
             start, self.deferred = self.deferred, None
             self._start_turn(start)
 
+    @property
+    def engine(self) -> Engine:
+        """The engine of this session's persona, else the default engine."""
+        return self.hub.engine_for(self.persona)
+
     def window(self) -> int:
         persona = self.hub.settings.personas.get(self.persona or "")
         return (
             persona.context_window
             if persona and persona.context_window
-            else self.hub.engine.context_window
+            else self.engine.context_window
         )
 
     async def _prepare_and_call(
@@ -518,7 +523,7 @@ class SessionActor:
         self, request: TurnRequest, turn: RunningTurn
     ) -> tuple[EngineResult | None, str | None, str | None]:
         self.status = "streaming"
-        engine = self.hub.engine
+        engine = self.engine
         with turn.scope:
             try:
                 with anyio.fail_after(self.hub.settings.engine.timeout_s):
@@ -573,7 +578,7 @@ class SessionActor:
             reason=reason,
             error=error,
             output=text,
-            engine=self.hub.engine.name,
+            engine=self.engine.name,
             model=result.model if result else None,
             started_at=started,
             completed_at=now_ms(),

@@ -73,7 +73,7 @@ async def compact(
         reason=trigger,
         error=None,
         output=summary,
-        engine=actor.hub.engine.name,
+        engine=actor.engine.name,
         model=usage.get("model"),
         started_at=started,
         completed_at=now_ms(),
@@ -138,7 +138,7 @@ async def _summarize(
     )
     try:
         with anyio.fail_after(actor.hub.settings.engine.compaction_timeout_s):
-            result = await actor.hub.engine.run(request, _QuietIO())
+            result = await actor.engine.run(request, _QuietIO())
         text = result.text.strip()
         if not text or ctx.counter.count(text) > budget:
             raise EngineError("the summary was empty or too long")

@@ -24,6 +24,7 @@ from broker.config import Settings
 from broker.context import TokenCounter
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
+from broker.engines.factory import build_engine
 from broker.ids import new_id, now_ms
 from broker.router import Router
 from ledger import dispatch
@@ -63,6 +64,8 @@ class Mailboxes:
         self.router = router
         self.deliveries = deliveries
         self.counter = TokenCounter(settings.engine.encoding)
+        # Engines of personas that name one, built when first used.
+        self.engines: dict[str, Engine] = {}
         self.actors: dict[str, SessionActor] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.started_actors = 0
@@ -256,6 +259,19 @@ class Mailboxes:
         with anyio.fail_after(self.settings.engine.compaction_timeout_s + 60):
             await request.done.wait()
         return request.turn
+
+    def engine_for(self, persona: str | None) -> Engine:
+        chosen = self.settings.personas.get(persona or "")
+        name = chosen.engine if chosen is not None else None
+        if name is None or name not in self.settings.engines:
+            return self.engine
+        if name not in self.engines:
+            self.engines[name] = build_engine(self.settings.engines[name])
+        return self.engines[name]
+
+    async def aclose_engines(self) -> None:
+        for engine in (self.engine, *self.engines.values()):
+            await engine.aclose()
 
     def state_of(self, label: str) -> str:
         actor = self.actors.get(label)

@@ -33,7 +33,9 @@ ENGINE = textwrap.dedent("""
 """)
 
 
-async def chat(socket: Path, texts: list[str], prefix: str = "m") -> list[dict[str, Any]]:
+async def chat(
+    socket: Path, texts: list[str], prefix: str = "m", sender: str = "+1"
+) -> list[dict[str, Any]]:
     out = []
     async with await BrokerClient.connect(socket, role="adapter", channel="sms") as c:
         for n, text in enumerate(texts):
@@ -42,7 +44,7 @@ async def chat(socket: Path, texts: list[str], prefix: str = "m") -> list[dict[s
                     "type": "inbound",
                     "req": str(n),
                     "msg_id": f"{prefix}{n}",
-                    "sender_id": "+1",
+                    "sender_id": sender,
                     "peer_kind": "dm",
                     "text": text,
                     "queue_mode": "followup",
