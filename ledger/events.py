@@ -10,6 +10,7 @@ import orjson
 from broker.context.state import merge_patch
 
 from .errors import NotFound
+from .recall import TOTALS
 
 
 def query(
@@ -48,16 +49,7 @@ def query(
 
 
 def session_totals(conn: sqlite3.Connection, label: str) -> dict[str, int]:
-    names = (
-        "events",
-        "tool_calls",
-        "model_calls",
-        "prompt_tokens",
-        "completion_tokens",
-        "files_modified",
-        "errors",
-        "errors_resolved",
-    )
+    names = TOTALS
     row = conn.execute(
         f"SELECT {', '.join('total_' + n for n in names)} FROM sessions WHERE label = ?",
         (label,),
