@@ -95,6 +95,7 @@ class Ops:
             "sessions": counts["sessions"],
             "queued": counts["queued"],
             "ledger": "sqlite",
+            "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,
             "writer_queue": self.ledger.writer.queued,
         }
 

@@ -118,3 +118,30 @@ async def test_second_signal_forces_exit(make_daemon: DaemonFactory) -> None:
                 break
             await anyio.sleep(0.05)
     assert reasons[0] in ("crash", "shutdown")
+
+
+async def test_idle_sessions_hold_no_actor(make_daemon: DaemonFactory) -> None:
+    d = make_daemon({"queue": {"idle_stop_s": 0.3}})
+    async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c:
+        for n in range(5):
+            await c.send(
+                {
+                    "type": "inbound",
+                    "req": str(n),
+                    "msg_id": f"i{n}",
+                    "sender_id": f"+{n}",
+                    "peer_kind": "dm",
+                    "text": "hi",
+                }
+            )
+        delivered = 0
+        with anyio.fail_after(10):
+            while delivered < 5:
+                delivered += (await c.recv())["type"] == "deliver"
+        async with await BrokerClient.connect(d.socket) as op:
+            busy = (await op.op("health"))["actors"]
+            with anyio.fail_after(10):
+                while (health := await op.op("health"))["actors"]:  # noqa: ASYNC110 - polls the daemon over the wire
+                    await anyio.sleep(0.05)
+    assert 1 <= busy <= 5
+    assert health["actors"] == 0 and health["sessions"] == 5
