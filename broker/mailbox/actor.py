@@ -192,9 +192,13 @@ class SessionActor:
                 self.hub.chat_command(self, command)
             self._apply(m.Resume())
             while True:
-                timeout = self._wait_time(idle_s)
-                with anyio.move_on_after(timeout):
-                    await self.wake.wait()
+                if not self.wake.is_set():
+                    timeout = self._wait_time(idle_s)
+                    if timeout == math.inf:
+                        await self.wake.wait()  # no deadline: no timer to arm
+                    else:
+                        with anyio.move_on_after(timeout):
+                            await self.wake.wait()
                 self.wake = anyio.Event()
                 self._drain()
                 if self._timer_due():
