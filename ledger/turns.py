@@ -406,27 +406,6 @@ def mark_delivered(conn: sqlite3.Connection, out_ids: list[str], now: int) -> in
     return cur.rowcount
 
 
-def thread_messages(
-    conn: sqlite3.Connection, head: str | None, max_turns: int
-) -> list[tuple[str, str]]:
-    """(role, content) of the last `max_turns` turns up to `head`, oldest first.
-
-    Inputs of turns aborted for an interrupt or a crash are left out: they run
-    again in a later turn, where they appear.
-    """
-    if head is None:
-        return []
-    rows = conn.execute(
-        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
-        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
-        " WHERE t.parent_id IS NOT NULL AND c.depth < ?)"
-        " SELECT m.role, m.content, t.status FROM chain c JOIN turns t ON t.id = c.id"
-        " JOIN messages m ON m.turn_id = t.id ORDER BY c.depth DESC, m.seq",
-        (head, max_turns - 1),
-    ).fetchall()
-    return [(str(r[0]), str(r[1])) for r in rows if not (r[2] == "aborted" and r[0] == "user")]
-
-
 Route = tuple[str, str | None, str | None, str | None]  # channel, peer_kind, peer_id, thread
 
 
@@ -504,12 +483,3 @@ def command_done(
     if reply is not None:
         out_id, session, channel, frame = reply
         add_outbox(conn, out_id, session, channel, frame, now)
-
-
-def session_tokens(conn: sqlite3.Connection, label: str) -> tuple[int, int]:
-    row = conn.execute(
-        "SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0)"
-        " FROM turns WHERE session_label = ?",
-        (label,),
-    ).fetchone()
-    return int(row[0]), int(row[1])

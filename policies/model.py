@@ -14,7 +14,7 @@ Rule 2: a rule is validated when loaded: an unknown placeholder in a key
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -124,10 +124,10 @@ class Decision:
     allowed_modes: frozenset[str] | None
     commands: frozenset[str]
     rate: Rate | None = None
+    spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
-    @property
-    def spec(self) -> SessionSpec:
-        return SessionSpec(self.key_template, self.persona)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spec", SessionSpec(self.key_template, self.persona))
 
 
 def principal_of(delivery: Delivery, owners: frozenset[tuple[str, str]]) -> PrincipalKind:

@@ -31,6 +31,17 @@ class SessionContext:
     summary_tokens: int = 0
     last_reported: int | None = None  # the prompt tokens the engine last reported
     state: SessionState = field(default_factory=SessionState)
+    _fixed: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+
+    def fixed(self, role: str, content: str) -> Msg:
+        """A message that recurs turn after turn (the system prompt, the state record):
+        counted once while its text stays the same."""
+        tokens = self._fixed.get((role, content))
+        if tokens is None:
+            if len(self._fixed) >= 16:
+                self._fixed.clear()
+            tokens = self._fixed[(role, content)] = self.counter.count_message(role, content)
+        return Msg(role, content, tokens)  # type: ignore[arg-type]
 
     def msg(
         self, role: str, content: str, name: str | None = None, turn_id: str | None = None
@@ -57,7 +68,7 @@ class SessionContext:
                 window=window,
                 reserve_reply=min(reserve, window - 1),
                 system=system,
-                state=self.msg("system", rendered) if rendered else None,
+                state=self.fixed("system", rendered) if rendered else None,
                 summary=summary,
                 history=tuple(self.blocks),
                 inputs=inputs,

@@ -471,7 +471,7 @@ class SessionActor:
             window=self.window(),
             reserve=cfg.reserve_reply_tokens,
             threshold=cfg.compaction_threshold,
-            system=self.ctx.msg("system", system) if system else None,
+            system=self.ctx.fixed("system", system) if system else None,
             inputs=tuple(turn.input_msgs),
             notes=notes,
         )
@@ -620,7 +620,7 @@ class SessionActor:
         if written == "thread":
             self.head = rec.turn_id
             self.turn_count += 1
-            # The same rule as ledger.turns.thread_messages, so an actor that
+            # The same rule as broker.context.session.load, so an actor that
             # starts later sees the same history: inputs unless the turn was
             # aborted (they run again), the reply when there is one.
             kept = (
