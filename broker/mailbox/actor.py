@@ -573,6 +573,9 @@ class SessionActor:
             turn.taken = turn.taken[:prefix]
         text = result.text if result is not None else "".join(turn.parts)
         reply = error if status == "failed" else text
+        # Each message is counted once: for the ledger and for the in-memory history.
+        taken_msgs = [self.ctx.msg("user", i.content, i.sender_name) for i in turn.taken]
+        reply_msg = self.ctx.msg("assistant", text) if text else None
         rec = TurnRecord(
             turn_id=turn.id,
             session=self.label,
@@ -593,9 +596,8 @@ class SessionActor:
             item_reason="stopped" if item_status == "cancelled" else None,
             tool_calls=result.tool_calls if result else [],
             outbox=self._outbox(turn, all_inputs, reply or "", status),
-            input_tokens=[msg.tokens for msg in turn.input_msgs]
-            + [self.ctx.counter.count_message("user", i.content) for i in turn.taken],
-            output_tokens=self.ctx.counter.count_message("assistant", text) if text else None,
+            input_tokens=[msg.tokens for msg in (*turn.input_msgs, *taken_msgs)],
+            output_tokens=reply_msg.tokens if reply_msg else None,
             events=turn_events(result, status, error),
         )
         written = await self.hub.commit(rec)
@@ -623,14 +625,9 @@ class SessionActor:
             # The same rule as broker.context.session.load, so an actor that
             # starts later sees the same history: inputs unless the turn was
             # aborted (they run again), the reply when there is one.
-            kept = (
-                []
-                if status == "aborted"
-                else list(turn.input_msgs)
-                + [self.ctx.msg("user", i.content, i.sender_name) for i in turn.taken]
-            )
+            kept = [] if status == "aborted" else [*turn.input_msgs, *taken_msgs]
             if text or status == "completed":
-                kept.append(self.ctx.msg("assistant", text))
+                kept.append(reply_msg or self.ctx.msg("assistant", text))
             self.ctx.add_turn(rec.turn_id, [replace(msg, turn_id=rec.turn_id) for msg in kept])
         elif written == "orphan":
             outcome = "failed"
