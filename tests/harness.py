@@ -53,6 +53,16 @@ def write_config(path: Path, config: dict[str, Any]) -> None:
     tomllib.loads(path.read_text())  # fail early on a bad test config
 
 
+def brokerd_once(config: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run brokerd on `config` in the foreground, for tests of how it refuses to start."""
+    return subprocess.run(
+        [sys.executable, "-m", "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 class DaemonProcess:
     """The broker daemon in a child process."""
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.harness import brokerd_once
 from tests.integration.test_events import chat
 
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -43,10 +43,5 @@ async def test_persona_engine(make_daemon: DaemonFactory, short_tmp: Path) -> No
 def test_unknown_persona_engine_is_a_config_error(tmp_path: Path) -> None:
     config = tmp_path / "broker.toml"
     config.write_text(f'socket_path = "{tmp_path}/s.sock"\n[personas.loud]\nengine = "nope"\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "broker", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = brokerd_once(config)
     assert done.returncode == 78 and "personas.loud.engine" in done.stderr

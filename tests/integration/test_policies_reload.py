@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +11,7 @@ import pytest
 
 from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, brokerd_once
 
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
@@ -139,12 +137,7 @@ def test_unknown_persona_stops_the_start_with_78(tmp_path: Path) -> None:
     rules.write_text('[[rules]]\nname = "vip"\nsession = { persona = "atlas" }\n')
     config = tmp_path / "broker.toml"
     config.write_text(f'policies_file = "{rules}"\nsocket_path = "{tmp_path}/s.sock"\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "broker", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = brokerd_once(config)
     assert done.returncode == 78
     assert "'vip'" in done.stderr and "atlas" in done.stderr
 
@@ -156,11 +149,6 @@ def test_bad_rule_in_file_names_the_rule(tmp_path: Path) -> None:
     )
     config = tmp_path / "broker.toml"
     config.write_text(f'policies_file = "{rules}"\nsocket_path = "{tmp_path}/s.sock"\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "broker", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = brokerd_once(config)
     assert done.returncode == 78
     assert "rules.1.queue.mode (rule 'groups')" in done.stderr
