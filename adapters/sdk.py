@@ -310,12 +310,18 @@ class Adapter:
         self.welcome = client.welcome
         self.connects += 1
         try:
-            async with client, send, receive, anyio.create_task_group() as tg:
+            async with client, send, anyio.create_task_group() as tg:
                 tg.start_soon(self._writer, link, receive, tg.cancel_scope)
                 await self._reader(client)
                 tg.cancel_scope.cancel()
         finally:
             self._link = None
+            # A flush marker queued after the writer stopped would otherwise be
+            # waited on until close_timeout; there is nothing left to flush.
+            for item in _take_ready(receive):
+                if isinstance(item, anyio.Event):
+                    item.set()
+            receive.close()
             if self._up.is_set():
                 self._up = anyio.Event()
         log.info("connection to the broker lost; %d messages kept", len(self._pending))
@@ -440,8 +446,11 @@ class Adapter:
         return pending.answer
 
     async def _post(self, data: bytes) -> None:
+        # Not gated on `ready`: a confirmation may be queued before the writer
+        # has taken the backlog (a resend can arrive in the welcome's read),
+        # and it may go out after the backlog as well as before.
         link = self._link
-        if link is None or not link.ready:
+        if link is None:
             return
         with contextlib.suppress(*_LINK_GONE):
             await link.outbox.send(data)
