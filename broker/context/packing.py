@@ -34,6 +34,7 @@ is summed once, when the block is built).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import NamedTuple
 
 from broker.engines.base import Role
@@ -100,6 +101,7 @@ class ContextPlan:
     over_budget: bool
     compaction_due: bool
     cut_messages: int = 0  # messages left out of the oldest kept turn (a cut newest turn)
+    history: tuple[Msg, ...] = ()  # the part of `messages` that is history
 
 
 def assemble(ctx: ContextInput) -> ContextPlan:
@@ -130,6 +132,7 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         over_budget=False,
         compaction_due=due,
         cut_messages=fill.cut,
+        history=fill.messages,
     )
 
 
@@ -181,4 +184,4 @@ def _newest_part(messages: tuple[Msg, ...], room: int) -> tuple[tuple[Msg, ...],
 
 
 def _flatten(newest_first: list[tuple[Msg, ...]]) -> tuple[Msg, ...]:
-    return tuple(m for part in reversed(newest_first) for m in part)
+    return tuple(chain.from_iterable(reversed(newest_first)))

@@ -34,6 +34,18 @@ class ChatMessage:
     item_id: str | None = None  # the queue item, for inputs
 
 
+class HistoryMessage(Protocol):
+    """A message of an earlier turn as engines see it. The broker hands over the
+    messages its context packing chose as they are, without copying them."""
+
+    @property
+    def role(self) -> Role: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A broker tool offered to the engine (JSON schema for the arguments)."""
@@ -57,7 +69,7 @@ class TurnRequest:
     session: str
     turn_id: str
     system_prompt: str | None
-    history: tuple[ChatMessage, ...]  # earlier turns, oldest first
+    history: tuple[HistoryMessage, ...]  # earlier turns, oldest first
     inputs: tuple[ChatMessage, ...]  # this turn's inputs, in arrival order
     notes: tuple[str, ...] = ()  # broker notes, e.g. messages dropped by a queue cap
     tools: tuple[ToolSpec, ...] = ()

@@ -53,7 +53,15 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from .base import ChatMessage, EngineError, EngineResult, ToolCall, ToolSpec, TurnIO, TurnRequest
+from .base import (
+    EngineError,
+    EngineResult,
+    HistoryMessage,
+    ToolCall,
+    ToolSpec,
+    TurnIO,
+    TurnRequest,
+)
 
 if TYPE_CHECKING:
     import httpx2  # the openai SDK's HTTP client (a fork of httpx)
@@ -92,7 +100,7 @@ def build_messages(request: TurnRequest) -> list[ChatCompletionMessageParam]:
     return messages
 
 
-def chat_message(message: ChatMessage) -> ChatCompletionMessageParam:
+def chat_message(message: HistoryMessage) -> ChatCompletionMessageParam:
     if message.role == "user":
         name = _NAME_UNSAFE.sub("_", message.name or "").strip("_")[:64]
         if name:

@@ -100,7 +100,15 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskGroup
 
 from broker.context.state import EVENT_TYPES
 
-from .base import ChatMessage, EngineError, EngineResult, ToolCall, TurnIO, TurnRequest
+from .base import (
+    ChatMessage,
+    EngineError,
+    EngineResult,
+    HistoryMessage,
+    ToolCall,
+    TurnIO,
+    TurnRequest,
+)
 
 MAX_LINE_BYTES = 16 << 20
 STDERR_TAIL_BYTES = 8 << 10
@@ -120,7 +128,7 @@ def turn_message(request: TurnRequest) -> Message:
         "turn": request.turn_id,
         "system": request.system_prompt,
         "history": [_chat(m) for m in request.history],
-        "inputs": [_chat(m, with_id=True) for m in request.inputs],
+        "inputs": [_input(m) for m in request.inputs],
         "notes": list(request.notes),
         "tools": [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
@@ -130,11 +138,16 @@ def turn_message(request: TurnRequest) -> Message:
     }
 
 
-def _chat(message: ChatMessage, *, with_id: bool = False) -> Message:
+def _chat(message: HistoryMessage) -> Message:
     out: Message = {"role": message.role, "content": message.content}
     if message.name is not None:
         out["name"] = message.name
-    if with_id and message.msg_id is not None:
+    return out
+
+
+def _input(message: ChatMessage) -> Message:
+    out = _chat(message)
+    if message.msg_id is not None:
         out["msg_id"] = message.msg_id
     return out
 

@@ -29,7 +29,14 @@ from broker import logs, tools
 from broker.context import ContextPlan, Msg, compaction_due
 from broker.context.session import SessionContext, summary_text
 from broker.context.session import load as load_context
-from broker.engines.base import ChatMessage, Engine, EngineError, EngineResult, TurnRequest
+from broker.engines.base import (
+    ChatMessage,
+    Engine,
+    EngineError,
+    EngineResult,
+    HistoryMessage,
+    TurnRequest,
+)
 from broker.ids import new_id, now_ms
 from ledger import turns as lt
 from ledger.turns import ItemInfo, TurnRecord
@@ -504,14 +511,10 @@ class SessionActor:
     ) -> TurnRequest:
         persona = self.hub.settings.personas.get(self.persona or "")
         state = self.ctx.state.render()
-        head: tuple[ChatMessage, ...] = (ChatMessage("system", state),) if state else ()
+        head: tuple[HistoryMessage, ...] = (ChatMessage("system", state),) if state else ()
         if self.ctx.summary:
             head += (ChatMessage("system", summary_text(self.ctx.summary)),)
-        history = head + tuple(
-            ChatMessage(msg.role, msg.content, name=msg.name)
-            for msg in plan.messages
-            if msg.turn_id is not None
-        )
+        history = head + plan.history
         return TurnRequest(
             session=self.label,
             turn_id=turn.id,

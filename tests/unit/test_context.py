@@ -149,6 +149,7 @@ def check_order_budget_and_suffix(c: ContextInput, p: ContextPlan) -> None:
     assert p.kept_turns + p.dropped_turns == len(c.history)
     suffix = c.history[len(c.history) - p.kept_turns :]
     assert kept == flatten(suffix)[p.cut_messages :]  # newest turns, in order
+    assert p.history == kept  # what engines get as history
     if p.over_budget:
         assert kept == () and p.kept_turns == 0
     if p.cut_messages:
