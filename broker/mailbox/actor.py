@@ -5,7 +5,10 @@ Rule 1: one actor per live session (the registry guarantees it), and the
         machine's StartTurn, which the machine emits only while no turn runs.
         A turn's task is the only place the engine is called.
 Rule 2: everything reaches the actor as an event in its own queue, handled one
-        at a time in arrival order: new items, turn ends, timers, commands.
+        at a time in arrival order: new items, turn ends, timers, commands. Once
+        the actor runs, `post` handles the queue at once, in the poster's task
+        (it is synchronous and never awaits, so it cannot interleave with the
+        loop); the loop wakes only for timers, idleness and a failure.
 Rule 3: a turn is durable at both ends: its items are marked running before
         the engine is called, and its outcome is committed in one transaction
         (ledger/turns.py) before the reply is sent.
@@ -163,12 +166,30 @@ class SessionActor:
         self.state = m.State(limits=self.limits())
         self._tg: anyio.abc.TaskGroup | None = None
         self._last_activity = anyio.current_time()
+        self._live = False  # the loop runs: `post` may handle events at once
+        self._draining = False  # `_drain` is on the stack: a nested post just queues
+        self._wake_by = math.inf  # when the sleeping loop wakes by itself
+        self._failure: Exception | None = None  # raised by an inline drain, for the loop
 
     # -- feeding the actor (synchronous, never blocks) -------------------------
 
     def post(self, event: ItemInfo | m.Event | Command | CompactRequest) -> None:
         self.queue.append(event)
-        self.wake.set()
+        if self._draining:
+            return  # the drain on the stack takes it next
+        if not self._live:
+            self.wake.set()
+            return
+        # Handled here rather than by waking the loop: one task switch and one
+        # timer less per message.
+        try:
+            self._drain()
+        except Exception as exc:  # the loop raises it: the actor fails and is restarted
+            self._failure = exc
+            self.wake.set()
+            return
+        if self._due() < self._wake_by:
+            self.wake.set()
 
     @property
     def backlog(self) -> int:
@@ -191,39 +212,47 @@ class SessionActor:
             e for e in self.queue if not (isinstance(e, ItemInfo) and e.id in self.items)
         )
         self.state = m.State.initial(self.limits(), [self._machine_item(i) for i in backlog])
-        idle_s = self.hub.settings.queue.idle_stop_s
         async with anyio.create_task_group() as tg:
             self._tg = tg
             for command in commands:
                 self.items.pop(command.id, None)
                 self.hub.chat_command(self, command)
             self._apply(m.Resume())
-            while True:
-                if not self.wake.is_set():
-                    timeout = self._wait_time(idle_s)
-                    if timeout == math.inf:
-                        await self.wake.wait()  # no deadline: no timer to arm
-                    else:
-                        with anyio.move_on_after(timeout):
-                            await self.wake.wait()
-                self.wake = anyio.Event()
-                self._drain()
-                if self._timer_due():
-                    self._apply(m.Tick())
-                if self._quiet() and not self.wake.is_set() and self._idle_long(idle_s):
-                    self.hub.retire(self)
-                    return
+            self._live = True
+            try:
+                await self._loop()
+            finally:
+                self._live = False
 
-    def _wait_time(self, idle_s: float) -> float:
-        """Sleep until the collect deadline or, when quiet, the idle deadline; otherwise
-        until woken: every change of state arrives through `post`, which wakes us."""
-        now = anyio.current_time()
-        waits = [math.inf]
-        if self.deadline is not None:
-            waits.append(max(0.0, self.deadline - now))
+    async def _loop(self) -> None:
+        idle_s = self.hub.settings.queue.idle_stop_s
+        # Events are handled by `post` at once, so a turn ending does not wake the
+        # loop; instead it looks again at least this often, to notice idleness.
+        recheck_s = max(idle_s, 0.05)
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if not self.wake.is_set():
+                now = anyio.current_time()
+                self._wake_by = min(self._due(), now + recheck_s)
+                with anyio.move_on_after(max(0.0, self._wake_by - now)):
+                    await self.wake.wait()
+                self._wake_by = -math.inf  # awake: posts need not wake us
+            self.wake = anyio.Event()
+            self._drain()
+            if self._timer_due():
+                self._apply(m.Tick())
+            if self._quiet() and not self.wake.is_set() and self._idle_long(idle_s):
+                self.hub.retire(self)
+                return
+
+    def _due(self) -> float:
+        """When the loop has work: the collect deadline or, when quiet, the idle
+        deadline (infinity when neither)."""
+        due = math.inf if self.deadline is None else self.deadline
         if self._quiet():
-            waits.append(max(0.0, self._last_activity + idle_s - now))
-        return min(waits)
+            due = min(due, self._last_activity + self.hub.settings.queue.idle_stop_s)
+        return due
 
     def _timer_due(self) -> bool:
         return self.deadline is not None and anyio.current_time() >= self.deadline
@@ -242,18 +271,24 @@ class SessionActor:
         return anyio.current_time() - self._last_activity >= idle_s
 
     def _drain(self) -> None:
-        while self.queue:
-            self._last_activity = anyio.current_time()
-            event = self.queue.popleft()
-            if isinstance(event, ItemInfo):
-                self._arrived(event)
-            elif isinstance(event, Command):
-                self.apply_command(event)
-            elif isinstance(event, CompactRequest):
-                self.compact_requests.append(event)
-                self._maybe_compact()
-            else:
-                self._apply(event)
+        if not self.queue:
+            return
+        self._last_activity = anyio.current_time()
+        self._draining = True
+        try:
+            while self.queue:
+                event = self.queue.popleft()
+                if isinstance(event, ItemInfo):
+                    self._arrived(event)
+                elif isinstance(event, Command):
+                    self.apply_command(event)
+                elif isinstance(event, CompactRequest):
+                    self.compact_requests.append(event)
+                    self._maybe_compact()
+                else:
+                    self._apply(event)
+        finally:
+            self._draining = False
 
     # -- the machine -----------------------------------------------------------
 
