@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.identity import Route, SessionRef, build_session_key, chain_to_root, resolve_label
 from broker.ids import new_entity_id, new_id
@@ -23,8 +24,7 @@ from broker.ids import new_entity_id, new_id
 CACHE_LIMIT = 200_000
 
 
-@dataclass(frozen=True, slots=True)
-class InboundRecord:
+class InboundRecord(NamedTuple):  # named tuples here: built once per message, cheaply
     channel: str
     msg_id: str
     sender_id: str
@@ -46,8 +46,7 @@ class SessionSpec:
     persona: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
+class Accepted(NamedTuple):
     msg_id: str
     session: str
     item: str

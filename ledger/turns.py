@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -40,8 +40,7 @@ class HeadMoved(Exception):
     """The session's head is no longer the turn's parent."""
 
 
-@dataclass(frozen=True, slots=True)
-class ItemInfo:
+class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
     id: str
     seq: int
     session: str
