@@ -67,7 +67,7 @@ class RunningTurn:
     channel: str | None
     send_delta: Callable[[str, str, dict[str, Any]], None]
     tools: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    scope: anyio.CancelScope | None = None  # the engine call in progress, if any
     abort_reason: str | None = None
     input_msgs: list[Msg] = field(default_factory=list)  # counted once, stored with the turn
     steer_queue: list[ItemInfo] = field(default_factory=list)
@@ -95,7 +95,17 @@ class RunningTurn:
 
     def abort(self, reason: str) -> None:
         self.abort_reason = reason
-        self.scope.cancel()
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def engine_scope(self, timeout_s: float) -> anyio.CancelScope:
+        """A fresh scope for one engine call (a turn may call twice, after a reactive
+        compaction), bounded by the engine timeout; cancelled already if the turn was
+        aborted before the call."""
+        self.scope = anyio.CancelScope(deadline=anyio.current_time() + timeout_s)
+        if self.abort_reason is not None:
+            self.scope.cancel()
+        return self.scope
 
 
 def _route_of(item: ItemInfo) -> lt.Route:
@@ -566,17 +576,19 @@ class SessionActor:
     ) -> tuple[EngineResult | None, str | None, str | None]:
         self.status = "streaming"
         engine = self.engine
-        with turn.scope:
+        # One scope for both the timeout and an abort: cheaper than nesting fail_after.
+        with turn.engine_scope(self.hub.settings.engine.timeout_s):
             try:
-                with anyio.fail_after(self.hub.settings.engine.timeout_s):
-                    return await engine.run(request, turn), None, None
-            except TimeoutError:
+                return await engine.run(request, turn), None, None
+            except TimeoutError:  # the engine's own (say, an HTTP client's)
                 return None, "the agent took too long to answer and was stopped", "timeout"
             except EngineError as exc:
                 return None, str(exc), exc.reason
             except Exception as exc:
                 log.exception("engine crashed", session=self.label, turn=turn.id)
                 return None, f"the agent failed ({type(exc).__name__})", "engine"
+        if turn.abort_reason is None:  # cancelled, but not by an abort: the deadline
+            return None, "the agent took too long to answer and was stopped", "timeout"
         return None, None, turn.abort_reason  # aborted by the machine
 
     async def _commit(
