@@ -2,8 +2,9 @@
 
 Rule 1: one actor per live session (the registry guarantees it), and the
         actor runs at most one turn at a time: it starts a turn only on the
-        machine's StartTurn, which the machine emits only while no turn runs.
-        A turn's task is the only place the engine is called.
+        machine's StartTurn, which the machine emits only while no turn runs,
+        and the actor's own loop runs the turn, so there is one place a turn
+        can run. Only a turn calls the engine.
 Rule 2: everything reaches the actor as an event in its own queue, handled one
         at a time in arrival order: new items, turn ends, timers, commands. Once
         the actor runs, `post` handles the queue at once, in the poster's task
@@ -180,6 +181,7 @@ class SessionActor:
         self._draining = False  # `_drain` is on the stack: a nested post just queues
         self._wake_by = math.inf  # when the sleeping loop wakes by itself
         self._failure: Exception | None = None  # raised by an inline drain, for the loop
+        self._next_turn: tuple[m.StartTurn, list[ItemInfo], RunningTurn] | None = None
 
     # -- feeding the actor (synchronous, never blocks) -------------------------
 
@@ -242,6 +244,13 @@ class SessionActor:
         while True:
             if self._failure is not None:
                 raise self._failure
+            if self._next_turn is not None:
+                # While it runs nothing needs the loop: events are handled by `post`,
+                # and no collect deadline is armed during a turn (machine Rule 6).
+                start, inputs, turn = self._next_turn
+                self._next_turn = None
+                await self._run_turn(start, inputs, turn)
+                continue
             if not self.wake.is_set():
                 now = anyio.current_time()
                 self._wake_by = min(self._due(), now + recheck_s)
@@ -424,7 +433,9 @@ class SessionActor:
             tools=lambda name, args: tools.call(hub, label, turn_id, name, args),
         )
         self.status = "processing"
-        self._tg.start_soon(self._run_turn, start, inputs, self.turn)
+        # The loop runs it: a task switch instead of a new task per turn.
+        self._next_turn = (start, inputs, self.turn)
+        self.wake.set()
 
     async def _run_turn(
         self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
