@@ -445,7 +445,8 @@ class SessionActor:
         # Not awaited: the writer is FIFO, so this commits before the turn's own
         # commit. If the process dies first, the items are simply still queued.
         self.hub.ledger.writer.submit(lambda c: lt.mark_running(c, turn.id, ids, started))
-        turn.input_msgs = [self.ctx.msg("user", i.content, i.sender_name) for i in inputs]
+        # Made with the turn's id: they become its history block as they are.
+        turn.input_msgs = [self.ctx.msg("user", i.content, i.sender_name, turn.id) for i in inputs]
         result, error, reason = await self._prepare_and_call(start, inputs, turn)
         parent = self.head  # after any compaction this turn ran first
         for dropped in start.dropped_note:  # named in this turn's note; done with now
@@ -635,8 +636,8 @@ class SessionActor:
         text = result.text if result is not None else "".join(turn.parts)
         reply = error if status == "failed" else text
         # Each message is counted once: for the ledger and for the in-memory history.
-        taken_msgs = [self.ctx.msg("user", i.content, i.sender_name) for i in turn.taken]
-        reply_msg = self.ctx.msg("assistant", text) if text else None
+        taken_msgs = [self.ctx.msg("user", i.content, i.sender_name, turn.id) for i in turn.taken]
+        reply_msg = self.ctx.msg("assistant", text, turn_id=turn.id) if text else None
         rec = TurnRecord(
             turn_id=turn.id,
             session=self.label,
@@ -688,8 +689,8 @@ class SessionActor:
             # aborted (they run again), the reply when there is one.
             kept = [] if status == "aborted" else [*turn.input_msgs, *taken_msgs]
             if text or status == "completed":
-                kept.append(reply_msg or self.ctx.msg("assistant", text))
-            self.ctx.add_turn(rec.turn_id, [replace(msg, turn_id=rec.turn_id) for msg in kept])
+                kept.append(reply_msg or self.ctx.msg("assistant", text, turn_id=turn.id))
+            self.ctx.add_turn(rec.turn_id, kept)
         elif written == "orphan":
             outcome = "failed"
         if written != "lost" and rec.outbox is not None:
