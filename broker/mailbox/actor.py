@@ -238,8 +238,8 @@ class SessionActor:
 
     async def _loop(self) -> None:
         idle_s = self.hub.settings.queue.idle_stop_s
-        # Events are handled by `post` at once, so a turn ending does not wake the
-        # loop; instead it looks again at least this often, to notice idleness.
+        # `post` wakes the loop when what it handled makes work due sooner (see
+        # `_due`); as a safety net the loop also looks again at least this often.
         recheck_s = max(idle_s, 0.05)
         while True:
             if self._failure is not None:
