@@ -5,7 +5,8 @@
 For synchronous=NORMAL and FULL it prints: the closed-loop rate with 8
 pipelining adapter connections, ack latency p50/p99 at that load and at a fixed
 offered rate (5,000 msg/s by default), and the ceiling: plain sqlite3 inserting
-the same rows in 100-row transactions in one process.
+the same rows in 100-row transactions in one process; and the daemon's CPU time
+(all threads) per message of the closed-loop run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import anyio
 import orjson
 
+from bench.turns import cpu_s
 from broker.client import BrokerClient
 from broker.ids import new_id
 from tests.harness import DaemonProcess
@@ -183,7 +185,9 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
             "queue": {"debounce_ms": 600_000, "cap": 10_000_000},
         }
         with DaemonProcess(work, config) as daemon:
+            assert daemon.proc is not None
             per_conn = args.messages // args.connections
+            cpu_before = cpu_s(daemon.proc.pid)
             rate, lat = anyio.run(
                 closed_loop,
                 daemon.socket,
@@ -193,6 +197,7 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
                 sync.lower(),
                 backend_options={"use_uvloop": True},
             )
+            cpu_us = (cpu_s(daemon.proc.pid) - cpu_before) / (per_conn * args.connections) * 1e6
             offered = anyio.run(
                 offered_rate,
                 daemon.socket,
@@ -211,6 +216,7 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
         "offered_p99": pct(offered, 99),
         "offered_n": len(offered),
         "ceiling": ceiling,
+        "cpu_us": cpu_us,
     }
 
 
@@ -231,14 +237,14 @@ def main() -> None:
     )
     print(
         f"{'sync':<7}{'acked/s':>10}{'p50 ms':>9}{'p99 ms':>9}   {'@rate p50':>10}{'p99 ms':>9}"
-        f"   {'sqlite3 ceiling/s':>18}{'ratio':>7}"
+        f"   {'sqlite3 ceiling/s':>18}{'ratio':>7}{'daemon CPU µs/msg':>19}"
     )
     for sync in args.modes.split(","):
         r = run_mode(sync.strip().upper(), args)
         print(
             f"{r['sync']:<7}{r['rate']:>10.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}   "
             f"{r['offered_p50']:>10.2f}{r['offered_p99']:>9.2f}   {r['ceiling']:>18.0f}"
-            f"{r['rate'] / r['ceiling']:>7.2f}"
+            f"{r['rate'] / r['ceiling']:>7.2f}{r['cpu_us']:>19.0f}"
         )
 
 
