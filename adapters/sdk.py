@@ -464,7 +464,7 @@ class Adapter:
     async def _flush(self) -> None:
         """Let the writer send what is queued (confirmations), within close_timeout."""
         link = self._link
-        if link is None or not link.ready:
+        if link is None:  # as in _post: confirmations may be queued before `ready`
             return
         marker = anyio.Event()
         with anyio.move_on_after(self.tuning.close_timeout, shield=True):
