@@ -30,6 +30,9 @@ class LedgerSettings(_Section):
     path: Path = Path("var/ledger.db")
     synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     readers: int = Field(2, ge=1, le=16)
+    # process: write transactions run in a child process with its own GIL
+    # (ledger/writer_process.py); thread: in a thread of the daemon.
+    writer: Literal["process", "thread"] = "process"
 
 
 class EngineSettings(_Section):

@@ -19,6 +19,7 @@ import anyio.abc
 
 from ledger.db import LedgerError
 from ledger.store import Ledger
+from ledger.writer import WriterDied
 
 from . import logs, systemd
 from .config import ConfigError, Settings, load_rules, load_settings
@@ -39,6 +40,10 @@ FLUSH_AT_STOP_S = 2.0  # for replies already posted to clients when the daemon s
 
 class StartupError(Exception):
     """The daemon cannot start; the message says why in one sentence."""
+
+
+class LedgerLost(Exception):
+    """The running daemon lost its ledger writer and stopped; a restart recovers."""
 
 
 class Daemon:
@@ -101,7 +106,7 @@ class Daemon:
     ) -> None:
         s = self.settings
         async with Ledger.open(
-            s.ledger.path, s.ledger.synchronous, readers=s.ledger.readers
+            s.ledger.path, s.ledger.synchronous, readers=s.ledger.readers, writer=s.ledger.writer
         ) as ledger:
             self.ledger = ledger
             if ledger.migrations_applied:
@@ -219,6 +224,14 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
             await tg.start(watch_signals, daemon, tg.cancel_scope)
             await daemon.run()
             tg.cancel_scope.cancel()
+    except* WriterDied as group:
+        first = _innermost(group)
+        if not daemon.started:
+            raise StartupError(str(first)) from first
+        # Nothing can be written any more: stop rather than accept work that
+        # cannot be acked. What was acked is in the ledger; a restart recovers.
+        log.critical("ledger writer died; stopping", error=str(first))
+        raise LedgerLost(str(first)) from first
     except* (LedgerError, sqlite3.Error, AlreadyRunning, OSError) as group:
         if daemon.started:
             raise

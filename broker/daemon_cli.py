@@ -11,7 +11,7 @@ import typer
 
 from . import logs
 from .config import EX_CONFIG, ConfigError, config_path, load_rules, load_settings
-from .daemon import StartupError, backend_options, run_until_signalled
+from .daemon import LedgerLost, StartupError, backend_options, run_until_signalled
 
 app = typer.Typer(
     pretty_exceptions_enable=False, add_completion=False, help="The agent session broker daemon."
@@ -54,6 +54,9 @@ def run(
         )
     except StartupError as exc:
         print(f"brokerd: cannot start: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    except LedgerLost as exc:
+        print(f"brokerd: stopped: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
 
 

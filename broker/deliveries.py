@@ -12,7 +12,6 @@ Rule 2: a session's replies go to one adapter of the channel, chosen by the
 
 from __future__ import annotations
 
-import sqlite3
 import zlib
 from collections import deque
 from typing import Any
@@ -117,16 +116,6 @@ class Deliveries:
                 req=frame.get("req"),
             ) from exc
 
-    def _record_confirmed(self, conn: sqlite3.Connection) -> int:
-        # Runs in the writer thread. The ids are taken once per job: a job may
-        # run twice (see ledger/writer.py) and must record the same ids again.
-        if self._taking is None:
-            taking = []
-            while self._confirmed:  # popleft is atomic against the loop's append
-                taking.append(self._confirmed.popleft())
-            self._taking = taking
-        return turns.mark_delivered(conn, self._taking, now_ms())
-
     def _recorded(self, _count: int) -> None:
         self._taking = None
         self._confirm_job = False
@@ -142,6 +131,11 @@ class Deliveries:
         self._confirm_job = False
 
     def _submit_confirm_job(self) -> None:
-        pending = self.ledger.writer.submit(self._record_confirmed)
+        # One job at a time takes every id confirmed so far; ids confirmed while
+        # it is queued wait for the next one (see `_recorded`).
+        taking = list(self._confirmed)
+        pending = self.ledger.writer.submit(turns.mark_delivered, taking, now_ms())
+        self._confirmed.clear()
+        self._taking = taking
         self._confirm_job = True
         pending.after_commit(self._recorded, self._not_recorded)

@@ -19,7 +19,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ledger.ingest import Accepted
 from ledger.store import Ledger
-from ledger.writer import LedgerWriteFailed, Pending, WriterClosed, WriterOverloaded
+from ledger.writer import (
+    LedgerWriteFailed,
+    Pending,
+    WriterClosed,
+    WriterDied,
+    WriterOverloaded,
+)
 
 from . import logs
 from .config import Settings
@@ -140,6 +146,15 @@ class Ingress:
     ) -> dict[str, Any]:
         try:
             acc = pending.get() if pending.done else await pending.result()
+        except WriterDied as exc:
+            # The batch may have committed before the process died: say so, so the
+            # adapter sends it again (a stored message is answered `duplicate`).
+            return ProtocolError(
+                "internal",
+                f"the broker lost its ledger writer ({exc}); the message may not have been"
+                " stored: send it again",
+                req=req,
+            ).frame()
         except LedgerWriteFailed as exc:
             log.error(
                 "ledger write failed",

@@ -97,6 +97,7 @@ class Ops:
             "ledger": "sqlite",
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,
             "writer_queue": self.ledger.writer.queued,
+            "writer_pid": self.ledger.writer_pid,
         }
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
@@ -158,7 +159,7 @@ class Ops:
             args, (ArgSpec("turn", str, True, 64), ArgSpec("label", str, False, 200)), req
         )
         now = now_ms()
-        label = await self.ledger.write(lambda c: sessions.fork(c, a["turn"], a.get("label"), now))
+        label = await self.ledger.write(sessions.fork, a["turn"], a.get("label"), now)
         log.info("session forked", session=label, turn=a["turn"])
         return {"label": label}
 
@@ -238,9 +239,7 @@ class Ops:
     ) -> Any:
         a = check_args(args, (ArgSpec("session", str, True), ArgSpec("patch", dict, True)), req)
         now = now_ms()
-        return await self.ledger.write(
-            lambda c: events.scratchpad_merge(c, a["session"], a["patch"], now)
-        )
+        return await self.ledger.write(events.scratchpad_merge, a["session"], a["patch"], now)
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

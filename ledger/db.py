@@ -44,14 +44,24 @@ def load_migrations() -> list[Migration]:
 
 
 def connect(
-    path: Path | str, synchronous: Synchronous = "NORMAL", *, readonly: bool = False
+    path: Path | str,
+    synchronous: Synchronous = "NORMAL",
+    *,
+    readonly: bool = False,
+    factory: type[sqlite3.Connection] = sqlite3.Connection,
 ) -> sqlite3.Connection:
     if readonly:
         conn = sqlite3.connect(
-            f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+            f"file:{path}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            factory=factory,
         )
     else:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, factory=factory
+        )
     conn.execute("PRAGMA busy_timeout = 5000")
     if not readonly:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

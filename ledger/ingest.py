@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from broker.identity import Route, SessionRef, build_session_key, chain_to_root, resolve_label
 from broker.ids import new_entity_id, new_id
@@ -79,6 +79,31 @@ class IdentityCache:
         for cache in (self.contacts, self.roots, self.sessions, self.routes):
             if len(cache) > CACHE_LIMIT:
                 cache.clear()
+
+
+class WriterConnection(sqlite3.Connection):
+    """The writer's connection, carrying the caches that mirror what it wrote.
+
+    The caches live wherever the connection lives (the writer thread or the
+    writer process), so jobs reach them through the connection they are given.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.identity = IdentityCache()
+
+
+def identity_of(conn: sqlite3.Connection) -> IdentityCache:
+    """The identity cache of the writer connection `conn`."""
+    assert isinstance(conn, WriterConnection), "identity caches live on the writer connection"
+    return conn.identity
+
+
+def ingest_job(
+    conn: sqlite3.Connection, rec: InboundRecord, spec: SessionSpec, now: int
+) -> Accepted:
+    """The writer job for one inbound message."""
+    return ingest(conn, identity_of(conn), rec, spec, now)
 
 
 def ingest(

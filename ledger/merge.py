@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from broker.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
 
 from .errors import NotFound
-from .ingest import IdentityCache, find_root
+from .ingest import IdentityCache, find_root, identity_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +29,11 @@ class MergeResult:
     canonical: str
     primary: str | None
     aliases: list[tuple[str, str]]  # (alias, session)
+
+
+def merge_job(conn: sqlite3.Connection, src: str, into: str, now: int) -> MergeResult:
+    """The writer job for `entity.merge`."""
+    return merge_entities(conn, identity_of(conn), src, into, now)
 
 
 def merge_entities(

@@ -10,16 +10,17 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.abc
 
 from . import queries
 from .db import Synchronous, connect, migrate
-from .ingest import Accepted, IdentityCache, InboundRecord, SessionSpec, ingest
-from .merge import MergeResult, merge_entities
-from .writer import LedgerWriter, Pending
+from .ingest import Accepted, InboundRecord, SessionSpec, WriterConnection, ingest_job
+from .merge import MergeResult, merge_job
+from .writer import BatchExecutor, LedgerWriter, Pending, Transactor
+from .writer_process import ProcessTransactor
 
 T = TypeVar("T")
 
@@ -45,30 +46,68 @@ class ReaderPool:
             conn.close()
 
 
+WriterKind = Literal["process", "thread"]
+
+
 class Ledger:
-    def __init__(self, path: Path, writer_conn: sqlite3.Connection, readers: ReaderPool) -> None:
+    def __init__(
+        self,
+        path: Path,
+        executor: BatchExecutor,
+        readers: ReaderPool,
+        writer_pid: int | None = None,
+    ) -> None:
         self.path = path
-        self.cache = IdentityCache()
-        self.writer = LedgerWriter(writer_conn, on_rollback=self.cache.clear)
+        self.writer = LedgerWriter(executor)
         self.readers = readers
-        self._writer_conn = writer_conn
+        self.writer_pid = writer_pid  # the writer process, None when it is a thread
         self.migrations_applied: list[str] = []
 
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, path: Path, synchronous: Synchronous = "NORMAL", *, readers: int = 2
+        cls,
+        path: Path,
+        synchronous: Synchronous = "NORMAL",
+        *,
+        readers: int = 2,
+        writer: WriterKind = "process",
     ) -> AsyncIterator[Ledger]:
-        """Open, migrate and run the ledger; the writer stops when the block exits."""
+        """Open, migrate and run the ledger; the writer stops when the block exits.
 
-        def opener() -> tuple[sqlite3.Connection, list[str], list[sqlite3.Connection]]:
+        `writer="process"` runs the write transactions in a child process (see
+        writer_process.py); `"thread"` runs them in a thread of this process.
+        """
+
+        def opener() -> tuple[list[str], list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = connect(path, synchronous)
-            applied = migrate(conn)
-            return conn, applied, [connect(path, synchronous) for _ in range(readers)]
+            try:
+                applied = migrate(conn)
+            finally:
+                conn.close()
+            return applied, [connect(path, synchronous) for _ in range(readers)]
 
-        conn, applied, read_conns = await anyio.to_thread.run_sync(opener)
-        ledger = cls(path, conn, ReaderPool(read_conns))
+        applied, read_conns = await anyio.to_thread.run_sync(opener)
+        executor: BatchExecutor
+        pid: int | None = None
+        try:
+            if writer == "process":
+                # Spawned here, on the event loop's thread (see ProcessTransactor.spawn).
+                process = ProcessTransactor.spawn(path, synchronous)
+                executor, pid = process, process.pid
+                await anyio.to_thread.run_sync(process.wait_ready)
+            else:
+                conn = await anyio.to_thread.run_sync(
+                    lambda: connect(path, synchronous, factory=WriterConnection)
+                )
+                assert isinstance(conn, WriterConnection)
+                executor = Transactor(conn, conn.identity.clear)
+        except BaseException:
+            for read_conn in read_conns:
+                read_conn.close()
+            raise
+        ledger = cls(path, executor, ReaderPool(read_conns), pid)
         ledger.migrations_applied = applied
         try:
             async with anyio.create_task_group() as tg:
@@ -79,20 +118,20 @@ class Ledger:
                     tg.cancel_scope.cancel()
         finally:
             ledger.readers.close()
-            conn.close()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(ledger.writer.close)
 
     # -- writes ------------------------------------------------------------
 
     def submit_inbound(self, rec: InboundRecord, spec: SessionSpec, now: int) -> Pending[Accepted]:
-        cache = self.cache
-        return self.writer.submit(lambda conn: ingest(conn, cache, rec, spec, now))
+        return self.writer.submit(ingest_job, rec, spec, now)
 
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
-        cache = self.cache
-        return await self.writer.call(lambda conn: merge_entities(conn, cache, src, into, now))
+        return await self.writer.call(merge_job, src, into, now)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.writer.call(fn)
+    async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5)."""
+        return await self.writer.call(fn, *args, **kwargs)
 
     # -- reads -------------------------------------------------------------
 

@@ -16,7 +16,7 @@ Rule 3: a turn's items are marked `running` (with the turn id) before the
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 import orjson
@@ -149,15 +149,17 @@ class TurnRecord:
     item_reason: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     outbox: tuple[str, str, str] | None = None  # (out_id, channel, frame JSON)
-    # Filled by commit_turn: worker results it queued for parent sessions.
-    results: list[ItemInfo] = field(default_factory=list)
     input_tokens: list[int] | None = None  # per input, counted once when first seen
     output_tokens: int | None = None
     compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
-def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
+    """Commit a turn on its thread; returns the worker results it queued for parents.
+
+    Like every writer job it leaves `rec` alone: it may run in another process.
+    """
     totals = totals_of(rec.events)
     # The head moves and the running totals grow in one statement.
     moved = conn.execute(
@@ -186,22 +188,22 @@ def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
     )
     if moved.rowcount != 1:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
-    _write_turn(conn, rec)
+    results = _write_turn(conn, rec)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
         " VALUES (?, ?, ?, 'turn', ?)",
         (rec.session, rec.turn_id, rec.parent_id, rec.completed_at),
     )
+    return results
 
 
-def commit_orphan(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+def commit_orphan(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
     """Record a turn that lost the head race: failed, off the thread, head untouched."""
-    rec.status, rec.reason = "failed", "head_moved"
-    rec.error = f"the session's head moved while the turn ran (from {rec.parent_id})"
-    _write_turn(conn, rec)
+    error = f"the session's head moved while the turn ran (from {rec.parent_id})"
+    return _write_turn(conn, replace(rec, status="failed", reason="head_moved", error=error))
 
 
-def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
+def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
         " engine, model, started_at, completed_at, prompt_tokens, completion_tokens)"
@@ -317,23 +319,27 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> None:
             for n, (kind, payload) in enumerate(rec.events)
         ],
     )
-    _finish_dispatches(conn, rec)
+    return _finish_dispatches(conn, rec)
 
 
-def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> None:
-    """A task item consumed by a finished turn ends its dispatch (ledger/dispatch.py)."""
+def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
+    """A task item consumed by a finished turn ends its dispatch (ledger/dispatch.py).
+
+    Returns the result items queued for the parent sessions.
+    """
     from .dispatch import finish  # dispatch imports this module
 
-    rec.results = []  # the job may run twice (writer retry): start clean
+    results: list[ItemInfo] = []
     if rec.item_status != "done":
-        return
+        return results
     status = "completed" if rec.status == "completed" else "failed"
     reply = rec.output if status == "completed" else (rec.error or rec.output)
     for item in rec.inputs:
         if item.dispatch_id is not None:
             result = finish(conn, item.dispatch_id, status, reply, rec.completed_at)
             if result is not None:
-                rec.results.append(result)
+                results.append(result)
+    return results
 
 
 def add_outbox(

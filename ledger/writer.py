@@ -15,6 +15,10 @@ Rule 4: a batch, once handed to the thread, finishes even if the writer is
         cancelled; on cancellation the writer also finishes every job already
         queued, then refuses new ones. A cancelled caller's write may still
         have happened; jobs are idempotent by id, so a retry is harmless.
+Rule 5: a job is a function and its arguments, `fn(conn, *args, **kwargs)`, not
+        a closure: the transaction may run in another process (see
+        writer_process.py), so both go there by pickle. A job that cannot be
+        pickled fails alone, with an error saying so.
 """
 
 from __future__ import annotations
@@ -22,14 +26,32 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import anyio
 import anyio.abc
 
 T = TypeVar("T")
-Job = Callable[[sqlite3.Connection], T]
 Outcome = tuple[Any, BaseException | None]
+
+
+class JobSpec(NamedTuple):
+    """What a transaction runs: `fn(conn, *args, **kwargs)`."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def run(self, conn: sqlite3.Connection) -> Any:
+        return self.fn(conn, *self.args, **self.kwargs)
+
+
+class BatchExecutor(Protocol):
+    """Runs a batch of jobs as one transaction (blocking; called in the writer thread)."""
+
+    def execute(self, jobs: list[JobSpec]) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
 
 
 class LedgerWriteFailed(Exception):
@@ -44,6 +66,10 @@ class WriterClosed(Exception):
     """The writer has stopped and takes no more jobs."""
 
 
+class WriterDied(LedgerWriteFailed):
+    """The process running the transactions is gone; no more writes can happen."""
+
+
 class _JobFailed(Exception):
     """Internal: a job raised during the optimistic run of a batch."""
 
@@ -51,10 +77,10 @@ class _JobFailed(Exception):
 class Pending(Generic[T]):
     """A submitted job. `await pending.result()` returns after its commit."""
 
-    __slots__ = ("_after", "_batch_done", "_done", "_error", "_on_error", "_value", "fn")
+    __slots__ = ("_after", "_batch_done", "_done", "_error", "_on_error", "_value", "job")
 
-    def __init__(self, fn: Job[T], batch_done: Callable[[], anyio.Event]) -> None:
-        self.fn = fn
+    def __init__(self, job: JobSpec, batch_done: Callable[[], anyio.Event]) -> None:
+        self.job = job
         self._batch_done = batch_done
         self._done = False
         self._value: T | None = None
@@ -106,103 +132,45 @@ class Pending(Generic[T]):
         return self.get()
 
 
-class LedgerWriter:
+class Transactor:
+    """Runs batches of jobs on one connection, one transaction per batch (Rules 2, 3).
+
+    Used in the writer thread, or in the writer process (writer_process.py).
+    """
+
     def __init__(
-        self,
-        conn: sqlite3.Connection,
-        *,
-        max_batch: int = 2048,
-        max_queue: int = 100_000,
-        on_rollback: Callable[[], None] | None = None,
+        self, conn: sqlite3.Connection, on_rollback: Callable[[], None] | None = None
     ) -> None:
         self._conn = conn
-        self._max_batch = max_batch
-        self._max_queue = max_queue
         self._on_rollback = on_rollback
-        self._queue: deque[Pending[Any]] = deque()
-        self._wake = anyio.Event()
-        self._batch_done = anyio.Event()
-        self._closed = False
-        self._limiter = anyio.CapacityLimiter(1)
-        self.commits = 0
-        self.jobs = 0
 
-    @property
-    def queued(self) -> int:
-        return len(self._queue)
-
-    def _current_batch_event(self) -> anyio.Event:
-        return self._batch_done
-
-    def submit(self, fn: Job[T]) -> Pending[T]:
-        """Queue a job without waiting. Raises WriterOverloaded or WriterClosed."""
-        if self._closed:
-            raise WriterClosed("the ledger writer has stopped")
-        if len(self._queue) >= self._max_queue:
-            raise WriterOverloaded("the ledger writer queue is full")
-        pending: Pending[T] = Pending(fn, self._current_batch_event)
-        self._queue.append(pending)
-        self._wake.set()
-        return pending
-
-    async def call(self, fn: Job[T]) -> T:
-        return await self.submit(fn).result()
-
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Run until cancelled; then finish what was queued and stop taking jobs."""
-        task_status.started()
-        try:
-            while True:
-                if not self._queue:
-                    self._wake = anyio.Event()
-                    await self._wake.wait()
-                await self._run_one_batch()
-        finally:
-            self._closed = True
-            with anyio.CancelScope(shield=True):
-                while self._queue:
-                    await self._run_one_batch()
-
-    async def _run_one_batch(self) -> None:
-        batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
-        # Shielded: to_thread.run_sync checkpoints before the thread starts, and a
-        # cancellation there would lose the batch just popped (never run, never resolved).
-        with anyio.CancelScope(shield=True):
-            outcomes = await anyio.to_thread.run_sync(self._execute, batch, limiter=self._limiter)
-        for pending, (value, error) in zip(batch, outcomes, strict=True):
-            pending._resolve(value, error)
-        done, self._batch_done = self._batch_done, anyio.Event()
-        done.set()
-
-    def _execute(self, batch: list[Pending[Any]]) -> list[Outcome]:
+    def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
         try:
             try:
-                outcomes = self._transaction(batch, savepoints=False)
+                return self._transaction(jobs, savepoints=False)
             except _JobFailed:
                 self._rolled_back()
-                outcomes = self._transaction(batch, savepoints=True)
+                return self._transaction(jobs, savepoints=True)
         except sqlite3.Error as exc:
             self._rolled_back()
             failure = LedgerWriteFailed(f"ledger write failed: {exc}")
             failure.__cause__ = exc
-            return [(None, failure)] * len(batch)
-        self.commits += 1
-        self.jobs += len(batch)
-        return outcomes
+            return [(None, failure)] * len(jobs)
 
-    def _transaction(self, batch: list[Pending[Any]], *, savepoints: bool) -> list[Outcome]:
+    def close(self) -> None:
+        self._conn.close()
+
+    def _transaction(self, jobs: list[JobSpec], *, savepoints: bool) -> list[Outcome]:
         conn = self._conn
         outcomes: list[Outcome] = []
         failed = False
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for pending in batch:
+            for job in jobs:
                 if savepoints:
                     conn.execute("SAVEPOINT job")
                 try:
-                    value = pending.fn(conn)
+                    value = job.fn(conn, *job.args, **job.kwargs)
                 except Exception as exc:  # the job's own failure, for its caller
                     if not savepoints:
                         raise _JobFailed from exc
@@ -225,3 +193,132 @@ class LedgerWriter:
     def _rolled_back(self) -> None:
         if self._on_rollback is not None:
             self._on_rollback()
+
+
+class LedgerWriter:
+    def __init__(
+        self,
+        executor: BatchExecutor | sqlite3.Connection,
+        *,
+        max_batch: int = 2048,
+        max_queue: int = 100_000,
+        on_rollback: Callable[[], None] | None = None,
+    ) -> None:
+        if isinstance(executor, sqlite3.Connection):
+            executor = Transactor(executor, on_rollback)
+        self._executor = executor
+        self._max_batch = max_batch
+        self._max_queue = max_queue
+        self._queue: deque[Pending[Any]] = deque()
+        self._wake = anyio.Event()
+        self._batch_done = anyio.Event()
+        # Committed batches whose callers are not told yet (see `_resolver`).
+        self._committed: deque[tuple[list[Pending[Any]], list[Outcome]]] = deque()
+        self._committed_ready = anyio.Event()
+        self._closed = False
+        self._dead: WriterDied | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self.commits = 0
+        self.jobs = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def _current_batch_event(self) -> anyio.Event:
+        return self._batch_done
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
+        """Queue `fn(conn, *args, **kwargs)` without waiting.
+
+        Raises WriterOverloaded or WriterClosed.
+        """
+        if self._closed:
+            raise WriterClosed("the ledger writer has stopped")
+        if len(self._queue) >= self._max_queue:
+            raise WriterOverloaded("the ledger writer queue is full")
+        pending: Pending[T] = Pending(JobSpec(fn, args, kwargs), self._current_batch_event)
+        self._queue.append(pending)
+        self._wake.set()
+        return pending
+
+    async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        return await self.submit(fn, *args, **kwargs).result()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run until cancelled; then finish what was queued and stop taking jobs.
+
+        Raises WriterDied if the executor is gone (the writer process died):
+        nothing can be written any more, so the daemon must stop.
+        """
+        task_status.started()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._resolver)
+                while True:
+                    if not self._queue:
+                        self._wake = anyio.Event()
+                        await self._wake.wait()
+                    await self._run_one_batch()
+                    if self._dead is not None:
+                        tg.cancel_scope.cancel()
+                        break
+            if self._dead is not None:
+                raise self._dead  # outside the task group: not wrapped in a group
+        finally:
+            self._closed = True
+            with anyio.CancelScope(shield=True):
+                while self._queue:
+                    await self._run_one_batch()
+            self._resolve_committed()
+
+    async def _resolver(self) -> None:
+        """Tell callers their outcomes, batch by batch in commit order.
+
+        A task of its own so that the next batch is already in the thread
+        while the callbacks of this one run on the event loop: the writer
+        never waits for the callers, only for the disk.
+        """
+        while True:
+            await self._committed_ready.wait()
+            self._committed_ready = anyio.Event()
+            self._resolve_committed()
+
+    def _resolve_committed(self) -> None:
+        while self._committed:
+            batch, outcomes = self._committed.popleft()
+            for pending, (value, error) in zip(batch, outcomes, strict=True):
+                pending._resolve(value, error)
+            done, self._batch_done = self._batch_done, anyio.Event()
+            done.set()
+
+    async def _run_one_batch(self) -> None:
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+        if self._dead is None:
+            # Shielded: to_thread.run_sync checkpoints before the thread starts, and a
+            # cancellation there would lose the batch just popped (never run, never resolved).
+            with anyio.CancelScope(shield=True):
+                outcomes = await anyio.to_thread.run_sync(
+                    self._execute, batch, limiter=self._limiter
+                )
+        else:
+            outcomes = [(None, self._dead)] * len(batch)
+        self._committed.append((batch, outcomes))
+        self._committed_ready.set()
+
+    def _execute(self, batch: list[Pending[Any]]) -> list[Outcome]:
+        try:
+            outcomes = self._executor.execute([p.job for p in batch])
+        except WriterDied as exc:
+            self._dead = exc
+            return [(None, exc)] * len(batch)
+        if not all(isinstance(error, LedgerWriteFailed) for _, error in outcomes):
+            self.commits += 1
+            self.jobs += len(batch)
+        return outcomes
+
+    def close(self) -> None:
+        """Release the executor (its connection or its process)."""
+        self._executor.close()

@@ -385,7 +385,7 @@ class SessionActor:
         previous, self.head = self.head, None
         self.ctx.reset()
         label, now = self.label, now_ms()
-        self.hub.ledger.writer.submit(lambda c: lt.new_thread(c, label, previous, now))
+        self.hub.ledger.writer.submit(lt.new_thread, label, previous, now)
 
     def _drop(self, action: m.Drop) -> None:
         if action.reason == "cap:summarize":  # named in the next turn's note: keep it till then
@@ -396,7 +396,7 @@ class SessionActor:
             return  # the stopped turn's commit recorded it as cancelled
         now = now_ms()
         self.hub.ledger.writer.submit(
-            lambda c: lt.set_item_status(c, [(action.item.id, "dropped", action.reason)], now)
+            lt.set_item_status, [(action.item.id, "dropped", action.reason)], now
         )
         log.info(
             "item dropped",
@@ -444,7 +444,7 @@ class SessionActor:
         ids = [i.id for i in inputs]
         # Not awaited: the writer is FIFO, so this commits before the turn's own
         # commit. If the process dies first, the items are simply still queued.
-        self.hub.ledger.writer.submit(lambda c: lt.mark_running(c, turn.id, ids, started))
+        self.hub.ledger.writer.submit(lt.mark_running, turn.id, ids, started)
         # Made with the turn's id: they become its history block as they are.
         turn.input_msgs = [self.ctx.msg("user", i.content, i.sender_name, turn.id) for i in inputs]
         result, error, reason = await self._prepare_and_call(start, inputs, turn)

@@ -12,7 +12,6 @@ Rule 3: at start, turns cut off by a crash are recorded as aborted and their
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any, Literal
 
 import anyio
@@ -43,10 +42,6 @@ Written = Literal["thread", "orphan", "lost"]
 MAX_ACTOR_RESTARTS = 5
 SWEEP_S = 5.0
 SHUTDOWN_COMMIT_S = 10.0  # for the commits of turns aborted at shutdown
-
-
-def _sweep(conn: sqlite3.Connection) -> list[ItemInfo]:
-    return dispatch.sweep_timeouts(conn, now_ms())
 
 
 class Mailboxes:
@@ -88,7 +83,7 @@ class Mailboxes:
         while True:
             await anyio.sleep(min(SWEEP_S, self.settings.workers.timeout_s / 4))
             try:
-                results = await self.ledger.write(_sweep)
+                results = await self.ledger.write(dispatch.sweep_timeouts, now_ms())
             except LedgerWriteFailed as exc:
                 log.error("could not time out overdue workers", error=str(exc))
                 continue
@@ -110,17 +105,15 @@ class Mailboxes:
         limits = dispatch.Limits(w.max_depth, w.max_children, int(w.timeout_s * 1000))
         now = now_ms()
         done = await self.ledger.write(
-            lambda c: dispatch.dispatch(
-                c,
-                parent=parent,
-                parent_turn=parent_turn,
-                tool_call=tool_call,
-                target=target,
-                task=task,
-                persona=w.persona,
-                limits=limits,
-                now=now,
-            )
+            dispatch.dispatch,
+            parent=parent,
+            parent_turn=parent_turn,
+            tool_call=tool_call,
+            target=target,
+            task=task,
+            persona=w.persona,
+            limits=limits,
+            now=now,
         )
         self.post(done.item)
         log.info("dispatched", session=parent, worker=done.session, dispatch=done.dispatch)
@@ -128,7 +121,7 @@ class Mailboxes:
 
     async def _rehydrate(self) -> None:
         now = now_ms()
-        recovered = await self.ledger.write(lambda c: lt.recover_crashed(c, now))
+        recovered = await self.ledger.write(lt.recover_crashed, now)
         if recovered:
             log.warning("turns cut off by a crash recorded as aborted", turns=len(recovered))
         items = await self.ledger.read(lt.load_open_items)
@@ -211,7 +204,7 @@ class Mailboxes:
 
     async def recover_session(self, label: str) -> list[ItemInfo]:
         now = now_ms()
-        await self.ledger.write(lambda c: lt.recover_crashed(c, now, session=label))
+        await self.ledger.write(lt.recover_crashed, now, session=label)
         return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
 
     def turn_ended(self) -> None:
@@ -281,8 +274,7 @@ class Mailboxes:
 
     async def commit(self, rec: TurnRecord) -> Written:
         try:
-            await self.ledger.write(lambda c: lt.commit_turn(c, rec))
-            self._post_results(rec)
+            self._post_results(rec, await self.ledger.write(lt.commit_turn, rec))
             return "thread"
         except HeadMoved:
             log.error(
@@ -300,14 +292,13 @@ class Mailboxes:
             )
             return "lost"
         try:
-            await self.ledger.write(lambda c: lt.commit_orphan(c, rec))
-            self._post_results(rec)
+            self._post_results(rec, await self.ledger.write(lt.commit_orphan, rec))
             return "orphan"
         except LedgerWriteFailed:
             return "lost"
 
-    def _post_results(self, rec: TurnRecord) -> None:
-        for item in rec.results:
+    def _post_results(self, rec: TurnRecord, results: list[ItemInfo]) -> None:
+        for item in results:
             log.info("worker result queued", session=item.session, worker=rec.session, item=item.id)
             self.post(item)
 
@@ -379,9 +370,7 @@ class Mailboxes:
             }
             reply = (out_id, actor.label, item.channel, orjson.dumps(frame).decode())
         now = now_ms()
-        pending = self.ledger.writer.submit(
-            lambda c: lt.command_done(c, item.id, reason, reply, override, now)
-        )
+        pending = self.ledger.writer.submit(lt.command_done, item.id, reason, reply, override, now)
         if reply is not None:
             out_id, label, channel, frame_json = reply
             pending.after_commit(

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -52,7 +54,10 @@ def inbound(conn_no: int, i: int) -> bytes:
 
 
 async def pipeline(
-    daemon: DaemonProcess, conn_no: int, on_ack: Callable[[dict[str, Any]], None]
+    daemon: DaemonProcess,
+    conn_no: int,
+    on_ack: Callable[[dict[str, Any]], None],
+    on_error: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Send one connection's messages with at most WINDOW un-acked."""
     async with await BrokerClient.connect(daemon.socket, role="adapter", channel="crash") as client:
@@ -65,8 +70,11 @@ async def pipeline(
                 frame = await client.recv()
                 if frame["type"] in ("delta", "deliver"):
                     continue  # replies of the turns these messages start
-                assert frame["type"] == "ack", frame
-                on_ack(frame)
+                if frame["type"] == "error" and on_error is not None:
+                    on_error(frame)
+                else:
+                    assert frame["type"] == "ack", frame
+                    on_ack(frame)
                 received += 1
                 window.release()
 
@@ -80,19 +88,30 @@ async def pipeline(
                 )
 
 
-async def push_until_killed(daemon: DaemonProcess, acked: set[str], kill_at: int) -> None:
+async def push_until_killed(
+    daemon: DaemonProcess,
+    acked: set[str],
+    kill_at: int,
+    victim: int | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> None:
+    """Push until `kill_at` acks, then SIGKILL `victim` (the daemon by default).
+
+    Error answers are collected in `errors` when it is given, else they fail the test.
+    """
     killed = anyio.Event()
+    assert daemon.proc is not None
+    pid = daemon.proc.pid if victim is None else victim
 
     def on_ack(frame: dict[str, Any]) -> None:
         acked.add(frame["msg_id"])
         if len(acked) >= kill_at and not killed.is_set():
-            assert daemon.proc is not None
-            os.kill(daemon.proc.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
             killed.set()
 
     async def one(conn_no: int) -> None:
         try:
-            await pipeline(daemon, conn_no, on_ack)
+            await pipeline(daemon, conn_no, on_ack, None if errors is None else errors.append)
         except* (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
             pass  # the daemon died under us: that is the point
 
@@ -100,6 +119,46 @@ async def push_until_killed(daemon: DaemonProcess, acked: set[str], kill_at: int
         async with anyio.create_task_group() as tg:
             for n in range(CONNECTIONS):
                 tg.start_soon(one, n)
+
+
+async def writer_pid(daemon: DaemonProcess) -> int:
+    async with await BrokerClient.connect(daemon.socket) as op:
+        pid = (await op.op("health"))["writer_pid"]
+    assert isinstance(pid, int) and pid != daemon.proc.pid  # type: ignore[union-attr]
+    return pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def check_ledger(daemon: DaemonProcess, acked: set[str]) -> set[str]:
+    """Every acked message stored once with its queue item; returns what is stored."""
+    with daemon.db() as db:
+        stored = [r[0] for r in db.execute("SELECT msg_id FROM inbound")]
+        orphans = db.execute(
+            "SELECT count(*) FROM inbound i LEFT JOIN queue_items q ON q.inbound_id = i.id"
+            " WHERE q.seq IS NULL"
+        ).fetchone()[0]
+        items = db.execute("SELECT count(*) FROM queue_items").fetchone()[0]
+    assert len(stored) == len(set(stored)), "a message is stored twice"
+    assert acked <= set(stored), f"acked but lost: {sorted(acked - set(stored))[:5]}"
+    assert orphans == 0, "a message without its queue item"
+    assert items == len(stored), "a queue item without its message"
+    return set(stored)
 
 
 async def resend_all(daemon: DaemonProcess) -> dict[str, bool]:
@@ -122,29 +181,48 @@ async def resend_all(daemon: DaemonProcess) -> dict[str, bool]:
 async def test_kill9_loses_no_acked_message(make_daemon: DaemonFactory, seed: int) -> None:
     kill_at = random.Random(seed).randrange(TOTAL // 10, TOTAL * 8 // 10)
     daemon = make_daemon({"max_inflight": WINDOW * 2}, name=f"crash{seed}")
+    writer = await writer_pid(daemon)
     acked: set[str] = set()
     await push_until_killed(daemon, acked, kill_at)
     assert daemon.proc is not None
     assert daemon.proc.wait(10) == -signal.SIGKILL
     assert kill_at <= len(acked) < TOTAL, "the kill must land mid-stream"
+    assert gone_within(writer, 10), "the writer process outlived the daemon"
 
     daemon.start()
-    with daemon.db() as db:
-        stored = [r[0] for r in db.execute("SELECT msg_id FROM inbound")]
-        orphans = db.execute(
-            "SELECT count(*) FROM inbound i LEFT JOIN queue_items q ON q.inbound_id = i.id"
-            " WHERE q.seq IS NULL"
-        ).fetchone()[0]
-        items = db.execute("SELECT count(*) FROM queue_items").fetchone()[0]
-    assert len(stored) == len(set(stored)), "a message is stored twice"
-    assert acked <= set(stored), f"acked but lost: {sorted(acked - set(stored))[:5]}"
-    assert orphans == 0, "a message without its queue item"
-    assert items == len(stored), "a queue item without its message"
+    stored = check_ledger(daemon, acked)
 
     answers = await resend_all(daemon)
     assert len(answers) == TOTAL
     duplicates = {m for m, dup in answers.items() if dup}
-    assert duplicates == set(stored), "duplicate must answer exactly what the ledger held"
+    assert duplicates == stored, "duplicate must answer exactly what the ledger held"
     with daemon.db() as db:
         after = db.execute("SELECT count(*), count(DISTINCT msg_id) FROM inbound").fetchone()
     assert after == (TOTAL, TOTAL)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_a_dead_writer_process_stops_the_daemon_and_loses_nothing_acked(
+    make_daemon: DaemonFactory,
+) -> None:
+    daemon = make_daemon({"max_inflight": WINDOW * 2}, name="writer-dies")
+    writer = await writer_pid(daemon)
+    acked: set[str] = set()
+    errors: list[dict[str, Any]] = []
+    await push_until_killed(daemon, acked, TOTAL // 3, victim=writer, errors=errors)
+    # Messages in flight when the writer died are answered, not acked: they may
+    # or may not have been stored, and the answer says to send them again.
+    for error in errors:
+        assert error["code"] == "internal", error
+        assert "may not have been stored: send it again" in error["message"], error
+    assert daemon.proc is not None
+    # Nothing can be committed any more: the daemon stops by itself, and says why.
+    assert daemon.proc.wait(20) == 1
+    assert "ledger writer died; stopping" in daemon.log()
+    assert "brokerd: stopped: the ledger writer process" in daemon.log()
+    assert TOTAL // 3 <= len(acked) < TOTAL
+
+    daemon.start()
+    stored = check_ledger(daemon, acked)
+    answers = await resend_all(daemon)
+    assert {m for m, dup in answers.items() if dup} == stored

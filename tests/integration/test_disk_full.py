@@ -1,11 +1,12 @@
 """The ledger runs out of space: the broker answers `internal`, keeps running,
 keeps every acked message and none of the failed ones, and recovers.
 
-No root tricks: the daemon's RLIMIT_FSIZE is lowered once it has started and
-migrated its ledger (`prlimit`, the same kernel limit a `preexec_fn` calling
-`setrlimit` would set, but placed after start so the limit can be sized from
-the files the daemon actually has). CPython ignores SIGXFSZ, so a write past
-the limit fails with EFBIG and SQLite reports a disk I/O error. Only the soft
+No root tricks: the RLIMIT_FSIZE of the daemon's ledger writer process is
+lowered once the daemon has started and migrated its ledger (`prlimit`, the
+same kernel limit a `preexec_fn` calling `setrlimit` would set, but placed
+after start so the limit can be sized from the files the daemon actually has).
+CPython ignores SIGXFSZ, so a write past the limit fails with EFBIG and SQLite
+reports a disk I/O error. Only the soft
 limit is lowered, so the test can raise it again without privileges.
 """
 
@@ -33,10 +34,9 @@ MAX_TEXT = 64 << 10
 HEADROOM = 400_000  # bytes any ledger file may still grow by: room for a few messages
 
 
-def limit_file_size(d: DaemonProcess, soft: int) -> None:
-    assert d.proc is not None
-    _, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE)
-    resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (soft, hard))
+def limit_file_size(pid: int, soft: int) -> None:
+    _, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
 
 
 def largest_file(d: DaemonProcess) -> int:
@@ -74,7 +74,9 @@ async def test_a_full_disk_fails_the_write_not_the_broker(
 ) -> None:
     # The daemon runs on the same backend (asyncio or trio) as the test's client side.
     d = make_daemon({"max_text_bytes": MAX_TEXT}, backend=anyio_backend)
-    limit_file_size(d, largest_file(d) + HEADROOM)
+    async with await BrokerClient.connect(d.socket) as op:
+        writer = (await op.op("health"))["writer_pid"]  # the process that writes the ledger
+    limit_file_size(writer, largest_file(d) + HEADROOM)
 
     acked: dict[str, dict[str, Any]] = {}
     failed: dict[str, Any] | None = None
@@ -116,7 +118,7 @@ async def test_a_full_disk_fails_the_write_not_the_broker(
         ), d.log()[-3000:]
 
         # Space returns: the adapter's retry of the failed message is a new message.
-        limit_file_size(d, resource.RLIM_INFINITY)
+        limit_file_size(writer, resource.RLIM_INFINITY)
         retry = await answer(adapter, failed)
         assert retry["type"] == "ack" and retry["duplicate"] is False, retry
         acked[failed["msg_id"]] = retry

@@ -508,14 +508,14 @@ def test_fit_with_a_tiny_budget() -> None:
     assert tokens(fit(answer, tokens, 10)) <= 10
 
 
+def _alice_and_a_turn(c: sqlite3.Connection) -> None:  # a writer job: module level
+    add_session(c, "alice")
+    add_turn(c, "alice", "A1", 0, "The deploy key is in the vault.", "Noted.")
+
+
 async def test_through_the_ledger_readers(tmp_path: Path) -> None:
     async with Ledger.open(tmp_path / "ledger.db") as ledger:
-
-        def setup(c: sqlite3.Connection) -> None:
-            add_session(c, "alice")
-            add_turn(c, "alice", "A1", 0, "The deploy key is in the vault.", "Noted.")
-
-        await ledger.write(setup)
+        await ledger.write(_alice_and_a_turn)
         text = await conversation_recall(
             ledger, "alice", {"action": "search", "query": "vault"}, tokens
         )

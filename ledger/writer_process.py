@@ -1,0 +1,274 @@
+"""The ledger's writer connection in a process of its own.
+
+Why a process: the writer's transactions are mostly SQLite's C code, which
+runs without the GIL, but every statement takes the GIL back when it returns.
+In the daemon's process the event loop holds the GIL whenever it has work, so
+under load each statement of the writer waited up to a switch interval (5 ms)
+to get it back: a convoy in which the writer spent most of its time waiting,
+not writing. In its own process the writer has its own GIL; the daemon's
+writer thread only pickles a batch, sends it and waits for the outcomes,
+three short holds of the GIL per batch instead of three per statement.
+
+Rule 1: the child runs the same `Transactor` as the thread writer: one batch
+        is one transaction, jobs fail alone, and outcomes come back only after
+        the COMMIT. The child keeps the writer-side caches with its connection.
+Rule 2: the child never outlives the daemon: it asks the kernel for SIGKILL
+        when its parent dies, and it stops when the socket to it closes. It
+        ignores SIGINT, SIGTERM and SIGHUP, which are the daemon's to handle;
+        the daemon stops it by closing the socket after its last batch.
+Rule 3: if the child dies, every waiting and later job fails with `WriterDied`
+        and the writer stops, which stops the daemon: a batch in flight may or
+        may not have committed, and only a restart (with its recovery) can
+        tell. Nothing was acked for it, so nothing acked is lost.
+
+Frames on the socket are an 8-byte length and a pickle: the parent sends a
+list of jobs, the child answers with a list of outcomes in the same order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import cast
+
+from .db import Synchronous, connect
+from .ingest import WriterConnection
+from .writer import JobSpec, Outcome, Transactor, WriterDied
+
+_HEADER = struct.Struct("!Q")
+_PR_SET_PDEATHSIG = 1
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+
+
+class UnpicklableJob(TypeError):
+    """A job the writer process cannot be sent (a closure, or an argument pickle refuses)."""
+
+
+class RemoteJobError(Exception):
+    """A job raised an exception that could not be sent back from the writer process."""
+
+
+def _send(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(_HEADER.pack(len(payload)) + payload)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            return None
+        got += k
+    return bytes(buf)
+
+
+def _recv(sock: socket.socket) -> bytes | None:
+    """One frame, or None at end of stream."""
+    header = _recv_exact(sock, _HEADER.size)
+    if header is None:
+        return None
+    return _recv_exact(sock, _HEADER.unpack(header)[0])
+
+
+class ProcessTransactor:
+    """The daemon's side: runs batches in the writer process (a `BatchExecutor`)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self.proc = proc
+        self._sock = sock
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @classmethod
+    def spawn(cls, path: Path, synchronous: Synchronous) -> ProcessTransactor:
+        """Start the writer process. Call from the thread that lives as long as
+        the daemon (its main thread): the kernel's parent-death signal follows
+        the thread that started the child, not the process."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ledger.writer_process",
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                    str(path),
+                    synchronous,
+                ],
+                pass_fds=[theirs.fileno()],
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            theirs.close()
+        return cls(proc, ours)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Block until the child has opened the ledger; raise WriterDied if it could not."""
+        self._sock.settimeout(timeout)
+        try:
+            data = _recv(self._sock)
+        except OSError as exc:
+            self._kill()
+            raise WriterDied(f"the ledger writer process did not start: {exc}") from exc
+        finally:
+            self._sock.settimeout(None)
+        if data is None:
+            self._kill()
+            raise WriterDied(
+                f"the ledger writer process exited at start (status {self.proc.wait()})"
+            )
+        kind, detail = pickle.loads(data)
+        if kind != "ready":
+            self._kill()
+            raise WriterDied(f"the ledger writer process could not open the ledger: {detail}")
+
+    def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
+        refused: dict[int, BaseException] = {}
+        try:
+            payload = pickle.dumps(jobs, pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            payload, refused = _dump_separately(jobs)
+            if not payload:
+                return [(None, refused[i]) for i in range(len(jobs))]
+        try:
+            _send(self._sock, payload)
+            reply = _recv(self._sock)
+        except OSError as exc:
+            raise WriterDied(f"the ledger writer process is unreachable: {exc}") from exc
+        if reply is None:
+            status = self.proc.poll()
+            raise WriterDied(f"the ledger writer process exited (status {status})")
+        sent_outcomes: list[Outcome] = pickle.loads(reply)
+        if not refused:
+            return sent_outcomes
+        it = iter(sent_outcomes)
+        return [(None, refused[i]) if i in refused else next(it) for i in range(len(jobs))]
+
+    def close(self) -> None:
+        """Stop the child after its last batch: it sees the socket close and exits."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        try:
+            self.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._kill()
+
+    def _kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._sock.close()
+
+
+def _dump_separately(jobs: list[JobSpec]) -> tuple[bytes, dict[int, BaseException]]:
+    """Pickle the jobs that can be; the others fail alone (Rule 5 of writer.py)."""
+    ok: list[JobSpec] = []
+    refused: dict[int, BaseException] = {}
+    for i, job in enumerate(jobs):
+        try:
+            pickle.dumps(job, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            name = getattr(job.fn, "__qualname__", repr(job.fn))
+            err = UnpicklableJob(
+                f"ledger job {name} cannot be sent to the writer process ({exc}); "
+                "jobs must be module-level functions with picklable arguments"
+            )
+            refused[i] = err
+        else:
+            ok.append(job)
+    return (pickle.dumps(ok, pickle.HIGHEST_PROTOCOL) if ok else b""), refused
+
+
+# -- the child ------------------------------------------------------------------
+
+
+def _sendable(outcome: Outcome) -> Outcome:
+    """An outcome the parent can unpickle: odd exceptions become RemoteJobError."""
+    value, error = outcome
+    try:
+        if error is not None:
+            pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
+        else:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        return outcome
+    except Exception as exc:
+        if error is not None:
+            return (None, RemoteJobError(f"{type(error).__name__}: {error}"))
+        return (None, RemoteJobError(f"the job's result cannot be sent back: {exc}"))
+
+
+def _dump_outcomes(outcomes: list[Outcome]) -> bytes:
+    if all(error is None for _, error in outcomes):
+        try:
+            return pickle.dumps(outcomes, pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            pass
+    return pickle.dumps([_sendable(o) for o in outcomes], pickle.HIGHEST_PROTOCOL)
+
+
+def _die_with_parent(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before we asked
+        os._exit(1)
+
+
+def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
+    try:
+        conn = connect(path, synchronous, factory=WriterConnection)
+    except Exception as exc:
+        _send(sock, pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
+        return 1
+    assert isinstance(conn, WriterConnection)
+    transactor = Transactor(conn, conn.identity.clear)
+    _send(sock, pickle.dumps(("ready", os.getpid())))
+    try:
+        while (data := _recv(sock)) is not None:
+            jobs: list[JobSpec] = pickle.loads(data)
+            _send(sock, _dump_outcomes(transactor.execute(jobs)))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the daemon is gone
+    finally:
+        transactor.close()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    fd, parent, path, synchronous = int(argv[0]), int(argv[1]), argv[2], argv[3]
+    _die_with_parent(parent)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    if synchronous not in ("NORMAL", "FULL"):
+        raise SystemExit(f"bad synchronous mode {synchronous!r}")
+    sock = socket.socket(fileno=fd)
+    return serve(sock, path, cast(Synchronous, synchronous))
+
+
+if __name__ == "__main__":
+    # Run the imported module, not this `__main__` copy: the exceptions it
+    # pickles must name `ledger.writer_process`, which the daemon can load.
+    from ledger import writer_process
+
+    sys.exit(writer_process.main(sys.argv[1:]))

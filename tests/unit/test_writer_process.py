@@ -1,0 +1,217 @@
+"""The ledger writer in its own process: same contract as the thread writer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from ledger.db import connect
+from ledger.errors import NotFound
+from ledger.writer import LedgerWriteFailed, LedgerWriter, Pending, WriterClosed, WriterDied
+from ledger.writer_process import ProcessTransactor, RemoteJobError, UnpicklableJob
+
+pytestmark = pytest.mark.anyio
+
+
+# Jobs are module-level functions: they travel to the writer process by pickle.
+def _insert(c: sqlite3.Connection, v: str) -> int:
+    return int(c.execute("INSERT INTO t (v) VALUES (?)", (v,)).lastrowid or 0)
+
+
+def _insert_then_not_found(c: sqlite3.Connection) -> None:
+    c.execute("INSERT INTO t (v) VALUES ('written-then-raised')")
+    raise NotFound("no such thing", field="thing")
+
+
+class _Odd(Exception):
+    def __init__(self, a: int, b: int) -> None:  # pickle cannot rebuild it from args
+        super().__init__(f"odd {a} {b}")
+
+
+def _raise_odd(c: sqlite3.Connection) -> None:
+    raise _Odd(1, 2)
+
+
+def _pid(c: sqlite3.Connection) -> int:
+    return os.getpid()
+
+
+def _values(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return [r[0] for r in conn.execute("SELECT v FROM t ORDER BY id")]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "w.db"
+    conn = connect(path)
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)")
+    conn.close()
+    return path
+
+
+@pytest.fixture
+async def process(db: Path) -> AsyncIterator[ProcessTransactor]:
+    transactor = ProcessTransactor.spawn(db, "NORMAL")
+    await anyio.to_thread.run_sync(transactor.wait_ready)
+    try:
+        yield transactor
+    finally:
+        await anyio.to_thread.run_sync(transactor.close)
+
+
+async def test_jobs_run_in_the_child_and_commit_in_groups(
+    db: Path, process: ProcessTransactor
+) -> None:
+    writer = LedgerWriter(process)
+    results: dict[int, int] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await writer.call(_insert, f"v{i}")
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        assert await writer.call(_pid) == process.pid != os.getpid()
+        async with anyio.create_task_group() as jobs:
+            for i in range(300):
+                jobs.start_soon(one, i)
+        tg.cancel_scope.cancel()
+
+    assert sorted(results) == list(range(300))
+    assert len(set(results.values())) == 300
+    assert sorted(_values(db)) == sorted(f"v{i}" for i in range(300))
+    assert 1 <= writer.commits < 300
+
+
+async def test_a_failing_job_fails_alone_with_its_own_error(
+    db: Path, process: ProcessTransactor
+) -> None:
+    writer = LedgerWriter(process)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        batch: list[Pending[Any]] = [
+            writer.submit(_insert, "a"),
+            writer.submit(_insert_then_not_found),
+            writer.submit(_insert, "a"),  # the unique key refuses it
+            writer.submit(lambda c: 1),  # a closure cannot be sent
+            writer.submit(_raise_odd),  # an exception pickle cannot rebuild
+            writer.submit(_insert, "b"),
+        ]
+        assert await batch[0].result() > 0
+        with pytest.raises(NotFound) as not_found:
+            await batch[1].result()
+        assert not_found.value.field == "thing"  # attributes survive the trip
+        with pytest.raises(sqlite3.IntegrityError):
+            await batch[2].result()
+        with pytest.raises(UnpicklableJob, match="module-level functions"):
+            await batch[3].result()
+        with pytest.raises(RemoteJobError, match="_Odd: odd 1 2"):
+            await batch[4].result()
+        assert await batch[5].result() > 0
+        tg.cancel_scope.cancel()
+    assert _values(db) == ["a", "b"]
+
+
+async def test_the_child_ignores_the_signals_that_are_the_daemons(
+    db: Path, process: ProcessTransactor
+) -> None:
+    writer = LedgerWriter(process)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        await writer.call(_insert, "before")
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            os.kill(process.pid, sig)
+        await anyio.sleep(0.1)
+        assert await writer.call(_insert, "after") > 0
+        tg.cancel_scope.cancel()
+    assert _values(db) == ["before", "after"]
+
+
+async def test_a_dead_child_fails_every_job_and_stops_the_writer(
+    db: Path, process: ProcessTransactor
+) -> None:
+    writer = LedgerWriter(process)
+    writer_ended: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await writer.run()
+        except WriterDied as exc:
+            writer_ended.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await writer.call(_insert, "kept")
+        os.kill(process.pid, signal.SIGKILL)
+        await anyio.to_thread.run_sync(process.proc.wait)
+        with pytest.raises(WriterDied) as died:
+            await writer.call(_insert, "lost")
+        assert isinstance(died.value, LedgerWriteFailed)  # callers see a failed write
+    assert writer_ended, "the writer must stop (and with it the daemon)"
+    with pytest.raises(WriterClosed):
+        writer.submit(_insert, "later")
+    assert _values(db) == ["kept"]
+
+
+async def test_a_child_that_cannot_open_the_ledger_says_why(tmp_path: Path) -> None:
+    transactor = ProcessTransactor.spawn(tmp_path / "missing" / "dir" / "w.db", "NORMAL")
+    with pytest.raises(WriterDied, match="could not open the ledger"):
+        await anyio.to_thread.run_sync(transactor.wait_ready)
+    assert transactor.proc.poll() is not None
+
+
+_PARENT = """
+import sys, time
+from pathlib import Path
+from ledger.writer_process import ProcessTransactor
+t = ProcessTransactor.spawn(Path(sys.argv[1]), "NORMAL")
+t.wait_ready()
+print(t.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_child_dies_with_its_parent(db: Path) -> None:
+    root = str(Path(__file__).resolve().parents[2])
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(db)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child):
+            assert time.monotonic() < deadline, "the writer process outlived its parent"
+            time.sleep(0.02)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped
