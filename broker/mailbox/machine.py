@@ -51,9 +51,10 @@ Choices where the protocol leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, TypeAlias, assert_never
+from itertools import islice
+from typing import Literal, NamedTuple, TypeAlias, assert_never, overload
 
 QueueMode: TypeAlias = Literal["interrupt", "steer", "followup", "collect", "queue"]
 DropPolicy: TypeAlias = Literal["old", "new", "summarize"]
@@ -118,10 +119,86 @@ class Running(NamedTuple):
         return self.abort is not None
 
 
+class Backlog(Sequence[Item]):
+    """An immutable sequence of items: O(1) append and O(1) removal from the head.
+
+    A collect burst or a long queue appends to the backlog once per arrival, so
+    copying a tuple each time made a burst of n messages cost O(n²). Versions
+    share one list: each sees `buf[start:end]`, and the list only ever grows
+    past the end of the newest version, so what any version sees never changes.
+    """
+
+    __slots__ = ("_buf", "_end", "_start")
+    _COMPACT_AT = 64  # items dropped from the head before the list is copied down
+
+    def __init__(self, items: Iterable[Item] = ()) -> None:
+        self._buf = list(items)
+        self._start = 0
+        self._end = len(self._buf)
+
+    @classmethod
+    def _view(cls, buf: list[Item], start: int, end: int) -> Backlog:
+        view = cls.__new__(cls)
+        view._buf, view._start, view._end = buf, start, end
+        return view
+
+    def append(self, item: Item) -> Backlog:
+        """This backlog with `item` at the end (self is unchanged)."""
+        start, end, buf = self._start, self._end, self._buf
+        if end == start:
+            return Backlog._view([item], 0, 1)
+        if end == len(buf) and not (start > self._COMPACT_AT and start > end - start):
+            buf.append(item)  # the newest version: nobody sees past `end`
+            return Backlog._view(buf, start, end + 1)
+        fresh = buf[start:end]
+        fresh.append(item)
+        return Backlog._view(fresh, 0, len(fresh))
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Backlog: ...
+
+    def __getitem__(self, index: int | slice) -> Item | Backlog:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return Backlog(tuple(self)[index])
+            stop = max(start, stop)
+            return Backlog._view(self._buf, self._start + start, self._start + stop)
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("backlog index out of range")
+        return self._buf[self._start + index]
+
+    def __iter__(self) -> Iterator[Item]:
+        return islice(self._buf, self._start, self._end)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Backlog | tuple):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Backlog({tuple(self)!r})"
+
+
+_EMPTY = Backlog()
+
+
 class State(NamedTuple):
     limits: Limits
     running: Running | None = None
-    backlog: tuple[Item, ...] = ()
+    backlog: Backlog = _EMPTY
     collect_deadline: float | None = None
     dropped_note: tuple[Item, ...] = ()
     next_turn_no: int = 1
@@ -136,7 +213,7 @@ class State(NamedTuple):
         if len({i.seq for i in items}) != len(items):
             raise ValueError("rehydrated items must have distinct seq numbers")
         last = items[-1].seq if items else None
-        return cls(limits=limits, backlog=items, next_turn_no=next_turn_no, last_seq=last)
+        return cls(limits=limits, backlog=Backlog(items), next_turn_no=next_turn_no, last_seq=last)
 
 
 # Events
@@ -277,9 +354,9 @@ def _arrived_idle(state: State, item: Item, now: float) -> _Step:
     if item.mode == "collect":
         return _collect_while_idle(state, item, now)
     if item.mode == "interrupt":  # everything waiting is older: one turn, arrival order
-        return _start(state, (*state.backlog, item), rest=())
+        return _start(state, (*state.backlog, item), rest=_EMPTY)
     if not state.backlog:
-        return _start(state, (item,), rest=())
+        return _start(state, (item,), rest=_EMPTY)
     state, actions = _dispatch(state)  # flush the waiting collect items first
     state, more = _enqueue(state, item)
     return state, actions + more
@@ -290,7 +367,7 @@ def _collect_while_idle(state: State, item: Item, now: float) -> _Step:
     if limits.debounce_s > 0 and (limits.cap is None or len(state.backlog) < limits.cap):
         # The common case in one step: it fits, and the quiet period starts again.
         deadline = now + limits.debounce_s
-        backlog = (*state.backlog, item)
+        backlog = state.backlog.append(item)
         return state._replace(backlog=backlog, collect_deadline=deadline), [WakeAt(deadline)]
     state, actions = _enqueue(state, item)
     if not state.backlog or state.backlog[-1] is not item:  # refused by the cap
@@ -327,13 +404,15 @@ def _turn_ended(state: State, event: TurnEnded) -> _Step:
     if running.abort == "interrupt":  # one turn with everything waiting (Rule 3)
         redo = running.items + running.steered if aborted else left
         batch = _by_seq((*redo, *state.backlog))
-        return _start(idle, batch, rest=()) if batch else (idle, [])
+        return _start(idle, batch, rest=_EMPTY) if batch else (idle, [])
     if running.abort == "stop" and aborted:
         drops: list[Action] = [Drop(i, "stopped") for i in running.items + running.steered]
         idle, actions = _dispatch(idle)
         return idle, drops + actions
     # completed, failed, or aborted without our asking: done; unsteered items wait again
-    return _dispatch(idle._replace(backlog=_by_seq((*left, *state.backlog))))
+    if not left:
+        return _dispatch(idle)
+    return _dispatch(idle._replace(backlog=Backlog(_by_seq((*left, *state.backlog)))))
 
 
 def _taken_count(running: Running, taken: tuple[str, ...]) -> int:
@@ -365,10 +444,10 @@ def _dispatch(state: State) -> _Step:
     if backlog[0].mode == "collect":
         while n < len(backlog) and backlog[n].mode == "collect":
             n += 1
-    return _start(state, backlog[:n], rest=backlog[n:])
+    return _start(state, tuple(backlog[:n]), rest=backlog[n:])
 
 
-def _start(state: State, items: tuple[Item, ...], *, rest: tuple[Item, ...]) -> _Step:
+def _start(state: State, items: tuple[Item, ...], *, rest: Backlog) -> _Step:
     if state.running is not None:  # Rule 1; unreachable unless this module is wrong
         raise IllegalTransition(f"cannot start a turn while turn {state.running.turn_no} runs")
     actions: list[Action] = [WakeAt(None)] if state.collect_deadline is not None else []
@@ -387,12 +466,12 @@ def _start(state: State, items: tuple[Item, ...], *, rest: tuple[Item, ...]) -> 
 def _enqueue(state: State, item: Item) -> _Step:
     """Append ``item`` to the backlog, keeping it within ``limits.cap`` (Rule 7)."""
     limits = state.limits
-    backlog = (*state.backlog, item)
+    backlog = state.backlog.append(item)
     if limits.cap is None or len(backlog) <= limits.cap:
         return state._replace(backlog=backlog), []
     if limits.drop == "new" and item.mode not in _NEVER_REFUSED:
         return state, [Drop(item, "cap:new")]
-    victims, kept = backlog[: -limits.cap], backlog[-limits.cap :]
+    victims, kept = tuple(backlog[: -limits.cap]), backlog[-limits.cap :]
     note = state.dropped_note
     if limits.drop == "summarize":
         note, reason = note + victims, "cap:summarize"
