@@ -5,8 +5,9 @@
 For synchronous=NORMAL and FULL it prints: the closed-loop rate with 8
 pipelining adapter connections, ack latency p50/p99 at that load and at a fixed
 offered rate (5,000 msg/s by default), and the ceiling: plain sqlite3 inserting
-the same rows in 100-row transactions in one process; and the daemon's CPU time
-(all threads) per message of the closed-loop run.
+the same rows in 100-row transactions in one process; and the CPU time per
+message of the closed-loop run, of the daemon (all threads) and of its ledger
+writer process.
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ async def offered_rate(sock: Path, conns: int, rate: int, seconds: float) -> lis
     return latencies
 
 
+async def writer_pid(sock: Path) -> int | None:
+    """The daemon's ledger writer process (None when it writes in a thread)."""
+    async with await BrokerClient.connect(sock) as op:
+        pid = (await op.op("health")).get("writer_pid")
+    return pid if isinstance(pid, int) else None
+
+
 def sqlite_ceiling(path: Path, synchronous: str, total: int) -> float:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -180,14 +188,16 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
         # measures ingest alone; bench.turns measures turns.
         config = {
             "log_level": "warning",
-            "ledger": {"synchronous": sync},
+            "ledger": {"synchronous": sync, "writer": args.writer},
             "max_inflight": max(args.window * 2, 1024),
             "queue": {"debounce_ms": 600_000, "cap": 10_000_000},
         }
         with DaemonProcess(work, config) as daemon:
             assert daemon.proc is not None
             per_conn = args.messages // args.connections
+            writer = anyio.run(writer_pid, daemon.socket)
             cpu_before = cpu_s(daemon.proc.pid)
+            writer_before = cpu_s(writer) if writer else 0.0
             rate, lat = anyio.run(
                 closed_loop,
                 daemon.socket,
@@ -197,7 +207,9 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
                 sync.lower(),
                 backend_options={"use_uvloop": True},
             )
-            cpu_us = (cpu_s(daemon.proc.pid) - cpu_before) / (per_conn * args.connections) * 1e6
+            total = per_conn * args.connections
+            cpu_us = (cpu_s(daemon.proc.pid) - cpu_before) / total * 1e6
+            writer_us = (cpu_s(writer) - writer_before) / total * 1e6 if writer else 0.0
             offered = anyio.run(
                 offered_rate,
                 daemon.socket,
@@ -217,6 +229,7 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
         "offered_n": len(offered),
         "ceiling": ceiling,
         "cpu_us": cpu_us,
+        "writer_us": writer_us,
     }
 
 
@@ -230,6 +243,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5000, help="offered msg/s for the latency run")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--modes", default="NORMAL,FULL")
+    parser.add_argument(
+        "--writer", choices=("process", "thread"), default="process", help="ledger.writer"
+    )
     args = parser.parse_args()
     print(
         f"{args.messages} messages over {args.connections} connections, window {args.window}; "
@@ -237,14 +253,14 @@ def main() -> None:
     )
     print(
         f"{'sync':<7}{'acked/s':>10}{'p50 ms':>9}{'p99 ms':>9}   {'@rate p50':>10}{'p99 ms':>9}"
-        f"   {'sqlite3 ceiling/s':>18}{'ratio':>7}{'daemon CPU µs/msg':>19}"
+        f"   {'sqlite3 ceiling/s':>18}{'ratio':>7}   CPU µs/msg: {'daemon':>6}{'writer':>7}"
     )
     for sync in args.modes.split(","):
         r = run_mode(sync.strip().upper(), args)
         print(
             f"{r['sync']:<7}{r['rate']:>10.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}   "
             f"{r['offered_p50']:>10.2f}{r['offered_p99']:>9.2f}   {r['ceiling']:>18.0f}"
-            f"{r['rate'] / r['ceiling']:>7.2f}{r['cpu_us']:>19.0f}"
+            f"{r['rate'] / r['ceiling']:>7.2f}{'':>15}{r['cpu_us']:>6.0f}{r['writer_us']:>7.0f}"
         )
 
 

@@ -176,6 +176,7 @@ def daemon_config(args: argparse.Namespace, delay_ms: int, idle_stop_s: float) -
         "log_level": "warning",
         "max_inflight": max(1024, args.window * 2),
         "engine": {"kind": "echo", "delay_ms": delay_ms, "chunks": 1},
+        "ledger": {"writer": args.writer},
         "queue": {"cap": 1_000_000, "debounce_ms": 0, "idle_stop_s": idle_stop_s},
     }
 
@@ -457,6 +458,9 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=2, help="memory part: waves of messages")
     parser.add_argument("--idle-stop-s", type=float, default=1.0)
     parser.add_argument("--parts", default="tput,latency,memory")
+    parser.add_argument(
+        "--writer", choices=("process", "thread"), default="process", help="ledger.writer"
+    )
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",")}
     print(
