@@ -25,7 +25,7 @@ import orjson
 from bench.turns import cpu_s
 from broker.client import BrokerClient
 from broker.ids import new_id
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, writer_pid
 
 SENDERS = 500
 
@@ -118,13 +118,6 @@ async def offered_rate(sock: Path, conns: int, rate: int, seconds: float) -> lis
         for n in range(conns):
             tg.start_soon(one, n)
     return latencies
-
-
-async def writer_pid(sock: Path) -> int | None:
-    """The daemon's ledger writer process (None when it writes in a thread)."""
-    async with await BrokerClient.connect(sock) as op:
-        pid = (await op.op("health")).get("writer_pid")
-    return pid if isinstance(pid, int) else None
 
 
 def sqlite_ceiling(path: Path, synchronous: str, total: int) -> float:

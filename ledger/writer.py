@@ -170,7 +170,7 @@ class Transactor:
                 if savepoints:
                     conn.execute("SAVEPOINT job")
                 try:
-                    value = job.fn(conn, *job.args, **job.kwargs)
+                    value = job.run(conn)
                 except Exception as exc:  # the job's own failure, for its caller
                     if not savepoints:
                         raise _JobFailed from exc

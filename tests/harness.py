@@ -53,6 +53,34 @@ def write_config(path: Path, config: dict[str, Any]) -> None:
     tomllib.loads(path.read_text())  # fail early on a bad test config
 
 
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie is dead, just not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Wait up to `seconds` for `pid` to end; False if it still runs."""
+    deadline = time.monotonic() + seconds
+    while process_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+async def writer_pid(sock: Path) -> int | None:
+    """The daemon's ledger writer process, from `health` (None when it writes in a thread)."""
+    from broker.client import BrokerClient
+
+    async with await BrokerClient.connect(sock) as op:
+        pid = (await op.op("health")).get("writer_pid")
+    return pid if isinstance(pid, int) else None
+
+
 def brokerd_once(config: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run brokerd on `config` in the foreground, for tests of how it refuses to start."""
     return subprocess.run(

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import random
 import signal
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,7 +22,7 @@ import pytest
 
 from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, gone_within, writer_pid
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -121,28 +119,10 @@ async def push_until_killed(
                 tg.start_soon(one, n)
 
 
-async def writer_pid(daemon: DaemonProcess) -> int:
-    async with await BrokerClient.connect(daemon.socket) as op:
-        pid = (await op.op("health"))["writer_pid"]
-    assert isinstance(pid, int) and pid != daemon.proc.pid  # type: ignore[union-attr]
+async def writer_process(daemon: DaemonProcess) -> int:
+    pid = await writer_pid(daemon.socket)
+    assert pid is not None and daemon.proc is not None and pid != daemon.proc.pid
     return pid
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped
-
-
-def gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def check_ledger(daemon: DaemonProcess, acked: set[str]) -> set[str]:
@@ -181,7 +161,7 @@ async def resend_all(daemon: DaemonProcess) -> dict[str, bool]:
 async def test_kill9_loses_no_acked_message(make_daemon: DaemonFactory, seed: int) -> None:
     kill_at = random.Random(seed).randrange(TOTAL // 10, TOTAL * 8 // 10)
     daemon = make_daemon({"max_inflight": WINDOW * 2}, name=f"crash{seed}")
-    writer = await writer_pid(daemon)
+    writer = await writer_process(daemon)
     acked: set[str] = set()
     await push_until_killed(daemon, acked, kill_at)
     assert daemon.proc is not None
@@ -206,7 +186,7 @@ async def test_a_dead_writer_process_stops_the_daemon_and_loses_nothing_acked(
     make_daemon: DaemonFactory,
 ) -> None:
     daemon = make_daemon({"max_inflight": WINDOW * 2}, name="writer-dies")
-    writer = await writer_pid(daemon)
+    writer = await writer_process(daemon)
     acked: set[str] = set()
     errors: list[dict[str, Any]] = []
     await push_until_killed(daemon, acked, TOTAL // 3, victim=writer, errors=errors)

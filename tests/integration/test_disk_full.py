@@ -22,7 +22,7 @@ import pytest
 
 from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, writer_pid
 
 pytestmark = [
     pytest.mark.anyio,
@@ -74,8 +74,8 @@ async def test_a_full_disk_fails_the_write_not_the_broker(
 ) -> None:
     # The daemon runs on the same backend (asyncio or trio) as the test's client side.
     d = make_daemon({"max_text_bytes": MAX_TEXT}, backend=anyio_backend)
-    async with await BrokerClient.connect(d.socket) as op:
-        writer = (await op.op("health"))["writer_pid"]  # the process that writes the ledger
+    writer = await writer_pid(d.socket)  # the process that writes the ledger
+    assert writer is not None
     limit_file_size(writer, largest_file(d) + HEADROOM)
 
     acked: dict[str, dict[str, Any]] = {}

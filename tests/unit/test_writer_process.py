@@ -7,7 +7,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from ledger.db import connect
 from ledger.errors import NotFound
 from ledger.writer import LedgerWriteFailed, LedgerWriter, Pending, WriterClosed, WriterDied
 from ledger.writer_process import ProcessTransactor, RemoteJobError, UnpicklableJob
+from tests.harness import gone_within
 
 pytestmark = pytest.mark.anyio
 
@@ -197,21 +197,10 @@ def test_the_child_dies_with_its_parent(db: Path) -> None:
         child = int(parent.stdout.readline())
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
-        deadline = time.monotonic() + 10
-        while _alive(child):
-            assert time.monotonic() < deadline, "the writer process outlived its parent"
-            time.sleep(0.02)
+        assert gone_within(child, 10), "the writer process outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, just not reaped
