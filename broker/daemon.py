@@ -126,8 +126,7 @@ class Daemon:
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":
-                    assert conn.tg is not None
-                    ingress.attach(conn, conn.tg)
+                    ingress.attach(conn)
                     await deliveries.adapter_connected(conn)
 
             async def on_close(conn: Connection) -> None:

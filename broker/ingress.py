@@ -2,7 +2,9 @@
 
 Rule 1: an inbound frame is validated and routed before it is handed to the
         ledger writer; it is acked only after that commit.
-Rule 2: acks of a connection leave in arrival order, written in batches.
+Rule 2: acks of a connection leave in arrival order, written in batches: the
+        writer resolves jobs in submission order, and each resolution posts
+        its ack to the connection's flusher (no task or wakeup per ack).
 Rule 3: what happens after a commit (waking the session's mailbox) is attached
         to the commit itself, not to the connection, so a client that goes
         away before its ack costs nothing but the ack.
@@ -14,14 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
 from ledger.ingest import Accepted
 from ledger.store import Ledger
 from ledger.writer import (
     LedgerWriteFailed,
-    Pending,
     WriterClosed,
     WriterDied,
     WriterOverloaded,
@@ -32,19 +30,15 @@ from .config import Settings
 from .ids import now_ms
 from .protocol import ProtocolError, encode, parse_inbound
 from .router import Router
-from .server import Connection, drain
+from .server import Connection
 
 log = logs.get("broker.ingress")
-
-AckEntry = tuple[str | None, str, Pending[Accepted]]
 
 
 @dataclass
 class AdapterState:
     conn: Connection
-    send: MemoryObjectSendStream[AckEntry]
-    receive: MemoryObjectReceiveStream[AckEntry]
-    inflight: int = 0
+    inflight: int = 0  # inbound frames waiting for their commit
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,16 +58,11 @@ class Ingress:
         self.frame_handlers: dict[str, Callable[[Connection, dict[str, Any]], Any]] = {}
         self.accepting = True  # False while the daemon shuts down
 
-    def attach(self, conn: Connection, tg: anyio.abc.TaskGroup) -> None:
-        send, receive = anyio.create_memory_object_stream[AckEntry](self.settings.max_inflight)
-        state = AdapterState(conn, send, receive)
-        self.adapters[conn.id] = state
-        tg.start_soon(self._acker, state)
+    def attach(self, conn: Connection) -> None:
+        self.adapters[conn.id] = AdapterState(conn)
 
     def detach(self, conn: Connection) -> None:
-        state = self.adapters.pop(conn.id, None)
-        if state is not None:
-            state.send.close()
+        self.adapters.pop(conn.id, None)
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
         kind = frame["type"]
@@ -116,46 +105,42 @@ class Ingress:
             raise ProtocolError(
                 "overloaded", "the broker is shutting down; retry later", req=req
             ) from exc
-        pending.after_commit(self._committed)
         state.inflight += 1
-        state.send.send_nowait((req, msg.msg_id, pending))
+        msg_id = msg.msg_id
 
-    def _committed(self, accepted: Accepted) -> None:
-        if not accepted.duplicate:
-            self.on_committed(accepted)
+        def committed(acc: Accepted) -> None:
+            state.inflight -= 1
+            frame: dict[str, Any] = {
+                "type": "ack",
+                "msg_id": msg_id,
+                "session": acc.session,
+                "item": acc.item,
+                "duplicate": acc.duplicate,
+            }
+            if req is not None:
+                frame["req"] = req
+            conn.post(encode(frame))
+            if not acc.duplicate:
+                self.on_committed(acc)
 
-    async def _acker(self, state: AdapterState) -> None:
-        async with state.receive:
-            async for first in state.receive:
-                out = bytearray()
-                for req, msg_id, pending in [first, *await drain(state.receive)]:
-                    out += encode(await self._answer(req, msg_id, pending, state.conn))
-                    state.inflight -= 1
-                try:
-                    await state.conn.send_raw(bytes(out))
-                except (
-                    anyio.BrokenResourceError,
-                    anyio.ClosedResourceError,
-                    TimeoutError,
-                    ConnectionError,
-                ):
-                    return
+        def failed(exc: BaseException) -> None:
+            state.inflight -= 1
+            conn.post(encode(self._refusal(exc, req, msg_id, conn)))
 
-    async def _answer(
-        self, req: str | None, msg_id: str, pending: Pending[Accepted], conn: Connection
+        pending.after_commit(committed, failed)
+
+    def _refusal(
+        self, exc: BaseException, req: str | None, msg_id: str, conn: Connection
     ) -> dict[str, Any]:
-        try:
-            acc = pending.get() if pending.done else await pending.result()
-        except WriterDied as exc:
+        """The error frame answering an inbound frame whose write failed."""
+        if isinstance(exc, WriterDied):
             # The batch may have committed before the process died: say so, so the
             # adapter sends it again (a stored message is answered `duplicate`).
-            return ProtocolError(
-                "internal",
+            text = (
                 f"the broker lost its ledger writer ({exc}); the message may not have been"
-                " stored: send it again",
-                req=req,
-            ).frame()
-        except LedgerWriteFailed as exc:
+                " stored: send it again"
+            )
+        elif isinstance(exc, LedgerWriteFailed):
             log.error(
                 "ledger write failed",
                 conn=conn.id,
@@ -164,23 +149,15 @@ class Ingress:
                 req=req,
                 error=str(exc),
             )
-            return ProtocolError("internal", f"the message was not stored: {exc}", req=req).frame()
-        except Exception:
-            log.exception(
-                "ingest failed", conn=conn.id, channel=conn.channel, msg_id=msg_id, req=req
-            )
-            return ProtocolError(
-                "internal",
-                "the message was not stored: internal error (see the broker log)",
+            text = f"the message was not stored: {exc}"
+        else:
+            log.error(
+                "ingest failed",
+                conn=conn.id,
+                channel=conn.channel,
+                msg_id=msg_id,
                 req=req,
-            ).frame()
-        frame: dict[str, Any] = {
-            "type": "ack",
-            "msg_id": msg_id,
-            "session": acc.session,
-            "item": acc.item,
-            "duplicate": acc.duplicate,
-        }
-        if req is not None:
-            frame["req"] = req
-        return frame
+                exc_info=exc,
+            )
+            text = "the message was not stored: internal error (see the broker log)"
+        return ProtocolError("internal", text, req=req).frame()

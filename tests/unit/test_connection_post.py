@@ -1,0 +1,85 @@
+"""Connection.post: direct writes while nothing waits, the flusher otherwise, one order."""
+
+from __future__ import annotations
+
+import socket
+
+import anyio
+import anyio.abc
+import pytest
+
+from broker import server
+from broker.server import Connection
+
+pytestmark = pytest.mark.anyio
+
+
+async def _pair() -> tuple[Connection, anyio.abc.SocketStream]:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # fills after a few frames
+    conn = Connection(await anyio.abc.UNIXSocketStream.from_socket(ours), "c1")
+    return conn, await anyio.abc.UNIXSocketStream.from_socket(theirs)
+
+
+async def _read(peer: anyio.abc.SocketStream, size: int) -> bytes:
+    got = bytearray()
+    with anyio.fail_after(10):
+        while len(got) < size:
+            got += await peer.receive()
+    return bytes(got)
+
+
+async def test_posts_leave_in_order_when_the_socket_fills_up() -> None:
+    conn, peer = await _pair()
+    frames = [f"{i:05d}:".encode() + b"x" * 1000 + b"\n" for i in range(500)]
+    async with anyio.create_task_group() as tg:
+        conn.tg = tg
+        tg.start_soon(conn.flush_forever)
+        for frame in frames:
+            assert conn.post(frame)
+        assert conn._out, "the socket took everything: the test did not fill it"
+        got = await _read(peer, sum(map(len, frames)))
+        await conn.flushed()
+        tg.cancel_scope.cancel()
+    assert got == b"".join(frames)
+    await conn.stream.aclose()
+    await peer.aclose()
+
+
+async def test_a_post_while_nothing_waits_needs_no_flusher() -> None:
+    conn, peer = await _pair()
+    assert conn.post(b"hello\n")  # no flusher task runs: written directly
+    assert not conn._out
+    assert await _read(peer, 6) == b"hello\n"
+    await conn.stream.aclose()
+    await peer.aclose()
+
+
+async def test_a_post_to_a_gone_client_closes_the_connection() -> None:
+    conn, peer = await _pair()
+    await peer.aclose()
+    async with anyio.create_task_group() as tg:
+        conn.tg = tg
+        assert not conn.post(b"anyone there?\n")
+        await anyio.sleep_forever()  # cancelled by the lost connection
+    assert conn.closed
+    assert not conn.post(b"later\n")
+    await conn.stream.aclose()
+
+
+async def test_a_client_that_never_reads_is_disconnected_past_the_hard_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(server, "OUT_HARD_LIMIT", 64 * 1024)
+    conn, peer = await _pair()
+    async with anyio.create_task_group() as tg:
+        conn.tg = tg
+        posted = 0
+        while conn.post(b"y" * 1024):
+            posted += 1
+            assert posted < 10_000, "never disconnected"
+        await anyio.sleep_forever()  # cancelled by the disconnect
+    assert conn.closed
+    assert not conn.post(b"z", droppable=True)
+    await conn.stream.aclose()
+    await peer.aclose()
