@@ -84,7 +84,7 @@ class IdentityCache:
 class WriterConnection(sqlite3.Connection):
     """The writer's connection, carrying the caches that mirror what it wrote.
 
-    The caches live wherever the connection lives (the writer thread or the
+    The caches live wherever the connection lives (a worker thread or the
     writer process), so jobs reach them through the connection they are given.
     """
 

@@ -19,8 +19,8 @@ from . import queries
 from .db import Synchronous, connect, migrate
 from .ingest import Accepted, InboundRecord, SessionSpec, WriterConnection, ingest_job
 from .merge import MergeResult, merge_job
-from .writer import BatchExecutor, LedgerWriter, Pending, Transactor
-from .writer_process import ProcessTransactor
+from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, Transactor
+from .writer_process import ProcessLink
 
 T = TypeVar("T")
 
@@ -53,12 +53,12 @@ class Ledger:
     def __init__(
         self,
         path: Path,
-        executor: BatchExecutor,
+        link: BatchLink,
         readers: ReaderPool,
         writer_pid: int | None = None,
     ) -> None:
         self.path = path
-        self.writer = LedgerWriter(executor)
+        self.writer = LedgerWriter(link)
         self.readers = readers
         self.writer_pid = writer_pid  # the writer process, None when it is a thread
         self.migrations_applied: list[str] = []
@@ -89,25 +89,25 @@ class Ledger:
             return applied, [connect(path, synchronous) for _ in range(readers)]
 
         applied, read_conns = await anyio.to_thread.run_sync(opener)
-        executor: BatchExecutor
+        link: BatchLink
         pid: int | None = None
         try:
             if writer == "process":
-                # Spawned here, on the event loop's thread (see ProcessTransactor.spawn).
-                process = ProcessTransactor.spawn(path, synchronous)
-                executor, pid = process, process.pid
-                await anyio.to_thread.run_sync(process.wait_ready)
+                # Spawned here, on the event loop's thread (see ProcessLink.spawn).
+                process = ProcessLink.spawn(path, synchronous)
+                link, pid = process, process.pid
+                await process.start()
             else:
                 conn = await anyio.to_thread.run_sync(
                     lambda: connect(path, synchronous, factory=WriterConnection)
                 )
                 assert isinstance(conn, WriterConnection)
-                executor = Transactor(conn, conn.identity.clear)
+                link = ThreadLink(Transactor(conn, conn.identity.clear))
         except BaseException:
             for read_conn in read_conns:
                 read_conn.close()
             raise
-        ledger = cls(path, executor, ReaderPool(read_conns), pid)
+        ledger = cls(path, link, ReaderPool(read_conns), pid)
         ledger.migrations_applied = applied
         try:
             async with anyio.create_task_group() as tg:
@@ -118,8 +118,7 @@ class Ledger:
                     tg.cancel_scope.cancel()
         finally:
             ledger.readers.close()
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(ledger.writer.close)
+            await ledger.writer.aclose()
 
     # -- writes ------------------------------------------------------------
 

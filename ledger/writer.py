@@ -1,8 +1,9 @@
 """The ledger's one writer, with group commit.
 
-Rule 1: one connection writes, and only the writer task touches it. Each batch
-        of jobs is one transaction, run whole in one hop to a worker thread, so
-        no statement waits on the event loop and many callers share one commit.
+Rule 1: one connection writes, and only the writer touches it. Each batch of
+        jobs is one transaction, run whole in one hop to where the connection
+        lives (a child process, or a worker thread), so no statement waits on
+        the event loop and many callers share one commit.
 Rule 2: a job that raises is rolled back alone and its caller gets the
         exception; the other jobs of its batch commit. (The batch first runs
         without savepoints; only when a job fails is it rolled back and run
@@ -11,9 +12,9 @@ Rule 2: a job that raises is rolled back alone and its caller gets the
 Rule 3: a caller learns its job's result only after the COMMIT that holds it
         returned. If the COMMIT fails (disk full, I/O error), every job of the
         batch fails with `LedgerWriteFailed` and nothing of the batch is kept.
-Rule 4: a batch, once handed to the thread, finishes even if the writer is
-        cancelled; on cancellation the writer also finishes every job already
-        queued, then refuses new ones. A cancelled caller's write may still
+Rule 4: a batch, once handed over, finishes even if the writer is cancelled;
+        on cancellation the writer also finishes every job already queued,
+        then refuses new ones. A cancelled caller's write may still
         have happened; jobs are idempotent by id, so a retry is harmless.
 Rule 5: a job is a function and its arguments, `fn(conn, *args, **kwargs)`, not
         a closure: the transaction may run in another process (see
@@ -47,11 +48,51 @@ class JobSpec(NamedTuple):
 
 
 class BatchExecutor(Protocol):
-    """Runs a batch of jobs as one transaction (blocking; called in the writer thread)."""
+    """Runs a batch of jobs as one transaction (blocking; called in a worker thread)."""
 
     def execute(self, jobs: list[JobSpec]) -> list[Outcome]: ...
 
     def close(self) -> None: ...
+
+
+class BatchLink(Protocol):
+    """Carries batches to where the transactions run, and their outcomes back.
+
+    `send` hands over one batch; `receive` returns the outcomes of the oldest
+    batch not yet answered. Up to `depth` batches may be handed over before
+    the first is answered, so the next batch waits at the connection, not in
+    the event loop. Both raise WriterDied when the other side is gone. Neither
+    may be cancelled halfway (the writer shields them).
+    """
+
+    depth: int
+
+    async def send(self, jobs: list[JobSpec]) -> None: ...
+
+    async def receive(self) -> list[Outcome]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ThreadLink:
+    """A `BatchLink` to a `BatchExecutor` run in a worker thread, a batch at a time."""
+
+    depth = 1
+
+    def __init__(self, executor: BatchExecutor) -> None:
+        self._executor = executor
+        self._handed: deque[list[JobSpec]] = deque()
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def send(self, jobs: list[JobSpec]) -> None:
+        self._handed.append(jobs)
+
+    async def receive(self) -> list[Outcome]:
+        jobs = self._handed.popleft()
+        return await anyio.to_thread.run_sync(self._executor.execute, jobs, limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self._executor.close)
 
 
 class LedgerWriteFailed(Exception):
@@ -135,7 +176,7 @@ class Pending(Generic[T]):
 class Transactor:
     """Runs batches of jobs on one connection, one transaction per batch (Rules 2, 3).
 
-    Used in the writer thread, or in the writer process (writer_process.py).
+    Used in a worker thread (`ThreadLink`), or in the writer process (writer_process.py).
     """
 
     def __init__(
@@ -196,9 +237,16 @@ class Transactor:
 
 
 class LedgerWriter:
+    """Queues jobs and runs them in batches over a `BatchLink` (see the rules above).
+
+    Three tasks: the sender hands over the next batch as soon as the link has
+    room; the receiver takes the outcomes in order; the resolver tells the
+    callers, so neither the link nor the transactions wait for the callbacks.
+    """
+
     def __init__(
         self,
-        executor: BatchExecutor | sqlite3.Connection,
+        executor: BatchLink | BatchExecutor | sqlite3.Connection,
         *,
         max_batch: int = 2048,
         max_queue: int = 100_000,
@@ -206,18 +254,22 @@ class LedgerWriter:
     ) -> None:
         if isinstance(executor, sqlite3.Connection):
             executor = Transactor(executor, on_rollback)
-        self._executor = executor
+        link: BatchLink = ThreadLink(executor) if hasattr(executor, "execute") else executor  # type: ignore[arg-type]
+        self._link = link
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._queue: deque[Pending[Any]] = deque()
         self._wake = anyio.Event()
         self._batch_done = anyio.Event()
+        # Batches handed to the link whose outcomes have not come back yet.
+        self._handed: deque[list[Pending[Any]]] = deque()
+        self._link_has_room = anyio.Event()  # set when the receiver takes a batch back
+        self._link_has_work = anyio.Event()  # set when the sender hands one over
         # Committed batches whose callers are not told yet (see `_resolver`).
         self._committed: deque[tuple[list[Pending[Any]], list[Outcome]]] = deque()
         self._committed_ready = anyio.Event()
         self._closed = False
         self._dead: WriterDied | None = None
-        self._limiter = anyio.CapacityLimiter(1)
         self.commits = 0
         self.jobs = 0
 
@@ -250,34 +302,101 @@ class LedgerWriter:
     ) -> None:
         """Run until cancelled; then finish what was queued and stop taking jobs.
 
-        Raises WriterDied if the executor is gone (the writer process died):
+        Raises WriterDied if the link is gone (the writer process died):
         nothing can be written any more, so the daemon must stop.
         """
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._resolver)
-                while True:
+                tg.start_soon(self._receiver)
+                while self._dead is None:
                     if not self._queue:
                         self._wake = anyio.Event()
                         await self._wake.wait()
-                    await self._run_one_batch()
-                    if self._dead is not None:
-                        tg.cancel_scope.cancel()
-                        break
-            if self._dead is not None:
-                raise self._dead  # outside the task group: not wrapped in a group
+                    await self._room()
+                    await self._send_batch()
+                tg.cancel_scope.cancel()
+            assert self._dead is not None
+            raise self._dead  # outside the task group: not wrapped in a group
         finally:
             self._closed = True
             with anyio.CancelScope(shield=True):
-                while self._queue:
-                    await self._run_one_batch()
+                # The receiver is gone: hand over and take back here, in turn.
+                while (self._queue and self._dead is None) or self._handed:
+                    if self._queue and self._dead is None and self._fits():
+                        await self._send_batch()
+                    else:
+                        await self._receive_batch()
+                self._fail_queued()
             self._resolve_committed()
+
+    def _fits(self) -> bool:
+        return len(self._handed) < self._link.depth
+
+    async def _room(self) -> None:
+        """Wait until the link takes another batch (or the receiver found it dead)."""
+        while not self._fits() and self._dead is None:
+            self._link_has_room = anyio.Event()
+            await self._link_has_room.wait()
+
+    async def _send_batch(self) -> None:
+        if self._dead is not None:
+            return
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+        self._handed.append(batch)
+        self._link_has_work.set()
+        # Shielded: a batch cut off halfway would leave the link out of step.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._link.send([p.job for p in batch])
+            except WriterDied as exc:
+                self._died(exc)
+
+    async def _receiver(self) -> None:
+        while True:
+            while not self._handed:
+                self._link_has_work = anyio.Event()
+                await self._link_has_work.wait()
+            await self._receive_batch()
+
+    async def _receive_batch(self) -> None:
+        """Take the outcomes of the oldest handed batch and queue them for the resolver."""
+        batch = self._handed[0]
+        if self._dead is not None:
+            outcomes: list[Outcome] = [(None, self._dead)] * len(batch)
+        else:
+            with anyio.CancelScope(shield=True):  # Rule 4: it finishes
+                try:
+                    outcomes = await self._link.receive()
+                except WriterDied as exc:
+                    self._died(exc)
+                    outcomes = [(None, exc)] * len(batch)
+        self._handed.popleft()
+        self._link_has_room.set()
+        if not all(isinstance(error, LedgerWriteFailed) for _, error in outcomes):
+            self.commits += 1
+            self.jobs += len(batch)
+        self._committed.append((batch, outcomes))
+        self._committed_ready.set()
+
+    def _died(self, exc: WriterDied) -> None:
+        if self._dead is None:
+            self._dead = exc
+        self._wake.set()
+        self._link_has_room.set()
+
+    def _fail_queued(self) -> None:
+        """After a death: what was never handed over fails with it."""
+        if self._dead is not None and self._queue:
+            batch = list(self._queue)
+            self._queue.clear()
+            self._committed.append((batch, [(None, self._dead)] * len(batch)))
 
     async def _resolver(self) -> None:
         """Tell callers their outcomes, batch by batch in commit order.
 
-        A task of its own so that the next batch is already in the thread
+        A task of its own so that the link already carries the next batch
         while the callbacks of this one run on the event loop: the writer
         never waits for the callers, only for the disk.
         """
@@ -294,31 +413,7 @@ class LedgerWriter:
             done, self._batch_done = self._batch_done, anyio.Event()
             done.set()
 
-    async def _run_one_batch(self) -> None:
-        batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
-        if self._dead is None:
-            # Shielded: to_thread.run_sync checkpoints before the thread starts, and a
-            # cancellation there would lose the batch just popped (never run, never resolved).
-            with anyio.CancelScope(shield=True):
-                outcomes = await anyio.to_thread.run_sync(
-                    self._execute, batch, limiter=self._limiter
-                )
-        else:
-            outcomes = [(None, self._dead)] * len(batch)
-        self._committed.append((batch, outcomes))
-        self._committed_ready.set()
-
-    def _execute(self, batch: list[Pending[Any]]) -> list[Outcome]:
-        try:
-            outcomes = self._executor.execute([p.job for p in batch])
-        except WriterDied as exc:
-            self._dead = exc
-            return [(None, exc)] * len(batch)
-        if not all(isinstance(error, LedgerWriteFailed) for _, error in outcomes):
-            self.commits += 1
-            self.jobs += len(batch)
-        return outcomes
-
-    def close(self) -> None:
-        """Release the executor (its connection or its process)."""
-        self._executor.close()
+    async def aclose(self) -> None:
+        """Release the link (its connection or its process)."""
+        with anyio.CancelScope(shield=True):
+            await self._link.aclose()

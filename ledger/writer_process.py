@@ -6,8 +6,8 @@ In the daemon's process the event loop holds the GIL whenever it has work, so
 under load each statement of the writer waited up to a switch interval (5 ms)
 to get it back: a convoy in which the writer spent most of its time waiting,
 not writing. In its own process the writer has its own GIL; the daemon's
-writer thread only pickles a batch, sends it and waits for the outcomes,
-three short holds of the GIL per batch instead of three per statement.
+event loop only pickles a batch, writes it to the socket and later reads the
+outcomes back, with no thread of its own in between.
 
 Rule 1: the child runs the same `Transactor` as the thread writer: one batch
         is one transaction, jobs fail alone, and outcomes come back only after
@@ -27,7 +27,6 @@ list of jobs, the child answers with a list of outcomes in the same order.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import pickle
@@ -36,9 +35,15 @@ import socket
 import struct
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 from typing import cast
 
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from . import gc_policy
 from .db import Synchronous, connect
 from .ingest import WriterConnection
 from .writer import JobSpec, Outcome, Transactor, WriterDied
@@ -81,19 +86,30 @@ def _recv(sock: socket.socket) -> bytes | None:
     return _recv_exact(sock, _HEADER.unpack(header)[0])
 
 
-class ProcessTransactor:
-    """The daemon's side: runs batches in the writer process (a `BatchExecutor`)."""
+class ProcessLink:
+    """The daemon's side of the writer process: a `BatchLink` over the socket.
+
+    The event loop writes each pickled batch to the socket and reads the
+    outcomes back itself: no thread in between, and with two batches in
+    flight the child finds the next one waiting when it commits.
+    """
+
+    depth = 2
 
     def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
         self.proc = proc
-        self._sock = sock
+        self._sock: socket.socket | None = sock  # until `start` wraps it
+        self._stream: anyio.abc.SocketStream | None = None
+        self._reader: BufferedByteReceiveStream | None = None
+        # Per batch sent and not answered: its size and the jobs refused by pickle.
+        self._sent: deque[tuple[int, dict[int, BaseException], bool]] = deque()
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     @classmethod
-    def spawn(cls, path: Path, synchronous: Synchronous) -> ProcessTransactor:
+    def spawn(cls, path: Path, synchronous: Synchronous) -> ProcessLink:
         """Start the writer process. Call from the thread that lives as long as
         the daemon (its main thread): the kernel's parent-death signal follows
         the thread that started the child, not the process."""
@@ -122,63 +138,90 @@ class ProcessTransactor:
             theirs.close()
         return cls(proc, ours)
 
-    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
-        """Block until the child has opened the ledger; raise WriterDied if it could not."""
-        self._sock.settimeout(timeout)
+    async def start(self) -> None:
+        """Wait until the child has opened the ledger; raise WriterDied if it could not."""
+        assert self._sock is not None, "started twice"
+        sock, self._sock = self._sock, None
+        self._stream = await anyio.abc.UNIXSocketStream.from_socket(sock)
+        self._reader = BufferedByteReceiveStream(self._stream)
         try:
-            data = _recv(self._sock)
-        except OSError as exc:
-            self._kill()
+            with anyio.fail_after(START_TIMEOUT_S):
+                data = await self._frame()
+        except (TimeoutError, WriterDied) as exc:
+            await self._kill()
             raise WriterDied(f"the ledger writer process did not start: {exc}") from exc
-        finally:
-            self._sock.settimeout(None)
         if data is None:
-            self._kill()
+            await self._kill()
             raise WriterDied(
-                f"the ledger writer process exited at start (status {self.proc.wait()})"
+                f"the ledger writer process exited at start (status {self.proc.poll()})"
             )
         kind, detail = pickle.loads(data)
         if kind != "ready":
-            self._kill()
+            await self._kill()
             raise WriterDied(f"the ledger writer process could not open the ledger: {detail}")
 
-    def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
+    async def send(self, jobs: list[JobSpec]) -> None:
+        assert self._stream is not None, "not started"
         refused: dict[int, BaseException] = {}
         try:
             payload = pickle.dumps(jobs, pickle.HIGHEST_PROTOCOL)
         except Exception:
             payload, refused = _dump_separately(jobs)
-            if not payload:
-                return [(None, refused[i]) for i in range(len(jobs))]
+        self._sent.append((len(jobs), refused, bool(payload)))
+        if not payload:
+            return  # nothing the child could be sent; `receive` answers from `refused`
         try:
-            _send(self._sock, payload)
-            reply = _recv(self._sock)
-        except OSError as exc:
-            raise WriterDied(f"the ledger writer process is unreachable: {exc}") from exc
+            await self._stream.send(_HEADER.pack(len(payload)) + payload)
+        except _GONE as exc:
+            raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
+
+    async def receive(self) -> list[Outcome]:
+        size, refused, sent = self._sent.popleft()
+        if not sent:
+            return [(None, refused[i]) for i in range(size)]
+        reply = await self._frame()
         if reply is None:
-            status = self.proc.poll()
-            raise WriterDied(f"the ledger writer process exited (status {status})")
-        sent_outcomes: list[Outcome] = pickle.loads(reply)
+            raise WriterDied(f"the ledger writer process exited (status {self.proc.poll()})")
+        outcomes: list[Outcome] = pickle.loads(reply)
         if not refused:
-            return sent_outcomes
-        it = iter(sent_outcomes)
-        return [(None, refused[i]) if i in refused else next(it) for i in range(len(jobs))]
+            return outcomes
+        it = iter(outcomes)
+        return [(None, refused[i]) if i in refused else next(it) for i in range(size)]
 
-    def close(self) -> None:
-        """Stop the child after its last batch: it sees the socket close and exits."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
+    async def _frame(self) -> bytes | None:
+        """One frame, or None at end of stream."""
+        assert self._reader is not None
         try:
-            self.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._kill()
+            header = await self._reader.receive_exactly(_HEADER.size)
+            return await self._reader.receive_exactly(_HEADER.unpack(header)[0])
+        except anyio.IncompleteRead:
+            return None
+        except _GONE as exc:
+            raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 
-    def _kill(self) -> None:
+    async def aclose(self) -> None:
+        """Stop the child after its last batch: it sees the socket close and exits."""
+        await self._close_socket()
+        try:
+            await anyio.to_thread.run_sync(self.proc.wait, STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            await self._kill()
+
+    async def _close_socket(self) -> None:
+        if self._stream is not None:
+            await self._stream.aclose()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    async def _kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait()
-        self._sock.close()
+        await anyio.to_thread.run_sync(self.proc.wait)
+        await self._close_socket()
+
+
+_GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
 
 
 def _dump_separately(jobs: list[JobSpec]) -> tuple[bytes, dict[int, BaseException]]:
@@ -263,6 +306,7 @@ def main(argv: list[str]) -> int:
     if synchronous not in ("NORMAL", "FULL"):
         raise SystemExit(f"bad synchronous mode {synchronous!r}")
     sock = socket.socket(fileno=fd)
+    gc_policy.tune()
     return serve(sock, path, cast(Synchronous, synchronous))
 
 

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from ledger.db import connect
 from ledger.errors import NotFound
 from ledger.writer import LedgerWriteFailed, LedgerWriter, Pending, WriterClosed, WriterDied
-from ledger.writer_process import ProcessTransactor, RemoteJobError, UnpicklableJob
+from ledger.writer_process import ProcessLink, RemoteJobError, UnpicklableJob
 from tests.harness import gone_within
 
 pytestmark = pytest.mark.anyio
@@ -64,18 +65,16 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def process(db: Path) -> AsyncIterator[ProcessTransactor]:
-    transactor = ProcessTransactor.spawn(db, "NORMAL")
-    await anyio.to_thread.run_sync(transactor.wait_ready)
+async def process(db: Path) -> AsyncIterator[ProcessLink]:
+    link = ProcessLink.spawn(db, "NORMAL")
+    await link.start()
     try:
-        yield transactor
+        yield link
     finally:
-        await anyio.to_thread.run_sync(transactor.close)
+        await link.aclose()
 
 
-async def test_jobs_run_in_the_child_and_commit_in_groups(
-    db: Path, process: ProcessTransactor
-) -> None:
+async def test_jobs_run_in_the_child_and_commit_in_groups(db: Path, process: ProcessLink) -> None:
     writer = LedgerWriter(process)
     results: dict[int, int] = {}
 
@@ -96,9 +95,7 @@ async def test_jobs_run_in_the_child_and_commit_in_groups(
     assert 1 <= writer.commits < 300
 
 
-async def test_a_failing_job_fails_alone_with_its_own_error(
-    db: Path, process: ProcessTransactor
-) -> None:
+async def test_a_failing_job_fails_alone_with_its_own_error(db: Path, process: ProcessLink) -> None:
     writer = LedgerWriter(process)
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
@@ -125,8 +122,66 @@ async def test_a_failing_job_fails_alone_with_its_own_error(
     assert _values(db) == ["a", "b"]
 
 
+async def test_a_cancelled_writer_finishes_every_handed_and_queued_batch(
+    db: Path, process: ProcessLink
+) -> None:
+    writer = LedgerWriter(process, max_batch=7)  # batches in flight and still queued
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        pendings = [writer.submit(_insert, f"v{i}") for i in range(40)]
+        await anyio.lowlevel.checkpoint()  # the sender hands the first batches over
+        tg.cancel_scope.cancel()
+    assert all(p.done for p in pendings)
+    rowids = [p.get() for p in pendings]
+    assert rowids == sorted(rowids)
+    assert _values(db) == [f"v{i}" for i in range(40)]
+    with pytest.raises(WriterClosed):
+        writer.submit(_insert, "late")
+
+
+def _slow_insert(c: sqlite3.Connection, v: str, seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return _insert(c, v)
+
+
+async def test_the_next_batch_waits_at_the_child_while_one_commits(
+    db: Path, process: ProcessLink
+) -> None:
+    writer = LedgerWriter(process)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        slow = writer.submit(_slow_insert, "slow", 0.3)
+        await anyio.sleep(0.05)  # the slow batch is in the child
+        second = writer.submit(_insert, "second")
+        await anyio.sleep(0.05)  # handed over at once: the link has room for two
+        assert writer.queued == 0
+        later = [writer.submit(_insert, f"later{i}") for i in range(50)]
+        await second.result()
+        assert slow.done  # outcomes come back in order
+        for p in later:
+            await p.result()
+        tg.cancel_scope.cancel()
+    assert writer.commits == 3  # the fifty waited for room and went as one batch
+    assert _values(db) == ["slow", "second", *(f"later{i}" for i in range(50))]
+
+
+async def test_a_batch_that_cannot_be_sent_at_all_still_fails_alone(
+    db: Path, process: ProcessLink
+) -> None:
+    writer = LedgerWriter(process)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        with pytest.raises(UnpicklableJob):
+            await writer.call(lambda c: 1)
+        assert await writer.call(_insert, "after") > 0
+        tg.cancel_scope.cancel()
+    assert _values(db) == ["after"]
+
+
 async def test_the_child_ignores_the_signals_that_are_the_daemons(
-    db: Path, process: ProcessTransactor
+    db: Path, process: ProcessLink
 ) -> None:
     writer = LedgerWriter(process)
     async with anyio.create_task_group() as tg:
@@ -141,7 +196,7 @@ async def test_the_child_ignores_the_signals_that_are_the_daemons(
 
 
 async def test_a_dead_child_fails_every_job_and_stops_the_writer(
-    db: Path, process: ProcessTransactor
+    db: Path, process: ProcessLink
 ) -> None:
     writer = LedgerWriter(process)
     writer_ended: list[BaseException] = []
@@ -167,18 +222,19 @@ async def test_a_dead_child_fails_every_job_and_stops_the_writer(
 
 
 async def test_a_child_that_cannot_open_the_ledger_says_why(tmp_path: Path) -> None:
-    transactor = ProcessTransactor.spawn(tmp_path / "missing" / "dir" / "w.db", "NORMAL")
+    link = ProcessLink.spawn(tmp_path / "missing" / "dir" / "w.db", "NORMAL")
     with pytest.raises(WriterDied, match="could not open the ledger"):
-        await anyio.to_thread.run_sync(transactor.wait_ready)
-    assert transactor.proc.poll() is not None
+        await link.start()
+    assert link.proc.poll() is not None
 
 
 _PARENT = """
 import sys, time
 from pathlib import Path
-from ledger.writer_process import ProcessTransactor
-t = ProcessTransactor.spawn(Path(sys.argv[1]), "NORMAL")
-t.wait_ready()
+import anyio
+from ledger.writer_process import ProcessLink
+t = ProcessLink.spawn(Path(sys.argv[1]), "NORMAL")
+anyio.run(t.start)
 print(t.pid, flush=True)
 time.sleep(60)
 """
