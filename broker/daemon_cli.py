@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 import anyio
 import typer
 
+from ledger import gc_policy
+
 from . import logs
 from .config import EX_CONFIG, ConfigError, config_path, load_rules, load_settings
 from .daemon import LedgerLost, StartupError, backend_options, run_until_signalled
@@ -44,6 +46,7 @@ def run(
         return
     logs.configure(settings.log_level, settings.log_format)
     chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
+    gc_policy.tune()
     try:
         anyio.run(
             run_until_signalled,
