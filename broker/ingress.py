@@ -107,6 +107,7 @@ class Ingress:
             ) from exc
         state.inflight += 1
         msg_id = msg.msg_id
+        record = routed.record
 
         def committed(acc: Accepted) -> None:
             state.inflight -= 1
@@ -121,7 +122,9 @@ class Ingress:
                 frame["req"] = req
             conn.post(encode(frame))
             if not acc.duplicate:
-                self.on_committed(acc)
+                # Built, not `_replace`d: this runs once per message.
+                msg_id_, session, item, dup, seq, entity, _ = acc
+                self.on_committed(Accepted(msg_id_, session, item, dup, seq, entity, record))
 
         def failed(exc: BaseException) -> None:
             state.inflight -= 1

@@ -15,7 +15,6 @@ Rule 3: the caches only mirror committed-or-about-to-commit rows; the writer
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from broker.identity import Route, SessionRef, build_session_key, chain_to_root, resolve_label
@@ -38,8 +37,7 @@ class InboundRecord(NamedTuple):  # named tuples here: built once per message, c
     meta: str | None  # JSON text, None when empty
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSpec:
+class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process with each message
     """What the routing policy decided for a message before it is written."""
 
     key_template: str | None
@@ -53,7 +51,9 @@ class Accepted(NamedTuple):
     duplicate: bool
     seq: int  # arrival order of the queue item; 0 for a duplicate
     entity: str | None
-    record: InboundRecord | None = None  # the message, for the mailbox (None for a duplicate)
+    # The message, for the mailbox: attached by the daemon, which has it already,
+    # so the writer process does not send it back (None for a duplicate).
+    record: InboundRecord | None = None
 
 
 class IdentityCache:
@@ -165,7 +165,7 @@ def ingest(
         (item, session, rec.queue_mode, cur.lastrowid, now, now),
     )
     cache.trim()
-    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root, rec)
+    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root)
 
 
 def _route(rec: InboundRecord, root: str) -> Route:

@@ -164,7 +164,8 @@ class ProcessLink:
         assert self._stream is not None, "not started"
         refused: dict[int, BaseException] = {}
         try:
-            payload = pickle.dumps(jobs, pickle.HIGHEST_PROTOCOL)
+            # Plain tuples: pickle handles them in C, named tuples call back into Python.
+            payload = pickle.dumps([tuple(job) for job in jobs], pickle.HIGHEST_PROTOCOL)
         except Exception:
             payload, refused = _dump_separately(jobs)
         self._sent.append((len(jobs), refused, bool(payload)))
@@ -240,7 +241,9 @@ def _dump_separately(jobs: list[JobSpec]) -> tuple[bytes, dict[int, BaseExceptio
             refused[i] = err
         else:
             ok.append(job)
-    return (pickle.dumps(ok, pickle.HIGHEST_PROTOCOL) if ok else b""), refused
+    return (
+        pickle.dumps([tuple(job) for job in ok], pickle.HIGHEST_PROTOCOL) if ok else b""
+    ), refused
 
 
 # -- the child ------------------------------------------------------------------
@@ -289,7 +292,7 @@ def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
     _send(sock, pickle.dumps(("ready", os.getpid())))
     try:
         while (data := _recv(sock)) is not None:
-            jobs: list[JobSpec] = pickle.loads(data)
+            jobs = [JobSpec(*job) for job in pickle.loads(data)]
             _send(sock, _dump_outcomes(transactor.execute(jobs)))
     except (BrokenPipeError, ConnectionResetError):
         pass  # the daemon is gone
