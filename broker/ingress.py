@@ -2,9 +2,9 @@
 
 Rule 1: an inbound frame is validated and routed before it is handed to the
         ledger writer; it is acked only after that commit.
-Rule 2: acks of a connection leave in arrival order, written in batches: the
-        writer resolves jobs in submission order, and each resolution posts
-        its ack to the connection's flusher (no task or wakeup per ack).
+Rule 2: acks of a connection leave in arrival order: the writer resolves jobs
+        in submission order, and each resolution posts its ack to the
+        connection (written at once, or queued behind what waits there).
 Rule 3: what happens after a commit (waking the session's mailbox) is attached
         to the commit itself, not to the connection, so a client that goes
         away before its ack costs nothing but the ack.
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.ingest import Accepted
+from ledger.ingest import Accepted, InboundRecord
 from ledger.store import Ledger
 from ledger.writer import (
     LedgerWriteFailed,
@@ -48,7 +48,7 @@ class Ingress:
         settings: Settings,
         ledger: Ledger,
         router: Router,
-        on_committed: Callable[[Accepted], None],
+        on_committed: Callable[[Accepted, InboundRecord], None],
     ) -> None:
         self.settings = settings
         self.ledger = ledger
@@ -122,9 +122,7 @@ class Ingress:
                 frame["req"] = req
             conn.post(encode(frame))
             if not acc.duplicate:
-                # Built, not `_replace`d: this runs once per message.
-                msg_id_, session, item, dup, seq, entity, _ = acc
-                self.on_committed(Accepted(msg_id_, session, item, dup, seq, entity, record))
+                self.on_committed(acc, record)
 
         def failed(exc: BaseException) -> None:
             state.inflight -= 1

@@ -51,9 +51,6 @@ class Accepted(NamedTuple):
     duplicate: bool
     seq: int  # arrival order of the queue item; 0 for a duplicate
     entity: str | None
-    # The message, for the mailbox: attached by the daemon, which has it already,
-    # so the writer process does not send it back (None for a duplicate).
-    record: InboundRecord | None = None
 
 
 class IdentityCache:

@@ -246,7 +246,7 @@ class LedgerWriter:
 
     def __init__(
         self,
-        executor: BatchLink | BatchExecutor | sqlite3.Connection,
+        executor: BatchLink | Transactor | sqlite3.Connection,
         *,
         max_batch: int = 2048,
         max_queue: int = 100_000,
@@ -254,8 +254,7 @@ class LedgerWriter:
     ) -> None:
         if isinstance(executor, sqlite3.Connection):
             executor = Transactor(executor, on_rollback)
-        link: BatchLink = ThreadLink(executor) if hasattr(executor, "execute") else executor  # type: ignore[arg-type]
-        self._link = link
+        self._link = ThreadLink(executor) if isinstance(executor, Transactor) else executor
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._queue: deque[Pending[Any]] = deque()

@@ -101,8 +101,8 @@ class ProcessLink:
         self._sock: socket.socket | None = sock  # until `start` wraps it
         self._stream: anyio.abc.SocketStream | None = None
         self._reader: BufferedByteReceiveStream | None = None
-        # Per batch sent and not answered: its size and the jobs refused by pickle.
-        self._sent: deque[tuple[int, dict[int, BaseException], bool]] = deque()
+        # Per batch sent and not answered: its size and the jobs pickle refused.
+        self._sent: deque[tuple[int, dict[int, BaseException]]] = deque()
 
     @property
     def pid(self) -> int:
@@ -168,7 +168,7 @@ class ProcessLink:
             payload = pickle.dumps([tuple(job) for job in jobs], pickle.HIGHEST_PROTOCOL)
         except Exception:
             payload, refused = _dump_separately(jobs)
-        self._sent.append((len(jobs), refused, bool(payload)))
+        self._sent.append((len(jobs), refused))
         if not payload:
             return  # nothing the child could be sent; `receive` answers from `refused`
         try:
@@ -177,8 +177,8 @@ class ProcessLink:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 
     async def receive(self) -> list[Outcome]:
-        size, refused, sent = self._sent.popleft()
-        if not sent:
+        size, refused = self._sent.popleft()
+        if refused and len(refused) == size:  # nothing was sent for this batch
             return [(None, refused[i]) for i in range(size)]
         reply = await self._frame()
         if reply is None:

@@ -28,7 +28,7 @@ from broker.ids import new_id, now_ms
 from broker.router import Router
 from ledger import dispatch
 from ledger import turns as lt
-from ledger.ingest import Accepted
+from ledger.ingest import Accepted, InboundRecord
 from ledger.store import Ledger
 from ledger.turns import HeadMoved, ItemInfo, TurnRecord
 from ledger.writer import LedgerWriteFailed
@@ -135,10 +135,11 @@ class Mailboxes:
 
     # -- feeding ---------------------------------------------------------------
 
-    def on_committed(self, accepted: Accepted) -> None:
-        """After-commit hook of ingest: hand the new item to its session's actor."""
-        rec = accepted.record
-        assert rec is not None
+    def on_committed(self, accepted: Accepted, rec: InboundRecord) -> None:
+        """After-commit hook of ingest: hand the new item to its session's actor.
+
+        The record comes from the daemon, which holds it: the writer does not send it back.
+        """
         self.post(
             ItemInfo(
                 id=accepted.item,

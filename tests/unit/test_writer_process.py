@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,6 @@ async def test_a_cancelled_writer_finishes_every_handed_and_queued_batch(
 
 
 def _slow_insert(c: sqlite3.Connection, v: str, seconds: float) -> int:
-    import time
-
     time.sleep(seconds)
     return _insert(c, v)
 
