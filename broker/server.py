@@ -39,6 +39,7 @@ from .protocol import (
     encode,
     parse_hello,
 )
+from .rawsock import SocketReader, running_asyncio_loop
 
 log = logs.get("broker.server")
 HELLO_TIMEOUT_S = 10.0
@@ -68,9 +69,15 @@ OUT_HARD_LIMIT = 64 << 20  # past this, the client is too slow and is disconnect
 class Connection:
     """One client connection.
 
-    `send` writes and waits; `post` writes what the socket takes at once and
-    queues the rest for the connection's flusher, so an actor never waits on a
-    slow client. Each keeps the order in which it was called.
+    `send` writes and waits; `post` writes without waiting, so an actor never
+    waits on a slow client. Each keeps the order in which it was called.
+
+    Rule 1: on asyncio, what is posted during one turn of the event loop leaves
+            in one write at the end of it: the acks of a committed batch, or a
+            turn's delta, reply and the next ack, cost one system call, not one
+            each. On trio a post is written at once.
+    Rule 2: what the socket does not take at once waits for the connection's
+            flusher task, and everything posted later waits behind it.
     """
 
     def __init__(self, stream: anyio.abc.SocketStream, conn_id: str) -> None:
@@ -85,62 +92,101 @@ class Connection:
         self._out_bytes = 0
         self._out_ready = anyio.Event()
         self._flushed = anyio.Event()
+        self._flush_waiters = 0
         self._sending = False
+        self._backlogged = False  # the socket was full: the flusher writes until it drains
+        self._write_scheduled = False
         raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
         # Direct writes need a non-blocking socket (both backends make it one).
         self._raw: socket.socket | None = None if raw.getblocking() else raw
+        self._loop = running_asyncio_loop()
 
     def post(self, data: bytes, *, droppable: bool = False) -> bool:
-        """Queue bytes to send; False if dropped (best effort) or the client is gone."""
+        """Queue bytes to send; False if dropped (best effort) or the client is known gone."""
         if self.closed:
             return False
         if droppable and self._out_bytes > OUT_SOFT_LIMIT:
             return False
-        if self._raw is not None and not (self._out or self._sending or self._send_lock.locked()):
-            # Nothing is queued or being written, so a direct write keeps the
-            # order: most frames leave here, with no task switch and no timer.
-            try:
-                sent = self._raw.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                self._lose()
-                return False
-            if sent == len(data):
-                return True
-            data = data[sent:]  # the flusher writes the rest, and what follows it
         if self._out_bytes > OUT_HARD_LIMIT:
             log.warning("client too slow, disconnecting", conn=self.id, channel=self.channel)
             self._lose()
             return False
         self._out.append(data)
         self._out_bytes += len(data)
+        if self._raw is None or self._backlogged or self._sending or self._send_lock.locked():
+            self._backlogged = True  # the flusher writes it, after what it is writing
+            self._out_ready.set()
+        elif self._loop is None:
+            self._write_out()
+        elif not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)
+        return not self.closed
+
+    def _write_out(self) -> None:
+        """Write what waits directly; what the socket does not take goes to the flusher."""
+        self._write_scheduled = False
+        if self.closed or not self._out:
+            return
+        if self._backlogged or self._sending or self._send_lock.locked():
+            self._backlogged = True
+            self._out_ready.set()
+            return
+        assert self._raw is not None
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        try:
+            sent = self._raw.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self._lose()
+            return
+        out.clear()
+        if sent == len(data):
+            self._out_bytes = 0
+            if self._flush_waiters:
+                self._release_flush_waiters()
+            return
+        out.append(data[sent:])
+        self._out_bytes = len(data) - sent
+        self._backlogged = True
         self._out_ready.set()
-        return True
 
     def _lose(self) -> None:
         self.closed = True
+        if self._flush_waiters:
+            self._release_flush_waiters()
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
+
+    def _release_flush_waiters(self) -> None:
+        self._flushed.set()
+        self._flushed = anyio.Event()
 
     async def flush_forever(self) -> None:
         while True:
             await self._out_ready.wait()
             self._out_ready = anyio.Event()
-            data, self._out, self._out_bytes = b"".join(self._out), [], 0
-            self._sending = True
-            try:
-                await self.send_raw(data)
-            finally:
-                self._sending = False
+            if self._out:
+                data, self._out, self._out_bytes = b"".join(self._out), [], 0
+                self._sending = True
+                try:
+                    await self.send_raw(data)
+                finally:
+                    self._sending = False
             if not self._out:
-                self._flushed.set()
-                self._flushed = anyio.Event()
+                self._backlogged = False  # caught up: direct writes may resume
+                self._release_flush_waiters()
 
     async def flushed(self) -> None:
         """Return once everything posted so far has been written (or the client is gone)."""
-        while (self._out or self._sending) and not self.closed:
-            await self._flushed.wait()
+        self._flush_waiters += 1
+        try:
+            while (self._out or self._sending) and not self.closed:
+                await self._flushed.wait()
+        finally:
+            self._flush_waiters -= 1
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self.send_raw(encode(frame))
@@ -295,8 +341,16 @@ class Server:
 
     async def _converse(self, conn: Connection) -> None:
         self._authorize_peer(conn)
+        raw: socket.socket = conn.stream.extra(SocketAttribute.raw_socket)
+        reader = SocketReader(raw, high_water=max(1 << 20, 2 * self.settings.max_frame_bytes))
+        try:
+            await self._converse_on(conn, reader)
+        finally:
+            reader.close()  # before the stream closes the socket (rawsock Rule 1)
+
+    async def _converse_on(self, conn: Connection, reader: SocketReader) -> None:
         lines = LineBuffer(self.settings.max_frame_bytes)
-        receive = _line_reader(conn.stream, lines)
+        receive = _line_reader(reader, lines)
         with anyio.fail_after(HELLO_TIMEOUT_S):
             first = await receive()
         first_req: object = None
@@ -363,9 +417,7 @@ async def _flusher(conn: Connection) -> None:
             conn.tg.cancel_scope.cancel()
 
 
-def _line_reader(
-    stream: anyio.abc.ByteReceiveStream, lines: LineBuffer
-) -> Callable[[], Awaitable[bytes]]:
+def _line_reader(reader: SocketReader, lines: LineBuffer) -> Callable[[], Awaitable[bytes]]:
     ready: list[bytes] = []
     overflow: list[FrameTooLarge] = []
 
@@ -374,7 +426,7 @@ def _line_reader(
             if overflow:
                 raise overflow[0]
             try:
-                ready.extend(reversed(lines.feed(await stream.receive(65536))))
+                ready.extend(reversed(lines.feed(await reader.receive())))
             except FrameTooLarge as exc:
                 ready.extend(reversed(exc.lines_before))
                 overflow.append(exc)

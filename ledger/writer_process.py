@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import cast
 
 import anyio
-import anyio.abc
-from anyio.streams.buffered import BufferedByteReceiveStream
+
+from broker.rawsock import SocketReader, send_all
 
 from . import gc_policy
 from .db import Synchronous, connect
@@ -98,9 +98,9 @@ class ProcessLink:
 
     def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
         self.proc = proc
-        self._sock: socket.socket | None = sock  # until `start` wraps it
-        self._stream: anyio.abc.SocketStream | None = None
-        self._reader: BufferedByteReceiveStream | None = None
+        self._sock: socket.socket | None = sock
+        self._reader: SocketReader | None = None  # from `start`, in the event loop
+        self._inbuf = bytearray()  # bytes read and not yet a whole frame
         # Per batch sent and not answered: its size and the jobs pickle refused.
         self._sent: deque[tuple[int, dict[int, BaseException]]] = deque()
 
@@ -140,10 +140,9 @@ class ProcessLink:
 
     async def start(self) -> None:
         """Wait until the child has opened the ledger; raise WriterDied if it could not."""
-        assert self._sock is not None, "started twice"
-        sock, self._sock = self._sock, None
-        self._stream = await anyio.abc.UNIXSocketStream.from_socket(sock)
-        self._reader = BufferedByteReceiveStream(self._stream)
+        assert self._sock is not None and self._reader is None, "started twice"
+        self._sock.setblocking(False)
+        self._reader = SocketReader(self._sock)
         try:
             with anyio.fail_after(START_TIMEOUT_S):
                 data = await self._frame()
@@ -161,7 +160,9 @@ class ProcessLink:
             raise WriterDied(f"the ledger writer process could not open the ledger: {detail}")
 
     async def send(self, jobs: list[JobSpec]) -> None:
-        assert self._stream is not None, "not started"
+        assert self._reader is not None, "not started"
+        if self._sock is None:
+            raise WriterDied("the link to the ledger writer process is closed")
         refused: dict[int, BaseException] = {}
         try:
             # Plain tuples: pickle handles them in C, named tuples call back into Python.
@@ -172,7 +173,7 @@ class ProcessLink:
         if not payload:
             return  # nothing the child could be sent; `receive` answers from `refused`
         try:
-            await self._stream.send(_HEADER.pack(len(payload)) + payload)
+            await send_all(self._sock, _HEADER.pack(len(payload)) + payload)
         except _GONE as exc:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 
@@ -192,10 +193,17 @@ class ProcessLink:
     async def _frame(self) -> bytes | None:
         """One frame, or None at end of stream."""
         assert self._reader is not None
+        buf = self._inbuf
         try:
-            header = await self._reader.receive_exactly(_HEADER.size)
-            return await self._reader.receive_exactly(_HEADER.unpack(header)[0])
-        except anyio.IncompleteRead:
+            while True:
+                if len(buf) >= _HEADER.size:
+                    end = _HEADER.size + _HEADER.unpack_from(buf)[0]
+                    if len(buf) >= end:
+                        frame = bytes(buf[_HEADER.size : end])
+                        del buf[:end]
+                        return frame
+                buf += await self._reader.receive()
+        except anyio.EndOfStream:
             return None
         except _GONE as exc:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
@@ -209,8 +217,8 @@ class ProcessLink:
             await self._kill()
 
     async def _close_socket(self) -> None:
-        if self._stream is not None:
-            await self._stream.aclose()
+        if self._reader is not None:
+            self._reader.close()  # before the socket (rawsock Rule 1)
         if self._sock is not None:
             self._sock.close()
             self._sock = None

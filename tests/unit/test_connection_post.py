@@ -6,6 +6,7 @@ import socket
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 
 from broker import server
@@ -49,8 +50,56 @@ async def test_posts_leave_in_order_when_the_socket_fills_up() -> None:
 async def test_a_post_while_nothing_waits_needs_no_flusher() -> None:
     conn, peer = await _pair()
     assert conn.post(b"hello\n")  # no flusher task runs: written directly
+    await anyio.lowlevel.checkpoint()  # asyncio writes at the end of the loop's turn
     assert not conn._out
     assert await _read(peer, 6) == b"hello\n"
+    await conn.stream.aclose()
+    await peer.aclose()
+
+
+class _CountingSocket:
+    """A socket whose `send` calls are counted."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sends = 0
+
+    def send(self, data: bytes) -> int:
+        self.sends += 1
+        return self.sock.send(data)
+
+
+async def test_posts_of_one_loop_turn_leave_in_one_write(anyio_backend_name: str) -> None:
+    conn, peer = await _pair()
+    assert conn._raw is not None
+    counting = _CountingSocket(conn._raw)
+    conn._raw = counting  # type: ignore[assignment]
+    frames = [f"ack {i}\n".encode() for i in range(10)]
+    for frame in frames:
+        assert conn.post(frame)
+    await anyio.lowlevel.checkpoint()
+    assert await _read(peer, sum(map(len, frames))) == b"".join(frames)
+    # asyncio coalesces (Rule 1 of Connection); trio writes each post at once.
+    assert counting.sends == (1 if anyio_backend_name == "asyncio" else len(frames))
+    await conn.stream.aclose()
+    await peer.aclose()
+
+
+async def test_a_direct_write_never_overtakes_what_the_flusher_holds() -> None:
+    conn, peer = await _pair()
+    frames = [f"{i:05d}:".encode() + b"x" * 1000 + b"\n" for i in range(300)]
+    async with anyio.create_task_group() as tg:
+        conn.tg = tg
+        tg.start_soon(conn.flush_forever)
+        for i, frame in enumerate(frames):
+            assert conn.post(frame)
+            if i % 7 == 0:
+                # Let the direct write happen (and fill the socket) between posts.
+                await anyio.lowlevel.checkpoint()
+        got = await _read(peer, sum(map(len, frames)))
+        await conn.flushed()
+        tg.cancel_scope.cancel()
+    assert got == b"".join(frames)
     await conn.stream.aclose()
     await peer.aclose()
 
@@ -60,7 +109,7 @@ async def test_a_post_to_a_gone_client_closes_the_connection() -> None:
     await peer.aclose()
     async with anyio.create_task_group() as tg:
         conn.tg = tg
-        assert not conn.post(b"anyone there?\n")
+        conn.post(b"anyone there?\n")  # True on asyncio: the write comes later
         await anyio.sleep_forever()  # cancelled by the lost connection
     assert conn.closed
     assert not conn.post(b"later\n")
