@@ -239,9 +239,11 @@ class Transactor:
 class LedgerWriter:
     """Queues jobs and runs them in batches over a `BatchLink` (see the rules above).
 
-    Three tasks: the sender hands over the next batch as soon as the link has
-    room; the receiver takes the outcomes in order; the resolver tells the
-    callers, so neither the link nor the transactions wait for the callbacks.
+    Two tasks: the sender hands over the next batch when the link is idle;
+    the receiver takes the outcomes in order, hands over the next batch
+    itself when jobs wait, and then tells the callers. So under load the link
+    carries the next batch while the callbacks run, and a batch costs the
+    event loop one task switch, not three.
     """
 
     def __init__(
@@ -264,9 +266,9 @@ class LedgerWriter:
         self._handed: deque[list[Pending[Any]]] = deque()
         self._link_has_room = anyio.Event()  # set when the receiver takes a batch back
         self._link_has_work = anyio.Event()  # set when the sender hands one over
-        # Committed batches whose callers are not told yet (see `_resolver`).
+        self._sending = False  # a `link.send` is under way (sender or receiver)
+        # Committed batches whose callers are not told yet.
         self._committed: deque[tuple[list[Pending[Any]], list[Outcome]]] = deque()
-        self._committed_ready = anyio.Event()
         self._closed = False
         self._dead: WriterDied | None = None
         self.commits = 0
@@ -307,13 +309,16 @@ class LedgerWriter:
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._resolver)
                 tg.start_soon(self._receiver)
                 while self._dead is None:
                     if not self._queue:
                         self._wake = anyio.Event()
                         await self._wake.wait()
                     await self._room()
+                    if self._sending:  # the receiver is handing a batch over: after it
+                        self._wake = anyio.Event()
+                        await self._wake.wait()
+                        continue
                     await self._send_batch()
                 tg.cancel_scope.cancel()
             assert self._dead is not None
@@ -340,17 +345,22 @@ class LedgerWriter:
             await self._link_has_room.wait()
 
     async def _send_batch(self) -> None:
-        if self._dead is not None:
+        if self._dead is not None or self._sending:
             return
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
         self._handed.append(batch)
         self._link_has_work.set()
+        self._sending = True
         # Shielded: a batch cut off halfway would leave the link out of step.
         with anyio.CancelScope(shield=True):
             try:
                 await self._link.send([p.job for p in batch])
             except WriterDied as exc:
                 self._died(exc)
+            finally:
+                self._sending = False
+                if self._queue:
+                    self._wake.set()
 
     async def _receiver(self) -> None:
         while True:
@@ -358,6 +368,10 @@ class LedgerWriter:
                 self._link_has_work = anyio.Event()
                 await self._link_has_work.wait()
             await self._receive_batch()
+            if self._queue and self._fits():
+                # Before the callbacks: the transactions need not wait for them.
+                await self._send_batch()
+            self._resolve_committed()
 
     async def _receive_batch(self) -> None:
         """Take the outcomes of the oldest handed batch and queue them for the resolver."""
@@ -377,7 +391,6 @@ class LedgerWriter:
             self.commits += 1
             self.jobs += len(batch)
         self._committed.append((batch, outcomes))
-        self._committed_ready.set()
 
     def _died(self, exc: WriterDied) -> None:
         if self._dead is None:
@@ -392,19 +405,8 @@ class LedgerWriter:
             self._queue.clear()
             self._committed.append((batch, [(None, self._dead)] * len(batch)))
 
-    async def _resolver(self) -> None:
-        """Tell callers their outcomes, batch by batch in commit order.
-
-        A task of its own so that the link already carries the next batch
-        while the callbacks of this one run on the event loop: the writer
-        never waits for the callers, only for the disk.
-        """
-        while True:
-            await self._committed_ready.wait()
-            self._committed_ready = anyio.Event()
-            self._resolve_committed()
-
     def _resolve_committed(self) -> None:
+        """Tell callers their outcomes, batch by batch in commit order."""
         while self._committed:
             batch, outcomes = self._committed.popleft()
             for pending, (value, error) in zip(batch, outcomes, strict=True):
