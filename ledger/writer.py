@@ -319,6 +319,7 @@ class LedgerWriter:
                         self._wake = anyio.Event()
                         await self._wake.wait()
                         continue
+                    # (The receiver may also have taken the whole queue meanwhile.)
                     await self._send_batch()
                 tg.cancel_scope.cancel()
             assert self._dead is not None
@@ -345,7 +346,7 @@ class LedgerWriter:
             await self._link_has_room.wait()
 
     async def _send_batch(self) -> None:
-        if self._dead is not None or self._sending:
+        if self._dead is not None or self._sending or not self._queue:
             return
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
         self._handed.append(batch)
