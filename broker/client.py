@@ -12,9 +12,11 @@ from typing import Any
 import anyio
 import anyio.abc
 import orjson
+from anyio.abc import SocketAttribute
 
 from .ids import new_id
 from .protocol import LineBuffer
+from .rawsock import SocketReader
 
 
 class BrokerError(Exception):
@@ -30,6 +32,7 @@ class BrokerError(Exception):
 class BrokerClient:
     def __init__(self, stream: anyio.abc.SocketStream, max_frame_bytes: int = 64 << 20) -> None:
         self.stream = stream
+        self._reader: SocketReader | None = None  # made in the event loop, on first use
         self._lines = LineBuffer(max_frame_bytes)
         self._ready: list[bytes] = []
         self.welcome: dict[str, Any] = {}
@@ -54,10 +57,10 @@ class BrokerClient:
             await client.send(hello)
             reply = await client.recv()
         except BaseException:
-            await stream.aclose()
+            await client.aclose()
             raise
         if reply.get("type") != "welcome":
-            await stream.aclose()
+            await client.aclose()
             raise BrokerError(reply)
         client.welcome = reply
         return client
@@ -71,6 +74,8 @@ class BrokerClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._reader is not None:
+            self._reader.close()  # before the socket closes (rawsock Rule 1)
         await self.stream.aclose()
 
     async def send(self, frame: dict[str, Any]) -> None:
@@ -81,7 +86,9 @@ class BrokerClient:
 
     async def recv(self) -> dict[str, Any]:
         while not self._ready:
-            data = await self.stream.receive(1 << 16)
+            if self._reader is None:
+                self._reader = SocketReader(self.stream.extra(SocketAttribute.raw_socket))
+            data = await self._reader.receive()
             self._ready.extend(reversed(self._lines.feed(data)))
         frame: dict[str, Any] = orjson.loads(self._ready.pop())
         return frame
