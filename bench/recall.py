@@ -34,6 +34,7 @@ from pathlib import Path
 from broker.ids import encode_ulid
 from ledger import recall
 from ledger.db import connect, migrate
+from ledger.fts import index_new_messages
 
 VERSION = "1"
 SESSIONS = 1000
@@ -147,13 +148,9 @@ def build(path: Path, messages: int, seed: int = 7) -> None:
         p.unlink(missing_ok=True)
     conn = connect(tmp, "NORMAL")
     migrate(conn)
-    trigger = conn.execute(
-        "SELECT sql FROM sqlite_master WHERE name = 'messages_fts_insert'"
-    ).fetchone()[0]
     gen = Generator(seed, messages)
     conn.execute("BEGIN")
     conn.execute("CREATE TABLE bench_meta (key TEXT PRIMARY KEY, value TEXT)")
-    conn.execute("DROP TRIGGER messages_fts_insert")
     conn.executemany(
         "INSERT INTO sessions (label, kind, origin, created_at, updated_at)"
         " VALUES (?, 'dm', 'inbound', ?, ?)",
@@ -166,8 +163,7 @@ def build(path: Path, messages: int, seed: int = 7) -> None:
         " turns = (SELECT count(*) FROM turns WHERE session_label = ?1) WHERE label = ?1",
         list(gen.heads.items()),
     )
-    conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
-    conn.execute(trigger)
+    index_new_messages(conn)  # all of them in one statement, as the writer does per batch
     conn.execute(
         "INSERT INTO bench_meta VALUES ('version', ?), ('messages', ?), ('seed', ?)",
         (VERSION, messages, seed),

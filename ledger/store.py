@@ -17,6 +17,7 @@ import anyio.abc
 
 from . import queries
 from .db import Synchronous, connect, migrate
+from .fts import indexer_for
 from .ingest import Accepted, InboundRecord, SessionSpec, WriterConnection, ingest_job
 from .merge import MergeResult, merge_job
 from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, Transactor
@@ -102,7 +103,7 @@ class Ledger:
                     lambda: connect(path, synchronous, factory=WriterConnection)
                 )
                 assert isinstance(conn, WriterConnection)
-                link = ThreadLink(Transactor(conn, conn.identity.clear))
+                link = ThreadLink(Transactor(conn, conn.identity.clear, indexer_for(conn)))
         except BaseException:
             for read_conn in read_conns:
                 read_conn.close()

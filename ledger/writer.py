@@ -180,10 +180,16 @@ class Transactor:
     """
 
     def __init__(
-        self, conn: sqlite3.Connection, on_rollback: Callable[[], None] | None = None
+        self,
+        conn: sqlite3.Connection,
+        on_rollback: Callable[[], None] | None = None,
+        before_commit: Callable[[sqlite3.Connection], object] | None = None,
     ) -> None:
         self._conn = conn
         self._on_rollback = on_rollback
+        # Work every transaction ends with (the full-text index: ledger/fts.py).
+        # If it fails, the whole batch fails, as when the COMMIT does.
+        self._before_commit = before_commit
 
     def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
         try:
@@ -222,6 +228,8 @@ class Transactor:
                     outcomes.append((value, None))
                 if savepoints:
                     conn.execute("RELEASE job")
+            if self._before_commit is not None:
+                self._before_commit(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -45,6 +45,7 @@ from broker.rawsock import SocketReader, send_all
 
 from . import gc_policy
 from .db import Synchronous, connect
+from .fts import indexer_for
 from .ingest import WriterConnection
 from .writer import JobSpec, Outcome, Transactor, WriterDied
 
@@ -296,7 +297,7 @@ def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
         _send(sock, pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
         return 1
     assert isinstance(conn, WriterConnection)
-    transactor = Transactor(conn, conn.identity.clear)
+    transactor = Transactor(conn, conn.identity.clear, indexer_for(conn))
     _send(sock, pickle.dumps(("ready", os.getpid())))
     try:
         while (data := _recv(sock)) is not None:

@@ -17,6 +17,7 @@ from broker.recall_tool import RECALL_TOOL, conversation_recall, fit, parse_argu
 from ledger import recall
 from ledger.db import connect, migrate
 from ledger.errors import NotFound
+from ledger.fts import index_new_messages
 from ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +74,7 @@ def add_turn(
         [(f"{turn}-c{n}", turn, n, *call, at + 500) for n, call in enumerate(calls)],
     )
     c.execute("UPDATE sessions SET turns = turns + 1 WHERE label = ?", (session,))
+    index_new_messages(c)  # as the writer does at the end of each transaction
 
 
 @pytest.fixture
