@@ -28,7 +28,8 @@ def _write_turn(conn: sqlite3.Connection, session: str, turn: str, texts: list[s
         (turn, session),
     )
     conn.executemany(
-        "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, 'user', ?, 0)",
+        "INSERT INTO messages (turn_id, seq, role, content, created_at)"
+        " VALUES (?, ?, 'user', ?, 0)",
         [(turn, n, text) for n, text in enumerate(texts)],
     )
 
