@@ -134,7 +134,8 @@ class Deliveries:
         # One job at a time takes every id confirmed so far; ids confirmed while
         # it is queued wait for the next one (see `_recorded`).
         taking = list(self._confirmed)
-        pending = self.ledger.writer.submit(turns.mark_delivered, taking, now_ms())
+        # Lazy: nobody waits on it, so it joins the next batch instead of making one.
+        pending = self.ledger.writer.submit_lazy(turns.mark_delivered, taking, now_ms())
         self._confirmed.clear()
         self._taking = taking
         self._confirm_job = True

@@ -98,6 +98,10 @@ class Ops:
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,
             "writer_queue": self.ledger.writer.queued,
             "writer_pid": self.ledger.writer_pid,
+            # Transactions and the jobs they held since start: jobs / commits is
+            # the group-commit batch size.
+            "writer_commits": self.ledger.writer.commits,
+            "writer_jobs": self.ledger.writer.jobs,
         }
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:

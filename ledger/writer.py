@@ -20,6 +20,11 @@ Rule 5: a job is a function and its arguments, `fn(conn, *args, **kwargs)`, not
         a closure: the transaction may run in another process (see
         writer_process.py), so both go there by pickle. A job that cannot be
         pickled fails alone, with an error saying so.
+Rule 6: a lazy job (`submit_lazy`) waits up to `lazy_s` for a batch to join,
+        so a write nobody waits on (a delivery confirmation) does not cost a
+        transaction of its own when the writer is otherwise quiet. It goes at
+        the head of the batch it joins, so it may commit before jobs submitted
+        ahead of it: only jobs that commute with every other job may be lazy.
 """
 
 from __future__ import annotations
@@ -61,8 +66,12 @@ class BatchLink(Protocol):
     `send` hands over one batch; `receive` returns the outcomes of the oldest
     batch not yet answered. Up to `depth` batches may be handed over before
     the first is answered, so the next batch waits at the connection, not in
-    the event loop. Both raise WriterDied when the other side is gone. Neither
-    may be cancelled halfway (the writer shields them).
+    the event loop. Both raise WriterDied when the other side is gone.
+
+    Cancellation (so the writer need not shield every call): `send` hands
+    over the whole batch or nothing; a link that has to wait halfway through
+    shields that wait itself. `receive` consumes nothing until it returns: a
+    cancelled call leaves the outcomes for the next one.
     """
 
     depth: int
@@ -88,8 +97,12 @@ class ThreadLink:
         self._handed.append(jobs)
 
     async def receive(self) -> list[Outcome]:
-        jobs = self._handed.popleft()
-        return await anyio.to_thread.run_sync(self._executor.execute, jobs, limiter=self._limiter)
+        # run_sync is not cancelled while the thread runs (abandon_on_cancel=False).
+        outcomes = await anyio.to_thread.run_sync(
+            self._executor.execute, self._handed[0], limiter=self._limiter
+        )
+        self._handed.popleft()
+        return outcomes
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._executor.close)
@@ -260,6 +273,7 @@ class LedgerWriter:
         *,
         max_batch: int = 2048,
         max_queue: int = 100_000,
+        lazy_s: float = 0.05,
         on_rollback: Callable[[], None] | None = None,
     ) -> None:
         if isinstance(executor, sqlite3.Connection):
@@ -268,6 +282,9 @@ class LedgerWriter:
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._queue: deque[Pending[Any]] = deque()
+        self._lazy: deque[Pending[Any]] = deque()  # Rule 6
+        self._lazy_s = lazy_s
+        self._lazy_since = 0.0  # when the oldest waiting lazy job was submitted
         self._wake = anyio.Event()
         self._batch_done = anyio.Event()
         # Batches handed to the link whose outcomes have not come back yet.
@@ -284,7 +301,7 @@ class LedgerWriter:
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        return len(self._queue) + len(self._lazy)
 
     def _current_batch_event(self) -> anyio.Event:
         return self._batch_done
@@ -294,14 +311,26 @@ class LedgerWriter:
 
         Raises WriterOverloaded or WriterClosed.
         """
-        if self._closed:
-            raise WriterClosed("the ledger writer has stopped")
-        if len(self._queue) >= self._max_queue:
-            raise WriterOverloaded("the ledger writer queue is full")
-        pending: Pending[T] = Pending(JobSpec(fn, args, kwargs), self._current_batch_event)
+        pending = self._pending(fn, args, kwargs)
         self._queue.append(pending)
         self._wake.set()
         return pending
+
+    def submit_lazy(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
+        """Like `submit`, for a job that may wait a little for company (Rule 6)."""
+        pending = self._pending(fn, args, kwargs)
+        if not self._lazy:
+            self._lazy_since = anyio.current_time()
+            self._wake.set()  # the sender sets its timer
+        self._lazy.append(pending)
+        return pending
+
+    def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
+        if self._closed:
+            raise WriterClosed("the ledger writer has stopped")
+        if len(self._queue) + len(self._lazy) >= self._max_queue:
+            raise WriterOverloaded("the ledger writer queue is full")
+        return Pending(JobSpec(fn, args, kwargs), self._current_batch_event)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         return await self.submit(fn, *args, **kwargs).result()
@@ -321,7 +350,13 @@ class LedgerWriter:
                 while self._dead is None:
                     if not self._queue:
                         self._wake = anyio.Event()
-                        await self._wake.wait()
+                        if not self._lazy:
+                            await self._wake.wait()
+                            continue
+                        with anyio.move_on_after(self._lazy_due() - anyio.current_time()):
+                            await self._wake.wait()
+                        if not self._queue and anyio.current_time() < self._lazy_due():
+                            continue
                     await self._room()
                     if self._sending:  # the receiver is handing a batch over: after it
                         self._wake = anyio.Event()
@@ -336,8 +371,8 @@ class LedgerWriter:
             self._closed = True
             with anyio.CancelScope(shield=True):
                 # The receiver is gone: hand over and take back here, in turn.
-                while (self._queue and self._dead is None) or self._handed:
-                    if self._queue and self._dead is None and self._fits():
+                while (self._waiting() and self._dead is None) or self._handed:
+                    if self._waiting() and self._dead is None and self._fits():
                         await self._send_batch()
                     else:
                         await self._receive_batch()
@@ -347,6 +382,12 @@ class LedgerWriter:
     def _fits(self) -> bool:
         return len(self._handed) < self._link.depth
 
+    def _waiting(self) -> bool:
+        return bool(self._queue or self._lazy)
+
+    def _lazy_due(self) -> float:
+        return self._lazy_since + self._lazy_s
+
     async def _room(self) -> None:
         """Wait until the link takes another batch (or the receiver found it dead)."""
         while not self._fits() and self._dead is None:
@@ -354,22 +395,22 @@ class LedgerWriter:
             await self._link_has_room.wait()
 
     async def _send_batch(self) -> None:
-        if self._dead is not None or self._sending or not self._queue:
+        if self._dead is not None or self._sending or not self._waiting():
             return
-        batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._max_batch))]
+        lazy, queue = self._lazy, self._queue
+        batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
+        batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
         self._handed.append(batch)
         self._link_has_work.set()
         self._sending = True
-        # Shielded: a batch cut off halfway would leave the link out of step.
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._link.send([p.job for p in batch])
-            except WriterDied as exc:
-                self._died(exc)
-            finally:
-                self._sending = False
-                if self._queue:
-                    self._wake.set()
+        try:
+            await self._link.send([p.job for p in batch])  # all or nothing (BatchLink)
+        except WriterDied as exc:
+            self._died(exc)
+        finally:
+            self._sending = False
+            if self._queue:
+                self._wake.set()
 
     async def _receiver(self) -> None:
         while True:
@@ -388,12 +429,13 @@ class LedgerWriter:
         if self._dead is not None:
             outcomes: list[Outcome] = [(None, self._dead)] * len(batch)
         else:
-            with anyio.CancelScope(shield=True):  # Rule 4: it finishes
-                try:
-                    outcomes = await self._link.receive()
-                except WriterDied as exc:
-                    self._died(exc)
-                    outcomes = [(None, exc)] * len(batch)
+            # Not shielded: a cancelled receive takes nothing (BatchLink), and
+            # `run` takes the batch back itself, shielded (Rule 4).
+            try:
+                outcomes = await self._link.receive()
+            except WriterDied as exc:
+                self._died(exc)
+                outcomes = [(None, exc)] * len(batch)
         self._handed.popleft()
         self._link_has_room.set()
         if not all(isinstance(error, LedgerWriteFailed) for _, error in outcomes):
@@ -409,8 +451,9 @@ class LedgerWriter:
 
     def _fail_queued(self) -> None:
         """After a death: what was never handed over fails with it."""
-        if self._dead is not None and self._queue:
-            batch = list(self._queue)
+        if self._dead is not None and self._waiting():
+            batch = [*self._lazy, *self._queue]
+            self._lazy.clear()
             self._queue.clear()
             self._committed.append((batch, [(None, self._dead)] * len(batch)))
 

@@ -173,16 +173,27 @@ class ProcessLink:
         self._sent.append((len(jobs), refused))
         if not payload:
             return  # nothing the child could be sent; `receive` answers from `refused`
+        frame = _HEADER.pack(len(payload)) + payload
         try:
-            await send_all(self._sock, _HEADER.pack(len(payload)) + payload)
+            try:
+                sent = self._sock.send(frame)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(frame):
+                # The rest must follow whatever happens: half a frame would leave
+                # the link out of step (BatchLink: all or nothing).
+                with anyio.CancelScope(shield=True):
+                    await send_all(self._sock, frame[sent:])
         except _GONE as exc:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 
     async def receive(self) -> list[Outcome]:
-        size, refused = self._sent.popleft()
+        size, refused = self._sent[0]
         if refused and len(refused) == size:  # nothing was sent for this batch
+            self._sent.popleft()
             return [(None, refused[i]) for i in range(size)]
-        reply = await self._frame()
+        reply = await self._frame()  # cancel-safe: a frame is taken whole or not at all
+        self._sent.popleft()
         if reply is None:
             raise WriterDied(f"the ledger writer process exited (status {self.proc.poll()})")
         outcomes: list[Outcome] = pickle.loads(reply)

@@ -37,7 +37,11 @@ async def test_message_is_acked_answered_and_listed(any_backend_daemon: DaemonPr
     async with await BrokerClient.connect(d.socket) as op:
         sessions = await op.op("sessions.list")
         shown = await op.op("session.show", session=ack["session"])
+        health = await op.op("health")
     assert [(s["label"], s["turns"], s["queued"]) for s in sessions] == [(ack["session"], 1, 0)]
     assert [(t["inputs"], t["output"], t["status"]) for t in shown["turns"]] == [
         (["m1"], "hi there", "completed")
     ]
+    # At least the ingest, the turn's start and its commit went through the writer.
+    assert health["writer_jobs"] >= 3
+    assert 1 <= health["writer_commits"] <= health["writer_jobs"]

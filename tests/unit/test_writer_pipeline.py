@@ -36,8 +36,8 @@ class ScriptedLink:
         self._handed.append(jobs)
 
     async def receive(self) -> list[Outcome]:
-        jobs = self._handed.popleft()
         await anyio.sleep(self.commit_s)
+        jobs = self._handed.popleft()  # only now: a cancelled receive takes nothing
         return [(job.fn(None, *job.args, **job.kwargs), None) for job in jobs]
 
     async def aclose(self) -> None:
@@ -95,3 +95,45 @@ async def test_cancelled_with_jobs_queued_every_job_still_resolves() -> None:
         tg.cancel_scope.cancel()
     assert [p.get() for p in pending] == list(range(300))
     assert min(link.sizes) >= 1 and sum(link.sizes) == 300
+
+
+async def test_a_lazy_job_waits_for_company_and_joins_the_next_batch() -> None:
+    link = ScriptedLink(commit_s=0.001)
+    writer = LedgerWriter(link, lazy_s=5.0)  # long: only company can take it
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        lazy = writer.submit_lazy(_echo, 1)
+        await anyio.sleep(0.05)
+        assert link.sizes == [] and not lazy.done  # nothing went for it alone
+        urgent = writer.submit(_echo, 2)
+        with anyio.fail_after(5):
+            assert await urgent.result() == 2
+        assert lazy.get() == 1
+        assert link.sizes == [2]  # one transaction for both
+        tg.cancel_scope.cancel()
+
+
+async def test_a_lazy_job_alone_goes_when_its_wait_is_over() -> None:
+    link = ScriptedLink(commit_s=0.001)
+    writer = LedgerWriter(link, lazy_s=0.05)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        started = anyio.current_time()
+        lazy = writer.submit_lazy(_echo, 7)
+        with anyio.fail_after(5):
+            assert await lazy.result() == 7
+        assert anyio.current_time() - started >= 0.04
+        assert link.sizes == [1]
+        tg.cancel_scope.cancel()
+
+
+async def test_lazy_jobs_still_commit_when_the_writer_is_cancelled() -> None:
+    link = ScriptedLink(commit_s=0.001)
+    writer = LedgerWriter(link, lazy_s=60.0)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        lazy = [writer.submit_lazy(_echo, i) for i in range(3)]
+        await anyio.lowlevel.checkpoint()
+        tg.cancel_scope.cancel()
+    assert [p.get() for p in lazy] == [0, 1, 2]
+    assert link.sizes == [3]

@@ -18,7 +18,14 @@ import pytest
 
 from ledger.db import connect
 from ledger.errors import NotFound
-from ledger.writer import LedgerWriteFailed, LedgerWriter, Pending, WriterClosed, WriterDied
+from ledger.writer import (
+    JobSpec,
+    LedgerWriteFailed,
+    LedgerWriter,
+    Pending,
+    WriterClosed,
+    WriterDied,
+)
 from ledger.writer_process import ProcessLink, RemoteJobError, UnpicklableJob
 from tests.harness import gone_within
 
@@ -259,3 +266,16 @@ def test_the_child_dies_with_its_parent(db: Path) -> None:
             parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+async def test_a_cancelled_receive_takes_nothing(db: Path, process: ProcessLink) -> None:
+    """BatchLink: the writer does not shield `receive`, so cancelling it must lose nothing."""
+    await process.send([JobSpec(_slow_insert, ("slow", 0.3), {})])
+    await process.send([JobSpec(_insert, ("next",), {})])
+    with anyio.move_on_after(0.05) as scope:
+        await process.receive()  # the slow batch is still in the child
+    assert scope.cancelled_caught
+    with anyio.fail_after(10):
+        assert await process.receive() == [(1, None)]  # the slow batch's outcome, not lost
+        assert await process.receive() == [(2, None)]
+    assert _values(db) == ["slow", "next"]
