@@ -26,7 +26,10 @@ import socket
 import anyio
 import anyio.lowlevel
 
-CHUNK = 256 * 1024
+# One recv. Not larger: CPython allocates the whole size for every recv, and
+# past glibc's mmap threshold (128 KiB) that costs a map and an unmap each time
+# (measured: 256 KiB took 17 us for a 100-byte read, 64 KiB 2.6 us).
+CHUNK = 64 * 1024
 HIGH_WATER = 1 << 20
 
 
@@ -100,22 +103,26 @@ class SocketReader:
             self._loop.remove_reader(self._sock.fileno())
 
     def _readable(self) -> None:
-        try:
-            data = self._sock.recv(CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._error = exc
-            self._unwatch()
-        else:
-            if data:
-                self._chunks.append(data)
-                self._held += len(data)
-                if self._held >= self._high_water:
-                    self._unwatch()
-            else:
+        while True:
+            try:
+                data = self._sock.recv(CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self._error = exc
+                self._unwatch()
+                break
+            if not data:
                 self._eof = True
                 self._unwatch()
+                break
+            self._chunks.append(data)
+            self._held += len(data)
+            if self._held >= self._high_water:
+                self._unwatch()
+                break
+            if len(data) < CHUNK:
+                break  # the socket is empty (most likely): no need to ask again
         self._wake()
 
     def _wake(self) -> None:
