@@ -8,6 +8,10 @@ Rule 1: a `deliver` is sent only after the outbox row holding it committed;
 Rule 2: a session's replies go to one adapter of the channel, chosen by the
         session label, so its deltas and its deliver arrive in order on one
         connection. Sending never waits on a client (see Connection.post).
+Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer.py
+        Rule 6). Until the record commits, the confirmed ids are kept here and
+        are not sent again; after a restart before it commits, they are (at
+        least once).
 """
 
 from __future__ import annotations
@@ -76,9 +80,13 @@ class Deliveries:
         pending = await self.ledger.read(lambda c: turns.pending_outbox(c, channel, RESEND_BATCH))
         self.adapters.setdefault(channel, []).append(conn)
         live = {c.id for c in self.adapters[channel] if not c.closed and c is not conn}
+        # Confirmed, but the job recording it has not committed yet: not pending.
+        confirmed = {*self._confirmed, *(self._taking or ())}
         seen = set()
         for out_id, session, frame in pending:
             seen.add(out_id)
+            if out_id in confirmed:
+                continue
             in_flight = self.unconfirmed.get(out_id)
             if in_flight is not None and in_flight[3] in live:
                 continue  # on its way through another live adapter already

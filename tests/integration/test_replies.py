@@ -131,6 +131,26 @@ async def test_unconfirmed_deliver_is_resent_until_confirmed(shared: DaemonProce
         assert [f for f in a.seen if f.get("out_id") == first["out_id"]] == []
 
 
+async def test_a_confirmed_reply_is_not_resent_before_its_record_commits(
+    shared: DaemonProcess,
+) -> None:
+    """Confirmations are recorded by a lazy writer job (it may wait for company);
+    meanwhile an adapter that connects must not get the reply again."""
+    sender, channel = uniq("+"), uniq("r")
+    async with await Adapter.connect(shared, channel) as a:
+        session = (await a.send_inbound(uniq("m"), "x", sender))["session"]
+        first = await a.deliver(session=session)
+        await a.confirm(first["out_id"])
+    # At once, before the confirmation's job has had its wait.
+    async with await Adapter.connect(shared, channel) as a:
+        later = uniq("m")
+        await a.send_inbound(later, "y", sender)
+        new = await a.deliver(session=session)
+        assert new["in_reply_to"] == [later]
+        assert [f for f in a.seen if f.get("out_id") == first["out_id"]] == []
+    await wait_db(shared, OUTBOX_STATUS, (first["out_id"],), "delivered")
+
+
 @asyncio_only
 async def test_deliver_moves_to_another_adapter_when_its_own_goes_away(
     shared: DaemonProcess,
