@@ -75,6 +75,8 @@ class SocketReader:
             return await self._receive_polling()
         while not self._chunks:
             self._raise_if_done()
+            if self._waiter is not None:  # Rule 1
+                raise anyio.BusyResourceError("reading from")
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter

@@ -409,8 +409,8 @@ class LedgerWriter:
             self._died(exc)
         finally:
             self._sending = False
-            if self._queue:
-                self._wake.set()
+            if self._waiting():
+                self._wake.set()  # the sender may be waiting for this send to end
 
     async def _receiver(self) -> None:
         while True:

@@ -151,3 +151,17 @@ def test_a_blocking_socket_is_refused() -> None:
     finally:
         a.close()
         b.close()
+
+
+async def test_two_readers_at_once_are_refused(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    reader = SocketReader(ours)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader.receive)
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(anyio.BusyResourceError):
+            await reader.receive()
+        theirs.send(b"x")  # lets the first reader finish
+    reader.close()

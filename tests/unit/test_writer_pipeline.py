@@ -25,8 +25,9 @@ class ScriptedLink:
 
     depth = 2
 
-    def __init__(self, commit_s: float) -> None:
+    def __init__(self, commit_s: float, send_s: float = 0.0) -> None:
         self.commit_s = commit_s
+        self.send_s = send_s  # > 0: every send waits, as on a full socket
         self.sizes: list[int] = []
         self._handed: deque[list[JobSpec]] = deque()
 
@@ -34,6 +35,9 @@ class ScriptedLink:
         assert len(self._handed) < self.depth, "handed over more batches than the link holds"
         self.sizes.append(len(jobs))
         self._handed.append(jobs)
+        if self.send_s:
+            with anyio.CancelScope(shield=True):  # all or nothing (BatchLink)
+                await anyio.sleep(self.send_s)
 
     async def receive(self) -> list[Outcome]:
         await anyio.sleep(self.commit_s)
@@ -137,3 +141,101 @@ async def test_lazy_jobs_still_commit_when_the_writer_is_cancelled() -> None:
         tg.cancel_scope.cancel()
     assert [p.get() for p in lazy] == [0, 1, 2]
     assert link.sizes == [3]
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6, 7])
+async def test_lazy_and_urgent_jobs_over_a_slow_link_all_commit(seed: int) -> None:
+    """Sends that wait (a full socket) while lazy jobs are all that is left must
+    not strand them: every job commits, in non-empty batches."""
+    rng = random.Random(seed)
+    link = ScriptedLink(commit_s=0.001, send_s=0.003)
+    writer = LedgerWriter(link, lazy_s=0.01)
+    pending = []
+
+    async def submitter(base: int) -> None:
+        for i in range(40):
+            submit = writer.submit_lazy if rng.random() < 0.5 else writer.submit
+            pending.append(submit(_echo, base + i))
+            await anyio.sleep(rng.choice([0.0, 0.001, 0.004]))
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        async with anyio.create_task_group() as senders:
+            for n in range(4):
+                senders.start_soon(submitter, n * 1000)
+        with anyio.fail_after(10):
+            for p in pending:
+                await p.result()
+        tg.cancel_scope.cancel()
+    assert sorted(p.get() for p in pending) == sorted(
+        n * 1000 + i for n in range(4) for i in range(40)
+    )
+    assert min(link.sizes) >= 1 and sum(link.sizes) == len(pending)
+
+
+class GatedLink:
+    """A two-deep link whose commits and sends the test lets through by hand."""
+
+    depth = 2
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self._handed: deque[list[JobSpec]] = deque()
+        self.commits = anyio.Semaphore(0)  # one release per batch allowed to commit
+        self.block_sends = False
+        self.sends_released = anyio.Event()
+        self.send_waiting = anyio.Event()
+        self.open = False  # let everything through (the test's cleanup)
+
+    async def send(self, jobs: list[JobSpec]) -> None:
+        self.sizes.append(len(jobs))
+        self._handed.append(jobs)
+        if self.block_sends:
+            self.send_waiting.set()
+            with anyio.CancelScope(shield=True):  # all or nothing (BatchLink)
+                await self.sends_released.wait()
+
+    async def receive(self) -> list[Outcome]:
+        if not self.open:
+            await self.commits.acquire()
+        jobs = self._handed.popleft()
+        return [(job.fn(None, *job.args, **job.kwargs), None) for job in jobs]
+
+    async def aclose(self) -> None:
+        pass
+
+    def open_up(self) -> None:
+        self.open = True
+        self.commits.release()
+        self.sends_released.set()
+
+
+async def test_a_lazy_job_left_alone_behind_a_waiting_send_still_goes() -> None:
+    # (On asyncio the receiver hands the second batch over, as in the story below;
+    # trio may run the sender first, which then waits in the send itself.)
+    link = GatedLink()
+    writer = LedgerWriter(link, lazy_s=0.01)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        try:
+            first = writer.submit(_echo, 1)
+            await anyio.wait_all_tasks_blocked()  # handed over; its commit waits
+            link.block_sends = True
+            link.commits.release()  # the first batch commits...
+            second = writer.submit(_echo, 2)  # ...and the receiver hands this one over
+            with anyio.fail_after(5):
+                await link.send_waiting.wait()  # a send that has to wait
+            await anyio.wait_all_tasks_blocked()
+            lazy = writer.submit_lazy(_echo, 3)  # all that is left, while the send waits
+            await anyio.sleep(0.05)  # past lazy_s: the sender waits for the send to end
+            link.block_sends = False
+            link.sends_released.set()
+            link.commits.release()
+            link.commits.release()
+            with anyio.fail_after(5):
+                assert await lazy.result() == 3
+            assert [first.get(), second.get()] == [1, 2]
+            assert link.sizes == [1, 1, 1]
+        finally:
+            link.open_up()  # never leave the writer's shutdown waiting on the gate
+            tg.cancel_scope.cancel()
