@@ -121,14 +121,21 @@ async def test_unconfirmed_deliver_is_resent_until_confirmed(shared: DaemonProce
         assert again == first
         await a.confirm(again["out_id"])
         await wait_db(shared, OUTBOX_STATUS, (first["out_id"],), "delivered")
-    # Confirmed: not sent a third time. A new reply marks the point where a
-    # resend would have arrived already (resends go out right after welcome).
-    async with await Adapter.connect(shared, channel) as a:
+    # Confirmed: not sent a third time.
+    await assert_not_resent(shared, channel, sender, session, first["out_id"])
+
+
+async def assert_not_resent(
+    d: DaemonProcess, channel: str, sender: str, session: str, out_id: str
+) -> None:
+    """A fresh adapter of `channel` does not get `out_id`. A new reply marks the point
+    where a resend would have arrived already (resends go out right after welcome)."""
+    async with await Adapter.connect(d, channel) as a:
         later = uniq("m")
         await a.send_inbound(later, "y", sender)
         new = await a.deliver(session=session)
         assert new["in_reply_to"] == [later]
-        assert [f for f in a.seen if f.get("out_id") == first["out_id"]] == []
+        assert [f for f in a.seen if f.get("out_id") == out_id] == []
 
 
 async def test_a_confirmed_reply_is_not_resent_before_its_record_commits(
@@ -142,12 +149,7 @@ async def test_a_confirmed_reply_is_not_resent_before_its_record_commits(
         first = await a.deliver(session=session)
         await a.confirm(first["out_id"])
     # At once, before the confirmation's job has had its wait.
-    async with await Adapter.connect(shared, channel) as a:
-        later = uniq("m")
-        await a.send_inbound(later, "y", sender)
-        new = await a.deliver(session=session)
-        assert new["in_reply_to"] == [later]
-        assert [f for f in a.seen if f.get("out_id") == first["out_id"]] == []
+    await assert_not_resent(shared, channel, sender, session, first["out_id"])
     await wait_db(shared, OUTBOX_STATUS, (first["out_id"],), "delivered")
 
 
