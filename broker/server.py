@@ -94,7 +94,6 @@ class Connection:
         self._flushed = anyio.Event()
         self._flush_waiters = 0
         self._sending = False
-        self._backlogged = False  # the socket was full: the flusher writes until it drains
         self._write_scheduled = False
         raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
         # Direct writes need a non-blocking socket (both backends make it one).
@@ -113,9 +112,8 @@ class Connection:
             return False
         self._out.append(data)
         self._out_bytes += len(data)
-        if self._raw is None or self._backlogged or self._sending or self._send_lock.locked():
-            self._backlogged = True  # the flusher writes it, after what it is writing
-            self._out_ready.set()
+        if self._raw is None or self._backlogged:
+            self._out_ready.set()  # the flusher writes it, after what it is writing
         elif self._loop is None:
             self._write_out()
         elif not self._write_scheduled:
@@ -123,13 +121,17 @@ class Connection:
             self._loop.call_soon(self._write_out)
         return not self.closed
 
+    @property
+    def _backlogged(self) -> bool:
+        """The flusher holds or is writing data: what is posted now goes behind it."""
+        return self._sending or self._out_ready.is_set() or self._send_lock.locked()
+
     def _write_out(self) -> None:
         """Write what waits directly; what the socket does not take goes to the flusher."""
         self._write_scheduled = False
         if self.closed or not self._out:
             return
-        if self._backlogged or self._sending or self._send_lock.locked():
-            self._backlogged = True
+        if self._backlogged:
             self._out_ready.set()
             return
         assert self._raw is not None
@@ -150,8 +152,7 @@ class Connection:
             return
         out.append(data[sent:])
         self._out_bytes = len(data) - sent
-        self._backlogged = True
-        self._out_ready.set()
+        self._out_ready.set()  # the socket is full: the flusher waits for it to drain
 
     def _lose(self) -> None:
         self.closed = True
@@ -176,7 +177,6 @@ class Connection:
                 finally:
                     self._sending = False
             if not self._out:
-                self._backlogged = False  # caught up: direct writes may resume
                 self._release_flush_waiters()
 
     async def flushed(self) -> None:

@@ -424,7 +424,7 @@ class LedgerWriter:
             self._resolve_committed()
 
     async def _receive_batch(self) -> None:
-        """Take the outcomes of the oldest handed batch and queue them for the resolver."""
+        """Take the outcomes of the oldest handed batch; `_resolve_committed` tells the callers."""
         batch = self._handed[0]
         if self._dead is not None:
             outcomes: list[Outcome] = [(None, self._dead)] * len(batch)
