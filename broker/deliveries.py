@@ -32,6 +32,7 @@ from .server import Connection
 
 log = logs.get("broker.deliveries")
 RESEND_BATCH = 10_000
+PICKS_KEPT = 65_536  # sessions whose adapter choice is remembered, per channel
 
 
 class Deliveries:
@@ -44,15 +45,28 @@ class Deliveries:
         self._confirmed: deque[str] = deque()
         self._confirm_job = False
         self._taking: list[str] | None = None
+        # channel -> session -> the adapter `pick` chose; forgotten whenever an
+        # adapter of the channel comes or goes, since the choice may change.
+        self._picked: dict[str, dict[str, Connection]] = {}
 
     def pick(self, channel: str, session: str) -> Connection | None:
+        picked = self._picked.get(channel)
+        if picked is None:
+            picked = self._picked[channel] = {}
+        conn = picked.get(session)
+        if conn is not None and not conn.closed:
+            return conn  # a turn sends a delta and a deliver: hash once
         conns = [c for c in self.adapters.get(channel, ()) if not c.closed]
         if not conns:
             return None
         # Rendezvous hashing: a session keeps its adapter while others come
         # and go; only the sessions of an adapter that leaves move.
         key = session.encode()
-        return max(conns, key=lambda c: zlib.crc32(key, zlib.crc32(c.id.encode())))
+        conn = max(conns, key=lambda c: zlib.crc32(key, zlib.crc32(c.id.encode())))
+        if len(picked) >= PICKS_KEPT:
+            picked.clear()
+        picked[session] = conn
+        return conn
 
     def delta(self, channel: str, session: str, frame: dict[str, Any]) -> None:
         conn = self.pick(channel, session)
@@ -79,6 +93,7 @@ class Deliveries:
         channel = conn.channel
         pending = await self.ledger.read(lambda c: turns.pending_outbox(c, channel, RESEND_BATCH))
         self.adapters.setdefault(channel, []).append(conn)
+        self._picked.pop(channel, None)
         live = {c.id for c in self.adapters[channel] if not c.closed and c is not conn}
         # Confirmed, but the job recording it has not committed yet: not pending.
         confirmed = {*self._confirmed, *(self._taking or ())}
@@ -105,6 +120,7 @@ class Deliveries:
         conns = self.adapters.get(conn.channel, [])
         if conn in conns:
             conns.remove(conn)
+        self._picked.pop(conn.channel, None)
         for out_id, (channel, session, data, sent_to) in list(self.unconfirmed.items()):
             if sent_to == conn.id:
                 self._send(out_id, channel, session, data)

@@ -1,0 +1,87 @@
+"""Deliveries.pick remembers each session's adapter; the choice must always equal
+rendezvous hashing over the channel's open adapters at that moment."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from broker.deliveries import Deliveries
+from broker.server import Connection
+from ledger.store import Ledger
+
+
+@dataclass(eq=False)
+class FakeConn:
+    id: str
+    channel: str
+    closed: bool = False
+
+
+class NoBacklog:
+    async def read(self, fn: Any) -> list[Any]:
+        return []
+
+
+def picked(deliveries: Deliveries, channel: str, session: str) -> object:
+    return deliveries.pick(channel, session)
+
+
+def expected(conns: list[FakeConn], session: str) -> FakeConn | None:
+    open_ = [c for c in conns if not c.closed]
+    if not open_:
+        return None
+    key = session.encode()
+    return max(open_, key=lambda c: zlib.crc32(key, zlib.crc32(c.id.encode())))
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("connect"), st.sampled_from(["a", "b"])),
+        st.tuples(st.just("close"), st.integers(0, 20)),
+        st.tuples(st.just("gone"), st.integers(0, 20)),
+        st.tuples(st.just("pick"), st.sampled_from(["a", "b"]), st.integers(0, 4)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(ops)
+@example([("connect", "a"), ("pick", "a", 2), ("connect", "a"), ("pick", "a", 2)])
+def test_pick_always_matches_rendezvous_hashing(script: list[tuple[Any, ...]]) -> None:
+    deliveries = Deliveries(cast(Ledger, NoBacklog()))
+    made: list[FakeConn] = []
+    for op in script:
+        if op[0] == "connect":
+            conn = FakeConn(f"conn-{len(made)}", op[1])
+            made.append(conn)
+            anyio.run(deliveries.adapter_connected, cast(Connection, conn))
+        elif op[0] in ("close", "gone") and made:
+            conn = made[op[1] % len(made)]
+            conn.closed = True
+            if op[0] == "gone":
+                deliveries.adapter_gone(cast(Connection, conn))
+        elif op[0] == "pick":
+            channel, session = op[1], f"dm:s{op[2]}"
+            members = [c for c in made if c.channel == channel]
+            got = picked(deliveries, channel, session)
+            assert got is expected(members, session)
+
+
+def test_a_new_adapter_takes_over_the_sessions_it_wins() -> None:
+    deliveries = Deliveries(cast(Ledger, NoBacklog()))
+    first = FakeConn("conn-first", "chat")
+    anyio.run(deliveries.adapter_connected, cast(Connection, first))
+    sessions = [f"dm:s{i}" for i in range(50)]
+    assert all(picked(deliveries, "chat", s) is first for s in sessions)
+    second = FakeConn("conn-second", "chat")
+    anyio.run(deliveries.adapter_connected, cast(Connection, second))
+    moved = [s for s in sessions if picked(deliveries, "chat", s) is second]
+    assert moved and len(moved) < len(sessions)  # some, not all, move to the newcomer
+    assert all(picked(deliveries, "chat", s) is expected([first, second], s) for s in sessions)
