@@ -20,9 +20,12 @@ from typing import Any, NamedTuple
 from broker.identity import Route, SessionRef, build_session_key, chain_to_root, resolve_label
 from broker.ids import new_entity_id, new_id
 
+from .wire import pickled_as_tuple
+
 CACHE_LIMIT = 200_000
 
 
+@pickled_as_tuple
 class InboundRecord(NamedTuple):  # named tuples here: built once per message, cheaply
     channel: str
     msg_id: str
@@ -37,6 +40,7 @@ class InboundRecord(NamedTuple):  # named tuples here: built once per message, c
     meta: str | None  # JSON text, None when empty
 
 
+@pickled_as_tuple
 class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process with each message
     """What the routing policy decided for a message before it is written."""
 
@@ -44,6 +48,7 @@ class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process w
     persona: str | None
 
 
+@pickled_as_tuple
 class Accepted(NamedTuple):
     msg_id: str
     session: str

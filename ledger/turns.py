@@ -26,6 +26,7 @@ from broker.engines.base import ToolCall
 from broker.ids import new_id
 
 from .errors import NotFound
+from .wire import pickled_as_tuple
 
 ItemStatus = Literal["done", "queued", "cancelled"]
 
@@ -40,6 +41,7 @@ class HeadMoved(Exception):
     """The session's head is no longer the turn's parent."""
 
 
+@pickled_as_tuple
 class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
     id: str
     seq: int
