@@ -21,6 +21,7 @@ Rule 4: every wait on the engine is bounded by `engine.timeout_s`; an abort
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -721,10 +722,14 @@ class SessionActor:
         return turn.out_id, channel, orjson.dumps(frame).decode()
 
     async def _load(self) -> None:
-        label = self.label
-        start = await self.hub.ledger.read(lambda c: lt.actor_start(c, label))
+        label, counter = self.label, self.hub.counter
+
+        def read(c: sqlite3.Connection) -> tuple[lt.ActorStart, SessionContext]:
+            start = lt.actor_start(c, label)
+            return start, load_context(c, start.head, counter)
+
+        # One hop to a reader thread, not two: actors start by the thousand.
+        start, self.ctx = await self.hub.ledger.read(read)
         self.head, self.persona, self.kind = start.head, start.persona, start.kind
         self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
         self.override = orjson.loads(start.override) if start.override else {}
-        head, counter = self.head, self.hub.counter
-        self.ctx = await self.hub.ledger.read(lambda c: load_context(c, head, counter))
