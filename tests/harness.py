@@ -95,9 +95,14 @@ class DaemonProcess:
     """The broker daemon in a child process."""
 
     def __init__(
-        self, workdir: Path, config: dict[str, Any] | None = None, backend: str = "asyncio"
+        self,
+        workdir: Path,
+        config: dict[str, Any] | None = None,
+        backend: str = "asyncio",
+        wrapper: list[str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.wrapper = wrapper or []  # a command the daemon runs under (bench.instructions)
         self.socket = workdir / "broker.sock"
         self.ledger = workdir / "ledger.db"
         self.config_path = workdir / "broker.toml"
@@ -122,6 +127,7 @@ class DaemonProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
         self.proc = subprocess.Popen(
             [
+                *self.wrapper,
                 sys.executable,
                 "-m",
                 "broker",
