@@ -3,8 +3,9 @@
 Every job and its result go by pickle. A named tuple pickles by default
 through `__getnewargs__` and `copyreg.__newobj__`, calls back into Python
 and saves two globals per record; reduced to its class and a plain tuple it
-pickles almost entirely in C (about 40% less time per ingest or turn job,
-measured on the jobs of `bench.turns`).
+pickles almost entirely in C. Counted with callgrind on jobs captured from
+`bench.turns`: 42.0k -> 36.3k instructions to pickle an ingest job, 66.0k ->
+60.8k for a turn commit.
 """
 
 from __future__ import annotations
