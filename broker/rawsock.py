@@ -164,14 +164,17 @@ async def send_all(sock: socket.socket, data: bytes) -> None:
 
     Unlike anyio's `send` it does not yield when the socket takes the bytes at
     once; the caller's task yields elsewhere. Raises BrokenResourceError.
+
+    All or nothing under cancellation: cancelled before its first byte is
+    written it sends nothing; after that the rest follows, shielded, since half
+    a frame would put the peer's framing out of step for good.
     """
     view = memoryview(data)
     while view:
         try:
-            sent = sock.send(view)
+            view = view[sock.send(view) :]
         except (BlockingIOError, InterruptedError):
-            await anyio.wait_writable(sock)
-            continue
+            with anyio.CancelScope(shield=len(view) < len(data)):
+                await anyio.wait_writable(sock)
         except OSError as exc:
             raise anyio.BrokenResourceError(str(exc)) from exc
-        view = view[sent:]

@@ -173,17 +173,9 @@ class ProcessLink:
         self._sent.append((len(jobs), refused))
         if not payload:
             return  # nothing the child could be sent; `receive` answers from `refused`
-        frame = _HEADER.pack(len(payload)) + payload
         try:
-            try:
-                sent = self._sock.send(frame)
-            except BlockingIOError:
-                sent = 0
-            if sent < len(frame):
-                # The rest must follow whatever happens: half a frame would leave
-                # the link out of step (BatchLink: all or nothing).
-                with anyio.CancelScope(shield=True):
-                    await send_all(self._sock, frame[sent:])
+            # All or nothing, as BatchLink asks: send_all finishes a started frame.
+            await send_all(self._sock, _HEADER.pack(len(payload)) + payload)
         except _GONE as exc:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 

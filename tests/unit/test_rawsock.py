@@ -134,6 +134,55 @@ async def test_send_all_waits_for_a_full_socket(
     reader.close()
 
 
+async def test_a_started_send_all_finishes_when_cancelled(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    payload = b"y" * (1 << 20)
+    got = b""
+
+    async def read_all() -> None:
+        nonlocal got
+        await anyio.sleep(0.05)  # let send_all fill the socket and wait first
+        reader = SocketReader(ours)  # not before: on asyncio it reads ahead at once
+        got = await _read(reader, len(payload))
+        reader.close()
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(read_all)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_all, theirs, payload)
+            await anyio.sleep(0.02)  # part of it is written, the rest waits
+            tg.cancel_scope.cancel()  # too late: the rest follows
+    assert got == payload
+
+
+async def test_send_all_on_a_full_socket_sends_nothing_when_cancelled(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    filler = 0
+    while True:  # fill the socket: the next send must wait
+        try:
+            filler += theirs.send(b"f" * 65536)
+        except BlockingIOError:
+            break
+    with anyio.move_on_after(0.05):
+        await send_all(theirs, b"never")
+    reader = SocketReader(ours)
+    got = await _read(reader, filler)
+    theirs.close()
+    with anyio.fail_after(5):
+        while True:
+            try:
+                got += await reader.receive()
+            except anyio.EndOfStream:
+                break
+    assert got == b"f" * filler  # not a byte of the cancelled send
+    reader.close()
+
+
 async def test_send_all_to_a_gone_peer_is_a_broken_resource(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
