@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -18,6 +20,16 @@ pytestmark = pytest.mark.anyio
 
 def _echo(conn: Any, value: int) -> int:
     return value
+
+
+@contextlib.asynccontextmanager
+async def running(writer: LedgerWriter) -> AsyncIterator[None]:
+    """The writer runs for the block; leaving it cancels the writer, which then
+    finishes what was queued (writer Rule 4)."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        yield
+        tg.cancel_scope.cancel()
 
 
 class ScriptedLink:
@@ -73,14 +85,12 @@ async def test_every_job_goes_in_exactly_one_non_empty_batch(seed: int) -> None:
             if pause:
                 await anyio.sleep(pause)
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         async with anyio.create_task_group() as senders:
             for n in range(8):
                 senders.start_soon(submitter, n * 1000)
         with anyio.fail_after(10):
             await all_done.wait()
-        tg.cancel_scope.cancel()
     assert results == {v: v for v in results} and len(results) == total == 480
     assert min(link.sizes) >= 1, f"an empty batch was handed over: {link.sizes}"
     assert sum(link.sizes) == total
@@ -91,12 +101,10 @@ async def test_every_job_goes_in_exactly_one_non_empty_batch(seed: int) -> None:
 async def test_cancelled_with_jobs_queued_every_job_still_resolves() -> None:
     link = ScriptedLink(commit_s=0.01)
     writer = LedgerWriter(link)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         pending = [writer.submit(_echo, i) for i in range(5)]
         await anyio.lowlevel.checkpoint()  # the first batch is handed over
         pending += [writer.submit(_echo, i) for i in range(5, 300)]
-        tg.cancel_scope.cancel()
     assert [p.get() for p in pending] == list(range(300))
     assert min(link.sizes) >= 1 and sum(link.sizes) == 300
 
@@ -104,8 +112,7 @@ async def test_cancelled_with_jobs_queued_every_job_still_resolves() -> None:
 async def test_a_lazy_job_waits_for_company_and_joins_the_next_batch() -> None:
     link = ScriptedLink(commit_s=0.001)
     writer = LedgerWriter(link, lazy_s=5.0)  # long: only company can take it
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         lazy = writer.submit_lazy(_echo, 1)
         await anyio.sleep(0.05)
         assert link.sizes == [] and not lazy.done  # nothing went for it alone
@@ -114,31 +121,26 @@ async def test_a_lazy_job_waits_for_company_and_joins_the_next_batch() -> None:
             assert await urgent.result() == 2
         assert lazy.get() == 1
         assert link.sizes == [2]  # one transaction for both
-        tg.cancel_scope.cancel()
 
 
 async def test_a_lazy_job_alone_goes_when_its_wait_is_over() -> None:
     link = ScriptedLink(commit_s=0.001)
     writer = LedgerWriter(link, lazy_s=0.05)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         started = anyio.current_time()
         lazy = writer.submit_lazy(_echo, 7)
         with anyio.fail_after(5):
             assert await lazy.result() == 7
         assert anyio.current_time() - started >= 0.04
         assert link.sizes == [1]
-        tg.cancel_scope.cancel()
 
 
 async def test_lazy_jobs_still_commit_when_the_writer_is_cancelled() -> None:
     link = ScriptedLink(commit_s=0.001)
     writer = LedgerWriter(link, lazy_s=60.0)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         lazy = [writer.submit_lazy(_echo, i) for i in range(3)]
         await anyio.lowlevel.checkpoint()
-        tg.cancel_scope.cancel()
     assert [p.get() for p in lazy] == [0, 1, 2]
     assert link.sizes == [3]
 
@@ -158,15 +160,13 @@ async def test_lazy_and_urgent_jobs_over_a_slow_link_all_commit(seed: int) -> No
             pending.append(submit(_echo, base + i))
             await anyio.sleep(rng.choice([0.0, 0.001, 0.004]))
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         async with anyio.create_task_group() as senders:
             for n in range(4):
                 senders.start_soon(submitter, n * 1000)
         with anyio.fail_after(10):
             for p in pending:
                 await p.result()
-        tg.cancel_scope.cancel()
     assert sorted(p.get() for p in pending) == sorted(
         n * 1000 + i for n in range(4) for i in range(40)
     )
@@ -215,8 +215,7 @@ async def test_a_lazy_job_left_alone_behind_a_waiting_send_still_goes() -> None:
     # trio may run the sender first, which then waits in the send itself.)
     link = GatedLink()
     writer = LedgerWriter(link, lazy_s=0.01)
-    async with anyio.create_task_group() as tg:
-        await tg.start(writer.run)
+    async with running(writer):
         try:
             first = writer.submit(_echo, 1)
             await anyio.wait_all_tasks_blocked()  # handed over; its commit waits
@@ -238,4 +237,3 @@ async def test_a_lazy_job_left_alone_behind_a_waiting_send_still_goes() -> None:
             assert link.sizes == [1, 1, 1]
         finally:
             link.open_up()  # never leave the writer's shutdown waiting on the gate
-            tg.cancel_scope.cancel()
