@@ -4,7 +4,9 @@ Rule 1: a `deliver` is sent only after the outbox row holding it committed;
         until an adapter confirms it with `delivered` it stays pending in the
         ledger and is sent again, with the same out_id, when an adapter of
         its channel connects (or when the adapter it went to goes away and
-        another of the channel is still connected).
+        another of the channel is still connected). A reply whose commit is
+        on its way (`expect`) is left to its own `deliver` by a connect, since
+        a reader may see the row before the commit is reported here.
 Rule 2: a session's replies go to one adapter of the channel, chosen by the
         session label, so its deltas and its deliver arrive in order on one
         connection. Sending never waits on a client (see Connection.post).
@@ -48,6 +50,8 @@ class Deliveries:
         # channel -> session -> the adapter `pick` chose; forgotten whenever an
         # adapter of the channel comes or goes, since the choice may change.
         self._picked: dict[str, dict[str, Connection]] = {}
+        # out_ids whose outbox row is being committed; `deliver` or `abandon` follows.
+        self._committing: set[str] = set()
 
     def pick(self, channel: str, session: str) -> Connection | None:
         picked = self._picked.get(channel)
@@ -73,8 +77,19 @@ class Deliveries:
         if conn is not None:
             conn.post(orjson.dumps(frame) + b"\n", droppable=True)
 
+    def expect(self, out_id: str) -> None:
+        """The outbox row of `out_id` is about to be committed; `deliver` sends it
+        once the commit is reported, or `abandon` gives it up."""
+        self._committing.add(out_id)
+
+    def abandon(self, out_id: str) -> None:
+        """The commit of `out_id` failed. If its row committed all the same (the
+        writer died after COMMIT), the next connect sends it like any pending row."""
+        self._committing.discard(out_id)
+
     def deliver(self, out_id: str, channel: str, session: str, frame_json: str) -> None:
         """Send a committed reply; it stays unconfirmed until `delivered`."""
+        self._committing.discard(out_id)
         self._send(out_id, channel, session, frame_json.encode() + b"\n")
 
     def _send(self, out_id: str, channel: str, session: str, data: bytes) -> None:
@@ -100,8 +115,8 @@ class Deliveries:
         seen = set()
         for out_id, session, frame in pending:
             seen.add(out_id)
-            if out_id in confirmed:
-                continue
+            if out_id in confirmed or out_id in self._committing:
+                continue  # recorded as confirmed, or its `deliver` is still to come
             in_flight = self.unconfirmed.get(out_id)
             if in_flight is not None and in_flight[3] in live:
                 continue  # on its way through another live adapter already
