@@ -256,6 +256,8 @@ def common_checks(view: lc.LedgerView, fleet: Fleet, texts: dict[str, str]) -> N
     ):
         assert not problems, f"{name}: {len(problems)} violation(s), first: {problems[:5]}"
     assert set(view.heads) == {a["session"] for a in fleet.acked.values()}
+    # The adapters stay connected throughout: no reply has a reason to come twice.
+    assert not fleet.repeats, f"replies sent twice: {list(fleet.repeats)[:5]}"
 
 
 def daemon_config(cap: int, drop: str, idle_stop_s: float = 2.0) -> dict[str, Any]:
