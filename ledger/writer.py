@@ -285,6 +285,7 @@ class LedgerWriter:
         self._lazy: deque[Pending[Any]] = deque()  # Rule 6
         self._lazy_s = lazy_s
         self._lazy_since = 0.0  # when the oldest waiting lazy job was submitted
+        self._last: Pending[Any] | None = None  # the newest job of `submit` (for `settled`)
         self._wake = anyio.Event()
         self._batch_done = anyio.Event()
         # Batches handed to the link whose outcomes have not come back yet.
@@ -313,6 +314,7 @@ class LedgerWriter:
         """
         pending = self._pending(fn, args, kwargs)
         self._queue.append(pending)
+        self._last = pending
         self._wake.set()
         return pending
 
@@ -334,6 +336,17 @@ class LedgerWriter:
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         return await self.submit(fn, *args, **kwargs).result()
+
+    async def settled(self) -> None:
+        """Return once every job submitted so far with `submit` is resolved, committed
+        or failed (at once when none is open), so a read from here on sees them.
+        Lazy jobs are not waited for: they commute with everything (Rule 6)."""
+        last = self._last
+        if last is None or last.done:
+            return
+        # Jobs resolve in submission order (Rule 3 and `_resolve_committed`).
+        while not last.done:
+            await self._batch_done.wait()
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

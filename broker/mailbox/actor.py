@@ -214,6 +214,9 @@ class SessionActor:
         """Run until idle. `backlog=None`: recover the session from the ledger first."""
         if backlog is None:
             backlog = await self.hub.recover_session(self.label)
+        # An earlier actor of this session may have retired with writes not yet
+        # committed (a `/new`, a `/queue` override): load only after them.
+        await self.hub.ledger.writer.settled()
         await self._load()
         # A chat command cut off between its ack and its reply is still a command.
         commands = [i for i in backlog if i.source == "person" and is_command(i.text or "")]

@@ -54,7 +54,14 @@ class ScriptedLink:
     async def receive(self) -> list[Outcome]:
         await anyio.sleep(self.commit_s)
         jobs = self._handed.popleft()  # only now: a cancelled receive takes nothing
-        return [(job.fn(None, *job.args, **job.kwargs), None) for job in jobs]
+        return [self._run(job) for job in jobs]
+
+    @staticmethod
+    def _run(job: JobSpec) -> Outcome:
+        try:
+            return job.fn(None, *job.args, **job.kwargs), None
+        except Exception as exc:  # the job fails alone (writer Rule 2)
+            return None, exc
 
     async def aclose(self) -> None:
         pass
@@ -107,6 +114,31 @@ async def test_cancelled_with_jobs_queued_every_job_still_resolves() -> None:
         pending += [writer.submit(_echo, i) for i in range(5, 300)]
     assert [p.get() for p in pending] == list(range(300))
     assert min(link.sizes) >= 1 and sum(link.sizes) == 300
+
+
+def _fail(conn: Any, value: int) -> int:
+    raise ValueError(value)
+
+
+async def test_settled_returns_once_every_job_submitted_before_it_is_resolved() -> None:
+    link = ScriptedLink(commit_s=0.01)
+    writer = LedgerWriter(link, lazy_s=60.0)
+    async with running(writer):
+        with anyio.fail_after(1):
+            await writer.settled()  # nothing open: at once
+        jobs = [writer.submit(_echo, i) for i in range(3)]
+        await anyio.lowlevel.checkpoint()  # (asyncio: the first batch is handed over)
+        jobs += [writer.submit(_echo, 3), writer.submit(_fail, 4)]
+        lazy = writer.submit_lazy(_echo, 5)  # not waited for (Rule 6)
+        with anyio.fail_after(5):
+            await writer.settled()  # does not raise the failed job's error
+        assert all(p.done for p in jobs), [p.done for p in jobs]
+        assert [p.get() for p in jobs[:4]] == [0, 1, 2, 3]
+        with pytest.raises(ValueError, match="4"):
+            jobs[4].get()
+        with anyio.fail_after(1):
+            await writer.settled()  # all resolved: at once again
+    assert lazy.get() == 5
 
 
 async def test_a_lazy_job_waits_for_company_and_joins_the_next_batch() -> None:
