@@ -46,6 +46,7 @@ def _json(event: MutableMapping[str, Any], **_kw: Any) -> str:
 
 
 def configure(level: str = "info", fmt: str = "json") -> None:
+    global _configuration
     renderer: Processor = (
         structlog.processors.JSONRenderer(serializer=_json)
         if fmt == "json"
@@ -64,7 +65,33 @@ def configure(level: str = "info", fmt: str = "json") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    _configuration += 1
+
+
+_configuration = 0  # bumped by `configure`: loggers bound before it bind again
+
+
+class Logger:
+    """A named logger, bound once per configuration.
+
+    structlog's own lazy proxy binds a new logger (and a new PrintLogger) on
+    every call unless loggers are cached for good, which would pin the log
+    level a reload sets; this binds again only after `configure`.
+    """
+
+    __slots__ = ("_bound", "_configuration", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._configuration = -1
+        self._bound: Any = None
+
+    def __getattr__(self, method: str) -> Any:
+        if self._configuration != _configuration:
+            self._bound = structlog.get_logger(self._name).bind()
+            self._configuration = _configuration
+        return getattr(self._bound, method)
 
 
 def get(name: str) -> Any:
-    return structlog.get_logger(name)
+    return Logger(name)
