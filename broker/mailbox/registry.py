@@ -66,7 +66,8 @@ class Mailboxes:
         self.started_actors = 0
         self._failures: dict[str, int] = {}
         self.draining = False
-        self._turn_ended = anyio.Event()
+        # Made only while `drain` waits on it: a turn's end costs nothing otherwise.
+        self._turn_ended: anyio.Event | None = None
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -209,8 +210,14 @@ class Mailboxes:
         return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
 
     def turn_ended(self) -> None:
-        self._turn_ended.set()
-        self._turn_ended = anyio.Event()
+        if self._turn_ended is not None:
+            self._turn_ended.set()
+            self._turn_ended = None
+
+    async def _a_turn_ends(self) -> None:
+        if self._turn_ended is None:
+            self._turn_ended = anyio.Event()
+        await self._turn_ended.wait()
 
     def _busy(self) -> list[SessionActor]:
         return [a for a in self.actors.values() if a.turn is not None]
@@ -224,7 +231,7 @@ class Mailboxes:
         self.draining = True
         with anyio.move_on_after(grace_s):
             while self._busy():
-                await self._turn_ended.wait()
+                await self._a_turn_ends()
         busy = self._busy()
         if busy:
             log.warning("aborting turns still running at the shutdown deadline", turns=len(busy))
@@ -233,7 +240,7 @@ class Mailboxes:
             actor.turn.abort("shutdown")
         with anyio.move_on_after(SHUTDOWN_COMMIT_S):
             while self._busy():
-                await self._turn_ended.wait()
+                await self._a_turn_ends()
 
     def retire(self, actor: SessionActor) -> None:
         if self.actors.get(actor.label) is actor:
