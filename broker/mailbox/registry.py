@@ -378,11 +378,10 @@ class Mailboxes:
             }
             reply = (out_id, actor.label, item.channel, orjson.dumps(frame).decode())
         now = now_ms()
-        if reply is not None:
-            self.deliveries.expect(reply[0])
         pending = self.ledger.writer.submit(lt.command_done, item.id, reason, reply, override, now)
         if reply is not None:
             out_id, label, channel, frame_json = reply
+            self.deliveries.expect(out_id)  # before the commit can be read: it is only queued
             pending.after_commit(
                 lambda _: self.deliveries.deliver(out_id, channel, label, frame_json),
                 lambda _: self.deliveries.abandon(out_id),
