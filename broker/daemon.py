@@ -127,7 +127,10 @@ class Daemon:
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":
                     ingress.attach(conn)
-                    await deliveries.adapter_connected(conn)
+                    # Beside the frames it reads: a long backlog goes at the
+                    # adapter's pace, and its confirmations must be read meanwhile.
+                    assert conn.tg is not None
+                    conn.tg.start_soon(deliveries.adapter_connected, conn)
 
             async def on_close(conn: Connection) -> None:
                 if conn.role == "adapter":

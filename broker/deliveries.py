@@ -14,12 +14,19 @@ Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer.py
         Rule 6). Until the record commits, the confirmed ids are kept here and
         are not sent again; after a restart before it commits, they are (at
         least once).
+Rule 4: a connecting adapter gets the whole pending backlog of its channel,
+        oldest first, a page at a time, each page only once the socket took
+        the one before (so a long backlog neither overruns the connection's
+        output limit nor waits for another connect). Live replies for that
+        adapter are held until the backlog is out, so none overtakes an older
+        one. A reply no adapter can take now is not kept in memory: the ledger
+        holds it for the next connect.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
-from collections import deque
 from typing import Any
 
 import orjson
@@ -33,25 +40,36 @@ from .protocol import ArgSpec, ProtocolError, check_args
 from .server import Connection
 
 log = logs.get("broker.deliveries")
-RESEND_BATCH = 10_000
+RESEND_PAGE = 1_000  # pending replies read from the ledger at a time (Rule 4)
+RESEND_FLUSH_BYTES = 1 << 20  # resent bytes after which the resend waits for the socket
 PICKS_KEPT = 65_536  # sessions whose adapter choice is remembered, per channel
 
 
 class Deliveries:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        resend_page: int = RESEND_PAGE,
+        resend_flush_bytes: int = RESEND_FLUSH_BYTES,
+    ) -> None:
         self.ledger = ledger
+        self.resend_page = resend_page
+        self.resend_flush_bytes = resend_flush_bytes
         self.adapters: dict[str, list[Connection]] = {}
         # out_id -> (channel, session, frame bytes, the connection it went to)
         self.unconfirmed: dict[str, tuple[str, str, bytes, str | None]] = {}
         # Confirmations wait here for one writer job to record them together.
-        self._confirmed: deque[str] = deque()
+        self._confirmed: dict[str, None] = {}  # ordered, and a set
         self._confirm_job = False
-        self._taking: list[str] | None = None
+        self._taking: dict[str, None] | None = None
         # channel -> session -> the adapter `pick` chose; forgotten whenever an
         # adapter of the channel comes or goes, since the choice may change.
         self._picked: dict[str, dict[str, Connection]] = {}
         # out_ids whose outbox row is being committed; `deliver` or `abandon` follows.
         self._committing: set[str] = set()
+        # conn id -> live replies held for that adapter until its backlog is out (Rule 4)
+        self._held: dict[str, dict[str, None]] = {}
 
     def pick(self, channel: str, session: str) -> Connection | None:
         picked = self._picked.get(channel)
@@ -94,40 +112,85 @@ class Deliveries:
 
     def _send(self, out_id: str, channel: str, session: str, data: bytes) -> None:
         conn = self.pick(channel, session)
-        sent_to = conn.id if conn is not None and conn.post(data) else None
-        self.unconfirmed[out_id] = (channel, session, data, sent_to)
+        held = self._held.get(conn.id) if conn is not None else None
+        if held is not None:
+            held[out_id] = None  # behind that adapter's backlog (Rule 4)
+            self.unconfirmed[out_id] = (channel, session, data, None)
+        else:
+            self._post(out_id, channel, session, data, conn)
+
+    def _post(
+        self, out_id: str, channel: str, session: str, data: bytes, conn: Connection | None
+    ) -> None:
+        if conn is not None and conn.post(data):
+            self.unconfirmed[out_id] = (channel, session, data, conn.id)
+        else:
+            # No adapter takes it now: the ledger keeps it for the next connect.
+            self.unconfirmed.pop(out_id, None)
 
     async def adapter_connected(self, conn: Connection) -> None:
-        """Send the channel's unconfirmed replies, oldest first, then live ones.
+        """Send the channel's unconfirmed replies, oldest first, then the held live ones.
 
-        The connection joins the channel only after the backlog is read, and
-        the backlog plus whatever committed meanwhile is posted in the same
-        step, so a live reply can never overtake an older one.
+        The adapter joins its channel at once, so every reply reported from now
+        on is routed with it in view; those that fall to it are held (Rule 4).
+        Whatever committed before is in the backlog this reads, or on its way
+        through another live adapter, or still committing (Rule 1).
         """
         assert conn.channel is not None
         channel = conn.channel
-        pending = await self.ledger.read(lambda c: turns.pending_outbox(c, channel, RESEND_BATCH))
         self.adapters.setdefault(channel, []).append(conn)
         self._picked.pop(channel, None)
-        live = {c.id for c in self.adapters[channel] if not c.closed and c is not conn}
-        # Confirmed, but the job recording it has not committed yet: not pending.
-        confirmed = {*self._confirmed, *(self._taking or ())}
-        seen = set()
-        for out_id, session, frame in pending:
-            seen.add(out_id)
-            if out_id in confirmed or out_id in self._committing:
-                continue  # recorded as confirmed, or its `deliver` is still to come
-            in_flight = self.unconfirmed.get(out_id)
-            if in_flight is not None and in_flight[3] in live:
-                continue  # on its way through another live adapter already
-            self._send(out_id, channel, session, frame.encode() + b"\n")
-        for out_id, (ch, session, data, sent_to) in list(self.unconfirmed.items()):
-            if ch == channel and out_id not in seen and sent_to not in live:
-                self._send(out_id, channel, session, data)  # committed while we read
-        if pending:
-            log.info(
-                "resent unconfirmed replies", conn=conn.id, channel=channel, count=len(pending)
+        self._held[conn.id] = {}
+        resent = 0
+        try:
+            resent = await self._resend_backlog(conn, channel)
+        finally:
+            # Also when the adapter went away meanwhile: `_send` routes them anew.
+            for out_id in self._held.pop(conn.id, ()):
+                entry = self.unconfirmed.get(out_id)
+                if entry is not None and entry[3] is None:
+                    self._send(out_id, *entry[:3])
+        if resent:
+            log.info("resent unconfirmed replies", conn=conn.id, channel=channel, count=resent)
+
+    async def _resend_backlog(self, conn: Connection, channel: str) -> int:
+        resent = unflushed = 0
+        after: turns.OutboxKey | None = None
+        size = self.resend_page
+        while True:
+            page = await self.ledger.read(
+                functools.partial(turns.pending_outbox, channel=channel, limit=size, after=after)
             )
+            for out_id, session, frame, _key in page:
+                if conn.closed:
+                    return resent  # what it was owed goes elsewhere (`adapter_gone`)
+                if self._owed_elsewhere(out_id, conn):
+                    continue
+                data = frame.encode() + b"\n"
+                self._post(out_id, channel, session, data, self.pick(channel, session))
+                resent += 1
+                unflushed += len(data)
+                if unflushed >= self.resend_flush_bytes:
+                    await conn.flushed()  # the adapter's pace, bounded by the send timeout
+                    unflushed = 0
+            if len(page) < size:
+                return resent
+            after = page[-1][3]
+            await conn.flushed()
+            unflushed = 0
+
+    def _owed_elsewhere(self, out_id: str, conn: Connection) -> bool:
+        """A backlog row the resend must skip: confirmed (its record not yet
+        committed), still committing or held (its own `deliver` sends it), or on
+        its way through another live adapter."""
+        if out_id in self._committing or out_id in self._held.get(conn.id, ()):
+            return True
+        if out_id in self._confirmed or out_id in (self._taking or ()):
+            return True
+        in_flight = self.unconfirmed.get(out_id)
+        if in_flight is None or in_flight[3] is None:
+            return False
+        return any(c.id == in_flight[3] and not c.closed for c in self.adapters[conn.channel or ""])
 
     def adapter_gone(self, conn: Connection) -> None:
         if conn.channel is None:
@@ -143,7 +206,7 @@ class Deliveries:
     async def on_delivered(self, conn: Connection, frame: dict[str, Any]) -> None:
         args = check_args(frame, (ArgSpec("out_id", str, True, 64),), frame.get("req"))
         self.unconfirmed.pop(args["out_id"], None)
-        self._confirmed.append(args["out_id"])
+        self._confirmed[args["out_id"]] = None
         if self._confirm_job:
             return  # the job already queued records this one too
         try:
@@ -165,17 +228,17 @@ class Deliveries:
         # The outbox rows stay pending, so the replies are resent on the next
         # connect; keep the ids for the next job all the same.
         log.warning("could not record delivery confirmations", error=str(error))
-        self._confirmed.extendleft(reversed(self._taking or []))
+        self._confirmed = {**(self._taking or {}), **self._confirmed}
         self._taking = None
         self._confirm_job = False
 
     def _submit_confirm_job(self) -> None:
         # One job at a time takes every id confirmed so far; ids confirmed while
         # it is queued wait for the next one (see `_recorded`).
-        taking = list(self._confirmed)
+        taking = self._confirmed
         # Lazy: nobody waits on it, so it joins the next batch instead of making one.
-        pending = self.ledger.writer.submit_lazy(turns.mark_delivered, taking, now_ms())
-        self._confirmed.clear()
+        pending = self.ledger.writer.submit_lazy(turns.mark_delivered, list(taking), now_ms())
+        self._confirmed = {}
         self._taking = taking
         self._confirm_job = True
         pending.after_commit(self._recorded, self._not_recorded)

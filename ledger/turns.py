@@ -389,17 +389,22 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
     return recovered
 
 
+OutboxKey = tuple[int, str]  # (created_at, out_id): the order replies are resent in
+
+
 def pending_outbox(
-    conn: sqlite3.Connection, channel: str, limit: int
-) -> list[tuple[str, str, str]]:
-    """(out_id, session, frame) of the replies of a channel not yet confirmed."""
+    conn: sqlite3.Connection, channel: str, limit: int, after: OutboxKey | None = None
+) -> list[tuple[str, str, str, OutboxKey]]:
+    """(out_id, session, frame, key) of up to `limit` replies of a channel not yet
+    confirmed, oldest first, from after `after` on (a page of them)."""
+    since = after or (-1, "")
     return [
-        (str(r[0]), str(r[1]), str(r[2]))
+        (str(r[0]), str(r[1]), str(r[2]), (int(r[3]), str(r[0])))
         for r in conn.execute(
-            "SELECT out_id, session_label, frame FROM outbox WHERE channel = ?"
-            " AND status = 'pending'"
+            "SELECT out_id, session_label, frame, created_at FROM outbox WHERE channel = ?"
+            " AND status = 'pending' AND (created_at, out_id) > (?, ?)"
             " ORDER BY created_at, out_id LIMIT ?",
-            (channel, limit),
+            (channel, *since, limit),
         )
     ]
 

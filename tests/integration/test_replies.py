@@ -4,6 +4,7 @@ through the outbox, several adapters of one channel, and chat commands.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import anyio
 import orjson
 import pytest
 
+from broker.deliveries import RESEND_PAGE
 from tests.harness import DaemonProcess
 from tests.integration.wire import (
     SLOW,
@@ -136,6 +138,58 @@ async def assert_not_resent(
         new = await a.deliver(session=session)
         assert new["in_reply_to"] == [later]
         assert [f for f in a.seen if f.get("out_id") == out_id] == []
+
+
+async def test_a_backlog_longer_than_a_page_reaches_the_next_adapter_whole(
+    shared: DaemonProcess,
+) -> None:
+    """Replies nobody confirmed, more than one resend page of them: the next adapter
+    of the channel gets every one, once, oldest first."""
+    channel, count = uniq("r"), RESEND_PAGE + 150
+    async with await Adapter.connect(shared, channel) as a:  # never confirms
+        for start in range(0, count, 100):
+            msgs = [uniq("m") for _ in range(start, min(count, start + 100))]
+            await a.client.send_raw(b"".join(inbound_line(m) for m in msgs))
+            for m in msgs:
+                ack = await a.expect(functools.partial(answers, f"r-{m}"))
+                assert ack["type"] == "ack", ack
+        pending = "SELECT count(*) FROM outbox WHERE channel = ? AND status = 'pending'"
+        await wait_db(shared, pending, (channel,), count, within=4 * WAIT)
+    owed = [
+        r[0]
+        for r in query(
+            shared,
+            "SELECT out_id FROM outbox WHERE channel = ? ORDER BY created_at, out_id",
+            channel,
+        )
+    ]
+    async with await Adapter.connect(shared, channel) as b:
+        got: list[str] = []
+        with anyio.fail_after(4 * WAIT):
+            while len(got) < count:
+                frame = await b.deliver()
+                got.append(frame["out_id"])
+                await b.confirm(frame["out_id"])
+        late = [f for f in await b.read_for(0.3) if f.get("type") == "deliver"]
+    assert got == owed and not late
+    await wait_db(shared, pending, (channel,), 0)
+
+
+def answers(req: str, frame: Frame) -> bool:
+    return frame.get("req") == req
+
+
+def inbound_line(msg_id: str) -> bytes:
+    """A DM from a sender of its own (so a session of its own), acked as `r-<msg_id>`."""
+    frame = {
+        "type": "inbound",
+        "req": f"r-{msg_id}",
+        "msg_id": msg_id,
+        "sender_id": f"+{msg_id}",
+        "peer_kind": "dm",
+        "text": "x",
+    }
+    return orjson.dumps(frame) + b"\n"
 
 
 async def test_a_confirmed_reply_is_not_resent_before_its_record_commits(

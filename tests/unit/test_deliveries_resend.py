@@ -1,14 +1,16 @@
-"""An adapter that connects while a reply's commit is on its way gets that reply once.
+"""What a connecting adapter is sent: each pending reply once, oldest first, all of them.
 
 The writer commits in its own process, so the ledger can show an outbox row as
 pending before the daemon has heard that it committed. `adapter_connected`
-reads the pending rows at that moment; the reply's own `deliver` follows when
-the commit is reported. Whatever the order of those steps, the new adapter must
-get each reply exactly once.
+reads the pending rows in pages while replies keep committing; whatever the
+order of those steps, the new adapter must get each reply exactly once, and no
+live reply may overtake an older one.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -24,7 +26,13 @@ from ledger.store import Ledger
 pytestmark = pytest.mark.anyio
 
 CHANNEL, SESSION, OUT = "chat", "dm:someone", "out-1"
-FRAME = orjson.dumps({"type": "deliver", "out_id": OUT, "text": "hi"}).decode()
+
+
+def frame(out_id: str, size: int = 0) -> str:
+    return orjson.dumps({"type": "deliver", "out_id": out_id, "text": "x" * size}).decode()
+
+
+FRAME = frame(OUT)
 
 
 @dataclass(eq=False)
@@ -33,52 +41,86 @@ class FakeConn:
     channel: str
     closed: bool = False
     sent: list[str] = field(default_factory=list)
+    flushes: int = 0
+    unflushed: int = 0  # bytes posted since the last wait for the socket
+    most_unflushed: int = 0
 
     def post(self, data: bytes, droppable: bool = False) -> bool:
+        if self.closed:
+            return False
         self.sent.append(orjson.loads(data)["out_id"])
+        self.unflushed += len(data)
+        self.most_unflushed = max(self.most_unflushed, self.unflushed)
         return True
+
+    async def flushed(self) -> None:
+        self.flushes += 1
+        self.unflushed = 0
+        await anyio.lowlevel.checkpoint()
 
 
 class Outbox:
-    """The ledger as a reader sees it: `during` runs while the read is under way,
-    and `rows` is what the read returns."""
+    """The ledger as a reader sees it: an outbox table (the real query runs on it),
+    and `during`, run while a read is under way."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str]] = []
-        self.during: Callable[[], None] = lambda: None
+        self.conn = sqlite3.connect(":memory:")
+        self.conn.execute(
+            "CREATE TABLE outbox (out_id TEXT PRIMARY KEY, session_label TEXT, channel TEXT,"
+            " frame TEXT, created_at INTEGER, status TEXT)"
+        )
+        self.reads = 0
+        self.during: Callable[[int], None] = lambda read: None
 
-    async def read(self, fn: Any) -> list[tuple[str, str, str]]:
-        self.during()
+    def add(self, out_id: str, at: int = 0, body: str | None = None) -> None:
+        self.conn.execute(
+            "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, 'pending')",
+            (out_id, SESSION, CHANNEL, body or frame(out_id), at),
+        )
+
+    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        self.reads += 1
+        self.during(self.reads)
         await anyio.lowlevel.checkpoint()
-        return list(self.rows)
+        return fn(self.conn)
+
+
+def deliveries_over(outbox: Outbox, **kwargs: int) -> Deliveries:
+    return Deliveries(cast(Ledger, outbox), **kwargs)
 
 
 async def connect(deliveries: Deliveries, conn: FakeConn) -> None:
     await deliveries.adapter_connected(cast(Connection, conn))
 
 
+# -- a reply committing while an adapter connects ------------------------------------
+
 Step = Callable[[Deliveries, Outbox, FakeConn], Awaitable[None]]
 
 
 async def committed_then_connected(d: Deliveries, outbox: Outbox, conn: FakeConn) -> None:
-    outbox.rows = [(OUT, SESSION, FRAME)]
-    d.deliver(OUT, CHANNEL, SESSION, FRAME)  # no adapter yet: it waits
+    outbox.add(OUT)
+    d.deliver(OUT, CHANNEL, SESSION, FRAME)  # no adapter yet: the ledger keeps it
     await connect(d, conn)
 
 
 async def reported_while_reading(d: Deliveries, outbox: Outbox, conn: FakeConn) -> None:
-    outbox.rows = [(OUT, SESSION, FRAME)]  # the read sees the row
-    outbox.during = lambda: d.deliver(OUT, CHANNEL, SESSION, FRAME)
+    outbox.add(OUT)  # the read sees the row
+    outbox.during = lambda _: d.deliver(OUT, CHANNEL, SESSION, FRAME)
     await connect(d, conn)
 
 
 async def reported_while_reading_row_unseen(d: Deliveries, outbox: Outbox, conn: FakeConn) -> None:
-    outbox.during = lambda: d.deliver(OUT, CHANNEL, SESSION, FRAME)  # the read misses the row
+    def commit_and_report(_: int) -> None:
+        d.deliver(OUT, CHANNEL, SESSION, FRAME)
+        outbox.add(OUT)  # (a real read runs on a snapshot from before the commit)
+
+    outbox.during = commit_and_report
     await connect(d, conn)
 
 
 async def reported_after_reading(d: Deliveries, outbox: Outbox, conn: FakeConn) -> None:
-    outbox.rows = [(OUT, SESSION, FRAME)]  # committed, but not reported yet
+    outbox.add(OUT)  # committed, but not reported yet
     await connect(d, conn)
     d.deliver(OUT, CHANNEL, SESSION, FRAME)
 
@@ -94,7 +136,7 @@ async def reported_after_reading(d: Deliveries, outbox: Outbox, conn: FakeConn) 
 )
 async def test_a_reply_committing_while_an_adapter_connects_is_sent_once(steps: Step) -> None:
     outbox = Outbox()
-    deliveries = Deliveries(cast(Ledger, outbox))
+    deliveries = deliveries_over(outbox)
     deliveries.expect(OUT)  # the turn's commit is on its way to the writer
     conn = FakeConn("conn-1", CHANNEL)
     await steps(deliveries, outbox, conn)
@@ -106,9 +148,9 @@ async def test_a_reply_whose_commit_failed_is_sent_when_the_row_is_there() -> No
     # A commit reported as failed may still have committed (the writer died after
     # COMMIT): the row is resent by the next connect, as any pending row is.
     outbox = Outbox()
-    deliveries = Deliveries(cast(Ledger, outbox))
+    deliveries = deliveries_over(outbox)
     deliveries.expect(OUT)
-    outbox.rows = [(OUT, SESSION, FRAME)]
+    outbox.add(OUT)
     deliveries.abandon(OUT)
     conn = FakeConn("conn-1", CHANNEL)
     await connect(deliveries, conn)
@@ -117,11 +159,94 @@ async def test_a_reply_whose_commit_failed_is_sent_when_the_row_is_there() -> No
 
 async def test_a_connect_skips_only_the_replies_still_committing() -> None:
     outbox = Outbox()
-    deliveries = Deliveries(cast(Ledger, outbox))
+    deliveries = deliveries_over(outbox)
     deliveries.expect(OUT)
-    outbox.rows = [("out-0", SESSION, FRAME.replace(OUT, "out-0")), (OUT, SESSION, FRAME)]
+    outbox.add("out-0", at=0)
+    outbox.add(OUT, at=1)
     conn = FakeConn("conn-1", CHANNEL)
     await connect(deliveries, conn)
     assert conn.sent == ["out-0"]  # the older one now; the committing one when reported
     deliveries.deliver(OUT, CHANNEL, SESSION, FRAME)
     assert conn.sent == ["out-0", OUT]
+
+
+# -- a long backlog ------------------------------------------------------------------
+
+
+def backlog(outbox: Outbox, count: int, size: int = 0) -> list[str]:
+    ids = [f"old-{n:05d}" for n in range(count)]
+    for n, out_id in enumerate(ids):
+        outbox.add(out_id, at=n // 7, body=frame(out_id, size))  # ties on created_at too
+    return ids
+
+
+async def test_a_backlog_longer_than_a_page_is_sent_whole_once_in_order() -> None:
+    outbox = Outbox()
+    ids = backlog(outbox, 2_500, size=100)
+    deliveries = deliveries_over(outbox, resend_page=1_000, resend_flush_bytes=50_000)
+    conn = FakeConn("conn-1", CHANNEL)
+    await connect(deliveries, conn)
+    assert conn.sent == ids
+    assert outbox.reads == 3  # 1,000 + 1,000 + 500
+    # It waited for the socket between pages and within them, so the connection's
+    # output never held more than the flush size and a frame.
+    frame_bytes = len(frame("old-00000", 100)) + 1
+    assert conn.flushes > 2  # the two page ends, and within pages
+    assert conn.most_unflushed <= 50_000 + frame_bytes
+
+
+async def test_a_live_reply_for_the_connecting_adapter_waits_behind_its_backlog() -> None:
+    outbox = Outbox()
+    ids = backlog(outbox, 25)
+    deliveries = deliveries_over(outbox, resend_page=10)
+
+    def a_turn_ends(read: int) -> None:
+        if read == 2:  # mid-backlog
+            outbox.add("live", at=1_000)
+            deliveries.deliver("live", CHANNEL, SESSION, frame("live"))
+
+    outbox.during = a_turn_ends
+    conn = FakeConn("conn-1", CHANNEL)
+    await connect(deliveries, conn)
+    assert conn.sent == [*ids, "live"]  # once, and after every older reply
+    deliveries.deliver("later", CHANNEL, SESSION, frame("later"))
+    assert conn.sent[-1] == "later"  # the backlog is out: live replies go at once
+
+
+async def test_held_replies_go_to_another_adapter_when_the_connecting_one_leaves() -> None:
+    outbox = Outbox()
+    deliveries = deliveries_over(outbox)
+    staying, leaving = FakeConn("conn-2", CHANNEL), FakeConn("conn-1", CHANNEL)
+    await connect(deliveries, staying)  # nothing pending yet
+    outbox.add("pending", at=0)
+    session = next(s for s in (f"dm:s{n}" for n in range(100)) if goes_to(s, leaving, staying))
+
+    def a_turn_ends_and_the_adapter_leaves(_: int) -> None:
+        outbox.add("live", at=1)
+        deliveries.deliver("live", CHANNEL, session, frame("live"))  # held for `leaving`
+        leaving.closed = True
+
+    outbox.during = a_turn_ends_and_the_adapter_leaves
+    await connect(deliveries, leaving)
+    deliveries.adapter_gone(cast(Connection, leaving))
+    assert leaving.sent == []
+    assert staying.sent == ["live"]  # routed anew when its adapter left
+    assert deliveries.unconfirmed["live"][3] == staying.id
+    # ("pending" waits in the ledger for the next connect: it was never sent.)
+
+
+def goes_to(session: str, conn: FakeConn, other: FakeConn) -> bool:
+    """Whether rendezvous hashing sends `session` to `conn` rather than `other`."""
+    key = session.encode()
+    return max((conn, other), key=lambda c: zlib.crc32(key, zlib.crc32(c.id.encode()))) is conn
+
+
+async def test_a_reply_no_adapter_can_take_is_left_to_the_ledger() -> None:
+    outbox = Outbox()
+    deliveries = deliveries_over(outbox)
+    outbox.add(OUT)
+    deliveries.deliver(OUT, CHANNEL, SESSION, FRAME)  # no adapter of the channel
+    assert OUT not in deliveries.unconfirmed  # not held in memory for ever
+    conn = FakeConn("conn-1", CHANNEL)
+    await connect(deliveries, conn)
+    assert conn.sent == [OUT]
