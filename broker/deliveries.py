@@ -138,6 +138,8 @@ class Deliveries:
         """
         assert conn.channel is not None
         channel = conn.channel
+        if conn.closed:
+            return  # gone before this ran: `adapter_gone` is done with it already
         self.adapters.setdefault(channel, []).append(conn)
         self._picked.pop(channel, None)
         self._held[conn.id] = {}

@@ -250,3 +250,13 @@ async def test_a_reply_no_adapter_can_take_is_left_to_the_ledger() -> None:
     conn = FakeConn("conn-1", CHANNEL)
     await connect(deliveries, conn)
     assert conn.sent == [OUT]
+
+
+async def test_an_adapter_gone_before_its_connect_ran_is_not_kept() -> None:
+    # The resend runs as a task of the connection; the connection may close and
+    # `adapter_gone` run before that task gets to its first step.
+    deliveries = deliveries_over(Outbox())
+    conn = FakeConn("conn-1", CHANNEL, closed=True)
+    deliveries.adapter_gone(cast(Connection, conn))
+    await connect(deliveries, conn)
+    assert deliveries.adapters.get(CHANNEL, []) == []
