@@ -70,6 +70,10 @@ class Deliveries:
         self._committing: set[str] = set()
         # conn id -> live replies held for that adapter until its backlog is out (Rule 4)
         self._held: dict[str, dict[str, None]] = {}
+        # While a backlog is resent, confirmations whose record committed meanwhile:
+        # the page being resent may have been read before that commit.
+        self._resends = 0
+        self._recorded_meanwhile: set[str] = set()
 
     def pick(self, channel: str, session: str) -> Connection | None:
         picked = self._picked.get(channel)
@@ -156,6 +160,15 @@ class Deliveries:
             log.info("resent unconfirmed replies", conn=conn.id, channel=channel, count=resent)
 
     async def _resend_backlog(self, conn: Connection, channel: str) -> int:
+        self._resends += 1
+        try:
+            return await self._resend_pages(conn, channel)
+        finally:
+            self._resends -= 1
+            if not self._resends:
+                self._recorded_meanwhile.clear()
+
+    async def _resend_pages(self, conn: Connection, channel: str) -> int:
         resent = unflushed = 0
         after: turns.OutboxKey | None = None
         size = self.resend_page
@@ -183,11 +196,14 @@ class Deliveries:
 
     def _owed_elsewhere(self, out_id: str, conn: Connection) -> bool:
         """A backlog row the resend must skip: confirmed (its record not yet
-        committed), still committing or held (its own `deliver` sends it), or on
-        its way through another live adapter."""
+        committed, or committed after the page was read), still committing or
+        held (its own `deliver` sends it), or on its way through another live
+        adapter."""
         if out_id in self._committing or out_id in self._held.get(conn.id, ()):
             return True
         if out_id in self._confirmed or out_id in (self._taking or ()):
+            return True
+        if out_id in self._recorded_meanwhile:
             return True
         in_flight = self.unconfirmed.get(out_id)
         if in_flight is None or in_flight[3] is None:
@@ -221,6 +237,8 @@ class Deliveries:
             ) from exc
 
     def _recorded(self, _count: int) -> None:
+        if self._resends and self._taking:
+            self._recorded_meanwhile.update(self._taking)
         self._taking = None
         self._confirm_job = False
         if self._confirmed:  # arrived after the job took its ids

@@ -67,14 +67,17 @@ class Outbox:
         self.conn = sqlite3.connect(":memory:")
         self.conn.execute(
             "CREATE TABLE outbox (out_id TEXT PRIMARY KEY, session_label TEXT, channel TEXT,"
-            " frame TEXT, created_at INTEGER, status TEXT)"
+            " frame TEXT, created_at INTEGER, status TEXT, delivered_at INTEGER)"
         )
         self.reads = 0
         self.during: Callable[[int], None] = lambda read: None
+        self.after: Callable[[], None] = lambda: None  # once the read took its snapshot
+        self.writer = Writer()
 
     def add(self, out_id: str, at: int = 0, body: str | None = None) -> None:
         self.conn.execute(
-            "INSERT INTO outbox VALUES (?, ?, ?, ?, ?, 'pending')",
+            "INSERT INTO outbox (out_id, session_label, channel, frame, created_at, status)"
+            " VALUES (?, ?, ?, ?, ?, 'pending')",
             (out_id, SESSION, CHANNEL, body or frame(out_id), at),
         )
 
@@ -82,7 +85,34 @@ class Outbox:
         self.reads += 1
         self.during(self.reads)
         await anyio.lowlevel.checkpoint()
-        return fn(self.conn)
+        rows = fn(self.conn)
+        self.after()
+        return rows
+
+
+class Writer:
+    """Records lazy jobs; `commit_all` reports them committed, as the writer would."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[Any, tuple[Any, ...], Pending]] = []
+
+    def submit_lazy(self, fn: Any, *args: Any) -> Pending:
+        pending = Pending()
+        self.jobs.append((fn, args, pending))
+        return pending
+
+    def commit_all(self, conn: sqlite3.Connection) -> None:
+        jobs, self.jobs = self.jobs, []
+        for fn, args, pending in jobs:
+            pending.done(fn(conn, *args))
+
+
+class Pending:
+    def after_commit(self, ok: Callable[[Any], None], failed: Callable[[Any], None]) -> None:
+        self.ok = ok
+
+    def done(self, result: Any) -> None:
+        self.ok(result)
 
 
 def deliveries_over(outbox: Outbox, **kwargs: int) -> Deliveries:
@@ -260,3 +290,23 @@ async def test_an_adapter_gone_before_its_connect_ran_is_not_kept() -> None:
     deliveries.adapter_gone(cast(Connection, conn))
     await connect(deliveries, conn)
     assert deliveries.adapters.get(CHANNEL, []) == []
+
+
+async def test_a_confirmation_recorded_after_the_page_was_read_is_not_resent() -> None:
+    outbox = Outbox()
+    deliveries = deliveries_over(outbox)
+    first = FakeConn("conn-1", CHANNEL)
+    await connect(deliveries, first)
+    outbox.add(OUT)
+    deliveries.deliver(OUT, CHANNEL, SESSION, FRAME)
+    await deliveries.on_delivered(cast(Connection, first), {"out_id": OUT})
+    first.closed = True
+    deliveries.adapter_gone(cast(Connection, first))
+
+    # The next adapter's read sees the row still pending; the confirmation's record
+    # commits, and is reported, before the page is sent.
+    outbox.after = lambda: outbox.writer.commit_all(outbox.conn)
+    second = FakeConn("conn-2", CHANNEL)
+    await connect(deliveries, second)
+    assert outbox.conn.execute("SELECT status FROM outbox").fetchall() == [("delivered",)]
+    assert first.sent == [OUT] and second.sent == []
