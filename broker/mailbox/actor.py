@@ -51,7 +51,7 @@ from . import machine as m
 from .commands import Command, is_command
 
 if TYPE_CHECKING:
-    from .registry import Mailboxes, Written
+    from .registry import Mailboxes
 
 log = logs.get("broker.actor")
 ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]
@@ -666,7 +666,7 @@ class SessionActor:
             output_tokens=reply_msg.tokens if reply_msg else None,
             events=turn_events(result, status, error),
         )
-        written = await self._commit_expecting_reply(rec)
+        written = await self.hub.commit(rec)
         if written != "lost":
             for kind, payload in rec.events:
                 self.ctx.state.apply(kind, payload)
@@ -701,19 +701,6 @@ class SessionActor:
             out_id, channel, frame = rec.outbox
             self.hub.deliveries.deliver(out_id, channel, self.label, frame)
         return outcome
-
-    async def _commit_expecting_reply(self, rec: TurnRecord) -> Written:
-        deliveries = self.hub.deliveries
-        if rec.outbox is None:
-            return await self.hub.commit(rec)
-        deliveries.expect(rec.outbox[0])
-        written: Written = "lost"
-        try:
-            written = await self.hub.commit(rec)
-        finally:
-            if written == "lost":
-                deliveries.abandon(rec.outbox[0])
-        return written
 
     def _outbox(
         self, turn: RunningTurn, inputs: list[ItemInfo], text: str, status: str

@@ -281,6 +281,19 @@ class Mailboxes:
     # -- turn commits ----------------------------------------------------------
 
     async def commit(self, rec: TurnRecord) -> Written:
+        """Commit a turn; its reply, if any, is expected by Deliveries meanwhile (Rule 1)."""
+        out_id = rec.outbox[0] if rec.outbox is not None else None
+        if out_id is not None:
+            self.deliveries.expect(out_id)
+        written: Written = "lost"
+        try:
+            written = await self._write_turn(rec)
+        finally:
+            if out_id is not None and written == "lost":
+                self.deliveries.abandon(out_id)
+        return written
+
+    async def _write_turn(self, rec: TurnRecord) -> Written:
         try:
             self._post_results(rec, await self.ledger.write(lt.commit_turn, rec))
             return "thread"
