@@ -179,7 +179,7 @@ class Deliveries:
             for out_id, session, frame, _key in page:
                 if conn.closed:
                     return resent  # what it was owed goes elsewhere (`adapter_gone`)
-                if self._owed_elsewhere(out_id, conn):
+                if self._owed_elsewhere(out_id, conn, channel):
                     continue
                 data = frame.encode() + b"\n"
                 self._post(out_id, channel, session, data, self.pick(channel, session))
@@ -194,7 +194,7 @@ class Deliveries:
             await conn.flushed()
             unflushed = 0
 
-    def _owed_elsewhere(self, out_id: str, conn: Connection) -> bool:
+    def _owed_elsewhere(self, out_id: str, conn: Connection, channel: str) -> bool:
         """A backlog row the resend must skip: confirmed (its record not yet
         committed, or committed after the page was read), still committing or
         held (its own `deliver` sends it), or on its way through another live
@@ -208,7 +208,7 @@ class Deliveries:
         in_flight = self.unconfirmed.get(out_id)
         if in_flight is None or in_flight[3] is None:
             return False
-        return any(c.id == in_flight[3] and not c.closed for c in self.adapters[conn.channel or ""])
+        return any(c.id == in_flight[3] and not c.closed for c in self.adapters[channel])
 
     def adapter_gone(self, conn: Connection) -> None:
         if conn.channel is None:
