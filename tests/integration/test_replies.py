@@ -140,13 +140,15 @@ async def assert_not_resent(
         assert [f for f in a.seen if f.get("out_id") == out_id] == []
 
 
+@asyncio_only
 async def test_a_backlog_longer_than_a_page_reaches_the_next_adapter_whole(
-    shared: DaemonProcess,
+    any_backend_daemon: DaemonProcess,
 ) -> None:
     """Replies nobody confirmed, more than one resend page of them: the next adapter
-    of the channel gets every one, once, oldest first."""
+    of the channel gets every one, once, oldest first (on both daemon backends)."""
+    d = any_backend_daemon
     channel, count = uniq("r"), RESEND_PAGE + 150
-    async with await Adapter.connect(shared, channel) as a:  # never confirms
+    async with await Adapter.connect(d, channel) as a:  # never confirms
         for start in range(0, count, 100):
             msgs = [uniq("m") for _ in range(start, min(count, start + 100))]
             await a.client.send_raw(b"".join(inbound_line(m) for m in msgs))
@@ -154,16 +156,16 @@ async def test_a_backlog_longer_than_a_page_reaches_the_next_adapter_whole(
                 ack = await a.expect(functools.partial(answers, f"r-{m}"))
                 assert ack["type"] == "ack", ack
         pending = "SELECT count(*) FROM outbox WHERE channel = ? AND status = 'pending'"
-        await wait_db(shared, pending, (channel,), count, within=4 * WAIT)
+        await wait_db(d, pending, (channel,), count, within=4 * WAIT)
     owed = [
         r[0]
         for r in query(
-            shared,
+            d,
             "SELECT out_id FROM outbox WHERE channel = ? ORDER BY created_at, out_id",
             channel,
         )
     ]
-    async with await Adapter.connect(shared, channel) as b:
+    async with await Adapter.connect(d, channel) as b:
         got: list[str] = []
         with anyio.fail_after(4 * WAIT):
             while len(got) < count:
@@ -172,7 +174,7 @@ async def test_a_backlog_longer_than_a_page_reaches_the_next_adapter_whole(
                 await b.confirm(frame["out_id"])
         late = [f for f in await b.read_for(0.3) if f.get("type") == "deliver"]
     assert got == owed and not late
-    await wait_db(shared, pending, (channel,), 0)
+    await wait_db(d, pending, (channel,), 0)
 
 
 def answers(req: str, frame: Frame) -> bool:
