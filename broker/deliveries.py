@@ -147,10 +147,14 @@ class Deliveries:
         self.adapters.setdefault(channel, []).append(conn)
         self._picked.pop(channel, None)
         self._held[conn.id] = {}
+        self._resends += 1
         resent = 0
         try:
-            resent = await self._resend_backlog(conn, channel)
+            resent = await self._resend_pages(conn, channel)
         finally:
+            self._resends -= 1
+            if not self._resends:
+                self._recorded_meanwhile.clear()
             # Also when the adapter went away meanwhile: `_send` routes them anew.
             for out_id in self._held.pop(conn.id, ()):
                 entry = self.unconfirmed.get(out_id)
@@ -158,15 +162,6 @@ class Deliveries:
                     self._send(out_id, *entry[:3])
         if resent:
             log.info("resent unconfirmed replies", conn=conn.id, channel=channel, count=resent)
-
-    async def _resend_backlog(self, conn: Connection, channel: str) -> int:
-        self._resends += 1
-        try:
-            return await self._resend_pages(conn, channel)
-        finally:
-            self._resends -= 1
-            if not self._resends:
-                self._recorded_meanwhile.clear()
 
     async def _resend_pages(self, conn: Connection, channel: str) -> int:
         resent = unflushed = 0

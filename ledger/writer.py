@@ -180,9 +180,13 @@ class Pending(Generic[T]):
             raise self._error
         return self._value  # type: ignore[return-value]
 
-    async def result(self) -> T:
+    async def wait(self) -> None:
+        """Return once the job is resolved, committed or failed (without raising)."""
         while not self._done:
             await self._batch_done().wait()
+
+    async def result(self) -> T:
+        await self.wait()
         return self.get()
 
 
@@ -341,12 +345,9 @@ class LedgerWriter:
         """Return once every job submitted so far with `submit` is resolved, committed
         or failed (at once when none is open), so a read from here on sees them.
         Lazy jobs are not waited for: they commute with everything (Rule 6)."""
-        last = self._last
-        if last is None or last.done:
-            return
-        # Jobs resolve in submission order (Rule 3 and `_resolve_committed`).
-        while not last.done:
-            await self._batch_done.wait()
+        if self._last is not None:
+            # Jobs resolve in submission order (Rule 3 and `_resolve_committed`).
+            await self._last.wait()
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
