@@ -106,7 +106,11 @@ class Daemon:
     ) -> None:
         s = self.settings
         async with Ledger.open(
-            s.ledger.path, s.ledger.synchronous, readers=s.ledger.readers, writer=s.ledger.writer
+            s.ledger.path,
+            s.ledger.synchronous,
+            readers=s.ledger.readers,
+            writer=s.ledger.writer,
+            log=(s.log_level, s.log_format),
         ) as ledger:
             self.ledger = ledger
             if ledger.migrations_applied:

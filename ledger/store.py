@@ -6,6 +6,7 @@ SQLite. A server database would be another implementation of the same methods.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -17,10 +18,10 @@ import anyio.abc
 
 from . import queries
 from .db import Synchronous, connect, migrate
-from .fts import indexer_for
-from .ingest import Accepted, InboundRecord, SessionSpec, WriterConnection, ingest_job
+from .ingest import Accepted, InboundRecord, SessionSpec, ingest_job
 from .merge import MergeResult, merge_job
-from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, Transactor
+from .transactor import open_transactor
+from .writer import BatchLink, LedgerWriter, Pending, ThreadLink
 from .writer_process import ProcessLink
 
 T = TypeVar("T")
@@ -73,11 +74,13 @@ class Ledger:
         *,
         readers: int = 2,
         writer: WriterKind = "process",
+        log: tuple[str, str] = ("info", "json"),
     ) -> AsyncIterator[Ledger]:
         """Open, migrate and run the ledger; the writer stops when the block exits.
 
         `writer="process"` runs the write transactions in a child process (see
         writer_process.py); `"thread"` runs them in a thread of this process.
+        `log` is the (level, format) the writer process logs with.
         """
 
         def opener() -> tuple[list[str], list[sqlite3.Connection]]:
@@ -95,15 +98,12 @@ class Ledger:
         try:
             if writer == "process":
                 # Spawned here, on the event loop's thread (see ProcessLink.spawn).
-                process = ProcessLink.spawn(path, synchronous)
+                process = ProcessLink.spawn(path, synchronous, log)
                 link, pid = process, process.pid
                 await process.start()
             else:
-                conn = await anyio.to_thread.run_sync(
-                    lambda: connect(path, synchronous, factory=WriterConnection)
-                )
-                assert isinstance(conn, WriterConnection)
-                link = ThreadLink(Transactor(conn, conn.identity.clear, indexer_for(conn)))
+                transactor = await anyio.to_thread.run_sync(open_transactor, path, synchronous)
+                link = ThreadLink(transactor)
         except BaseException:
             for read_conn in read_conns:
                 read_conn.close()
@@ -134,6 +134,13 @@ class Ledger:
         return await self.writer.call(fn, *args, **kwargs)
 
     # -- reads -------------------------------------------------------------
+
+    def wal_bytes(self) -> int:
+        """The size of the WAL file (0 when there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self.readers.run(fn)

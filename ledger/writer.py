@@ -30,12 +30,15 @@ Rule 6: a lazy job (`submit_lazy`) waits up to `lazy_s` for a batch to join,
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import anyio
 import anyio.abc
+
+from .checkpoint import WalCheckpointer
 
 T = TypeVar("T")
 Outcome = tuple[Any, BaseException | None]
@@ -201,27 +204,40 @@ class Transactor:
         conn: sqlite3.Connection,
         on_rollback: Callable[[], None] | None = None,
         before_commit: Callable[[sqlite3.Connection], object] | None = None,
+        checkpointer: WalCheckpointer | None = None,
     ) -> None:
         self._conn = conn
         self._on_rollback = on_rollback
         # Work every transaction ends with (the full-text index: ledger/fts.py).
         # If it fails, the whole batch fails, as when the COMMIT does.
         self._before_commit = before_commit
+        # Checkpoints run beside the transactions, not in their COMMIT (checkpoint.py).
+        self._checkpointer = checkpointer
+        self._writing = checkpointer.writing if checkpointer else threading.Lock()
+        if checkpointer is not None:
+            checkpointer.attach(conn)
+            checkpointer.start()
 
     def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
-        try:
+        with self._writing:
             try:
-                return self._transaction(jobs, savepoints=False)
-            except _JobFailed:
+                try:
+                    outcomes = self._transaction(jobs, savepoints=False)
+                except _JobFailed:
+                    self._rolled_back()
+                    outcomes = self._transaction(jobs, savepoints=True)
+            except sqlite3.Error as exc:
                 self._rolled_back()
-                return self._transaction(jobs, savepoints=True)
-        except sqlite3.Error as exc:
-            self._rolled_back()
-            failure = LedgerWriteFailed(f"ledger write failed: {exc}")
-            failure.__cause__ = exc
-            return [(None, failure)] * len(jobs)
+                failure = LedgerWriteFailed(f"ledger write failed: {exc}")
+                failure.__cause__ = exc
+                return [(None, failure)] * len(jobs)
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+        return outcomes
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
         self._conn.close()
 
     def _transaction(self, jobs: list[JobSpec], *, savepoints: bool) -> list[Outcome]:

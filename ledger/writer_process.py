@@ -41,13 +41,13 @@ from typing import cast
 
 import anyio
 
+from broker import logs
 from broker.rawsock import SocketReader, send_all
 
 from . import gc_policy
-from .db import Synchronous, connect
-from .fts import indexer_for
-from .ingest import WriterConnection
-from .writer import JobSpec, Outcome, Transactor, WriterDied
+from .db import Synchronous
+from .transactor import open_transactor
+from .writer import JobSpec, Outcome, WriterDied
 
 _HEADER = struct.Struct("!Q")
 _PR_SET_PDEATHSIG = 1
@@ -110,7 +110,9 @@ class ProcessLink:
         return self.proc.pid
 
     @classmethod
-    def spawn(cls, path: Path, synchronous: Synchronous) -> ProcessLink:
+    def spawn(
+        cls, path: Path, synchronous: Synchronous, log: tuple[str, str] = ("info", "json")
+    ) -> ProcessLink:
         """Start the writer process. Call from the thread that lives as long as
         the daemon (its main thread): the kernel's parent-death signal follows
         the thread that started the child, not the process."""
@@ -130,6 +132,7 @@ class ProcessLink:
                     str(os.getpid()),
                     str(path),
                     synchronous,
+                    *log,
                 ],
                 pass_fds=[theirs.fileno()],
                 env=env,
@@ -295,12 +298,10 @@ def _die_with_parent(parent: int) -> None:
 
 def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
     try:
-        conn = connect(path, synchronous, factory=WriterConnection)
+        transactor = open_transactor(path, synchronous)
     except Exception as exc:
         _send(sock, pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
         return 1
-    assert isinstance(conn, WriterConnection)
-    transactor = Transactor(conn, conn.identity.clear, indexer_for(conn))
     _send(sock, pickle.dumps(("ready", os.getpid())))
     try:
         while (data := _recv(sock)) is not None:
@@ -316,6 +317,8 @@ def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
 def main(argv: list[str]) -> int:
     fd, parent, path, synchronous = int(argv[0]), int(argv[1]), argv[2], argv[3]
     _die_with_parent(parent)
+    level, fmt = argv[4:6] if len(argv) >= 6 else ("info", "json")
+    logs.configure(level, fmt)  # the same lines on the same stderr as the daemon's
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     if synchronous not in ("NORMAL", "FULL"):

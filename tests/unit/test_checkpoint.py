@@ -1,0 +1,140 @@
+"""WAL checkpoints beside the writer (ledger/checkpoint.py)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.checkpoint import WalCheckpointer
+from ledger.db import connect
+from ledger.writer import JobSpec, Transactor
+
+PAGE = 4096
+FRAME = PAGE + 24
+
+
+def _write_pages(c: sqlite3.Connection, pages: int) -> None:
+    # Incompressible rows a little under a page each: about one new page per row.
+    c.executemany("INSERT INTO t (v) VALUES (?)", [(os.urandom(PAGE - 200),) for _ in range(pages)])
+
+
+def _batch(pages: int) -> list[JobSpec]:
+    return [JobSpec(_write_pages, (pages,), {})]
+
+
+def _wal_bytes(path: Path) -> int:
+    try:
+        return os.stat(f"{path}-wal").st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _within(seconds: float, done: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "w.db"
+    conn = connect(path)
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+    conn.close()
+    return path
+
+
+@pytest.fixture
+def writer(db: Path) -> Iterator[Callable[..., tuple[Transactor, WalCheckpointer]]]:
+    made: list[Transactor] = []
+
+    def make(**kwargs: Any) -> tuple[Transactor, WalCheckpointer]:
+        checkpointer = WalCheckpointer(db, **kwargs)
+        transactor = Transactor(connect(db), checkpointer=checkpointer)
+        made.append(transactor)
+        return transactor, checkpointer
+
+    yield make
+    for transactor in made:
+        transactor.close()
+
+
+def test_the_writers_commits_never_checkpoint(db: Path) -> None:
+    conn = connect(db)
+    WalCheckpointer(db).attach(conn)  # attached, never started: nobody checkpoints
+    for _ in range(30):
+        conn.execute("BEGIN IMMEDIATE")
+        _write_pages(conn, 100)
+        conn.execute("COMMIT")
+    # SQLite's own checkpoint (every 1,000 frames) would have started the WAL over.
+    assert _wal_bytes(db) > 2500 * FRAME
+    conn.close()
+
+
+def test_commits_are_copied_into_the_database_in_the_background(
+    db: Path, writer: Callable[..., tuple[Transactor, WalCheckpointer]]
+) -> None:
+    transactor, checkpointer = writer(interval_s=0.001)
+    before = db.stat().st_size
+    for _ in range(5):
+        assert transactor.execute(_batch(20)) == [(None, None)]
+    # Only a checkpoint writes pages into the database file itself.
+    assert _within(10, lambda: db.stat().st_size >= before + 100 * PAGE)
+    assert checkpointer.passes >= 1 and checkpointer.failures == 0
+
+
+def test_the_wal_starts_over_under_steady_writes(
+    db: Path, writer: Callable[..., tuple[Transactor, WalCheckpointer]]
+) -> None:
+    transactor, checkpointer = writer(interval_s=0.001, restart_frames=64)
+    largest = 0
+    batches = 0
+    # Back-to-back transactions leave no moment with every frame copied, so only
+    # the catch-up under the writer's lock lets the WAL start over.
+    while batches < 400 or (checkpointer.restarts < 3 and batches < 20_000):
+        transactor.execute(_batch(4))
+        batches += 1
+        largest = max(largest, _wal_bytes(db))
+    assert checkpointer.restarts >= 3
+    written = batches * 4 * FRAME
+    assert written > 1500 * FRAME
+    # journal_size_limit trims the file back after each restart.
+    assert largest < 16 * 64 * FRAME < written
+
+
+def test_a_failing_checkpoint_fails_no_write(
+    db: Path, writer: Callable[..., tuple[Transactor, WalCheckpointer]]
+) -> None:
+    transactor, checkpointer = writer(interval_s=3600)
+    checkpointer._conn.close()  # the fault: every checkpoint now raises sqlite3.Error
+    checkpointer.run_pass()
+    checkpointer.run_pass()
+    assert checkpointer.failures == 2 and checkpointer.failing == 2
+    assert checkpointer.last_error is not None and "closed" in checkpointer.last_error
+    assert transactor.execute(_batch(1)) == [(None, None)]
+    check = sqlite3.connect(db)
+    assert check.execute("SELECT count(*) FROM t").fetchone() == (1,)
+    check.close()
+
+
+def test_close_stops_the_thread_and_leaves_every_commit_readable(
+    db: Path, writer: Callable[..., tuple[Transactor, WalCheckpointer]]
+) -> None:
+    transactor, checkpointer = writer(interval_s=0.001)
+    for _ in range(10):
+        transactor.execute(_batch(3))
+    transactor.close()
+    assert not checkpointer._thread.is_alive()
+    check = sqlite3.connect(db)
+    assert check.execute("SELECT count(*) FROM t").fetchone() == (30,)
+    assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    check.close()
