@@ -102,6 +102,9 @@ class Ops:
             # the group-commit batch size.
             "writer_commits": self.ledger.writer.commits,
             "writer_jobs": self.ledger.writer.jobs,
+            # Kept short by the checkpointer (ledger/checkpoint.py); one that keeps
+            # growing means checkpoints fail or a reader holds an old snapshot.
+            "wal_bytes": self.ledger.wal_bytes(),
         }
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:

@@ -45,3 +45,4 @@ async def test_message_is_acked_answered_and_listed(any_backend_daemon: DaemonPr
     # At least the ingest, the turn's start and its commit went through the writer.
     assert health["writer_jobs"] >= 3
     assert 1 <= health["writer_commits"] <= health["writer_jobs"]
+    assert health["wal_bytes"] > 0
