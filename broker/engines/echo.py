@@ -8,9 +8,18 @@ deltas are cancellation points).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import anyio
 
 from .base import EngineResult, TurnIO, TurnRequest
+
+
+@lru_cache(maxsize=8192)
+def word_count(text: str) -> int:
+    """Words in `text`, the echo engine's token count. Cached: a session's history
+    goes into every turn's prompt, so the same texts are counted turn after turn."""
+    return len(text.split())
 
 
 def split_chunks(text: str, chunks: int) -> list[str]:
@@ -46,7 +55,7 @@ class EchoEngine:
                 pending.extend(split_chunks("\n" + steered.content, 1))
         text = "".join(sent)
         tokens = len(text.split())
-        prompt = sum(len(m.content.split()) for m in (*request.history, *request.inputs))
+        prompt = sum(map(word_count, [m.content for m in (*request.history, *request.inputs)]))
         return EngineResult(text=text, prompt_tokens=prompt, completion_tokens=tokens, model="echo")
 
     async def aclose(self) -> None:
