@@ -87,6 +87,11 @@ class WalCheckpointer:
         self._committed.set()
         if self._thread.is_alive():
             self._thread.join(STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            # A checkpoint still runs (a stalled disk): closing its connection under
+            # it is not safe. The process is on its way out; it goes with it.
+            log.error("WAL checkpoint did not stop in time; leaving it", ledger=self.path)
+            return
         self._conn.close()
 
     def _run(self) -> None:

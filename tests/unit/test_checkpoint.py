@@ -138,3 +138,22 @@ def test_close_stops_the_thread_and_leaves_every_commit_readable(
     assert check.execute("SELECT count(*) FROM t").fetchone() == (30,)
     assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     check.close()
+
+
+def test_stop_gives_up_on_a_stuck_checkpoint_without_closing_under_it(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ledger.checkpoint.STOP_TIMEOUT_S", 0.2)
+    checkpointer = WalCheckpointer(db, interval_s=0.001, restart_frames=0)
+    checkpointer.start()
+    with checkpointer.writing:  # the catch-up waits for this lock: the thread is stuck
+        checkpointer.committed()
+        assert _within(10, lambda: checkpointer.passes >= 1)
+        started = time.monotonic()
+        checkpointer.stop()
+        assert time.monotonic() - started < 5
+        assert checkpointer._thread.is_alive()
+    checkpointer._thread.join(10)
+    assert not checkpointer._thread.is_alive()
+    assert checkpointer.restarts == 1 and checkpointer.failures == 0  # its connection was left open
+    checkpointer._conn.close()
