@@ -697,9 +697,6 @@ class SessionActor:
             self.ctx.add_turn(rec.turn_id, kept)
         elif written == "orphan":
             outcome = "failed"
-        if written != "lost" and rec.outbox is not None:
-            out_id, channel, frame = rec.outbox
-            self.hub.deliveries.deliver(out_id, channel, self.label, frame)
         return outcome
 
     def _outbox(

@@ -12,6 +12,8 @@ Rule 3: at start, turns cut off by a crash are recorded as aborted and their
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio
@@ -281,7 +283,10 @@ class Mailboxes:
     # -- turn commits ----------------------------------------------------------
 
     async def commit(self, rec: TurnRecord) -> Written:
-        """Commit a turn; its reply, if any, is expected by Deliveries meanwhile (Rule 1)."""
+        """Commit a turn. Its reply, if any, is expected by Deliveries meanwhile
+        (deliveries.py Rule 1) and sent by the commit's own callback, as a chat
+        command's is: it leaves when the writer reports the commit, not after the
+        actor's task has been scheduled again."""
         out_id = rec.outbox[0] if rec.outbox is not None else None
         if out_id is not None:
             self.deliveries.expect(out_id)
@@ -295,7 +300,7 @@ class Mailboxes:
 
     async def _write_turn(self, rec: TurnRecord) -> Written:
         try:
-            self._post_results(rec, await self.ledger.write(lt.commit_turn, rec))
+            self._post_results(rec, await self._write(lt.commit_turn, rec))
             return "thread"
         except HeadMoved:
             log.error(
@@ -313,10 +318,20 @@ class Mailboxes:
             )
             return "lost"
         try:
-            self._post_results(rec, await self.ledger.write(lt.commit_orphan, rec))
+            self._post_results(rec, await self._write(lt.commit_orphan, rec))
             return "orphan"
         except LedgerWriteFailed:
             return "lost"
+
+    async def _write(
+        self, job: Callable[[sqlite3.Connection, TurnRecord], list[ItemInfo]], rec: TurnRecord
+    ) -> list[ItemInfo]:
+        pending = self.ledger.writer.submit(job, rec)
+        if rec.outbox is not None:
+            out_id, channel, frame = rec.outbox
+            session, deliveries = rec.session, self.deliveries
+            pending.after_commit(lambda _: deliveries.deliver(out_id, channel, session, frame))
+        return await pending.result()
 
     def _post_results(self, rec: TurnRecord, results: list[ItemInfo]) -> None:
         for item in results:

@@ -1,0 +1,152 @@
+"""A turn's reply leaves from its commit's callback (Mailboxes.commit).
+
+The writer reports a commit by resolving the job's `Pending`; the reply must
+be handed to Deliveries right there, not after the actor's task is scheduled
+again, and only for the write that committed.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+import pytest
+
+from broker.config import Settings
+from broker.deliveries import Deliveries
+from broker.engines.echo import EchoEngine
+from broker.mailbox.registry import Mailboxes, Written
+from broker.router import Router
+from ledger import turns as lt
+from ledger.store import Ledger
+from ledger.turns import HeadMoved, TurnRecord
+from ledger.writer import JobSpec, LedgerWriteFailed, Pending
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeWriter:
+    """Jobs are queued; the test resolves them, as the writer's receiver would."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[str, Pending[Any]]] = []
+        self.batch_done = anyio.Event()
+        self.arrived = anyio.Event()
+
+    def submit(self, fn: Any, *args: Any) -> Pending[Any]:
+        pending: Pending[Any] = Pending(JobSpec(fn, args, {}), lambda: self.batch_done)
+        self.jobs.append((fn.__name__, pending))
+        self.arrived.set()
+        return pending
+
+    async def next_job(self) -> tuple[str, Pending[Any]]:
+        with anyio.fail_after(5):
+            while not self.jobs:
+                self.arrived = anyio.Event()
+                await self.arrived.wait()
+        return self.jobs.pop(0)
+
+    def resolve(self, pending: Pending[Any], value: Any, error: BaseException | None) -> None:
+        pending._resolve(value, error)
+        self.batch_done.set()
+        self.batch_done = anyio.Event()
+
+
+class Spy:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def expect(self, out_id: str) -> None:
+        self.log.append(f"expect {out_id}")
+
+    def abandon(self, out_id: str) -> None:
+        self.log.append(f"abandon {out_id}")
+
+    def deliver(self, out_id: str, channel: str, session: str, frame: str) -> None:
+        self.log.append(f"deliver {out_id} {channel} {session} {frame}")
+
+
+def record() -> TurnRecord:
+    return TurnRecord(
+        turn_id="t1",
+        session="dm:someone",
+        parent_id=None,
+        type="turn",
+        status="completed",
+        reason=None,
+        error=None,
+        output="hi",
+        engine="echo",
+        model=None,
+        started_at=1,
+        completed_at=2,
+        prompt_tokens=None,
+        completion_tokens=None,
+        inputs=[],
+        item_status="done",
+        outbox=("out-1", "chat", '{"type":"deliver"}'),
+    )
+
+
+def mailboxes(writer: FakeWriter, log: list[str]) -> Mailboxes:
+    ledger = cast(Ledger, SimpleNamespace(writer=writer))
+    return Mailboxes(
+        Settings(),
+        ledger,
+        EchoEngine(),
+        Router((), frozenset()),
+        cast(Deliveries, Spy(log)),
+    )
+
+
+async def commit_in_task(boxes: Mailboxes, log: list[str]) -> tuple[list[Written], Any]:
+    written: list[Written] = []
+
+    async def run() -> None:
+        written.append(await boxes.commit(record()))
+        log.append("actor resumed")
+
+    return written, run
+
+
+async def test_the_reply_leaves_when_the_commit_is_reported() -> None:
+    writer, log = FakeWriter(), list[str]()
+    boxes = mailboxes(writer, log)
+    written, run = await commit_in_task(boxes, log)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        name, pending = await writer.next_job()
+        assert name == "commit_turn" and log == ["expect out-1"]
+        writer.resolve(pending, [], None)
+        # Sent by the resolution itself: the actor has not run again yet.
+        assert log == ["expect out-1", 'deliver out-1 chat dm:someone {"type":"deliver"}']
+    assert log[-1] == "actor resumed" and written == ["thread"]
+
+
+async def test_a_turn_that_lost_its_head_replies_once_from_the_orphan_commit() -> None:
+    writer, log = FakeWriter(), list[str]()
+    boxes = mailboxes(writer, log)
+    written, run = await commit_in_task(boxes, log)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        name, pending = await writer.next_job()
+        writer.resolve(pending, None, HeadMoved("moved"))
+        assert log == ["expect out-1"]
+        name, pending = await writer.next_job()
+        assert name == lt.commit_orphan.__name__
+        writer.resolve(pending, [], None)
+        assert log[-1].startswith("deliver out-1")
+    assert written == ["orphan"] and sum(e.startswith("deliver") for e in log) == 1
+
+
+async def test_a_failed_commit_sends_nothing_and_gives_the_reply_up() -> None:
+    writer, log = FakeWriter(), list[str]()
+    boxes = mailboxes(writer, log)
+    written, run = await commit_in_task(boxes, log)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        _, pending = await writer.next_job()
+        writer.resolve(pending, None, LedgerWriteFailed("disk full"))
+    assert written == ["lost"]
+    assert log == ["expect out-1", "abandon out-1", "actor resumed"]
