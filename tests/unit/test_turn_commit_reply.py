@@ -7,6 +7,7 @@ again, and only for the write that committed.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -100,53 +101,55 @@ def mailboxes(writer: FakeWriter, log: list[str]) -> Mailboxes:
     )
 
 
-async def commit_in_task(boxes: Mailboxes, log: list[str]) -> tuple[list[Written], Any]:
-    written: list[Written] = []
+async def commit_with(
+    writer_side: Callable[[FakeWriter, list[str]], Awaitable[None]],
+) -> tuple[list[str], list[Written]]:
+    """Run a turn's commit while `writer_side` plays the writer; the log of what
+    Deliveries was told (and when the actor resumed), and what the commit returned."""
+    writer, log, written = FakeWriter(), list[str](), list[Written]()
+    boxes = mailboxes(writer, log)
 
-    async def run() -> None:
+    async def actor() -> None:
         written.append(await boxes.commit(record()))
         log.append("actor resumed")
 
-    return written, run
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor)
+        await writer_side(writer, log)
+    return log, written
 
 
 async def test_the_reply_leaves_when_the_commit_is_reported() -> None:
-    writer, log = FakeWriter(), list[str]()
-    boxes = mailboxes(writer, log)
-    written, run = await commit_in_task(boxes, log)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
+    async def writer_side(writer: FakeWriter, log: list[str]) -> None:
         name, pending = await writer.next_job()
         assert name == "commit_turn" and log == ["expect out-1"]
         writer.resolve(pending, [], None)
         # Sent by the resolution itself: the actor has not run again yet.
         assert log == ["expect out-1", 'deliver out-1 chat dm:someone {"type":"deliver"}']
+
+    log, written = await commit_with(writer_side)
     assert log[-1] == "actor resumed" and written == ["thread"]
 
 
 async def test_a_turn_that_lost_its_head_replies_once_from_the_orphan_commit() -> None:
-    writer, log = FakeWriter(), list[str]()
-    boxes = mailboxes(writer, log)
-    written, run = await commit_in_task(boxes, log)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        name, pending = await writer.next_job()
+    async def writer_side(writer: FakeWriter, log: list[str]) -> None:
+        _, pending = await writer.next_job()
         writer.resolve(pending, None, HeadMoved("moved"))
         assert log == ["expect out-1"]
         name, pending = await writer.next_job()
         assert name == lt.commit_orphan.__name__
         writer.resolve(pending, [], None)
         assert log[-1].startswith("deliver out-1")
+
+    log, written = await commit_with(writer_side)
     assert written == ["orphan"] and sum(e.startswith("deliver") for e in log) == 1
 
 
 async def test_a_failed_commit_sends_nothing_and_gives_the_reply_up() -> None:
-    writer, log = FakeWriter(), list[str]()
-    boxes = mailboxes(writer, log)
-    written, run = await commit_in_task(boxes, log)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
+    async def writer_side(writer: FakeWriter, log: list[str]) -> None:
         _, pending = await writer.next_job()
         writer.resolve(pending, None, LedgerWriteFailed("disk full"))
+
+    log, written = await commit_with(writer_side)
     assert written == ["lost"]
     assert log == ["expect out-1", "abandon out-1", "actor resumed"]
