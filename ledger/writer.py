@@ -30,9 +30,9 @@ Rule 6: a lazy job (`submit_lazy`) waits up to `lazy_s` for a batch to join,
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import anyio
@@ -213,7 +213,9 @@ class Transactor:
         self._before_commit = before_commit
         # Checkpoints run beside the transactions, not in their COMMIT (checkpoint.py).
         self._checkpointer = checkpointer
-        self._writing = checkpointer.writing if checkpointer else threading.Lock()
+        self._writing: AbstractContextManager[Any] = (
+            checkpointer.writing if checkpointer else nullcontext()
+        )
         if checkpointer is not None:
             checkpointer.attach(conn)
             checkpointer.start()

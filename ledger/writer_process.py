@@ -315,15 +315,14 @@ def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
 
 
 def main(argv: list[str]) -> int:
-    fd, parent, path, synchronous = int(argv[0]), int(argv[1]), argv[2], argv[3]
-    _die_with_parent(parent)
-    level, fmt = argv[4:6] if len(argv) >= 6 else ("info", "json")
+    fd, parent, path, synchronous, level, fmt = argv
+    _die_with_parent(int(parent))
     logs.configure(level, fmt)  # the same lines on the same stderr as the daemon's
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     if synchronous not in ("NORMAL", "FULL"):
         raise SystemExit(f"bad synchronous mode {synchronous!r}")
-    sock = socket.socket(fileno=fd)
+    sock = socket.socket(fileno=int(fd))
     gc_policy.tune()
     return serve(sock, path, cast(Synchronous, synchronous))
 
