@@ -49,7 +49,9 @@ class EchoEngine:
             sent.append(piece)
             if self.delay_s:
                 await anyio.sleep(self.delay_s)
-            else:
+            elif pending:
+                # A chance for a steer or an abort to arrive before the next chunk;
+                # after the last one it would only cost the turn a trip through the loop.
                 await anyio.lowlevel.checkpoint()
             for steered in io.take_steer():
                 pending.extend(split_chunks("\n" + steered.content, 1))

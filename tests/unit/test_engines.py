@@ -35,6 +35,7 @@ from tests.fake_openai import (
     text_reply,
     tool_call_reply,
 )
+from tests.suspensions import counting_suspensions
 
 pytestmark = pytest.mark.anyio
 
@@ -132,6 +133,25 @@ async def test_echo_steering_joins_the_reply() -> None:
     result = await run(EchoEngine(chunks=2), make_request("first"), io)
     assert result.text == "first\nalso this"
     assert io.deltas[-1] == "\nalso this"
+
+
+class InstantIO(FakeIO):
+    """Deltas that go out without waiting, as RunningTurn's do (it only posts them)."""
+
+    async def delta(self, text: str) -> None:
+        self.deltas.append(text)
+
+
+@pytest.mark.parametrize(("chunks", "suspensions"), [(1, 0), (3, 2)])
+async def test_echo_at_zero_delay_yields_between_chunks_only(chunks: int, suspensions: int) -> None:
+    """Steering and aborts need a chance to arrive between chunks; after the last one
+    nothing does, and an extra trip through the event loop cost every turn."""
+    io, counter = InstantIO(), [0]
+    result = await counting_suspensions(
+        EchoEngine(chunks=chunks).run(make_request("abcdef"), io), counter
+    )
+    assert result.text == "abcdef" and len(io.deltas) == chunks
+    assert counter == [suspensions]
 
 
 async def test_echo_abort_keeps_partial_deltas() -> None:
