@@ -134,11 +134,23 @@ class _JobFailed(Exception):
 class Pending(Generic[T]):
     """A submitted job. `await pending.result()` returns after its commit."""
 
-    __slots__ = ("_after", "_batch_done", "_done", "_error", "_on_error", "_value", "job")
+    __slots__ = (
+        "_after",
+        "_done",
+        "_error",
+        "_next_batch",
+        "_on_error",
+        "_value",
+        "batch_done",
+        "job",
+    )
 
-    def __init__(self, job: JobSpec, batch_done: Callable[[], anyio.Event]) -> None:
+    def __init__(self, job: JobSpec, next_batch: Callable[[], anyio.Event]) -> None:
         self.job = job
-        self._batch_done = batch_done
+        # Set when the batch that takes the job is resolved; until a batch takes it,
+        # `next_batch()` is the event of the batch that will be formed next.
+        self.batch_done: anyio.Event | None = None
+        self._next_batch = next_batch
         self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
@@ -185,8 +197,11 @@ class Pending(Generic[T]):
 
     async def wait(self) -> None:
         """Return once the job is resolved, committed or failed (without raising)."""
+        # Waiting on the job's own batch, not on whichever batch ends first: with
+        # a batch in flight and the next one queued behind it, that cost every
+        # caller of the later batch a second wake-up.
         while not self._done:
-            await self._batch_done().wait()
+            await (self.batch_done or self._next_batch()).wait()
 
     async def result(self) -> T:
         await self.wait()
@@ -309,7 +324,7 @@ class LedgerWriter:
         self._lazy_since = 0.0  # when the oldest waiting lazy job was submitted
         self._last: Pending[Any] | None = None  # the newest job of `submit` (for `settled`)
         self._wake = anyio.Event()
-        self._batch_done = anyio.Event()
+        self._next_batch_done = anyio.Event()  # for the batch `_send_batch` forms next
         # Batches handed to the link whose outcomes have not come back yet.
         self._handed: deque[list[Pending[Any]]] = deque()
         self._link_has_room = anyio.Event()  # set when the receiver takes a batch back
@@ -326,8 +341,8 @@ class LedgerWriter:
     def queued(self) -> int:
         return len(self._queue) + len(self._lazy)
 
-    def _current_batch_event(self) -> anyio.Event:
-        return self._batch_done
+    def _next_batch_event(self) -> anyio.Event:
+        return self._next_batch_done
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
         """Queue `fn(conn, *args, **kwargs)` without waiting.
@@ -354,7 +369,7 @@ class LedgerWriter:
             raise WriterClosed("the ledger writer has stopped")
         if len(self._queue) + len(self._lazy) >= self._max_queue:
             raise WriterOverloaded("the ledger writer queue is full")
-        return Pending(JobSpec(fn, args, kwargs), self._current_batch_event)
+        return Pending(JobSpec(fn, args, kwargs), self._next_batch_event)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         return await self.submit(fn, *args, **kwargs).result()
@@ -432,6 +447,9 @@ class LedgerWriter:
         lazy, queue = self._lazy, self._queue
         batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
         batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
+        done, self._next_batch_done = self._next_batch_done, anyio.Event()
+        for pending in batch:
+            pending.batch_done = done
         self._handed.append(batch)
         self._link_has_work.set()
         self._sending = True
@@ -495,7 +513,9 @@ class LedgerWriter:
             batch, outcomes = self._committed.popleft()
             for pending, (value, error) in zip(batch, outcomes, strict=True):
                 pending._resolve(value, error)
-            done, self._batch_done = self._batch_done, anyio.Event()
+            done = batch[0].batch_done if batch else None
+            if done is None:  # never handed over (`_fail_queued`): its callers wait here
+                done, self._next_batch_done = self._next_batch_done, anyio.Event()
             done.set()
 
     async def aclose(self) -> None:

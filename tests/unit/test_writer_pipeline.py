@@ -14,6 +14,7 @@ import anyio.lowlevel
 import pytest
 
 from ledger.writer import JobSpec, LedgerWriter, Outcome
+from tests.suspensions import counting_suspensions
 
 pytestmark = pytest.mark.anyio
 
@@ -114,6 +115,25 @@ async def test_cancelled_with_jobs_queued_every_job_still_resolves() -> None:
         pending += [writer.submit(_echo, i) for i in range(5, 300)]
     assert [p.get() for p in pending] == list(range(300))
     assert min(link.sizes) >= 1 and sum(link.sizes) == 300
+
+
+async def test_a_caller_wakes_once_when_its_own_batch_commits() -> None:
+    """A job queued behind a batch in flight waits for its own batch: the earlier
+    batch's commit does not wake its caller (the actor awaiting a turn commit)."""
+    link = ScriptedLink(commit_s=0.05)
+    writer = LedgerWriter(link)
+    async with running(writer):
+        first = writer.submit(_echo, 1)
+        with anyio.fail_after(5):
+            while not link.sizes:  # until the first batch is handed over
+                await anyio.lowlevel.checkpoint()
+        second, third = writer.submit(_echo, 2), writer.submit(_echo, 3)
+        suspensions = [0]
+        with anyio.fail_after(5):
+            assert await counting_suspensions(third.result(), suspensions) == 3
+        assert first.get() == 1 and second.get() == 2
+    assert link.sizes == [1, 2]
+    assert suspensions == [1]
 
 
 def _fail(conn: Any, value: int) -> int:
