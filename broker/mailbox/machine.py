@@ -45,7 +45,11 @@ Choices where the protocol leaves room:
 - ``Configure`` drops nothing and leaves an armed deadline alone; the new limits apply
   from the next arrival on.
 - Rehydration: ``State.initial(limits, backlog)`` then ``Resume``, which starts the
-  backlog at once as a finished turn would (no new quiet period).
+  backlog at once as a finished turn would (no new quiet period), except that an
+  ``interrupt`` item among the waiting ones starts everything up to it as one turn, as
+  it did before the restart: an interrupt always joins what waited before it into its
+  turn (the aborted turn's inputs and the backlog), so without this a crash between the
+  interrupt and that turn's commit would split its batch into several turns.
 - ``Tick`` before the deadline, or with none armed, is ignored (timers may be stale).
 """
 
@@ -312,7 +316,7 @@ def handle(state: State, event: Event, now: float) -> tuple[State, tuple[Action,
         case Configure():
             new, actions = state._replace(limits=event.limits), []
         case Resume():
-            new, actions = _dispatch(state) if state.running is None else (state, [])
+            new, actions = _resume(state) if state.running is None else (state, [])
         case _:
             assert_never(event)
     return new, tuple(actions)
@@ -432,6 +436,14 @@ def _stop(state: State) -> _Step:
     return state._replace(running=running._replace(abort="stop")), [
         AbortTurn(running.turn_no, "stop")
     ]
+
+
+def _resume(state: State) -> _Step:
+    backlog = state.backlog
+    last = max((n for n, i in enumerate(backlog) if i.mode == "interrupt"), default=None)
+    if last is None:
+        return _dispatch(state)
+    return _start(state, tuple(backlog[: last + 1]), rest=backlog[last + 1 :])
 
 
 def _dispatch(state: State) -> _Step:

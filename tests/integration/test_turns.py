@@ -182,6 +182,43 @@ async def test_crash_mid_turn_reruns_it_once_after_restart(make_daemon: DaemonFa
     assert "turns cut off by a crash recorded as aborted" in d.log()
 
 
+@asyncio_only
+async def test_crash_during_an_interrupt_batch_reruns_the_batch_as_one_turn(
+    make_daemon: DaemonFactory,
+) -> None:
+    """An interrupt joins the aborted turn's inputs into its own turn; a crash during
+    that turn does not split them into a turn each after the restart."""
+    d = make_daemon({"engine": {"chunks": 4, "delay_ms": 1000}})
+    sender, channel = uniq("+"), uniq("t")
+    first, urgent, later = uniq("m"), uniq("m"), uniq("m")
+    async with await Adapter.connect(d, channel) as a:
+        session = (await a.send_inbound(first, "abcd", sender, mode="followup"))["session"]
+        await a.delta(session=session)
+        await a.send_inbound(urgent, "efgh", sender, mode="interrupt")
+
+        async def batch_running() -> bool:
+            now = items(d, session)
+            return now[first][0] == now[urgent][0] == "running" and now[first][2] == now[urgent][2]
+
+        await wait_until(batch_running, "the interrupt's batch marked running")
+        await a.send_inbound(later, "z", sender, mode="followup")
+        d.kill()
+
+    d.config["engine"] = {"chunks": 1, "delay_ms": 0}
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await Adapter.connect(d, channel) as a:
+        replies = [await a.deliver(session=session, status="final") for _ in range(2)]
+    assert [r["in_reply_to"] for r in replies] == [[first, urgent], [later]]
+    assert [(t["status"], t["reason"], t["inputs"]) for t in turns(d, session)] == [
+        ("aborted", "interrupt", [first]),
+        ("aborted", "crash", [first, urgent]),
+        ("completed", None, [first, urgent]),
+        ("completed", None, [later]),
+    ]
+    assert_run_once_in_order(d, session, [first, urgent, later])
+
+
 # -- state ------------------------------------------------------------------------
 
 

@@ -412,6 +412,18 @@ def test_rehydrated_backlog_runs_in_seq_order_after_resume() -> None:
         handle(state, Arrived(it(6)), 0)
 
 
+def test_rehydrated_interrupt_starts_everything_before_it_as_one_turn() -> None:
+    """Before the restart, the interrupt had asked for one turn with the aborted turn's
+    inputs and the backlog; after it, that is still one turn. Items that arrived after
+    the interrupt wait for the next turn, as they would have."""
+    waiting = [it(1), it(2, "collect"), it(3, "interrupt"), it(4), it(5, "collect")]
+    state, actions = feed(State.initial(Limits(debounce_s=5), waiting), Resume())
+    assert actions == [StartTurn(1, (it(1), it(2, "collect"), it(3, "interrupt")), "queue_batch")]
+    assert state.backlog == (it(4), it(5, "collect"))
+    state, actions = feed(state, TurnEnded(1, "completed"))
+    assert actions == [StartTurn(2, (it(4),), "turn")]
+
+
 def test_rehydration_rejects_duplicate_seq() -> None:
     with pytest.raises(ValueError, match="distinct"):
         State.initial(Limits(), [it(1), Item("other", 1, "followup", "person")])
@@ -538,6 +550,7 @@ class Ledger:
     arriving: Item | None = None
     items: dict[str, Item] = field(default_factory=dict)
     batch_ok: bool = False  # this step may start everything waiting as one turn
+    resuming: bool = False  # this step is a Resume while idle
 
     @classmethod
     def rehydrated(cls, limits: Limits, waiting: Sequence[tuple[QueueMode, Source]]) -> Ledger:
@@ -555,7 +568,7 @@ class Ledger:
         for action in actions:
             self.apply(action, event)
         self.check(event, before)
-        self.arriving, self.batch_ok = None, False
+        self.arriving, self.batch_ok, self.resuming = None, False, False
         return actions
 
     def observe(self, event: Event) -> None:
@@ -569,6 +582,8 @@ class Ledger:
             case TurnEnded():
                 self.batch_ok = self.abort == "interrupt"
                 self.end_turn(event)
+            case Resume():
+                self.resuming = self.turn is None
             case _:
                 pass
 
@@ -626,7 +641,13 @@ class Ledger:
         assert len(set(seqs)) == len(seqs)
         assert turn.items
         waiting = sorted((self.items[k] for k in self.waiting()), key=lambda i: i.seq)
-        assert list(turn.items) == (waiting if self.batch_ok else head_run(waiting))
+        if self.batch_ok:
+            expected = waiting
+        elif self.resuming:
+            expected = resumed_run(waiting)
+        else:
+            expected = head_run(waiting)
+        assert list(turn.items) == expected
         for i in turn.items:
             assert self.fate[i.id] == "waiting"
             if self.starts.get(i.id, 0):
@@ -748,6 +769,12 @@ def head_run(waiting: list[Item]) -> list[Item]:
         return waiting[:1]
     n = next((k for k, i in enumerate(waiting) if i.mode != "collect"), len(waiting))
     return waiting[:n]
+
+
+def resumed_run(waiting: list[Item]) -> list[Item]:
+    """What a Resume takes: everything up to the last interrupt item, else a dispatch."""
+    cut = max((k for k, i in enumerate(waiting) if i.mode == "interrupt"), default=None)
+    return head_run(waiting) if cut is None else waiting[: cut + 1]
 
 
 @settings(max_examples=200, deadline=None)
