@@ -19,7 +19,7 @@ import anyio.abc
 
 from ledger.db import LedgerError
 from ledger.store import Ledger
-from ledger.writer import WriterDied
+from ledger.writer import LedgerWriteFailed, WriterClosed, WriterDied, WriterOverloaded
 
 from . import logs, systemd
 from .config import ConfigError, Settings, load_rules, load_settings
@@ -81,6 +81,11 @@ class Daemon:
         if self.mailboxes is not None:
             self.mailboxes.reconfigure(merged)
         logs.configure(merged.log_level, merged.log_format)
+        if self.ledger is not None:
+            try:
+                await self.ledger.configure_logging(merged.log_level, merged.log_format)
+            except (LedgerWriteFailed, WriterClosed, WriterOverloaded) as exc:
+                log.error("the ledger writer keeps its old log level", error=str(exc))
         if pending:
             log.warning("reloaded; these settings take effect after a restart", keys=pending)
         else:

@@ -22,7 +22,7 @@ from .ingest import Accepted, InboundRecord, SessionSpec, ingest_job
 from .merge import MergeResult, merge_job
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, Pending, ThreadLink
-from .writer_process import ProcessLink
+from .writer_process import ProcessLink, configure_logging
 
 T = TypeVar("T")
 
@@ -128,6 +128,12 @@ class Ledger:
 
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
         return await self.writer.call(merge_job, src, into, now)
+
+    async def configure_logging(self, level: str, fmt: str) -> None:
+        """Make the writer process log at `level` in `fmt` (after a reload); a writer
+        thread shares the daemon's logging already."""
+        if self.writer_pid is not None:
+            await self.writer.call(configure_logging, level, fmt)
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5)."""

@@ -32,6 +32,7 @@ import os
 import pickle
 import signal
 import socket
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -312,6 +313,12 @@ def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
     finally:
         transactor.close()
     return 0
+
+
+def configure_logging(conn: sqlite3.Connection, level: str, fmt: str) -> None:
+    """A job: log from here on at `level` in `fmt`. Run in the writer process, where
+    the daemon's own `logs.configure` (a reload) does not reach."""
+    logs.configure(level, fmt)
 
 
 def main(argv: list[str]) -> int:

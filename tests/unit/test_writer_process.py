@@ -16,8 +16,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from broker import logs
 from ledger.db import connect
 from ledger.errors import NotFound
+from ledger.store import Ledger
 from ledger.writer import (
     JobSpec,
     LedgerWriteFailed,
@@ -279,3 +281,21 @@ async def test_a_cancelled_receive_takes_nothing(db: Path, process: ProcessLink)
         assert await process.receive() == [(1, None)]  # the slow batch's outcome, not lost
         assert await process.receive() == [(2, None)]
     assert _values(db) == ["slow", "next"]
+
+
+def _log_probe(c: sqlite3.Connection, text: str) -> None:
+    logs.get("probe").warning(text)
+
+
+async def test_a_reload_sets_the_log_level_of_the_writer_process(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The writer process logs at the level it was started with until the daemon tells
+    it otherwise (`Ledger.configure_logging`, called on a reload)."""
+    async with Ledger.open(tmp_path / "l.db", writer="process", log=("error", "json")) as ledger:
+        await ledger.write(_log_probe, "said at warning, below error")
+        await ledger.configure_logging("warning", "json")
+        await ledger.write(_log_probe, "said at warning, now shown")
+    err = capfd.readouterr().err
+    assert "now shown" in err
+    assert "below error" not in err
