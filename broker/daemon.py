@@ -19,7 +19,7 @@ import anyio.abc
 
 from ledger.db import LedgerError
 from ledger.store import Ledger
-from ledger.writer import LedgerWriteFailed, WriterClosed, WriterDied, WriterOverloaded
+from ledger.writer import WriterClosed, WriterDied, WriterOverloaded
 
 from . import logs, systemd
 from .config import ConfigError, Settings, load_rules, load_settings
@@ -82,14 +82,24 @@ class Daemon:
             self.mailboxes.reconfigure(merged)
         logs.configure(merged.log_level, merged.log_format)
         if self.ledger is not None:
-            try:
-                await self.ledger.configure_logging(merged.log_level, merged.log_format)
-            except (LedgerWriteFailed, WriterClosed, WriterOverloaded) as exc:
-                log.error("the ledger writer keeps its old log level", error=str(exc))
+            self._configure_writer_logging(self.ledger, merged)
         if pending:
             log.warning("reloaded; these settings take effect after a restart", keys=pending)
         else:
             log.info("reloaded", rules=len(rules))
+
+    @staticmethod
+    def _configure_writer_logging(ledger: Ledger, settings: Settings) -> None:
+        def failed(exc: BaseException) -> None:
+            log.error("the ledger writer keeps its old log level", error=str(exc))
+
+        try:
+            pending = ledger.configure_logging(settings.log_level, settings.log_format)
+        except (WriterClosed, WriterOverloaded) as exc:
+            failed(exc)
+            return
+        if pending is not None:
+            pending.after_commit(lambda _: None, failed)
 
     def _load_config(self) -> Settings:
         settings = load_settings(self.config_path)

@@ -129,11 +129,13 @@ class Ledger:
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
         return await self.writer.call(merge_job, src, into, now)
 
-    async def configure_logging(self, level: str, fmt: str) -> None:
-        """Make the writer process log at `level` in `fmt` (after a reload); a writer
-        thread shares the daemon's logging already."""
-        if self.writer_pid is not None:
-            await self.writer.call(configure_logging, level, fmt)
+    def configure_logging(self, level: str, fmt: str) -> Pending[None] | None:
+        """Have the writer process log at `level` in `fmt` from its next batch on (after
+        a reload); None with a writer thread, which shares the daemon's logging.
+        Not waited for: a reload must not hang on a writer that is stuck."""
+        if self.writer_pid is None:
+            return None
+        return self.writer.submit(configure_logging, level, fmt)
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5)."""

@@ -136,12 +136,12 @@ class Pending(Generic[T]):
 
     __slots__ = (
         "_after",
+        "_batch_done",
         "_done",
         "_error",
         "_next_batch",
         "_on_error",
         "_value",
-        "batch_done",
         "job",
     )
 
@@ -149,7 +149,7 @@ class Pending(Generic[T]):
         self.job = job
         # Set when the batch that takes the job is resolved; until a batch takes it,
         # `next_batch()` is the event of the batch that will be formed next.
-        self.batch_done: anyio.Event | None = None
+        self._batch_done: anyio.Event | None = None
         self._next_batch = next_batch
         self._done = False
         self._value: T | None = None
@@ -201,7 +201,7 @@ class Pending(Generic[T]):
         # a batch in flight and the next one queued behind it, that cost every
         # caller of the later batch a second wake-up.
         while not self._done:
-            await (self.batch_done or self._next_batch()).wait()
+            await (self._batch_done or self._next_batch()).wait()
 
     async def result(self) -> T:
         await self.wait()
@@ -449,7 +449,7 @@ class LedgerWriter:
         batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
         done, self._next_batch_done = self._next_batch_done, anyio.Event()
         for pending in batch:
-            pending.batch_done = done
+            pending._batch_done = done
         self._handed.append(batch)
         self._link_has_work.set()
         self._sending = True
@@ -513,7 +513,7 @@ class LedgerWriter:
             batch, outcomes = self._committed.popleft()
             for pending, (value, error) in zip(batch, outcomes, strict=True):
                 pending._resolve(value, error)
-            done = batch[0].batch_done if batch else None
+            done = batch[0]._batch_done if batch else None
             if done is None:  # never handed over (`_fail_queued`): its callers wait here
                 done, self._next_batch_done = self._next_batch_done, anyio.Event()
             done.set()
