@@ -173,6 +173,31 @@ def test_migrations_apply_on_a_fresh_file_and_rerun_is_a_noop(db_path: Path) -> 
         again.close()
 
 
+def test_no_two_indexes_of_a_table_cover_the_same_rows_by_the_same_columns(
+    conn: sqlite3.Connection,
+) -> None:
+    """A second index on the same columns (and rows) only costs writes: each commit
+    writes its pages to the WAL too."""
+    seen: dict[tuple[str, tuple[str, ...], str | None], str] = {}
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")]
+    for table in tables:
+        for _seq, index, _unique, _origin, partial in conn.execute(
+            "SELECT * FROM pragma_index_list(?)", (table,)
+        ):
+            columns = tuple(
+                r[0] for r in conn.execute("SELECT name FROM pragma_index_info(?)", (index,))
+            )
+            sql = conn.execute("SELECT sql FROM sqlite_schema WHERE name = ?", (index,)).fetchone()
+            where = sql[0].split(" WHERE ", 1)[1] if partial and sql and sql[0] else None
+            key = (table, columns, where)
+            assert key not in seen, f"{index} duplicates {seen[key]}: {key}"
+            seen[key] = index
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT content FROM messages WHERE turn_id = ? ORDER BY seq", ("t",)
+    ).fetchall()
+    assert "USING INDEX" in str(plan) and "TEMP B-TREE" not in str(plan), plan
+
+
 def test_connection_pragmas(conn: sqlite3.Connection) -> None:
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
