@@ -148,6 +148,13 @@ async def test_engine_timeout_fails_the_turn_and_the_session_goes_on(
 # -- crash recovery ---------------------------------------------------------------
 
 
+def restart_with_a_quick_engine(d: DaemonProcess, chunks: int) -> None:
+    """Start the killed daemon again, its engine answering at once, so it recovers quickly."""
+    d.config["engine"] = {"chunks": chunks, "delay_ms": 0}
+    write_config(d.config_path, d.config)
+    d.start()
+
+
 @asyncio_only
 async def test_crash_mid_turn_reruns_it_once_after_restart(make_daemon: DaemonFactory) -> None:
     d = make_daemon({"engine": {"chunks": 4, "delay_ms": 1000}})
@@ -166,9 +173,7 @@ async def test_crash_mid_turn_reruns_it_once_after_restart(make_daemon: DaemonFa
         d.kill()  # SIGKILL in the middle of the turn
     assert [t["id"] for t in turns(d, session)] == []
 
-    d.config["engine"] = {"chunks": 2, "delay_ms": 0}  # recover quickly
-    write_config(d.config_path, d.config)
-    d.start()
+    restart_with_a_quick_engine(d, chunks=2)
     async with await Adapter.connect(d, channel) as a:
         replies = [await a.deliver(session=session) for _ in range(3)]  # waited in the outbox
     assert [r["in_reply_to"] for r in replies] == [[cut], [b], [c]]
@@ -204,9 +209,7 @@ async def test_crash_during_an_interrupt_batch_reruns_the_batch_as_one_turn(
         await a.send_inbound(later, "z", sender, mode="followup")
         d.kill()
 
-    d.config["engine"] = {"chunks": 1, "delay_ms": 0}
-    write_config(d.config_path, d.config)
-    d.start()
+    restart_with_a_quick_engine(d, chunks=1)
     async with await Adapter.connect(d, channel) as a:
         replies = [await a.deliver(session=session, status="final") for _ in range(2)]
     assert [r["in_reply_to"] for r in replies] == [[first, urgent], [later]]
