@@ -348,10 +348,19 @@ def _arrived(state: State, event: Arrived, now: float) -> _Step:
     item = event.item
     if state.last_seq is not None and item.seq <= state.last_seq:
         raise IllegalTransition(f"item {item.id} has seq {item.seq} <= last {state.last_seq}")
-    state = state._replace(last_seq=item.seq)
-    if state.running is None:
-        return _arrived_idle(state, item, now)
-    return _arrived_busy(state, state.running, item, event.steerable)
+    running = state.running
+    if running is None:
+        return _arrived_idle(state._replace(last_seq=item.seq), item, now)
+    if running.steerable != event.steerable:
+        running = running._replace(steerable=event.steerable)
+    waits = running.aborting or item.mode in _WAITS_WHILE_BUSY
+    cap = state.limits.cap
+    if waits and (cap is None or len(state.backlog) < cap):
+        # The common busy arrival in one step (one copy of the state): it waits, it fits.
+        backlog = state.backlog.append(item)
+        return state._replace(running=running, backlog=backlog, last_seq=item.seq), []
+    state = state._replace(running=running, last_seq=item.seq)
+    return _enqueue(state, item) if waits else _arrived_busy(state, running, item)
 
 
 def _arrived_idle(state: State, item: Item, now: float) -> _Step:
@@ -383,12 +392,9 @@ def _collect_while_idle(state: State, item: Item, now: float) -> _Step:
     return state._replace(collect_deadline=deadline), [*actions, WakeAt(deadline)]
 
 
-def _arrived_busy(state: State, running: Running, item: Item, steerable: bool) -> _Step:
-    running = running._replace(steerable=steerable)
-    state = state._replace(running=running)
-    if running.aborting or item.mode in _WAITS_WHILE_BUSY:
-        return _enqueue(state, item)
-    if item.mode == "steer" and steerable and not state.backlog:
+def _arrived_busy(state: State, running: Running, item: Item) -> _Step:
+    """An arrival that acts on the running turn: a steer, or an interrupt."""
+    if item.mode == "steer" and running.steerable and not state.backlog:
         steered = running._replace(steered=(*running.steered, item))
         return state._replace(running=steered), [Steer(running.turn_no, item)]
     # interrupt, or a steer that cannot be steered without reordering: abort the turn
@@ -420,6 +426,8 @@ def _turn_ended(state: State, event: TurnEnded) -> _Step:
 
 
 def _taken_count(running: Running, taken: tuple[str, ...]) -> int:
+    if not taken:
+        return 0  # the empty prefix always is one
     steered_prefix = {i.id for i in running.steered[: len(taken)]}
     if len(set(taken)) != len(taken) or set(taken) != steered_prefix:
         raise IllegalTransition(
