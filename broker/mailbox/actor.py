@@ -544,9 +544,13 @@ class SessionActor:
             notes=notes,
         )
         reported = self.ctx.last_reported
-        if reported is not None and not plan.compaction_due and self.ctx.blocks:
-            due = compaction_due(plan.tokens, self.window(), cfg.compaction_threshold, reported)
-            return replace(plan, compaction_due=due)
+        if (
+            reported is not None
+            and not plan.compaction_due
+            and self.ctx.blocks
+            and compaction_due(plan.tokens, self.window(), cfg.compaction_threshold, reported)
+        ):
+            return replace(plan, compaction_due=True)  # a copy only when it changes
         return plan
 
     def _system_prompt(self) -> str | None:
