@@ -33,14 +33,15 @@ is summed once, when the block is built).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import chain
 from typing import NamedTuple
 
 from broker.engines.base import Role
+from broker.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Msg:
     role: Role
     content: str
@@ -54,7 +55,7 @@ class Msg:
             raise ValueError(f"tokens must be >= 0, got {self.tokens}")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnBlock:
     """One turn of history, its messages oldest first."""
 
@@ -66,7 +67,7 @@ class TurnBlock:
         object.__setattr__(self, "tokens", sum(m.tokens for m in self.messages))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContextInput:
     window: int
     reserve_reply: int
@@ -91,7 +92,7 @@ class ContextInput:
         return self.window - self.reserve_reply
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ContextPlan:
     messages: tuple[Msg, ...]
     tokens: int

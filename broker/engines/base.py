@@ -22,10 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from broker.records import record
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChatMessage:
     role: Role
     content: str
@@ -46,7 +48,7 @@ class HistoryMessage(Protocol):
     def name(self) -> str | None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolSpec:
     """A broker tool offered to the engine (JSON schema for the arguments)."""
 
@@ -55,7 +57,7 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ToolCall:
     id: str
     name: str
@@ -64,7 +66,7 @@ class ToolCall:
     status: Literal["ok", "error"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnRequest:
     session: str
     turn_id: str

@@ -1,8 +1,8 @@
 """Queue modes of one session as a pure state machine: ``handle(state, event, now)``.
 
 No I/O, no clock (``now`` is passed in, in seconds), no mutation: every type is
-immutable (frozen dataclasses; the state, which changes on every event, is made of
-named tuples, several times cheaper to build) and ``handle`` returns the next state
+immutable (events and actions are records, ``broker.records``; the state, which
+changes on every event, is made of named tuples) and ``handle`` returns the next state
 with the actions the shell must perform, in order. An event that is illegal in the
 current state raises ``IllegalTransition``; the caller keeps the old state, so nothing
 changes.
@@ -56,9 +56,10 @@ Choices where the protocol leaves room:
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import islice
 from typing import Literal, NamedTuple, TypeAlias, assert_never, overload
+
+from broker.records import record
 
 QueueMode: TypeAlias = Literal["interrupt", "steer", "followup", "collect", "queue"]
 DropPolicy: TypeAlias = Literal["old", "new", "summarize"]
@@ -98,7 +99,7 @@ class Item(NamedTuple):
     source: Source
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Limits:
     debounce_s: float = 0.0
     cap: int | None = None
@@ -223,35 +224,35 @@ class State(NamedTuple):
 # Events
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Arrived:
     item: Item
     steerable: bool = False  # can the running turn's engine take steering? (ignored if idle)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TurnEnded:
     turn_no: int
     outcome: Outcome
     steer_taken: tuple[str, ...] = ()  # ids of steered items the engine consumed
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Tick:
     """The clock reached a wake-up requested by ``WakeAt``."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Stop:
     """``/stop``: abort the running turn and cancel its inputs."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Configure:
     limits: Limits
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Resume:
     """Start work on whatever waits, now (after rehydration); no-op while a turn runs."""
 
@@ -262,7 +263,7 @@ Event: TypeAlias = Arrived | TurnEnded | Tick | Stop | Configure | Resume
 # Actions
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StartTurn:
     turn_no: int
     items: tuple[Item, ...]
@@ -270,25 +271,25 @@ class StartTurn:
     dropped_note: tuple[Item, ...] = ()  # dropped under "summarize" since the last StartTurn
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AbortTurn:
     turn_no: int
     reason: AbortReason
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Steer:
     turn_no: int
     item: Item
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Drop:
     item: Item
     reason: str  # "cap:old" | "cap:new" | "cap:summarize" | "stopped"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class WakeAt:
     """Deliver ``Tick`` at/after ``deadline``; emitted whenever ``collect_deadline`` changes.
     ``None`` cancels; a later ``WakeAt`` supersedes earlier ones."""
