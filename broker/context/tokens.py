@@ -34,6 +34,7 @@ MESSAGE_OVERHEAD = 3
 NAME_OVERHEAD = 1
 REPLY_PRIMING = 3
 OFFLINE_SUFFIX = "_offline"
+CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 _lock = threading.Lock()
 _encodings: dict[str, Any] = {}  # offline name -> tiktoken.Encoding
@@ -70,11 +71,13 @@ def _load(offline_name: str) -> Any:
 class TokenCounter:
     """Counts tokens of text and chat messages with one offline encoding."""
 
-    __slots__ = ("_encoding", "encoding_name")
+    __slots__ = ("_encoding", "_role_tokens", "encoding_name")
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self.encoding_name = resolve_encoding(encoding)
         self._encoding = _load(self.encoding_name)
+        # Every message names its role: counted here once, not once per message.
+        self._role_tokens = {role: self.count(role) for role in CHAT_ROLES}
 
     def count(self, text: str) -> int:
         """Tokens of ``text``; special-token strings count as plain text."""
@@ -91,7 +94,10 @@ class TokenCounter:
 
     def count_message(self, role: str, content: str, name: str | None = None) -> int:
         """Tokens one chat message takes in a prompt (see the module docstring)."""
-        tokens = MESSAGE_OVERHEAD + self.count(role) + self.count(content)
+        role_tokens = self._role_tokens.get(role)
+        if role_tokens is None:
+            role_tokens = self.count(role)
+        tokens = MESSAGE_OVERHEAD + role_tokens + self.count(content)
         if name is not None:
             tokens += NAME_OVERHEAD + self.count(name)
         return tokens

@@ -332,6 +332,24 @@ def test_count_message_adds_the_chat_overhead(counter: TokenCounter) -> None:
     assert named == plain + 1 + counter.count("alice")
 
 
+@pytest.mark.parametrize("role", ["system", "user", "assistant", "tool", "developer"])
+def test_count_message_encodes_only_the_content_for_a_chat_role(role: str) -> None:
+    counter = TokenCounter()
+    encoded: list[str] = []
+    encoding = counter._encoding
+
+    class Recording:
+        def encode_ordinary(self, text: str) -> list[int]:
+            encoded.append(text)
+            return list(encoding.encode_ordinary(text))
+
+    counter._encoding = Recording()
+    tokens = counter.count_message(role, "hello world")
+    assert tokens == 3 + len(encoding.encode_ordinary(role)) + 2
+    # The four chat roles were counted once, when the counter was made.
+    assert encoded == (["hello world"] if role != "developer" else ["developer", "hello world"])
+
+
 def test_count_many_matches_count(counter: TokenCounter) -> None:
     texts = ["", "hello", "<|endoftext|>", "a much longer line of text " * 20]
     assert counter.count_many(texts) == [counter.count(t) for t in texts]
