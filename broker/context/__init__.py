@@ -14,7 +14,14 @@ from broker.context.compaction import (
     plan,
     summary_request,
 )
-from broker.context.packing import ContextInput, ContextPlan, Msg, TurnBlock, assemble
+from broker.context.packing import (
+    ContextInput,
+    ContextPlan,
+    Msg,
+    TurnBlock,
+    WholeHistory,
+    assemble,
+)
 from broker.context.tokens import (
     MESSAGE_OVERHEAD,
     NAME_OVERHEAD,
@@ -34,6 +41,7 @@ __all__ = [
     "Msg",
     "TokenCounter",
     "TurnBlock",
+    "WholeHistory",
     "assemble",
     "compaction_due",
     "fallback_summary",

@@ -19,6 +19,10 @@ Rule 5. ``compaction_due`` is True iff there is history and
         ``fixed + history > budget``) and already a little before, once the full context
         passes ``threshold`` of the window. With no history there is nothing to compact.
 
+Rule 6. ``whole``, when given, must be ``history``'s messages in order and their tokens
+        (``WholeHistory().plus(block)`` for each block). A history that fits whole is
+        then taken from it as it is: the plan is the same as without it, only cheaper.
+
 Choice where the brief leaves room (partial turns): a turn is cut only when it is the
 newest turn and does not fit whole. Then its newest messages that fit are kept, cut at
 a group boundary from its oldest side (``cut_messages`` says how many were left out),
@@ -28,7 +32,8 @@ never with a reply whose question is missing.
 
 Cost: the walk stops at the first turn that does not fit, so a call looks at about
 ``budget / tokens-per-turn`` turns however long the history is (``TurnBlock.tokens``
-is summed once, when the block is built).
+is summed once, when the block is built). When the whole history fits (most turns
+of most sessions) and the caller keeps ``whole`` (Rule 6), there is no walk at all.
 """
 
 from __future__ import annotations
@@ -68,6 +73,18 @@ class TurnBlock:
 
 
 @record
+class WholeHistory:
+    """Every message of a history, oldest first, and their tokens: kept by a caller
+    that appends turns, so that a history that fits whole is packed without a walk."""
+
+    messages: tuple[Msg, ...] = ()
+    tokens: int = 0
+
+    def plus(self, block: TurnBlock) -> WholeHistory:
+        return WholeHistory(self.messages + block.messages, self.tokens + block.tokens)
+
+
+@record
 class ContextInput:
     window: int
     reserve_reply: int
@@ -78,6 +95,7 @@ class ContextInput:
     inputs: tuple[Msg, ...]
     notes: tuple[Msg, ...] = ()
     threshold: float = 0.85
+    whole: WholeHistory | None = None  # `history` flattened and summed, if the caller has it
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -121,7 +139,11 @@ def assemble(ctx: ContextInput) -> ContextPlan:
             over_budget=True,
             compaction_due=bool(ctx.history),  # fixed > budget >= the limit of Rule 5
         )
-    fill = _fill(ctx.history, budget - fixed)
+    whole = ctx.whole
+    if whole is not None and fixed + whole.tokens <= budget:
+        fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # Rule 6
+    else:
+        fill = _fill(ctx.history, budget - fixed)
     limit = min(ctx.threshold * ctx.window, budget)
     due = bool(ctx.history) and (not fill.all_fit or fixed + fill.tokens > limit)
     return ContextPlan(

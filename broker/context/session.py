@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from itertools import chain
 
 import orjson
 
-from .packing import ContextInput, ContextPlan, Msg, TurnBlock, assemble
+from .packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
 from .state import SessionState, state_from
 from .tokens import TokenCounter
 
@@ -32,6 +33,10 @@ class SessionContext:
     last_reported: int | None = None  # the prompt tokens the engine last reported
     state: SessionState = field(default_factory=SessionState)
     _fixed: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    # `blocks` flattened and summed (packing Rule 6) and how many blocks that covers;
+    # -1: stale, made again (once) by the next `build`; `add_turn` grows it in place.
+    _whole: WholeHistory = field(default_factory=WholeHistory, repr=False)
+    _whole_blocks: int = field(default=-1, repr=False)
 
     def fixed(self, role: str, content: str) -> Msg:
         """A message that recurs turn after turn (the system prompt, the state record):
@@ -74,22 +79,34 @@ class SessionContext:
                 inputs=inputs,
                 notes=notes,
                 threshold=threshold,
+                whole=self._whole_history(),
             )
         )
 
+    def _whole_history(self) -> WholeHistory:
+        if self._whole_blocks != len(self.blocks):
+            messages = tuple(chain.from_iterable(block.messages for block in self.blocks))
+            tokens = sum(block.tokens for block in self.blocks)
+            self._whole, self._whole_blocks = WholeHistory(messages, tokens), len(self.blocks)
+        return self._whole
+
     def add_turn(self, turn_id: str, messages: list[Msg]) -> None:
         if messages:
-            self.blocks.append(TurnBlock(turn_id, tuple(messages)))
+            block = TurnBlock(turn_id, tuple(messages))
+            if self._whole_blocks == len(self.blocks):
+                self._whole, self._whole_blocks = self._whole.plus(block), self._whole_blocks + 1
+            self.blocks.append(block)
 
     def compacted(self, summary: str, keep: tuple[TurnBlock, ...]) -> None:
         self.summary = summary
         self.summary_tokens = self.counter.count_message("system", summary_text(summary))
-        self.blocks = list(keep)
+        self.blocks, self._whole_blocks = list(keep), -1
         self.last_reported = None
 
     def reset(self) -> None:
         """`/new`: a fresh thread has no history, no summary and no state."""
         self.blocks, self.summary, self.summary_tokens, self.last_reported = [], None, 0, None
+        self._whole_blocks = -1
         self.state = SessionState()
 
 

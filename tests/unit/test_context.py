@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -21,13 +22,16 @@ from broker.context import (
     Msg,
     TokenCounter,
     TurnBlock,
+    WholeHistory,
     assemble,
     compaction_due,
     fallback_summary,
+    packing,
     plan,
     summary_request,
 )
 from broker.context import tokens as tokens_mod
+from broker.context.session import SessionContext, summary_text
 from broker.engines.base import Role
 
 # --- helpers and strategies -------------------------------------------------------
@@ -133,6 +137,9 @@ def test_assemble_properties(c: ContextInput) -> None:
     check_order_budget_and_suffix(c, p)
     check_groups_whole(c, p)
     check_greedy_and_compaction(c, p)
+    # Rule 6: the same plan when the caller hands over the whole history
+    whole = WholeHistory(flatten(c.history), sum(t.tokens for t in c.history))
+    assert assemble(dataclasses.replace(c, whole=whole)) == p
 
 
 def check_order_budget_and_suffix(c: ContextInput, p: ContextPlan) -> None:
@@ -268,6 +275,42 @@ def test_group_with_messages_apart_spans_what_lies_between() -> None:
 def test_newest_turn_with_nothing_that_fits_keeps_no_history() -> None:
     p = assemble(ctx((turn("t0", 5), turn("t1", 10, 890))))
     assert (p.kept_turns, p.dropped_turns, p.cut_messages, p.tokens) == (0, 2, 0, 60)
+
+
+def test_a_session_packs_a_history_that_fits_whole_without_walking_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Packing Rule 6 as the session keeps it: through appends, a compaction, a `/new`
+    and a change to `blocks` made some other way, the plan is the one a walk makes."""
+    session = SessionContext(TokenCounter())
+    inputs = (Msg("user", "now", 5),)
+
+    def build() -> ContextPlan:
+        return session.build(
+            window=4096, reserve=512, threshold=0.9, system=None, inputs=inputs, notes=()
+        )
+
+    def walked() -> ContextPlan:
+        history = tuple(session.blocks)
+        summary = None
+        if session.summary:
+            summary = Msg("system", summary_text(session.summary), session.summary_tokens)
+        return assemble(ContextInput(4096, 512, None, None, summary, history, inputs, (), 0.9))
+
+    for n in range(40):
+        session.add_turn(f"t{n}", [Msg("user", f"q{n}", 7), Msg("assistant", f"a{n}", 9)])
+    assert build() == walked()  # made once after the appends that came first (a load)
+    session.add_turn("t40", [Msg("user", "q40", 7)])
+    with monkeypatch.context() as patched:
+        patched.setattr(packing, "_fill", lambda *_: pytest.fail("walked the history"))
+        plan_now = build()
+    assert plan_now == walked() and plan_now.kept_turns == 41
+    session.compacted("earlier", tuple(session.blocks[-3:]))
+    assert build() == walked() and build().kept_turns == 3
+    session.blocks.append(TurnBlock("t41", (Msg("user", "q41", 7),)))  # not via add_turn
+    assert build() == walked() and build().kept_turns == 4
+    session.reset()
+    assert build() == walked() and build().kept_turns == 0
 
 
 def test_context_input_rejects_nonsense() -> None:
