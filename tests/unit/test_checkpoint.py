@@ -96,19 +96,23 @@ def test_the_wal_starts_over_under_steady_writes(
     db: Path, writer: Callable[..., tuple[Transactor, WalCheckpointer]]
 ) -> None:
     transactor, checkpointer = writer(interval_s=0.001, restart_frames=64)
-    largest = 0
     batches = 0
+    seen = 0
+    after_restarts: list[int] = []  # the WAL's size after each transaction that began anew
     # Back-to-back transactions leave no moment with every frame copied, so only
     # the catch-up under the writer's lock lets the WAL start over.
     while batches < 400 or (checkpointer.restarts < 3 and batches < 20_000):
         transactor.execute(_batch(4))
         batches += 1
-        largest = max(largest, _wal_bytes(db))
+        if checkpointer.restarts > seen:  # a catch-up ended: this transaction began anew
+            seen = checkpointer.restarts
+            after_restarts.append(_wal_bytes(db))
     assert checkpointer.restarts >= 3
     written = batches * 4 * FRAME
     assert written > 1500 * FRAME
-    # journal_size_limit trims the file back after each restart.
-    assert largest < 16 * 64 * FRAME < written
+    # journal_size_limit trims the file back at each restart, however far it grew
+    # before (on a loaded machine the thread may be late, and the WAL grows meanwhile).
+    assert after_restarts and max(after_restarts) <= 32 + 64 * FRAME < written
 
 
 def test_a_failing_checkpoint_fails_no_write(
