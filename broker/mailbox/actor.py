@@ -100,11 +100,11 @@ class RunningTurn:
         if self.scope is not None:
             self.scope.cancel()
 
-    def engine_scope(self, timeout_s: float) -> anyio.CancelScope:
+    def engine_scope(self, deadline: float) -> anyio.CancelScope:
         """A fresh scope for one engine call (a turn may call twice, after a reactive
-        compaction), bounded by the engine timeout; cancelled already if the turn was
-        aborted before the call."""
-        self.scope = anyio.CancelScope(deadline=anyio.current_time() + timeout_s)
+        compaction), bounded by the engine timeout's deadline; cancelled already if the
+        turn was aborted before the call."""
+        self.scope = anyio.CancelScope(deadline=deadline)
         if self.abort_reason is not None:
             self.scope.cancel()
         return self.scope
@@ -177,7 +177,8 @@ class SessionActor:
         self.pending_new = False
         self.state = m.State(limits=self.limits())
         self._tg: anyio.abc.TaskGroup | None = None
-        self._last_activity = anyio.current_time()
+        self.clock = hub.clock
+        self._last_activity = self.clock()
         self._live = False  # the loop runs: `post` may handle events at once
         self._draining = False  # `_drain` is on the stack: a nested post just queues
         self._wake_by = math.inf  # when the sleeping loop wakes by itself
@@ -256,7 +257,7 @@ class SessionActor:
                 await self._run_turn(start, inputs, turn)
                 continue
             if not self.wake.is_set():
-                now = anyio.current_time()
+                now = self.clock()
                 self._wake_by = min(self._due(), now + recheck_s)
                 with anyio.move_on_after(max(0.0, self._wake_by - now)):
                     await self.wake.wait()
@@ -278,7 +279,7 @@ class SessionActor:
         return due
 
     def _timer_due(self) -> bool:
-        return self.deadline is not None and anyio.current_time() >= self.deadline
+        return self.deadline is not None and self.clock() >= self.deadline
 
     def _quiet(self) -> bool:
         return (
@@ -291,12 +292,12 @@ class SessionActor:
         )
 
     def _idle_long(self, idle_s: float) -> bool:
-        return anyio.current_time() - self._last_activity >= idle_s
+        return self.clock() - self._last_activity >= idle_s
 
     def _drain(self) -> None:
         if not self.queue:
             return
-        self._last_activity = anyio.current_time()
+        self._last_activity = self.clock()
         self._draining = True
         try:
             while self.queue:
@@ -339,7 +340,7 @@ class SessionActor:
 
     def _apply(self, event: m.Event) -> None:
         try:
-            self.state, actions = m.handle(self.state, event, anyio.current_time())
+            self.state, actions = m.handle(self.state, event, self.clock())
         except m.IllegalTransition:
             log.exception("illegal queue transition", session=self.label, event=repr(event))
             return
@@ -597,7 +598,7 @@ class SessionActor:
         self.status = "streaming"
         engine = self.engine
         # One scope for both the timeout and an abort: cheaper than nesting fail_after.
-        with turn.engine_scope(self.hub.settings.engine.timeout_s):
+        with turn.engine_scope(self.clock() + self.hub.settings.engine.timeout_s):
             try:
                 return await engine.run(request, turn), None, None
             except TimeoutError:  # the engine's own (say, an HTTP client's)

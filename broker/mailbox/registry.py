@@ -27,6 +27,7 @@ from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.engines.factory import build_engine
 from broker.ids import new_id, now_ms
+from broker.loopclock import loop_clock
 from broker.router import Router
 from ledger import dispatch
 from ledger import turns as lt
@@ -70,11 +71,14 @@ class Mailboxes:
         self.draining = False
         # Made only while `drain` waits on it: a turn's end costs nothing otherwise.
         self._turn_ended: anyio.Event | None = None
+        # anyio's clock; the loop's own, read without the backend lookup, once running.
+        self.clock: Callable[[], float] = anyio.current_time
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Own the actors; rehydrate the backlog before reporting started."""
+        self.clock = loop_clock()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await self._rehydrate()
