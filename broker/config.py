@@ -40,6 +40,9 @@ class EngineSettings(_Section):
     chunks: int = Field(3, ge=1, le=1000)
     delay_ms: int = Field(0, ge=0, le=60_000)
     timeout_s: float = Field(120.0, gt=0)
+    # A turn that streams longer than this saves its partial output this often,
+    # so a crash keeps what it had said (ledger/turns.py Rule 4).
+    progress_save_s: float = Field(1.0, gt=0)
     context_window: int = Field(8192, ge=256)
     encoding: str = "cl100k_base"  # tiktoken encoding, bundled offline
     reserve_reply_tokens: int = Field(1024, ge=0)  # room kept in the window for the reply

@@ -11,6 +11,10 @@ Rule 3: a turn's items are marked `running` (with the turn id) before the
         engine is called, so after a crash `recover_crashed` knows which turns
         were cut off: each becomes an aborted turn (reason `crash`) and its
         items go back to `queued`, to run again.
+Rule 4: a turn that streams for a while has its partial output saved now and
+        then (`save_progress`, one row per turn, replaced at each save). Its
+        commit removes the row; a turn cut off by a crash is recorded with the
+        output last saved, and started when its items were marked running.
 """
 
 from __future__ import annotations
@@ -111,6 +115,18 @@ def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], no
     )
 
 
+def save_progress(
+    conn: sqlite3.Connection, turn_id: str, session: str, output: str, now: int
+) -> None:
+    """Save the output a running turn has streamed so far (Rule 4)."""
+    conn.execute(
+        "INSERT INTO turn_progress (turn_id, session_label, output, updated_at)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT (turn_id) DO UPDATE"
+        " SET output = excluded.output, updated_at = excluded.updated_at",
+        (turn_id, session, output, now),
+    )
+
+
 def set_item_status(
     conn: sqlite3.Connection, items: list[tuple[str, str, str | None]], now: int
 ) -> None:
@@ -155,6 +171,7 @@ class TurnRecord:
     output_tokens: int | None = None
     compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
 
 
 def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
@@ -321,6 +338,8 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
             for n, (kind, payload) in enumerate(rec.events)
         ],
     )
+    if rec.progress_saved:
+        conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (rec.turn_id,))
     return _finish_dispatches(conn, rec)
 
 
@@ -364,6 +383,14 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
     for turn_id, items in by_turn.items():
         session = items[0].session
         head, _persona = session_head(conn, session)
+        saved = conn.execute(
+            "SELECT output FROM turn_progress WHERE turn_id = ?", (turn_id,)
+        ).fetchone()
+        conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
+        # mark_running stamped the turn's items with its start.
+        (started,) = conn.execute(
+            "SELECT updated_at FROM queue_items WHERE id = ?", (items[0].id,)
+        ).fetchone()
         rec = TurnRecord(
             turn_id=turn_id or new_id(),
             session=session,
@@ -372,10 +399,10 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             status="aborted",
             reason="crash",
             error="the broker stopped while this turn ran",
-            output="",
+            output=saved[0] if saved else "",
             engine="",
             model=None,
-            started_at=now,
+            started_at=started,
             completed_at=now,
             prompt_tokens=None,
             completion_tokens=None,

@@ -16,6 +16,11 @@ Rule 3: a turn is durable at both ends: its items are marked running before
 Rule 4: every wait on the engine is bounded by `engine.timeout_s`; an abort
         cancels the turn's own scope; a shutdown leaves the turn uncommitted,
         for crash recovery to record and re-run at the next start.
+Rule 5: a turn that streams for longer than `engine.progress_save_s` saves its
+        output so far that often, at a delta (ledger/turns.py Rule 4). A save
+        is queued behind the turn's `mark_running` and ahead of its commit, and
+        nobody waits on it: a quick turn never saves, a slow one pays a write a
+        period, and a save that cannot be queued is skipped, not an error.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from broker.engines.base import (
 from broker.ids import new_id, now_ms
 from ledger import turns as lt
 from ledger.turns import ItemInfo, TurnRecord
+from ledger.writer import WriterClosed, WriterOverloaded
 
 from . import compactor
 from . import machine as m
@@ -75,6 +81,12 @@ class RunningTurn:
     steer_queue: list[ItemInfo] = field(default_factory=list)
     taken: list[ItemInfo] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
+    # Rule 5: `save_progress` runs at the first delta from `save_due` on (it sets
+    # the next due time); `progress_saved` tells the commit a saved row may exist.
+    clock: Callable[[], float] = anyio.current_time
+    save_due: float = math.inf
+    save_progress: Callable[[RunningTurn], None] | None = None
+    progress_saved: bool = False
 
     async def delta(self, text: str) -> None:
         self.parts.append(text)
@@ -84,6 +96,8 @@ class RunningTurn:
                 self.session,
                 {"type": "delta", "out_id": self.out_id, "session": self.session, "text": text},
             )
+        if self.save_progress is not None and self.clock() >= self.save_due:
+            self.save_progress(self)
 
     def take_steer(self) -> list[ChatMessage]:
         taken, self.steer_queue = self.steer_queue, []
@@ -436,11 +450,28 @@ class SessionActor:
             channel,
             hub.deliveries.delta,
             tools=lambda name, args: tools.call(hub, label, turn_id, name, args),
+            clock=self.clock,
+            save_due=self.clock() + hub.settings.engine.progress_save_s,
+            save_progress=self._save_progress,
         )
         self.status = "processing"
         # The loop runs it: a task switch instead of a new task per turn.
         self._next_turn = (start, inputs, self.turn)
         self.wake.set()
+
+    def _save_progress(self, turn: RunningTurn) -> None:
+        """Queue a save of `turn`'s output so far (Rule 5)."""
+        turn.save_due = self.clock() + self.hub.settings.engine.progress_save_s
+        try:
+            self.hub.ledger.writer.submit(
+                lt.save_progress, turn.id, self.label, "".join(turn.parts), now_ms()
+            )
+        except (WriterOverloaded, WriterClosed) as exc:
+            log.warning(
+                "partial output not saved", session=self.label, turn=turn.id, error=str(exc)
+            )
+            return
+        turn.progress_saved = True
 
     async def _run_turn(
         self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
@@ -670,6 +701,7 @@ class SessionActor:
             input_tokens=[msg.tokens for msg in (*turn.input_msgs, *taken_msgs)],
             output_tokens=reply_msg.tokens if reply_msg else None,
             events=turn_events(result, status, error),
+            progress_saved=turn.progress_saved,
         )
         written = await self.hub.commit(rec)
         if written != "lost":

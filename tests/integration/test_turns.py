@@ -188,6 +188,37 @@ async def test_crash_mid_turn_reruns_it_once_after_restart(make_daemon: DaemonFa
 
 
 @asyncio_only
+async def test_a_turn_cut_off_by_a_crash_keeps_the_output_it_had_saved(
+    make_daemon: DaemonFactory,
+) -> None:
+    """A turn that streams for longer than engine.progress_save_s saves its output so
+    far; a SIGKILL then leaves the crashed turn that output, and its inputs run again."""
+    d = make_daemon({"engine": {"chunks": 8, "delay_ms": 400, "progress_save_s": 0.1}})
+    sender, channel, cut = uniq("+"), uniq("t"), uniq("m")
+    async with await Adapter.connect(d, channel) as a:
+        session = (await a.send_inbound(cut, "abcdefgh", sender, mode="followup"))["session"]
+
+        async def saved() -> bool:
+            return bool(query(d, "SELECT 1 FROM turn_progress WHERE session_label = ?", session))
+
+        await wait_until(saved, "the turn's partial output saved")
+        d.kill()
+    [(kept,)] = query(d, "SELECT output FROM turn_progress WHERE session_label = ?", session)
+    assert kept and "abcdefgh".startswith(kept) and kept != "abcdefgh"
+
+    restart_with_a_quick_engine(d, chunks=1)
+    async with await Adapter.connect(d, channel) as a:
+        reply = await a.deliver(session=session)
+    assert (reply["in_reply_to"], reply["text"], reply["status"]) == ([cut], "abcdefgh", "final")
+    crashed, rerun = turns(d, session)
+    assert (crashed["status"], crashed["reason"], crashed["output"]) == ("aborted", "crash", kept)
+    assert crashed["started_at"] < crashed["completed_at"]  # its real start, not the restart
+    assert (rerun["status"], rerun["output"]) == ("completed", "abcdefgh")
+    assert query(d, "SELECT count(*) FROM turn_progress") == [(0,)]
+    assert_run_once_in_order(d, session, [cut])
+
+
+@asyncio_only
 async def test_crash_during_an_interrupt_batch_reruns_the_batch_as_one_turn(
     make_daemon: DaemonFactory,
 ) -> None:
