@@ -81,12 +81,16 @@ class RunningTurn:
     steer_queue: list[ItemInfo] = field(default_factory=list)
     taken: list[ItemInfo] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
-    # Rule 5: `save_progress` runs at the first delta from `save_due` on (it sets
-    # the next due time); `progress_saved` tells the commit a saved row may exist.
+    # Rule 5: `save_progress` runs at the first delta of each `save_every_s` after the
+    # turn starts; `progress_saved` tells the commit a saved row may exist.
     clock: Callable[[], float] = anyio.current_time
-    save_due: float = math.inf
+    save_every_s: float = math.inf
     save_progress: Callable[[RunningTurn], None] | None = None
     progress_saved: bool = False
+    save_due: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.save_due = self.clock() + self.save_every_s
 
     async def delta(self, text: str) -> None:
         self.parts.append(text)
@@ -96,8 +100,11 @@ class RunningTurn:
                 self.session,
                 {"type": "delta", "out_id": self.out_id, "session": self.session, "text": text},
             )
-        if self.save_progress is not None and self.clock() >= self.save_due:
-            self.save_progress(self)
+        if self.save_progress is not None:
+            now = self.clock()
+            if now >= self.save_due:
+                self.save_due = now + self.save_every_s
+                self.save_progress(self)
 
     def take_steer(self) -> list[ChatMessage]:
         taken, self.steer_queue = self.steer_queue, []
@@ -451,7 +458,7 @@ class SessionActor:
             hub.deliveries.delta,
             tools=lambda name, args: tools.call(hub, label, turn_id, name, args),
             clock=self.clock,
-            save_due=self.clock() + hub.settings.engine.progress_save_s,
+            save_every_s=hub.settings.engine.progress_save_s,
             save_progress=self._save_progress,
         )
         self.status = "processing"
@@ -461,7 +468,6 @@ class SessionActor:
 
     def _save_progress(self, turn: RunningTurn) -> None:
         """Queue a save of `turn`'s output so far (Rule 5)."""
-        turn.save_due = self.clock() + self.hub.settings.engine.progress_save_s
         try:
             self.hub.ledger.writer.submit(
                 lt.save_progress, turn.id, self.label, "".join(turn.parts), now_ms()

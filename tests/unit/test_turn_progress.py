@@ -129,14 +129,13 @@ class Clock:
 
 @pytest.mark.anyio
 async def test_a_turn_saves_at_the_first_delta_of_each_period(anyio_backend: str) -> None:
-    clock, every, saved = Clock(), 1.0, list[str]()
+    clock, saved = Clock(), list[str]()
 
-    def save(turn: RunningTurn) -> None:  # as SessionActor._save_progress does
-        turn.save_due = clock() + every
+    def save(turn: RunningTurn) -> None:
         saved.append("".join(turn.parts))
 
     turn = RunningTurn(
-        "t1", 1, "o1", "s", None, lambda *a: None, clock=clock, save_due=every, save_progress=save
+        "t1", 1, "o1", "s", None, lambda *a: None, clock=clock, save_every_s=1.0, save_progress=save
     )
     # Deltas "a", "b", ... at these times: nothing is saved in the first second,
     # then the output so far at the first delta of each period.
