@@ -69,6 +69,7 @@ AbortReason: TypeAlias = Literal["interrupt", "stop"]
 TurnKind: TypeAlias = Literal["turn", "queue_batch", "worker_result"]
 
 QUEUE_MODES: tuple[QueueMode, ...] = ("interrupt", "steer", "followup", "collect", "queue")
+_MODE_NAMED: dict[str, QueueMode] = {m: m for m in QUEUE_MODES}
 _NEVER_REFUSED: frozenset[QueueMode] = frozenset({"interrupt", "steer"})
 _WAITS_WHILE_BUSY: frozenset[QueueMode] = frozenset({"followup", "queue", "collect"})
 _DEFAULT_BY_SOURCE: dict[Source, QueueMode] = {
@@ -334,7 +335,7 @@ def resolve_mode(
     default, else the default for its source. ``allowed=None`` allows every mode; it
     restricts only what a message may ask for, not the configured fallbacks."""
     if requested is not None:
-        mode = next((m for m in QUEUE_MODES if m == requested), None)
+        mode = _MODE_NAMED.get(requested)
         if mode is None or (allowed is not None and mode not in allowed):
             raise ModeRefused(requested, QUEUE_MODES if allowed is None else allowed)
         return mode
@@ -351,6 +352,18 @@ def _arrived(state: State, event: Arrived, now: float) -> _Step:
         raise IllegalTransition(f"item {item.id} has seq {item.seq} <= last {state.last_seq}")
     running = state.running
     if running is None:
+        limits = state.limits
+        if (
+            item.mode == "collect"
+            and limits.debounce_s > 0
+            and (limits.cap is None or len(state.backlog) < limits.cap)
+        ):
+            # The common idle collect arrival in one step (one copy of the state):
+            # it fits, and the quiet period starts again.
+            deadline = now + limits.debounce_s
+            backlog = state.backlog.append(item)
+            new = state._replace(backlog=backlog, collect_deadline=deadline, last_seq=item.seq)
+            return new, [WakeAt(deadline)]
         return _arrived_idle(state._replace(last_seq=item.seq), item, now)
     if running.steerable != event.steerable:
         running = running._replace(steerable=event.steerable)
@@ -377,12 +390,7 @@ def _arrived_idle(state: State, item: Item, now: float) -> _Step:
 
 
 def _collect_while_idle(state: State, item: Item, now: float) -> _Step:
-    limits = state.limits
-    if limits.debounce_s > 0 and (limits.cap is None or len(state.backlog) < limits.cap):
-        # The common case in one step: it fits, and the quiet period starts again.
-        deadline = now + limits.debounce_s
-        backlog = state.backlog.append(item)
-        return state._replace(backlog=backlog, collect_deadline=deadline), [WakeAt(deadline)]
+    """A collect arrival while idle that `_arrived` did not take in one step."""
     state, actions = _enqueue(state, item)
     if not state.backlog or state.backlog[-1] is not item:  # refused by the cap
         return state, actions

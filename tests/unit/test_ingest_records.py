@@ -1,0 +1,100 @@
+"""The records an inbound message becomes on its way in are built positionally
+(router.py, registry.py) for speed; these tests pin every field to its name, so
+two fields of one type swapped in order cannot pass unnoticed."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import cast
+
+from broker.config import Settings
+from broker.deliveries import Deliveries
+from broker.engines.echo import EchoEngine
+from broker.mailbox.registry import Mailboxes
+from broker.protocol import Inbound
+from broker.router import Router
+from ledger.ingest import Accepted, InboundRecord
+from ledger.store import Ledger
+from ledger.turns import ItemInfo
+
+
+def test_route_puts_every_inbound_field_under_its_own_name() -> None:
+    msg = Inbound(
+        type="inbound",
+        msg_id="the-msg",
+        sender_id="the-sender",
+        sender_name="The Name",
+        peer_kind="group",
+        peer_id="the-peer",
+        thread_id="the-thread",
+        text="the text",
+        ts="2026-11-22T10:00:00Z",
+        queue_mode="collect",
+        meta={"k": 1},
+    )
+    routed = Router((), frozenset()).route("the-channel", msg, req="r1")
+    assert routed.record == InboundRecord(
+        channel="the-channel",
+        msg_id="the-msg",
+        sender_id="the-sender",
+        sender_name="The Name",
+        peer_kind="group",
+        peer_id="the-peer",
+        thread_id="the-thread",
+        text="the text",
+        ts="2026-11-22T10:00:00Z",
+        queue_mode="collect",
+        meta='{"k":1}',
+    )
+
+
+def test_route_uses_the_sender_as_peer_when_the_frame_names_none() -> None:
+    msg = Inbound(type="inbound", msg_id="m", sender_id="alice", peer_kind="dm", text="hi")
+    record = Router((), frozenset()).route("tg", msg, req=None).record
+    assert (record.peer_id, record.thread_id, record.meta) == ("alice", None, None)
+
+
+def test_a_committed_message_reaches_its_actor_with_every_field_under_its_own_name() -> None:
+    boxes = Mailboxes(
+        Settings(),
+        cast(Ledger, SimpleNamespace(writer=None)),
+        EchoEngine(),
+        Router((), frozenset()),
+        cast(Deliveries, SimpleNamespace()),
+    )
+    posted: list[ItemInfo] = []
+    boxes.post = posted.append  # type: ignore[method-assign,assignment]
+    rec = InboundRecord(
+        channel="the-channel",
+        msg_id="the-msg",
+        sender_id="the-sender",
+        sender_name="The Name",
+        peer_kind="group",
+        peer_id="the-peer",
+        thread_id="the-thread",
+        text="the text",
+        ts="2026-11-22T10:00:00Z",
+        queue_mode="steer",
+        meta=None,
+    )
+    boxes.on_committed(Accepted("the-msg", "the-session", "the-item", False, 42, "ent"), rec)
+    assert posted == [
+        ItemInfo(
+            id="the-item",
+            seq=42,
+            session="the-session",
+            source="person",
+            mode="steer",
+            status="queued",
+            turn_id=None,
+            payload=None,
+            channel="the-channel",
+            msg_id="the-msg",
+            sender_id="the-sender",
+            sender_name="The Name",
+            peer_kind="group",
+            peer_id="the-peer",
+            thread_id="the-thread",
+            text="the text",
+        )
+    ]
