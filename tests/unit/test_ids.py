@@ -54,6 +54,20 @@ def test_same_millisecond_increments_the_random_part(monkeypatch: pytest.MonkeyP
     assert int(second) & RANDOM_BITS == 12347
 
 
+def test_a_carry_into_the_high_random_bits_changes_the_cached_prefix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # new_id encodes the time and the high 40 random bits once per change; an
+    # increment that carries past bit 40 must make it encode them again.
+    future = now_ms() + 60_000
+    monkeypatch.setattr(ids, "_last_ms", future)
+    monkeypatch.setattr(ids, "_last_random", (1 << 40) - 2)
+    made = [new_id() for _ in range(3)]
+    expected = [(future << 80) | r for r in ((1 << 40) - 1, 1 << 40, (1 << 40) + 1)]
+    assert made == [encode_ulid(v) for v in expected]
+    assert made == [str(ULID.from_int(v)) for v in expected]
+
+
 def test_random_overflow_borrows_the_next_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
     future = now_ms() + 60_000
     monkeypatch.setattr(ids, "_last_ms", future)
