@@ -2,14 +2,15 @@
 
 `new_id` makes ULIDs (Crockford base32, 48-bit millisecond time + 80 bits).
 It is our own because it sits on the ingest hot path: python-ulid takes about
-10 µs an id, this well under 1 µs. It is also monotonic within a process: ids
-made in the same millisecond (or after the clock stepped back) increment the
-last one, so id order is creation order. Tests check the output against
-python-ulid.
+10 µs an id, this 1-1.5 µs on the reference VM. It is also monotonic within a
+process: ids made in the same millisecond (or after the clock stepped back)
+increment the last one, so id order is creation order. Tests check the output
+against python-ulid.
 
 Why a cached prefix: ids made in one millisecond differ only in their last
 characters, so the first 18 (the time and the high 40 random bits) are encoded
-once and reused while they stay the same; each id then encodes 40 bits, not 130.
+once and reused while they stay the same; each id then encodes 40 bits, not 130
+(measured: 3.1 µs an id before, 1.3 after, timeit in one run on a busy VM).
 """
 
 from __future__ import annotations
@@ -51,13 +52,13 @@ def new_id() -> str:
         else:
             _last_random = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
         _last_ms = ms
-        random = _last_random
-        high = (ms << 40) | (random >> 40)
+        bits = _last_random
+        high = (ms << 40) | (bits >> 40)
         if high != _prefix_bits:
             pairs = _PAIRS
             _prefix_bits, _prefix = high, "".join([pairs[(high >> s) & 1023] for s in _HIGH_SHIFTS])
         prefix = _prefix
-    low, pairs = random & _LOW_40, _PAIRS
+    low, pairs = bits & _LOW_40, _PAIRS
     return (
         prefix
         + pairs[low >> 30]
