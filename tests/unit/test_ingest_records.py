@@ -17,6 +17,21 @@ from ledger.ingest import Accepted, InboundRecord
 from ledger.store import Ledger
 from ledger.turns import ItemInfo
 
+# A distinct value in every field, given by name.
+RECORD = InboundRecord(
+    channel="the-channel",
+    msg_id="the-msg",
+    sender_id="the-sender",
+    sender_name="The Name",
+    peer_kind="group",
+    peer_id="the-peer",
+    thread_id="the-thread",
+    text="the text",
+    ts="2026-11-22T10:00:00Z",
+    queue_mode="collect",
+    meta='{"k":1}',
+)
+
 
 def test_route_puts_every_inbound_field_under_its_own_name() -> None:
     msg = Inbound(
@@ -33,19 +48,7 @@ def test_route_puts_every_inbound_field_under_its_own_name() -> None:
         meta={"k": 1},
     )
     routed = Router((), frozenset()).route("the-channel", msg, req="r1")
-    assert routed.record == InboundRecord(
-        channel="the-channel",
-        msg_id="the-msg",
-        sender_id="the-sender",
-        sender_name="The Name",
-        peer_kind="group",
-        peer_id="the-peer",
-        thread_id="the-thread",
-        text="the text",
-        ts="2026-11-22T10:00:00Z",
-        queue_mode="collect",
-        meta='{"k":1}',
-    )
+    assert routed.record == RECORD
 
 
 def test_route_uses_the_sender_as_peer_when_the_frame_names_none() -> None:
@@ -64,27 +67,14 @@ def test_a_committed_message_reaches_its_actor_with_every_field_under_its_own_na
     )
     posted: list[ItemInfo] = []
     boxes.post = posted.append  # type: ignore[method-assign,assignment]
-    rec = InboundRecord(
-        channel="the-channel",
-        msg_id="the-msg",
-        sender_id="the-sender",
-        sender_name="The Name",
-        peer_kind="group",
-        peer_id="the-peer",
-        thread_id="the-thread",
-        text="the text",
-        ts="2026-11-22T10:00:00Z",
-        queue_mode="steer",
-        meta=None,
-    )
-    boxes.on_committed(Accepted("the-msg", "the-session", "the-item", False, 42, "ent"), rec)
+    boxes.on_committed(Accepted("the-msg", "the-session", "the-item", False, 42, "ent"), RECORD)
     assert posted == [
         ItemInfo(
             id="the-item",
             seq=42,
             session="the-session",
             source="person",
-            mode="steer",
+            mode="collect",
             status="queued",
             turn_id=None,
             payload=None,
