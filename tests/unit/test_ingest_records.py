@@ -34,19 +34,10 @@ RECORD = InboundRecord(
 
 
 def test_route_puts_every_inbound_field_under_its_own_name() -> None:
-    msg = Inbound(
-        type="inbound",
-        msg_id="the-msg",
-        sender_id="the-sender",
-        sender_name="The Name",
-        peer_kind="group",
-        peer_id="the-peer",
-        thread_id="the-thread",
-        text="the text",
-        ts="2026-11-22T10:00:00Z",
-        queue_mode="collect",
-        meta={"k": 1},
-    )
+    # The frame carries the record's own values, field by field (the channel
+    # comes from the connection; meta travels as an object, is stored as JSON).
+    fields = {k: v for k, v in RECORD._asdict().items() if k not in ("channel", "meta")}
+    msg = Inbound(type="inbound", meta={"k": 1}, **fields)
     routed = Router((), frozenset()).route("the-channel", msg, req="r1")
     assert routed.record == RECORD
 
