@@ -8,8 +8,8 @@ offered rate (5,000 msg/s by default) on a fresh daemon (the issue's figure), th
 p99 at that rate again on the daemon of the closed loop (which still holds its
 100,000 collected messages in memory), and the ceiling: plain sqlite3 inserting
 the same rows in 100-row transactions in one process; and the CPU time per
-message of the closed-loop run, of the daemon (all threads) and of its ledger
-writer process.
+message of the closed-loop run, of the daemon (all threads), of its ledger
+writer process, and of this load generator (which shares the machine's cores).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import Any
 import anyio
 import orjson
 
-from bench.turns import cpu_s
+from bench.turns import cpu_s, own_cpu_s
+from bench.turns import window as window_of
 from broker.client import BrokerClient
 from broker.ids import new_id
 from tests.harness import DaemonProcess, writer_pid
@@ -59,7 +60,7 @@ async def closed_loop(
             sent_at: dict[str, float] = {}
             frames = [frame(conn_no, i) for i in range(per_conn)]
             acked = 0
-            in_flight = anyio.Semaphore(window)
+            in_flight = window_of(window)
 
             async def reader() -> None:
                 nonlocal acked
@@ -207,6 +208,7 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
             writer = anyio.run(writer_pid, daemon.socket)
             cpu_before = cpu_s(daemon.proc.pid)
             writer_before = cpu_s(writer) if writer else 0.0
+            client_before = own_cpu_s()
             rate, lat = anyio.run(
                 closed_loop,
                 daemon.socket,
@@ -219,6 +221,7 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
             total = per_conn * args.connections
             cpu_us = (cpu_s(daemon.proc.pid) - cpu_before) / total * 1e6
             writer_us = (cpu_s(writer) - writer_before) / total * 1e6 if writer else 0.0
+            client_us = (own_cpu_s() - client_before) / total * 1e6
             # Again after the closed loop: every one of its messages is still held
             # in memory by its session's collect backlog, which no real load leaves.
             after = latency_at(daemon.socket, args)
@@ -234,6 +237,7 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
         "ceiling": ceiling,
         "cpu_us": cpu_us,
         "writer_us": writer_us,
+        "client_us": client_us,
     }
 
 
@@ -258,7 +262,7 @@ def main() -> None:
     print(
         f"{'sync':<7}{'acked/s':>10}{'p50 ms':>9}{'p99 ms':>9}   {'@rate p50':>10}{'p99 ms':>9}"
         f"{'p99 after':>11}   {'sqlite3 ceiling/s':>18}{'ratio':>7}   "
-        f"CPU µs/msg: {'daemon':>6}{'writer':>7}"
+        f"CPU µs/msg: {'daemon':>6}{'writer':>7}{'client':>7}"
     )
     for sync in args.modes.split(","):
         r = run_mode(sync.strip().upper(), args)
@@ -266,7 +270,8 @@ def main() -> None:
             f"{r['sync']:<7}{r['rate']:>10.0f}{r['p50']:>9.2f}{r['p99']:>9.2f}   "
             f"{r['offered_p50']:>10.2f}{r['offered_p99']:>9.2f}{r['after_p99']:>11.2f}   "
             f"{r['ceiling']:>18.0f}"
-            f"{r['rate'] / r['ceiling']:>7.2f}{'':>15}{r['cpu_us']:>6.0f}{r['writer_us']:>7.0f}"
+            f"{r['rate'] / r['ceiling']:>7.2f}{'':>15}"
+            f"{r['cpu_us']:>6.0f}{r['writer_us']:>7.0f}{r['client_us']:>7.0f}"
         )
 
 
