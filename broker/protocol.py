@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -173,20 +173,51 @@ class Inbound(_Frame):
     @field_validator("ts")
     @classmethod
     def _iso_ts(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(
-            r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?", value
-        ):
+        if value is not None and not ISO_TS_RE.fullmatch(value):
             raise ValueError("ts must be an ISO 8601 timestamp")
         return value
 
 
-def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> Inbound:
+ISO_TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?")
+QUEUE_MODES = frozenset({"interrupt", "steer", "followup", "collect", "queue"})
+
+
+class InboundMessage(NamedTuple):
+    """A validated inbound frame (what `parse_inbound` returns)."""
+
+    msg_id: str
+    sender_id: str
+    sender_name: str | None
+    peer_kind: str
+    peer_id: str | None
+    thread_id: str | None
+    text: str
+    ts: str | None
+    queue_mode: str | None
+    meta: dict[str, Any] | None
+
+
+def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
     req = frame.get("req")
-    try:
-        msg = Inbound.model_validate(frame)
-    except ValidationError as exc:
-        field, text = _first_error(exc)
-        raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
+    msg = plainly_valid_inbound(frame)
+    if msg is None:
+        try:
+            model = Inbound.model_validate(frame)
+        except ValidationError as exc:
+            field, text = _first_error(exc)
+            raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
+        msg = InboundMessage(
+            model.msg_id,
+            model.sender_id,
+            model.sender_name,
+            model.peer_kind,
+            model.peer_id,
+            model.thread_id,
+            model.text,
+            model.ts,
+            model.queue_mode,
+            model.meta,
+        )
     if msg.peer_kind == "group" and msg.peer_id is None:
         raise ProtocolError(
             "invalid", "peer_id is required for a group message", field="peer_id", req=req
@@ -196,6 +227,44 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> Inbound:
             "invalid", f"text is longer than {max_text_bytes} bytes", field="text", req=req
         )
     return msg
+
+
+def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:
+    """The message of an inbound frame that `Inbound` accepts, checked in plain
+    Python, or None: then `Inbound` decides, and names what is wrong.
+
+    Why: pydantic took 3.5 µs a frame, a tenth of the daemon's whole work per
+    message. Rule: whatever this returns, `Inbound` accepts with the same values
+    (tests/unit/test_protocol.py checks it against pydantic with hypothesis);
+    where in doubt it returns None.
+    """
+    get = frame.get
+    msg_id, sender_id, text = get("msg_id"), get("sender_id"), get("text")
+    peer_kind = get("peer_kind")
+    if not (
+        type(msg_id) is str
+        and 0 < len(msg_id) <= 128
+        and type(sender_id) is str
+        and 0 < len(sender_id) <= 256
+        and type(text) is str
+        and (peer_kind == "dm" or peer_kind == "group")
+        and get("type") == "inbound"
+    ):
+        return None
+    sender_name, peer_id, thread_id = get("sender_name"), get("peer_id"), get("thread_id")
+    ts, queue_mode, meta = get("ts"), get("queue_mode"), get("meta")
+    if not (
+        (sender_name is None or (type(sender_name) is str and len(sender_name) <= 256))
+        and (peer_id is None or (type(peer_id) is str and 0 < len(peer_id) <= 256))
+        and (thread_id is None or (type(thread_id) is str and 0 < len(thread_id) <= 256))
+        and (queue_mode is None or (type(queue_mode) is str and queue_mode in QUEUE_MODES))
+        and (ts is None or (type(ts) is str and len(ts) <= 64 and ISO_TS_RE.fullmatch(ts)))
+        and (meta is None or (type(meta) is dict and all(type(k) is str for k in meta)))
+    ):
+        return None
+    return InboundMessage(
+        msg_id, sender_id, sender_name, peer_kind, peer_id, thread_id, text, ts, queue_mode, meta
+    )
 
 
 class Delivered(_Frame):

@@ -17,7 +17,7 @@ from ledger.ingest import InboundRecord, SessionSpec
 from policies.model import Decision, Delivery, Rule, decide
 from policies.ratelimit import RateLimiter
 
-from .protocol import Inbound, ProtocolError
+from .protocol import InboundMessage, ProtocolError
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class Router:
             self._decisions[key] = found
         return found
 
-    def route(self, channel: str, msg: Inbound, req: str | None) -> Routed:
+    def route(self, channel: str, msg: InboundMessage, req: str | None) -> Routed:
         decision = self.decision(channel, msg.peer_kind, msg.sender_id)
         if decision.rate is not None and not self.limiter.allow(
             (decision.rule, channel, msg.sender_id), decision.rate, self.clock()

@@ -11,7 +11,7 @@ from broker.config import Settings
 from broker.deliveries import Deliveries
 from broker.engines.echo import EchoEngine
 from broker.mailbox.registry import Mailboxes
-from broker.protocol import Inbound
+from broker.protocol import InboundMessage
 from broker.router import Router
 from ledger.ingest import Accepted, InboundRecord
 from ledger.store import Ledger
@@ -37,13 +37,13 @@ def test_route_puts_every_inbound_field_under_its_own_name() -> None:
     # The frame carries the record's own values, field by field (the channel
     # comes from the connection; meta travels as an object, is stored as JSON).
     fields = {k: v for k, v in RECORD._asdict().items() if k not in ("channel", "meta")}
-    msg = Inbound(type="inbound", meta={"k": 1}, **fields)
+    msg = InboundMessage(meta={"k": 1}, **fields)
     routed = Router((), frozenset()).route("the-channel", msg, req="r1")
     assert routed.record == RECORD
 
 
 def test_route_uses_the_sender_as_peer_when_the_frame_names_none() -> None:
-    msg = Inbound(type="inbound", msg_id="m", sender_id="alice", peer_kind="dm", text="hi")
+    msg = InboundMessage("m", "alice", None, "dm", None, None, "hi", None, None, None)
     record = Router((), frozenset()).route("tg", msg, req=None).record
     assert (record.peer_id, record.thread_id, record.meta) == ("alice", None, None)
 
