@@ -157,6 +157,10 @@ def parse_hello(frame: dict[str, Any]) -> Hello:
     return hello
 
 
+ISO_TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?")
+QUEUE_MODES = frozenset({"interrupt", "steer", "followup", "collect", "queue"})
+
+
 class Inbound(_Frame):
     type: Literal["inbound"]
     msg_id: str = Field(min_length=1, max_length=128)
@@ -176,10 +180,6 @@ class Inbound(_Frame):
         if value is not None and not ISO_TS_RE.fullmatch(value):
             raise ValueError("ts must be an ISO 8601 timestamp")
         return value
-
-
-ISO_TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?")
-QUEUE_MODES = frozenset({"interrupt", "steer", "followup", "collect", "queue"})
 
 
 class InboundMessage(NamedTuple):
@@ -233,10 +233,11 @@ def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:
     """The message of an inbound frame that `Inbound` accepts, checked in plain
     Python, or None: then `Inbound` decides, and names what is wrong.
 
-    Why: pydantic took 3.5 µs a frame, a tenth of the daemon's whole work per
-    message. Rule: whatever this returns, `Inbound` accepts with the same values
-    (tests/unit/test_protocol.py checks it against pydantic with hypothesis);
-    where in doubt it returns None.
+    Why: `Inbound.model_validate` took 1.85 µs a frame, these checks 0.9 (timeit,
+    same run); the daemon runs about 2% fewer instructions per turn for it.
+    Rule: whatever this returns, `Inbound` accepts with the same values; where
+    in doubt it returns None. tests/unit/test_protocol.py holds it to that on
+    every edge value of every field, and with hypothesis on several at once.
     """
     get = frame.get
     msg_id, sender_id, text = get("msg_id"), get("sender_id"), get("text")
