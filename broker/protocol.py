@@ -206,18 +206,8 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
         except ValidationError as exc:
             field, text = _first_error(exc)
             raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
-        msg = InboundMessage(
-            model.msg_id,
-            model.sender_id,
-            model.sender_name,
-            model.peer_kind,
-            model.peer_id,
-            model.thread_id,
-            model.text,
-            model.ts,
-            model.queue_mode,
-            model.meta,
-        )
+        # Reached with a valid frame only by Python callers (a str subclass, say).
+        msg = InboundMessage(**model.model_dump(exclude={"type"}))
     if msg.peer_kind == "group" and msg.peer_id is None:
         raise ProtocolError(
             "invalid", "peer_id is required for a group message", field="peer_id", req=req

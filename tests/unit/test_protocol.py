@@ -354,18 +354,7 @@ def _by_pydantic(frame: dict[str, Any]) -> InboundMessage | None:
         m = Inbound.model_validate(frame)
     except ValidationError:
         return None
-    return InboundMessage(
-        m.msg_id,
-        m.sender_id,
-        m.sender_name,
-        m.peer_kind,
-        m.peer_id,
-        m.thread_id,
-        m.text,
-        m.ts,
-        m.queue_mode,
-        m.meta,
-    )
+    return InboundMessage(**m.model_dump(exclude={"type"}))
 
 
 # Every value a field is checked against: types JSON can carry, each literal and
@@ -520,3 +509,16 @@ def test_check_args_refusals(args: dict[str, Any], field: str, words: str) -> No
         check_args(args, SPECS, "r5")
     assert (info.value.code, info.value.field, info.value.req) == ("invalid", field, "r5")
     assert words in info.value.message
+
+
+def test_a_valid_frame_the_plain_check_leaves_to_pydantic_keeps_every_field() -> None:
+    class Text(str):  # only a Python caller can send one; the plain check steps aside
+        pass
+
+    frame = inbound(peer_kind="group", peer_id="g", thread_id="t", sender_name="Ann")
+    frame |= {"text": Text("hi"), "ts": "2024-01-02T03:04:05Z", "queue_mode": "steer"}
+    frame["meta"] = {"k": 1}
+    assert plainly_valid_inbound(frame) is None
+    assert parse_inbound(frame, 1000) == InboundMessage(
+        "m1", "u1", "Ann", "group", "g", "t", "hi", "2024-01-02T03:04:05Z", "steer", {"k": 1}
+    )
