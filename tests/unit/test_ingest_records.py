@@ -31,6 +31,7 @@ RECORD = InboundRecord(
     queue_mode="collect",
     meta='{"k":1}',
 )
+RECORD_FIELDS = frozenset(InboundRecord._fields)
 
 
 def test_route_puts_every_inbound_field_under_its_own_name() -> None:
@@ -69,13 +70,7 @@ def test_a_committed_message_reaches_its_actor_with_every_field_under_its_own_na
             status="queued",
             turn_id=None,
             payload=None,
-            channel="the-channel",
-            msg_id="the-msg",
-            sender_id="the-sender",
-            sender_name="The Name",
-            peer_kind="group",
-            peer_id="the-peer",
-            thread_id="the-thread",
-            text="the text",
+            # The fields both records have, taken from the record by name.
+            **{name: getattr(RECORD, name) for name in ItemInfo._fields if name in RECORD_FIELDS},
         )
     ]

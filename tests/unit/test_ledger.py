@@ -43,19 +43,6 @@ DEFAULT = SessionSpec(None, None)
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "ledger.db"
-
-
-@pytest.fixture
-def conn(db_path: Path) -> Iterator[sqlite3.Connection]:
-    c = connect(db_path)
-    migrate(c)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def plain(db_path: Path) -> Iterator[sqlite3.Connection]:
     """A connection with one small table, for writer tests."""
     c = connect(db_path)

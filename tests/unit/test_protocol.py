@@ -371,19 +371,7 @@ _EDGE_VALUES: list[Any] = [
     *("x" * n for n in (0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257)),
     *("é" * n for n in (1, 128, 129, 256, 257)),
 ]
-_FIELDS = [
-    "type",
-    "msg_id",
-    "sender_id",
-    "sender_name",
-    "peer_kind",
-    "peer_id",
-    "thread_id",
-    "text",
-    "ts",
-    "queue_mode",
-    "meta",
-]
+_FIELDS = ["type", *InboundMessage._fields]
 _BASES: list[dict[str, Any]] = [{}, {"peer_kind": "group", "peer_id": "g"}, {"ts": _TS64}]
 
 

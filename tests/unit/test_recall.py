@@ -4,7 +4,6 @@ summaries over a temporary ledger, and the `conversation_recall` tool's text."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ from broker.ops import Ops
 from broker.protocol import ProtocolError
 from broker.recall_tool import RECALL_TOOL, conversation_recall, fit, parse_arguments
 from ledger import recall
-from ledger.db import connect, migrate
 from ledger.errors import NotFound
 from ledger.fts import index_new_messages
 from ledger.store import Ledger
@@ -30,14 +28,6 @@ Call = tuple[str, str, str]  # (name, arguments, result)
 def tokens(text: str) -> int:
     """A stand-in tokenizer: about four characters a token."""
     return len(text) // 4 + 1
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    c = connect(tmp_path / "ledger.db")
-    migrate(c)
-    yield c
-    c.close()
 
 
 def add_session(c: sqlite3.Connection, label: str) -> None:

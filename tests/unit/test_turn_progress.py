@@ -4,26 +4,15 @@ broker/mailbox/actor.py Rule 5)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.mailbox.actor import RunningTurn
 from ledger import turns as lt
-from ledger.db import connect, migrate
 from ledger.ingest import IdentityCache, InboundRecord, SessionSpec, ingest
 
 STARTED, SAVED, RESTARTED = 5_000, 6_000, 9_000
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    c = connect(tmp_path / "ledger.db")
-    migrate(c)
-    yield c
-    c.close()
 
 
 def in_tx(c: sqlite3.Connection, fn: Any, *args: Any) -> Any:
