@@ -44,6 +44,14 @@ def _within(seconds: float, done: Callable[[], bool]) -> bool:
     return True
 
 
+def _limit(checkpointer: WalCheckpointer, db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return checkpointer.wal_limit_bytes(conn)
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "w.db"
@@ -98,21 +106,66 @@ def test_the_wal_starts_over_under_steady_writes(
     transactor, checkpointer = writer(interval_s=0.001, restart_frames=64)
     batches = 0
     seen = 0
-    after_restarts: list[int] = []  # the WAL's size after each transaction that began anew
+    after_restarts: list[int] = []  # the WAL's size after a commit that followed a restart
     # Back-to-back transactions leave no moment with every frame copied, so only
     # the catch-up under the writer's lock lets the WAL start over.
     while batches < 400 or (checkpointer.restarts < 3 and batches < 20_000):
         transactor.execute(_batch(4))
         batches += 1
-        if checkpointer.restarts > seen:  # a catch-up ended: this transaction began anew
+        if checkpointer.restarts > seen:
             seen = checkpointer.restarts
+            transactor.execute(_batch(4))  # certainly a commit after the restart
+            batches += 1
             after_restarts.append(_wal_bytes(db))
     assert checkpointer.restarts >= 3
     written = batches * 4 * FRAME
     assert written > 1500 * FRAME
-    # journal_size_limit trims the file back at each restart, however far it grew
-    # before (on a loaded machine the thread may be late, and the WAL grows meanwhile).
-    assert after_restarts and max(after_restarts) <= 32 + 64 * FRAME < written
+    # However far the WAL grew before a restart (back-to-back writes outrun the
+    # thread's passes), the commit after it trims the file back to the limit.
+    assert after_restarts and max(after_restarts) <= _limit(checkpointer, db) < written
+
+
+def _commit_pages(conn: sqlite3.Connection, pages: int) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    _write_pages(conn, pages)
+    conn.execute("COMMIT")
+
+
+def test_a_wal_that_starts_over_is_written_over_in_place(db: Path) -> None:
+    conn = connect(db)
+    checkpointer = WalCheckpointer(db, restart_frames=64)
+    checkpointer.attach(conn)  # not started: the passes run here, between commits
+    limit = checkpointer.wal_limit_bytes(conn)
+    for _ in range(3):
+        for _ in range(18):
+            _commit_pages(conn, 4)  # past the restart size by a few frames, as usual
+        longest = _wal_bytes(db)
+        assert 32 + 64 * FRAME < longest < limit
+        restarts = checkpointer.restarts
+        checkpointer.run_pass()
+        assert checkpointer.restarts == restarts + 1
+        _commit_pages(conn, 1)  # starts the WAL over
+        # Rule 5: the file keeps its length (an ftruncate here cost the commit 1-3 ms).
+        assert _wal_bytes(db) == longest
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (3 * (18 * 4 + 1),)
+    conn.close()
+    checkpointer.stop()
+
+
+def test_a_wal_that_grew_far_past_the_limit_is_trimmed_back(db: Path) -> None:
+    conn = connect(db)
+    checkpointer = WalCheckpointer(db, restart_frames=16)
+    checkpointer.attach(conn)
+    limit = checkpointer.wal_limit_bytes(conn)
+    for _ in range(20):
+        _commit_pages(conn, 10)  # no pass ran meanwhile (say, a reader held an old snapshot)
+    assert _wal_bytes(db) > 4 * limit
+    checkpointer.run_pass()
+    assert checkpointer.restarts == 1
+    _commit_pages(conn, 1)
+    assert _wal_bytes(db) == limit
+    conn.close()
+    checkpointer.stop()
 
 
 def test_a_failing_checkpoint_fails_no_write(
