@@ -43,6 +43,7 @@ def encode_ulid(value: int) -> str:
 def new_id() -> str:
     global _last_ms, _last_random, _prefix_bits, _prefix
     ms = time.time_ns() // 1_000_000
+    pairs = _PAIRS
     with _lock:
         if ms <= _last_ms:
             ms = _last_ms
@@ -55,10 +56,9 @@ def new_id() -> str:
         bits = _last_random
         high = (ms << 40) | (bits >> 40)
         if high != _prefix_bits:
-            pairs = _PAIRS
             _prefix_bits, _prefix = high, "".join([pairs[(high >> s) & 1023] for s in _HIGH_SHIFTS])
         prefix = _prefix
-    low, pairs = bits & _LOW_40, _PAIRS
+    low = bits & _LOW_40
     return (
         prefix
         + pairs[low >> 30]
