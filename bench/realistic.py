@@ -1,0 +1,198 @@
+"""Turns with an engine that takes as long as a real one: the benchmark for speed choices.
+
+    .venv/bin/python -m bench.realistic [--sessions 1000] [--chunks 8] [--chunk-ms 4]
+                                        [--rate 500] [--seconds 10] [--parts closed,rate]
+
+The echo engine streams each reply in `--chunks` deltas with `--chunk-ms` between
+them (8 x 4 ms: about 32 ms a turn, inside the 20-50 ms a hosted model's short
+answer takes), so the broker's own cost is a fraction of each turn, as in
+production. Adapters confirm every `deliver`. Two parts, each on its own daemon:
+
+- closed: every one of `--sessions` sessions has one message outstanding at all
+  times (a person waiting for the reply before writing again), for `--seconds`;
+  turns/s, send-to-deliver p50/p99, and the CPU the daemon and its writer
+  process spend per turn.
+- rate: `--rate` messages/s offered, paced, round robin over the sessions;
+  send-to-deliver p50/p99 and what the broker adds to the engine's time.
+
+A speed trick in the code stays only where it moves these numbers by 2% or more
+(docs/performance.md); compare two versions as interleaved A/B runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from bench.turns import Adapters, cpu_s, pct, with_daemon
+from broker.client import BrokerClient
+from tests.harness import DaemonProcess
+
+
+def config(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "log_level": "warning",
+        "max_inflight": 4096,
+        "engine": {"kind": "echo", "chunks": args.chunks, "delay_ms": args.chunk_ms},
+        # A session's next message waits for its reply: followup, never interrupt.
+        "queue": {"cap": 1_000_000, "debounce_ms": 0, "idle_stop_s": 60.0},
+    }
+
+
+async def writer_pid(daemon: DaemonProcess) -> int | None:
+    async with await BrokerClient.connect(daemon.socket) as op:
+        pid = (await op.op("health")).get("writer_pid")
+    return int(pid) if pid else None
+
+
+def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float]:
+    assert daemon.proc is not None
+    return cpu_s(daemon.proc.pid), cpu_s(writer) if writer else 0.0
+
+
+async def warm_up(ads: Adapters, sessions: int) -> None:
+    """One message to every session, so each has its actor and a turn in its history."""
+    for start in range(0, sessions, 64):
+        batch = range(start, min(sessions, start + 64))
+        await ads.send_inbound(0, ((f"warm{i}", i) for i in batch))
+    await ads.wait_delivered(sessions, within_s=120)
+
+
+class Waiting(Adapters):
+    """Adapters that also list, in order, the msg_ids answered since the last look."""
+
+    answered: list[str]
+
+    def _frame(self, frame: dict[str, Any], confirm: MemoryObjectSendStream[str]) -> None:
+        if frame["type"] == "deliver":
+            self.answered.extend(m for m in frame["in_reply_to"] if m not in self.delivered_at)
+        super()._frame(frame, confirm)
+
+
+async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[str, Any]:
+    sessions = args.sessions
+    ads = Waiting(daemon.socket, anyio.Semaphore(1 << 30))
+    ads.answered = []
+    writer = await writer_pid(daemon)
+    async with anyio.create_task_group() as tg:
+        await ads.open(tg, args.connections)
+        await warm_up(ads, sessions)
+        sent_next = [0] * sessions
+
+        async def send(session: int) -> None:
+            msg_id = f"c{session}-{sent_next[session]}"
+            sent_next[session] += 1
+            ads.sent_at[msg_id] = time.perf_counter()
+            await ads.send_inbound(session % args.connections, [(msg_id, session)])
+
+        ads.answered.clear()
+        done_before = ads.expected_delivered
+        cpu0 = cpu_of(daemon, writer)
+        t0 = time.perf_counter()
+        for s in range(sessions):
+            await send(s)
+        while time.perf_counter() - t0 < args.seconds:
+            with anyio.move_on_after(1.0):
+                await ads.progress.wait()
+            ads.progress = anyio.Event()
+            fresh, ads.answered = ads.answered, []
+            for msg_id in fresh:
+                await send(int(msg_id[1:].split("-")[0]))
+        elapsed = time.perf_counter() - t0
+        cpu1 = cpu_of(daemon, writer)
+        turns = ads.expected_delivered - done_before
+        await ads.close()
+        tg.cancel_scope.cancel()
+    deliver = [ads.delivered_at[m] - t for m, t in ads.sent_at.items() if m in ads.delivered_at]
+    return {
+        "turns": turns,
+        "tps": turns / elapsed,
+        "p50": pct(deliver, 50),
+        "p99": pct(deliver, 99),
+        "daemon_us": (cpu1[0] - cpu0[0]) / max(1, turns) * 1e6,
+        "writer_us": (cpu1[1] - cpu0[1]) / max(1, turns) * 1e6,
+        "errors": len(ads.errors),
+    }
+
+
+async def at_rate(daemon: DaemonProcess, args: argparse.Namespace) -> dict[str, Any]:
+    total = int(args.rate * args.seconds)
+    ads = Adapters(daemon.socket, anyio.Semaphore(1 << 30))
+    writer = await writer_pid(daemon)
+    async with anyio.create_task_group() as tg:
+        await ads.open(tg, args.connections)
+        await warm_up(ads, args.sessions)
+        cpu0 = cpu_of(daemon, writer)
+        t0 = time.perf_counter()
+        for i in range(total):
+            delay = t0 + i / args.rate - time.perf_counter()
+            if delay > 0:
+                await anyio.sleep(delay)
+            msg_id = f"r{i}"
+            ads.sent_at[msg_id] = time.perf_counter()
+            await ads.send_inbound(i % args.connections, [(msg_id, i % args.sessions)])
+        offered = total / (time.perf_counter() - t0)
+        await ads.wait_delivered(args.sessions + total, within_s=120)
+        cpu1 = cpu_of(daemon, writer)
+        await ads.close()
+        tg.cancel_scope.cancel()
+    deliver = [ads.delivered_at[m] - t for m, t in ads.sent_at.items() if m in ads.delivered_at]
+    engine_ms = args.chunks * args.chunk_ms
+    return {
+        "offered": offered,
+        "missing": total - len(deliver),
+        "p50": pct(deliver, 50),
+        "p99": pct(deliver, 99),
+        "added_p50": pct(deliver, 50) - engine_ms,
+        "daemon_us": (cpu1[0] - cpu0[0]) / max(1, len(deliver)) * 1e6,
+        "writer_us": (cpu1[1] - cpu0[1]) / max(1, len(deliver)) * 1e6,
+        "errors": len(ads.errors),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--chunks", type=int, default=8, help="deltas per reply")
+    parser.add_argument("--chunk-ms", type=int, default=4, help="engine time per delta")
+    parser.add_argument("--rate", type=int, default=500, help="offered msg/s, rate part")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--parts", default="closed,rate")
+    args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",")}
+    engine_ms = args.chunks * args.chunk_ms
+    print(
+        f"echo engine: {args.chunks} deltas, {args.chunk_ms} ms apart (~{engine_ms} ms a turn);"
+        f" {args.sessions} sessions; {args.connections} adapter connections"
+    )
+    if "closed" in parts:
+        c = with_daemon(config(args), lambda d: closed_loop(d, args))
+        print(f"closed loop, one message outstanding per session, {args.seconds:g} s")
+        print(f"    turns/s                         {c['tps']:>10.0f}   ({c['turns']} turns)")
+        print(f"    send->deliver p50 / p99 (ms)    {c['p50']:>10.1f} / {c['p99']:.1f}")
+        print(
+            f"    CPU per turn: daemon / writer   {c['daemon_us']:>10.0f} / {c['writer_us']:.0f} µs"
+        )
+        if c["errors"]:
+            print(f"    errors: {c['errors']}")
+    if "rate" in parts:
+        r = with_daemon(config(args), lambda d: at_rate(d, args))
+        print(f"offered {args.rate} msg/s for {args.seconds:g} s (achieved {r['offered']:.0f})")
+        print(f"    send->deliver p50 / p99 (ms)    {r['p50']:>10.1f} / {r['p99']:.1f}")
+        print(f"    added to the engine's time, p50 {r['added_p50']:>10.1f} ms")
+        print(
+            f"    CPU per turn: daemon / writer   {r['daemon_us']:>10.0f} / {r['writer_us']:.0f} µs"
+        )
+        if r["missing"] or r["errors"]:
+            print(f"    missing replies: {r['missing']}; errors: {r['errors']}")
+
+
+if __name__ == "__main__":
+    main()
