@@ -78,16 +78,21 @@ class LineBuffer:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
+        """The lines `data` completes. On FrameTooLarge the buffer is dropped: the
+        stream is out of step for good, and holding up to `limit` bytes for a
+        connection about to close is what made each oversize frame cost megabytes."""
         self._buf += data
         lines: list[bytes] = []
         start = 0
         while (nl := self._buf.find(b"\n", start)) != -1:
             if nl - start > self.limit:
+                self._buf = bytearray()
                 raise FrameTooLarge(self.limit, lines)
             lines.append(bytes(self._buf[start:nl]))
             start = nl + 1
         del self._buf[:start]
         if len(self._buf) > self.limit:
+            self._buf = bytearray()
             raise FrameTooLarge(self.limit, lines)
         return lines
 

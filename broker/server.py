@@ -418,18 +418,26 @@ async def _flusher(conn: Connection) -> None:
 
 
 def _line_reader(reader: SocketReader, lines: LineBuffer) -> Callable[[], Awaitable[bytes]]:
+    """The next line, and FrameTooLarge once the lines before the oversize one are taken.
+
+    Why the error is raised anew, not kept: an exception held where its own
+    traceback's frames reach it (this closure) is a reference cycle, and the
+    connection's frames and buffers in that traceback would wait for a full
+    collection, which ledger/gc_policy.py makes rare: megabytes per refused frame.
+    """
     ready: list[bytes] = []
-    overflow: list[FrameTooLarge] = []
+    too_large = False
 
     async def receive() -> bytes:
+        nonlocal too_large
         while not ready:
-            if overflow:
-                raise overflow[0]
+            if too_large:
+                raise FrameTooLarge(lines.limit)
             try:
                 ready.extend(reversed(lines.feed(await reader.receive())))
             except FrameTooLarge as exc:
                 ready.extend(reversed(exc.lines_before))
-                overflow.append(exc)
+                too_large = True
         return ready.pop()
 
     return receive

@@ -89,6 +89,15 @@ def test_partial_tail_over_the_limit_after_complete_lines_raises() -> None:
         buf.feed(b"short\n" + b"z" * 11)
 
 
+@pytest.mark.parametrize("tail", [b"\n", b""], ids=["whole-line", "no-newline-yet"])
+def test_an_oversize_frame_drops_what_was_buffered(tail: bytes) -> None:
+    buf = LineBuffer(10)
+    assert buf.feed(b"x" * 8) == []
+    with pytest.raises(FrameTooLarge):
+        buf.feed(b"x" * 8 + tail)
+    assert buf.pending == 0  # the connection closes: no reason to hold its bytes
+
+
 lines_strategy = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=20)
 
 
