@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     max_frame_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
     max_text_bytes: int = Field(256 << 10, ge=16, le=32 << 20)
     max_inflight: int = Field(1024, ge=1, le=1_000_000)
+    # A frame begun (bytes without their newline) and not finished this long after
+    # its first byte closes its connection. A connection with nothing half sent
+    # may stay idle for as long as it likes.
+    frame_timeout_s: float = Field(30.0, gt=0, le=86_400)
     shutdown_grace_s: float = Field(10.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"

@@ -71,6 +71,24 @@ class FrameTooLarge(ProtocolError):
         self.lines_before = lines_before or []
 
 
+class FrameUnfinished(ProtocolError):
+    """A frame begun and not finished in time. `invalid`, as the protocol has no
+    code of its own for it, but it closes the connection: the rest of the frame
+    may still come, and would be read as a frame of its own."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            "invalid",
+            f"a frame was begun and not finished (no newline) within frame_timeout_s"
+            f" ({timeout_s:g} s); closing the connection",
+        )
+        self.timeout_s = timeout_s
+
+    @property
+    def closes(self) -> bool:
+        return True
+
+
 class LineBuffer:
     """Splits a byte stream into lines of at most `limit` bytes (the newline excluded)."""
 

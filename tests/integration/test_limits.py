@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -74,3 +76,98 @@ def test_oversize_frames_do_not_grow_the_daemon(make_daemon: DaemonFactory) -> N
     many(300)
     grown = rss_bytes(d.proc.pid) - before
     assert grown < 30 << 20, f"RSS grew by {grown / 2**20:.0f} MiB over 300 connections"
+
+
+# -- frame_timeout_s --------------------------------------------------------------
+
+PUSHED = frozenset({"delta", "deliver", "log"})  # frames the broker sends on its own
+# The echo engine streams its first chunk, then waits a minute: no turn ends
+# during a test.
+SLOW_ENGINE = {"delay_ms": 60_000, "chunks": 1}
+
+
+class LineClient:
+    """A blocking client: what an adapter written without the SDK does."""
+
+    def __init__(self, d: DaemonProcess, channel: str | None = "slowpoke") -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(WAIT)
+        self.sock.connect(str(d.socket))
+        self.file = self.sock.makefile("rb")
+        if channel is not None:
+            self.sock.sendall(hello_line("adapter", channel))
+            assert self.answer()["type"] == "welcome"
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+    def answer(self) -> dict[str, Any]:
+        """The next frame that answers something (pushed replies are skipped)."""
+        while True:
+            data = self.file.readline()
+            assert data, "the broker closed the connection"
+            frame: dict[str, Any] = orjson.loads(data)
+            if frame.get("type") not in PUSHED:
+                return frame
+
+    def closed(self) -> bool:
+        try:
+            while data := self.file.readline():
+                assert orjson.loads(data).get("type") in PUSHED, data
+        except TimeoutError:
+            return False
+        return True
+
+
+def inbound_line(msg_id: str, text: str = "hello") -> bytes:
+    frame = {
+        "type": "inbound",
+        "req": msg_id,
+        "msg_id": msg_id,
+        "sender_id": "+15550100",
+        "peer_kind": "dm",
+        "text": text,
+    }
+    return orjson.dumps(frame) + b"\n"
+
+
+def test_an_unfinished_frame_times_out_and_an_idle_connection_stays(
+    make_daemon: DaemonFactory,
+) -> None:
+    timeout = 0.5
+    d = make_daemon({"frame_timeout_s": timeout, "engine": SLOW_ENGINE})
+    idle, slow, stuck = LineClient(d), LineClient(d), LineClient(d)
+    try:
+        # A frame that arrives in pieces is fine as long as it ends in time.
+        whole = inbound_line("slow-1")
+        slow.sock.sendall(whole[:20])
+        time.sleep(timeout * 0.6)
+        slow.sock.sendall(whole[20:])
+        assert slow.answer()["type"] == "ack"
+
+        # A whole frame, then half of one that never ends: the clock starts at the half.
+        started = time.monotonic()
+        stuck.sock.sendall(inbound_line("stuck-1") + inbound_line("stuck-2")[:30])
+        assert stuck.answer()["type"] == "ack"
+        error = stuck.answer()
+        elapsed = time.monotonic() - started
+        assert (error["type"], error["code"]) == ("error", "invalid"), error
+        assert "frame_timeout_s" in error["message"] and "req" not in error, error
+        assert timeout - 0.1 <= elapsed < timeout + WAIT, elapsed
+        assert stuck.closed()
+
+        # Idle for more than twice the timeout, with nothing half sent: still served.
+        time.sleep(max(0.0, started + 2 * timeout - time.monotonic()))
+        idle.sock.sendall(inbound_line("idle-1"))
+        assert idle.answer()["type"] == "ack"
+        slow.sock.sendall(inbound_line("slow-2"))
+        assert slow.answer()["type"] == "ack"
+    finally:
+        for client in (idle, slow, stuck):
+            client.close()
+    refusals = [line for line in d.log_lines() if "unfinished" in line]
+    assert len(refusals) == 1 and "slowpoke" in refusals[0], refusals
+    with d.db() as db:
+        stored = {r[0] for r in db.execute("SELECT msg_id FROM inbound")}
+    assert stored == {"slow-1", "stuck-1", "idle-1", "slow-2"}

@@ -41,6 +41,7 @@ def test_defaults() -> None:
     assert s.socket_mode == 0o660
     assert s.max_frame_bytes == 1 << 20
     assert s.max_text_bytes == 256 << 10
+    assert s.frame_timeout_s == 30.0
     assert s.ledger.path == Path("var/ledger.db")
     assert s.ledger.synchronous == "NORMAL"
     assert s.ledger.readers == 2
@@ -138,6 +139,7 @@ def test_keyword_overrides_are_applied(tmp_path: Path) -> None:
         ("[ledger]\nreaders = 0\n", "ledger.readers"),
         ('[ledger]\njournal = "wal"\n', "ledger.journal"),
         ("max_frame_bytes = 10\n", "max_frame_bytes"),
+        ("frame_timeout_s = 0\n", "frame_timeout_s"),
         ("socket_mode = 0o1777\n", "socket_mode"),
         ("unknown_top = 1\n", "unknown_top"),
         ('log_level = "loud"\n', "log_level"),
