@@ -93,6 +93,7 @@ class Connection:
         self._send_lock = anyio.Lock()
         self.closed = False
         self.tg: anyio.abc.TaskGroup | None = None  # the connection's own tasks
+        self.frame_bytes = 0  # of the frame being handled, its newline aside
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._out_ready = anyio.Event()
@@ -399,6 +400,7 @@ class Server:
         handler = self._on_adapter_frame if hello.role == "adapter" else self._on_operator_frame
         while True:
             line = await receive()
+            conn.frame_bytes = len(line)
             frame: dict[str, Any] = {}
             try:
                 frame = decode(line)

@@ -8,6 +8,8 @@ unharmed for the next test.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -15,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, writer_pid
 
 WAIT = 5.0  # the bound on every wait for the broker
 DaemonFactory = Callable[..., DaemonProcess]
@@ -171,3 +174,61 @@ def test_an_unfinished_frame_times_out_and_an_idle_connection_stays(
     with d.db() as db:
         stored = {r[0] for r in db.execute("SELECT msg_id FROM inbound")}
     assert stored == {"slow-1", "stuck-1", "idle-1", "slow-2"}
+
+
+# -- max_pending_bytes ------------------------------------------------------------
+
+
+def test_pending_bytes_past_the_limit_are_overloaded_until_commits_free_them(
+    make_daemon: DaemonFactory,
+) -> None:
+    limit = 64 << 10
+    d = make_daemon(
+        {
+            "max_pending_bytes": limit,
+            "max_frame_bytes": 16 << 10,
+            "max_text_bytes": 16 << 10,
+            "engine": SLOW_ENGINE,
+        }
+    )
+    writer = anyio.run(writer_pid, d.socket)
+    assert writer is not None
+    text = "x" * 6000
+    lines = {f"a{i}": inbound_line(f"a{i}", text) for i in range(20)}
+    size = len(lines["a0"]) - 1  # a frame's bytes, its newline aside
+    fits = limit // size
+    a, b = LineClient(d, "fill"), LineClient(d, "fill")
+    try:
+        os.kill(writer, signal.SIGSTOP)  # nothing commits, nothing is acked
+        try:
+            # The unknown frame at the end is answered after all before it are handled.
+            a.sock.sendall(b"".join(lines.values()) + b'{"type":"bogus","req":"end"}\n')
+            shed: list[str] = []
+            while (answer := a.answer()).get("req") != "end":
+                assert (answer["type"], answer["code"]) == ("error", "overloaded"), answer
+                assert "pending" in answer["message"], answer
+                shed.append(answer["req"])
+            waiting = [m for m in lines if m not in shed]
+            assert waiting == [f"a{i}" for i in range(fits)], (fits, shed)
+            # The limit is the broker's, not the connection's: b has nothing in flight.
+            b.sock.sendall(inbound_line("b0", text))
+            answer = b.answer()
+            assert (answer["type"], answer["code"], answer["req"]) == ("error", "overloaded", "b0")
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        acked = {a.answer()["msg_id"] for _ in waiting}
+        assert acked == set(waiting)
+        # Commits freed the room: the refused frames are taken now.
+        for client, msg_id, data in [(b, "b0", inbound_line("b0", text))] + [
+            (a, m, lines[m]) for m in shed
+        ]:
+            client.sock.sendall(data)
+            answer = client.answer()
+            assert (answer["type"], answer["msg_id"]) == ("ack", msg_id), answer
+            acked.add(msg_id)
+    finally:
+        a.close()
+        b.close()
+    with d.db() as db:
+        stored = {r[0] for r in db.execute("SELECT msg_id FROM inbound")}
+    assert stored == acked == {*lines, "b0"}
