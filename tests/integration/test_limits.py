@@ -19,11 +19,14 @@ from typing import Any
 
 import anyio
 import orjson
+import pytest
 
 from tests.harness import DaemonProcess, writer_pid
 
 WAIT = 5.0  # the bound on every wait for the broker
 DaemonFactory = Callable[..., DaemonProcess]
+# The daemon runs under each event loop; the client side is plain blocking sockets.
+each_backend = pytest.mark.parametrize("backend", ["asyncio", "trio"])
 
 
 def rss_bytes(pid: int) -> int:
@@ -56,11 +59,12 @@ def oversize_connection(path: Path, limit: int, after_hello: bool) -> dict[str, 
         return answer
 
 
-def test_oversize_frames_do_not_grow_the_daemon(make_daemon: DaemonFactory) -> None:
+@each_backend
+def test_oversize_frames_do_not_grow_the_daemon(make_daemon: DaemonFactory, backend: str) -> None:
     # An adapter that retries one oversize message forever opens connection after
     # connection. Each used to leave its read buffers (about 1.7 MB) in a reference
     # cycle that only a full collection frees, which the tuned collector rarely runs.
-    d = make_daemon()
+    d = make_daemon(backend=backend)
     assert d.proc is not None
     limit = 1 << 20  # the default max_frame_bytes
 
@@ -135,11 +139,13 @@ def inbound_line(msg_id: str, text: str = "hello") -> bytes:
     return orjson.dumps(frame) + b"\n"
 
 
+@each_backend
 def test_an_unfinished_frame_times_out_and_an_idle_connection_stays(
     make_daemon: DaemonFactory,
+    backend: str,
 ) -> None:
     timeout = 0.5
-    d = make_daemon({"frame_timeout_s": timeout, "engine": SLOW_ENGINE})
+    d = make_daemon({"frame_timeout_s": timeout, "engine": SLOW_ENGINE}, backend=backend)
     idle, slow, stuck = LineClient(d), LineClient(d), LineClient(d)
     try:
         # A frame that arrives in pieces is fine as long as it ends in time.
@@ -179,8 +185,10 @@ def test_an_unfinished_frame_times_out_and_an_idle_connection_stays(
 # -- max_pending_bytes ------------------------------------------------------------
 
 
+@each_backend
 def test_pending_bytes_past_the_limit_are_overloaded_until_commits_free_them(
     make_daemon: DaemonFactory,
+    backend: str,
 ) -> None:
     limit = 64 << 10
     d = make_daemon(
@@ -189,7 +197,8 @@ def test_pending_bytes_past_the_limit_are_overloaded_until_commits_free_them(
             "max_frame_bytes": 16 << 10,
             "max_text_bytes": 16 << 10,
             "engine": SLOW_ENGINE,
-        }
+        },
+        backend=backend,
     )
     writer = anyio.run(writer_pid, d.socket)
     assert writer is not None
