@@ -62,7 +62,7 @@ def oversize_connection(path: Path, limit: int, after_hello: bool) -> dict[str, 
 @each_backend
 def test_oversize_frames_do_not_grow_the_daemon(make_daemon: DaemonFactory, backend: str) -> None:
     # An adapter that retries one oversize message forever opens connection after
-    # connection. Each used to leave its read buffers (about 1.7 MB) in a reference
+    # connection. Each used to leave its read buffers (over a megabyte) in a reference
     # cycle that only a full collection frees, which the tuned collector rarely runs.
     d = make_daemon(backend=backend)
     assert d.proc is not None
