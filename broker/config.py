@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from policies.model import Owner, QueueMode, Rule, RulesFile
@@ -117,6 +117,13 @@ class Settings(BaseSettings):
     max_frame_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
     max_text_bytes: int = Field(256 << 10, ge=16, le=32 << 20)
     max_inflight: int = Field(1024, ge=1, le=1_000_000)
+    # Bytes of inbound frames, over all connections, handed to the ledger writer
+    # and not yet committed; past it inbound frames are answered `overloaded`.
+    max_pending_bytes: int = Field(64 << 20, ge=1024, le=1 << 40)
+    # A frame begun (bytes without their newline) and not finished this long after
+    # its first byte closes its connection. A connection with nothing half sent
+    # may stay idle for as long as it likes.
+    frame_timeout_s: float = Field(30.0, gt=0, le=86_400)
     shutdown_grace_s: float = Field(10.0, ge=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "console"] = "json"
@@ -139,6 +146,15 @@ class Settings(BaseSettings):
         if len(os.fsencode(value.absolute())) > 107:
             raise ValueError("the socket path is longer than the 107 bytes a Unix socket allows")
         return value
+
+    @model_validator(mode="after")
+    def _a_whole_frame_can_pend(self) -> Settings:
+        if self.max_pending_bytes < self.max_frame_bytes:
+            raise ValueError(
+                f"max_pending_bytes ({self.max_pending_bytes}) is less than max_frame_bytes"
+                f" ({self.max_frame_bytes}): the largest frame allowed could never be accepted"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(

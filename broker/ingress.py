@@ -8,6 +8,13 @@ Rule 2: acks of a connection leave in arrival order: the writer resolves jobs
 Rule 3: what happens after a commit (waking the session's mailbox) is attached
         to the commit itself, not to the connection, so a client that goes
         away before its ack costs nothing but the ack.
+Rule 4: the bytes of inbound frames handed to the writer and not yet resolved,
+        over all connections, stay within `max_pending_bytes`; a frame that
+        would pass it is answered `overloaded` and stores nothing. Each frame's
+        bytes are given back when its write resolves, committed or failed.
+        Why: `max_inflight` bounds one connection; while the writer stalls,
+        many connections at their `max_inflight` of large frames would
+        otherwise hold gigabytes.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ class Ingress:
         self.adapters: dict[str, AdapterState] = {}
         self.frame_handlers: dict[str, Callable[[Connection, dict[str, Any]], Any]] = {}
         self.accepting = True  # False while the daemon shuts down
+        self.pending_bytes = 0  # Rule 4
 
     def attach(self, conn: Connection) -> None:
         self.adapters[conn.id] = AdapterState(conn)
@@ -93,6 +101,14 @@ class Ingress:
                 f"{state.inflight} messages of this connection await their commit; retry later",
                 req=req,
             )
+        size = conn.frame_bytes
+        if self.pending_bytes + size > self.settings.max_pending_bytes:
+            raise ProtocolError(
+                "overloaded",
+                f"the broker holds {self.pending_bytes} bytes of messages pending their commit"
+                f" (max_pending_bytes {self.settings.max_pending_bytes}); retry later",
+                req=req,
+            )
         assert conn.channel is not None
         routed = self.router.route(conn.channel, msg, req)
         try:
@@ -106,11 +122,13 @@ class Ingress:
                 "overloaded", "the broker is shutting down; retry later", req=req
             ) from exc
         state.inflight += 1
+        self.pending_bytes += size
         msg_id = msg.msg_id
         record = routed.record
 
         def committed(acc: Accepted) -> None:
             state.inflight -= 1
+            self.pending_bytes -= size
             frame: dict[str, Any] = {
                 "type": "ack",
                 "msg_id": msg_id,
@@ -126,6 +144,7 @@ class Ingress:
 
         def failed(exc: BaseException) -> None:
             state.inflight -= 1
+            self.pending_bytes -= size
             conn.post(encode(self._refusal(exc, req, msg_id, conn)))
 
         pending.after_commit(committed, failed)

@@ -9,6 +9,7 @@ Rule 2: validation happens here, before anything reaches the router or the
 
 from __future__ import annotations
 
+import calendar
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -70,6 +71,24 @@ class FrameTooLarge(ProtocolError):
         self.lines_before = lines_before or []
 
 
+class FrameUnfinished(ProtocolError):
+    """A frame begun and not finished in time. `invalid`, as the protocol has no
+    code of its own for it, but it closes the connection: the rest of the frame
+    may still come, and would be read as a frame of its own."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            "invalid",
+            f"a frame was begun and not finished (no newline) within frame_timeout_s"
+            f" ({timeout_s:g} s); closing the connection",
+        )
+        self.timeout_s = timeout_s
+
+    @property
+    def closes(self) -> bool:
+        return True
+
+
 class LineBuffer:
     """Splits a byte stream into lines of at most `limit` bytes (the newline excluded)."""
 
@@ -78,16 +97,21 @@ class LineBuffer:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
+        """The lines `data` completes. On FrameTooLarge the buffer is dropped: the
+        stream is out of step for good, and holding up to `limit` bytes for a
+        connection about to close is what made each oversize frame cost megabytes."""
         self._buf += data
         lines: list[bytes] = []
         start = 0
         while (nl := self._buf.find(b"\n", start)) != -1:
             if nl - start > self.limit:
+                self._buf = bytearray()
                 raise FrameTooLarge(self.limit, lines)
             lines.append(bytes(self._buf[start:nl]))
             start = nl + 1
         del self._buf[:start]
         if len(self._buf) > self.limit:
+            self._buf = bytearray()
             raise FrameTooLarge(self.limit, lines)
         return lines
 
@@ -157,7 +181,35 @@ def parse_hello(frame: dict[str, Any]) -> Hello:
     return hello
 
 
-ISO_TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?")
+# RFC 3339's date-time with each field in its range (the day of the month
+# aside: `is_timestamp`), taking two forms adapters already send: no offset (the
+# sender's local time) and an offset without its colon (-0800). [0-9] because
+# \d takes any script's digits. Seconds reach 60 for a leap second.
+TS_RE = re.compile(
+    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?"
+    r"(?:Z|[+-](?:[01][0-9]|2[0-3]):?[0-5][0-9])?"
+)
+_LAST_DAY = {"02": "29", "04": "30", "06": "30", "09": "30", "11": "30"}  # else 31
+
+
+def is_timestamp(value: str) -> bool:
+    """Whether `value` is a date and time that exists: TS_RE, and a day its month has.
+
+    The day is compared as a string: for two ASCII digits the order is the
+    numbers' order. Days before the 29th, nearly all, need no more than TS_RE.
+    """
+    if TS_RE.fullmatch(value) is None:
+        return False
+    day = value[8:10]
+    if day < "29":
+        return True
+    month = value[5:7]
+    if day > _LAST_DAY.get(month, "31"):
+        return False
+    return day != "29" or month != "02" or calendar.isleap(int(value[:4]))
+
+
 QUEUE_MODES = frozenset({"interrupt", "steer", "followup", "collect", "queue"})
 
 
@@ -177,8 +229,11 @@ class Inbound(_Frame):
     @field_validator("ts")
     @classmethod
     def _iso_ts(cls, value: str | None) -> str | None:
-        if value is not None and not ISO_TS_RE.fullmatch(value):
-            raise ValueError("ts must be an ISO 8601 timestamp")
+        if value is not None and not is_timestamp(value):
+            raise ValueError(
+                "ts must be a real date and time as RFC 3339 writes it, such as"
+                " 2026-11-22T10:00:00Z"
+            )
         return value
 
 
@@ -249,7 +304,7 @@ def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:
         and (peer_id is None or (type(peer_id) is str and 0 < len(peer_id) <= 256))
         and (thread_id is None or (type(thread_id) is str and 0 < len(thread_id) <= 256))
         and (queue_mode is None or (type(queue_mode) is str and queue_mode in QUEUE_MODES))
-        and (ts is None or (type(ts) is str and len(ts) <= 64 and ISO_TS_RE.fullmatch(ts)))
+        and (ts is None or (type(ts) is str and len(ts) <= 64 and is_timestamp(ts)))
         and (meta is None or (type(meta) is dict and all(type(k) is str for k in meta)))
     ):
         return None

@@ -60,9 +60,11 @@ class SocketReader:
             self._watch()
 
     def close(self) -> None:
-        """Stop reading (the socket itself stays open). Idempotent."""
+        """Stop reading and drop what waits unread (the socket itself stays open). Idempotent."""
         self._closed = True
         self._unwatch()
+        self._chunks.clear()  # up to `high_water` bytes nobody will read now
+        self._held = 0
         self._wake()
 
     async def receive(self) -> bytes:

@@ -8,6 +8,9 @@ Rule 3: an inbound frame is acked only after the commit that holds it; acks of
         one connection are written in the order the frames arrived.
 Rule 4: at most `max_inflight` inbound frames of one connection wait for their
         commit; past that the broker answers `overloaded` at once.
+Rule 5: after the hello, a frame begun and not finished within `frame_timeout_s`
+        closes its connection (FrameReader); a connection with nothing half
+        sent may stay idle for as long as it likes.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from . import logs, systemd
 from .config import Settings
 from .ids import new_id
+from .loopclock import loop_clock
 from .protocol import (
     FrameTooLarge,
+    FrameUnfinished,
     Hello,
     LineBuffer,
     ProtocolError,
@@ -88,6 +93,7 @@ class Connection:
         self._send_lock = anyio.Lock()
         self.closed = False
         self.tg: anyio.abc.TaskGroup | None = None  # the connection's own tasks
+        self.frame_bytes = 0  # of the frame being handled, its newline aside
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._out_ready = anyio.Event()
@@ -313,10 +319,17 @@ class Server:
                 await conn.send_error(err)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
-        if err.code != "frame_too_large":
-            log.info("connection refused", conn=conn.id, code=err.code, reason=err.message)
-        else:
+        if isinstance(err, FrameTooLarge):
             log.warning("frame too large, closing", conn=conn.id, channel=conn.channel)
+        elif isinstance(err, FrameUnfinished):
+            log.warning(
+                "frame left unfinished, closing",
+                conn=conn.id,
+                channel=conn.channel,
+                frame_timeout_s=err.timeout_s,
+            )
+        else:
+            log.info("connection refused", conn=conn.id, code=err.code, reason=err.message)
 
     def _authorize_peer(self, conn: Connection) -> None:
         cred = peer_credentials(conn.stream)
@@ -349,8 +362,8 @@ class Server:
             reader.close()  # before the stream closes the socket (rawsock Rule 1)
 
     async def _converse_on(self, conn: Connection, reader: SocketReader) -> None:
-        lines = LineBuffer(self.settings.max_frame_bytes)
-        receive = _line_reader(reader, lines)
+        frames = FrameReader(reader, LineBuffer(self.settings.max_frame_bytes))
+        receive = frames.receive
         with anyio.fail_after(HELLO_TIMEOUT_S):
             first = await receive()
         first_req: object = None
@@ -382,10 +395,12 @@ class Server:
             }
         )
         log.info("connected", conn=conn.id, role=conn.role, channel=conn.channel)
+        frames.frame_timeout = lambda: self.settings.frame_timeout_s
         await self._on_hello(conn, hello)
         handler = self._on_adapter_frame if hello.role == "adapter" else self._on_operator_frame
         while True:
             line = await receive()
+            conn.frame_bytes = len(line)
             frame: dict[str, Any] = {}
             try:
                 frame = decode(line)
@@ -417,22 +432,57 @@ async def _flusher(conn: Connection) -> None:
             conn.tg.cancel_scope.cancel()
 
 
-def _line_reader(reader: SocketReader, lines: LineBuffer) -> Callable[[], Awaitable[bytes]]:
-    ready: list[bytes] = []
-    overflow: list[FrameTooLarge] = []
+class FrameReader:
+    """A connection's lines, one frame each.
 
-    async def receive() -> bytes:
+    Rule 1: the lines before an oversize one are returned first; from then on
+            every call raises FrameTooLarge.
+    Rule 2: once `frame_timeout` is set (after the hello), a frame whose first
+            byte came that many seconds ago and whose newline has not raises
+            FrameUnfinished. With nothing half received, `receive` waits as long
+            as it takes: adapters keep connections open for hours.
+    Rule 3: errors are raised anew, never kept: an exception held where its own
+            traceback's frames reach it is a reference cycle, and the frames and
+            buffers in that traceback would wait for a full collection, which
+            ledger/gc_policy.py makes rare: megabytes per refused frame.
+    """
+
+    def __init__(self, reader: SocketReader, lines: LineBuffer) -> None:
+        self._reader = reader
+        self._lines = lines
+        self._ready: list[bytes] = []
+        self._too_large = False
+        self._partial_since: float | None = None  # when the unfinished frame began
+        self._clock = loop_clock()
+        self.frame_timeout: Callable[[], float] | None = None  # read when needed: reloads apply
+
+    async def receive(self) -> bytes:
+        ready = self._ready
         while not ready:
-            if overflow:
-                raise overflow[0]
+            if self._too_large:
+                raise FrameTooLarge(self._lines.limit)
+            data = await self._next_bytes()
             try:
-                ready.extend(reversed(lines.feed(await reader.receive())))
+                ready.extend(reversed(self._lines.feed(data)))
             except FrameTooLarge as exc:
                 ready.extend(reversed(exc.lines_before))
-                overflow.append(exc)
+                self._too_large = True
+                continue
+            if not self._lines.pending:
+                self._partial_since = None
+            elif ready or self._partial_since is None:
+                # What is left began in `data`: a line ended in it, or none was pending.
+                self._partial_since = self._clock()
         return ready.pop()
 
-    return receive
+    async def _next_bytes(self) -> bytes:
+        since, timeout = self._partial_since, self.frame_timeout
+        if since is None or timeout is None:
+            return await self._reader.receive()
+        limit = timeout()
+        with anyio.CancelScope(deadline=since + limit):
+            return await self._reader.receive()
+        raise FrameUnfinished(limit)
 
 
 async def _refuse_if_live(path: Path) -> None:

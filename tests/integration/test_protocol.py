@@ -309,6 +309,8 @@ INVALID_INBOUND: list[tuple[str, dict[str, Any], str]] = [
     ("text over max_text_bytes", {"text": "x" * (MAX_TEXT + 1)}, "text"),
     ("text over max_text_bytes in UTF-8", {"text": "€" * (MAX_TEXT // 3 + 1)}, "text"),
     ("ts not ISO 8601", {"ts": "yesterday"}, "ts"),
+    ("ts an impossible time", {"ts": "2026-13-45T99:99:99Z"}, "ts"),
+    ("ts a day February lacks", {"ts": "2026-02-29T10:00:00Z"}, "ts"),
     ("queue_mode unknown", {"queue_mode": "later"}, "queue_mode"),
     ("queue_mode a number", {"queue_mode": 1}, "queue_mode"),
     ("meta a list", {"meta": [1]}, "meta"),

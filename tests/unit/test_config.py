@@ -41,6 +41,8 @@ def test_defaults() -> None:
     assert s.socket_mode == 0o660
     assert s.max_frame_bytes == 1 << 20
     assert s.max_text_bytes == 256 << 10
+    assert s.max_pending_bytes == 64 << 20
+    assert s.frame_timeout_s == 30.0
     assert s.ledger.path == Path("var/ledger.db")
     assert s.ledger.synchronous == "NORMAL"
     assert s.ledger.readers == 2
@@ -138,6 +140,8 @@ def test_keyword_overrides_are_applied(tmp_path: Path) -> None:
         ("[ledger]\nreaders = 0\n", "ledger.readers"),
         ('[ledger]\njournal = "wal"\n', "ledger.journal"),
         ("max_frame_bytes = 10\n", "max_frame_bytes"),
+        ("max_pending_bytes = 10\n", "max_pending_bytes"),
+        ("frame_timeout_s = 0\n", "frame_timeout_s"),
         ("socket_mode = 0o1777\n", "socket_mode"),
         ("unknown_top = 1\n", "unknown_top"),
         ('log_level = "loud"\n', "log_level"),
@@ -180,6 +184,13 @@ def test_invalid_env_value_names_the_dotted_key(
 ) -> None:
     monkeypatch.setenv(var, value)
     assert f"  {key}: " in config_error()
+
+
+def test_max_pending_bytes_must_hold_the_largest_frame(tmp_path: Path) -> None:
+    path = write(tmp_path, "max_frame_bytes = 2048\nmax_pending_bytes = 2047\n")
+    message = config_error(path)
+    assert "max_pending_bytes (2047) is less than max_frame_bytes (2048)" in message
+    assert load_settings(write(tmp_path, "max_frame_bytes = 2048\nmax_pending_bytes = 2048\n"))
 
 
 def test_invalid_toml(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -24,6 +25,7 @@ from broker.protocol import (
     check_args,
     decode,
     encode,
+    is_timestamp,
     parse_hello,
     parse_inbound,
     parse_model,
@@ -87,6 +89,15 @@ def test_partial_tail_over_the_limit_after_complete_lines_raises() -> None:
     buf = LineBuffer(10)
     with pytest.raises(FrameTooLarge):
         buf.feed(b"short\n" + b"z" * 11)
+
+
+@pytest.mark.parametrize("tail", [b"\n", b""], ids=["whole-line", "no-newline-yet"])
+def test_an_oversize_frame_drops_what_was_buffered(tail: bytes) -> None:
+    buf = LineBuffer(10)
+    assert buf.feed(b"x" * 8) == []
+    with pytest.raises(FrameTooLarge):
+        buf.feed(b"x" * 8 + tail)
+    assert buf.pending == 0  # the connection closes: no reason to hold its bytes
 
 
 lines_strategy = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=20)
@@ -359,7 +370,7 @@ def _by_pydantic(frame: dict[str, Any]) -> InboundMessage | None:
 
 # Every value a field is checked against: types JSON can carry, each literal and
 # near misses, timestamps, and strings on both sides of every length limit.
-_TS64 = "2024-01-02T" + "0" * 52 + "Z"
+_TS64 = "2024-01-02T03:04:05." + "0" * 43 + "Z"
 _EDGE_VALUES: list[Any] = [
     ...,  # the field left out
     None,
@@ -414,11 +425,16 @@ def test_the_plain_inbound_check_takes_the_common_frames() -> None:
         "2024-01-02T03:04:05",
         "2024-01-02T03:04:05.678901+05:30",
         "2024-01-02T03:04:05-0800",
-        "2024-01-02T" + "0" * 52 + "Z",  # exactly 64 characters
+        "2024-02-29T23:59:60Z",  # a leap day, and a leap second as RFC 3339 allows
+        "2000-02-29T00:00:00+14:00",  # divisible by 400: a leap year
+        "2024-12-31T23:59:59.999-23:59",
+        "0001-01-01T00:00:00Z",
+        _TS64,  # exactly 64 characters
     ],
 )
 def test_timestamps_that_pass(ts: str) -> None:
     assert parse_inbound(inbound(ts=ts), 1000).ts == ts
+    assert Inbound.model_validate(inbound(ts=ts)).ts == ts
 
 
 @pytest.mark.parametrize(
@@ -431,11 +447,59 @@ def test_timestamps_that_pass(ts: str) -> None:
         "1714550400",
         "2024-01-02T03:04:05+5",
         "2024-01-02T03:04:05Z junk",
-        "2024-01-02T" + "0" * 53 + "Z",  # 65 characters
+        "2024-01-02T03:04Z",
+        "2024-01-02T::Z",
+        "2024-01-02T" + "0" * 52 + "Z",
+        _TS64[:-1] + "0Z",  # 65 characters
     ],
 )
 def test_timestamps_that_fail(ts: str) -> None:
     assert refused(inbound(ts=ts)).field == "ts"
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        "2026-13-45T99:99:99Z",  # issue 25
+        "2026-00-10T10:00:00Z",
+        "2026-01-00T10:00:00Z",
+        "2026-02-29T10:00:00Z",  # 2026 is no leap year
+        "1900-02-29T10:00:00Z",  # nor is 1900
+        "2024-02-30T10:00:00Z",
+        "2026-04-31T10:00:00Z",
+        "2026-01-32T10:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "2026-01-01T23:60:00Z",
+        "2026-01-01T23:59:61Z",
+        "2026-01-01T23:59:59+24:00",
+        "2026-01-01T23:59:59-05:60",
+    ],
+)
+def test_impossible_timestamps_are_refused_on_both_paths(ts: str) -> None:
+    frame = inbound(ts=ts)
+    assert plainly_valid_inbound(frame) is None
+    with pytest.raises(ValidationError) as info:
+        Inbound.model_validate(frame)
+    assert [e["loc"] for e in info.value.errors()] == [("ts",)]
+    err = refused(frame)
+    assert (err.field, err.code) == ("ts", "invalid")
+
+
+two_digits = st.integers(0, 99)
+
+
+@given(st.integers(0, 9999), two_digits, two_digits, two_digits, two_digits, two_digits)
+def test_a_timestamp_passes_iff_its_date_and_time_exist(
+    year: int, month: int, day: int, hour: int, minute: int, second: int
+) -> None:
+    ts = f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}Z"
+    try:  # datetime knows no year 0 (RFC 3339 does) nor leap seconds
+        datetime(year or 2000, month, day, hour, minute, min(second, 59))
+    except ValueError:
+        exists = False
+    else:
+        exists = second <= 60
+    assert is_timestamp(ts) == exists, ts
 
 
 def test_timestamp_digits_are_ascii() -> None:

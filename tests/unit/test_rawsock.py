@@ -81,6 +81,21 @@ async def test_a_closed_reader_refuses_and_unregisters(
         assert not asyncio.get_running_loop().remove_reader(ours.fileno())
 
 
+async def test_a_closed_reader_drops_what_waits_unread(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    # A connection that ends with bytes unread (after an oversize frame, say)
+    # gives them back at once, not when the reader itself is collected.
+    ours, theirs = pair
+    reader = SocketReader(ours)
+    theirs.send(b"x" * 1000)
+    await anyio.sleep(0.01)  # on asyncio the callback collects them meanwhile
+    reader.close()
+    assert reader._held == 0 and not reader._chunks
+    with pytest.raises(anyio.ClosedResourceError):
+        await reader.receive()
+
+
 async def test_a_cancelled_receive_leaves_the_reader_usable(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
