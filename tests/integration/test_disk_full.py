@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import resource
 import sqlite3
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -198,6 +200,19 @@ TURN_S = 0.4  # each echo turn streams for this long: time to fill the disk unde
 SLOW_ECHO = {"engine": {"chunks": 2, "delay_ms": int(TURN_S * 1000 / 2)}}
 
 
+CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+
+
+def doctor(d: DaemonProcess) -> tuple[int, list[dict[str, str]]]:
+    done = subprocess.run(
+        [*CTL, "--config", str(d.config_path), "--json", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, orjson.loads(done.stdout)
+
+
 def small(i: int, sender: int) -> dict[str, Any]:
     return {
         "type": "inbound",
@@ -259,6 +274,11 @@ async def test_turns_that_cannot_commit_run_once_space_returns(
         assert "cannot write" in failing["problems"][0], failing
         late = small(5, sender=9)
         assert_refused_for_now(await answer(adapter, late), late)
+        code, findings = await anyio.to_thread.run_sync(doctor, d)
+        assert code == 1 and any(
+            f["check"] == "daemon" and f["level"] == "fail" and "cannot write" in f["message"]
+            for f in findings
+        ), findings
         # Turns ended and failed to commit: their items wait, and keep waiting.
         await anyio.sleep(2 * TURN_S)
         assert open_items(d) == len(frames)
