@@ -494,7 +494,7 @@ class LedgerWriter:
                         if not self._queue and anyio.current_time() < self._lazy_due():
                             continue
                     await self._room()
-                    if self._held_back or self._retry_at > anyio.current_time():
+                    if self._held_back or self._backing_off():
                         # Rule 7: failed jobs are coming back, or wait out their back-off.
                         self._wake = anyio.Event()
                         back_off = self._retry_at - anyio.current_time()
@@ -528,6 +528,10 @@ class LedgerWriter:
                 self._fail_queued()
             self._resolve_committed()
 
+    def _backing_off(self) -> bool:
+        # The clock is read only after a storage failure: it costs a backend lookup.
+        return self._retry_at != -math.inf and self._retry_at > anyio.current_time()
+
     def _fits(self) -> bool:
         return len(self._handed) < self._link.depth
 
@@ -546,7 +550,7 @@ class LedgerWriter:
     async def _send_batch(self) -> None:
         if self._dead is not None or self._sending or not self._waiting():
             return
-        if self._retry_at > anyio.current_time() or self._held_back:
+        if self._held_back or self._backing_off():
             return  # Rule 7: the failed jobs go first, after the back-off
         lazy, queue = self._lazy, self._queue
         batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
@@ -595,15 +599,21 @@ class LedgerWriter:
                 outcomes = [(None, exc)] * len(batch)
         self._handed.popleft()
         self._link_has_room.set()
-        if not all(isinstance(error, LedgerWriteFailed) for _, error in outcomes):
+        # A storage failure fails every job that reached the transaction, so a
+        # batch whose first job succeeded committed: no scan of it on that path.
+        failed = None
+        if outcomes[0][1] is not None:
+            failed = next((e for _, e in outcomes if isinstance(e, StorageFailed)), None)
+        if failed is None and not all(isinstance(e, LedgerWriteFailed) for _, e in outcomes):
             self.commits += 1
             self.jobs += len(batch)
             self._recovered()
-        failed = next((e for _, e in outcomes if isinstance(e, StorageFailed)), None)
         if failed is not None:
             self._storage_failed(failed)
             if self._retrying:
                 batch, outcomes = self._hold_back(batch, outcomes)
+            else:
+                self._resume = True  # no retries: the next batch still gets its own try
         if self._held_back and not self._handed:
             self._put_back()  # every batch behind the failed one is back: resend in order
         if batch:
@@ -654,8 +664,9 @@ class LedgerWriter:
             self.failure = self.failure._replace(error=str(error))
 
     def _recovered(self) -> None:
-        self._retry_s = RETRY_FIRST_S
         if self.failure is not None:
+            self._retry_s = RETRY_FIRST_S
+            self._retry_at = -math.inf
             failed_s = anyio.current_time() - self.failure.since
             log.info("ledger writes recovered", failed_for_s=round(failed_s, 3))
             self.failure = None

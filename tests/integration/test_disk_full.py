@@ -333,3 +333,31 @@ async def test_a_ledger_that_stays_unwritable_stops_the_daemon_for_a_restart(
     with d.db() as conn:
         view = lc.load(conn)
     assert lc.check_fates(view, [("sms", m) for m in acked]) == []
+
+
+async def test_a_shutdown_does_not_wait_for_the_disk(
+    make_daemon: DaemonFactory, anyio_backend: str
+) -> None:
+    """SIGTERM while a turn's commit waits for space: the daemon stops within its
+    grace period (not `write_fail_exit_s`), and the next start runs the message."""
+    grace_s = 1.0
+    d = make_daemon({**SLOW_ECHO, "shutdown_grace_s": grace_s}, backend=anyio_backend)
+    writer = await writer_pid(d.socket)
+    assert writer is not None and d.proc is not None
+    async with (
+        await BrokerClient.connect(d.socket, role="adapter", channel="sms") as adapter,
+        await BrokerClient.connect(d.socket) as operator,
+    ):
+        acked = await send_acked(adapter, [small(0, sender=0)])
+        limit_file_size(writer, 0)
+        await until_health(operator, ok=False)
+    stopping = time.monotonic()
+    assert await anyio.to_thread.run_sync(d.terminate, 15.0) == 0, d.log()[-3000:]
+    assert time.monotonic() - stopping < grace_s + 5
+
+    d.start()  # a fresh writer process, without the limit
+    assert await until_no_open_items(d, WAIT) == 0
+    with d.db() as conn:
+        view = lc.load(conn)
+    assert lc.check_fates(view, [("sms", m) for m in acked]) == []
+    assert lc.check_no_overlap(view) == []
