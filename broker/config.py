@@ -33,6 +33,10 @@ class LedgerSettings(_Section):
     # process: write transactions run in a child process with its own GIL
     # (ledger/writer_process.py); thread: in a thread of the daemon.
     writer: Literal["process", "thread"] = "process"
+    # Writes that fail on the storage (disk full, I/O error) are run again until
+    # they commit; if none can commit for this long, the daemon exits with status
+    # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer.py Rule 7).
+    write_fail_exit_s: float = Field(60.0, gt=0)
 
 
 class EngineSettings(_Section):

@@ -9,6 +9,7 @@ Rule 2: on stop the listener closes first, then the rest is cancelled; the
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 from pathlib import Path
@@ -19,7 +20,7 @@ import anyio.abc
 
 from ledger.db import LedgerError
 from ledger.store import Ledger
-from ledger.writer import WriterClosed, WriterDied, WriterOverloaded
+from ledger.writer import WriterClosed, WriterDied, WriterOverloaded, WriterStuck
 
 from . import logs, systemd
 from .config import ConfigError, Settings, load_rules, load_settings
@@ -44,6 +45,10 @@ class StartupError(Exception):
 
 class LedgerLost(Exception):
     """The running daemon lost its ledger writer and stopped; a restart recovers."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status  # the daemon's exit status
 
 
 class Daemon:
@@ -126,6 +131,7 @@ class Daemon:
             readers=s.ledger.readers,
             writer=s.ledger.writer,
             log=(s.log_level, s.log_format),
+            write_fail_exit_s=s.ledger.write_fail_exit_s,
         ) as ledger:
             self.ledger = ledger
             if ledger.migrations_applied:
@@ -251,6 +257,13 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
             raise StartupError(str(first)) from first
         # Nothing can be written any more: stop rather than accept work that
         # cannot be acked. What was acked is in the ledger; a restart recovers.
+        if isinstance(first, WriterStuck):  # EX_IOERR: systemd restarts on it
+            log.critical(
+                "the ledger could not write; exiting for a restart",
+                error=str(first),
+                status=os.EX_IOERR,
+            )
+            raise LedgerLost(str(first), os.EX_IOERR) from first
         log.critical("ledger writer died; stopping", error=str(first))
         raise LedgerLost(str(first)) from first
     except* (LedgerError, sqlite3.Error, AlreadyRunning, OSError) as group:

@@ -60,7 +60,7 @@ def run(
         raise typer.Exit(1) from exc
     except LedgerLost as exc:
         print(f"brokerd: stopped: {exc}", file=sys.stderr)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(exc.status) from exc
 
 
 def main() -> None:

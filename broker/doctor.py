@@ -97,6 +97,9 @@ async def check_daemon(settings: Settings) -> list[Finding]:
         ]
     except Exception as exc:  # refused: credentials, version
         return [Finding("fail", "daemon", f"refused: {exc}", "check auth.allowed_uids/gids")]
+    if health.get("problems"):  # up, but not doing its work (a ledger it cannot write)
+        fix = "free space on the ledger's disk or fix its I/O errors; the broker resumes itself"
+        return [Finding("fail", "daemon", "; ".join(health["problems"]), fix)]
     return [
         Finding(
             "ok",

@@ -111,6 +111,9 @@ class Ingress:
             )
         assert conn.channel is not None
         routed = self.router.route(conn.channel, msg, req)
+        failing = self.ledger.write_failure  # refused now rather than held unacked
+        if failing is not None:
+            raise ProtocolError("overloaded", f"{failing}; retry later", req=req)
         try:
             pending = self.ledger.submit_inbound(routed.record, routed.spec, now_ms())
         except WriterOverloaded as exc:

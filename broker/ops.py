@@ -89,8 +89,10 @@ class Ops:
 
     async def health(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         counts = await self.ledger.counts()
+        problems = [p for p in (self.ledger.write_failure,) if p is not None]
         return {
-            "ok": True,
+            "ok": not problems,
+            "problems": problems,
             "uptime_s": round(time.monotonic() - self.started, 3),
             "sessions": counts["sessions"],
             "queued": counts["queued"],

@@ -6,6 +6,7 @@ SQLite. A server database would be another implementation of the same methods.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
@@ -58,9 +59,10 @@ class Ledger:
         link: BatchLink,
         readers: ReaderPool,
         writer_pid: int | None = None,
+        write_fail_exit_s: float = math.inf,
     ) -> None:
         self.path = path
-        self.writer = LedgerWriter(link)
+        self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s)
         self.readers = readers
         self.writer_pid = writer_pid  # the writer process, None when it is a thread
         self.migrations_applied: list[str] = []
@@ -75,12 +77,14 @@ class Ledger:
         readers: int = 2,
         writer: WriterKind = "process",
         log: tuple[str, str] = ("info", "json"),
+        write_fail_exit_s: float = math.inf,
     ) -> AsyncIterator[Ledger]:
         """Open, migrate and run the ledger; the writer stops when the block exits.
 
         `writer="process"` runs the write transactions in a child process (see
         writer_process.py); `"thread"` runs them in a thread of this process.
-        `log` is the (level, format) the writer process logs with.
+        `log` is the (level, format) the writer process logs with. Storage that
+        stays unwritable for `write_fail_exit_s` ends the writer (writer.py Rule 7).
         """
 
         def opener() -> tuple[list[str], list[sqlite3.Connection]]:
@@ -108,7 +112,7 @@ class Ledger:
             for read_conn in read_conns:
                 read_conn.close()
             raise
-        ledger = cls(path, link, ReaderPool(read_conns), pid)
+        ledger = cls(path, link, ReaderPool(read_conns), pid, write_fail_exit_s)
         ledger.migrations_applied = applied
         try:
             async with anyio.create_task_group() as tg:
@@ -140,6 +144,12 @@ class Ledger:
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5)."""
         return await self.writer.call(fn, *args, **kwargs)
+
+    @property
+    def write_failure(self) -> str | None:
+        """Why the ledger cannot write right now, or None while it can."""
+        failure = self.writer.failure
+        return failure.reason() if failure is not None else None
 
     # -- reads -------------------------------------------------------------
 

@@ -14,7 +14,13 @@ Rule 3: a turn's items are marked `running` (with the turn id) before the
 Rule 4: a turn that streams for a while has its partial output saved now and
         then (`save_progress`, one row per turn, replaced at each save). Its
         commit removes the row; a turn cut off by a crash is recorded with the
-        output last saved, and started when its items were marked running.
+        output last saved, and started when its items were marked running, or
+        when the session's latest committed turn ended if that is later (no two
+        turns of a session overlap in time: docs/turns.md).
+Rule 5: a job here may run again after the storage refused its COMMIT
+        (writer.py Rule 7): nothing of the failed run was kept, so the head
+        compare-and-swap, the outbox row and the item updates see the same
+        ledger again, and jobs behind it wait, so the order holds.
 """
 
 from __future__ import annotations
@@ -387,9 +393,12 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             "SELECT output FROM turn_progress WHERE turn_id = ?", (turn_id,)
         ).fetchone()
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
-        # mark_running stamped the turn's items with its start.
+        # mark_running stamped the turn's items with its start (Rule 4); never
+        # before the end of a turn it waited for.
         (started,) = conn.execute(
-            "SELECT updated_at FROM queue_items WHERE id = ?", (items[0].id,)
+            "SELECT max(q.updated_at, coalesce((SELECT max(completed_at) FROM turns"
+            " WHERE session_label = q.session_label), 0)) FROM queue_items q WHERE q.id = ?",
+            (items[0].id,),
         ).fetchone()
         rec = TurnRecord(
             turn_id=turn_id or new_id(),

@@ -10,8 +10,11 @@ Rule 2: a job that raises is rolled back alone and its caller gets the
         again with one savepoint per job. Jobs are therefore pure functions of
         the database: they may run twice, and only the committed run counts.)
 Rule 3: a caller learns its job's result only after the COMMIT that holds it
-        returned. If the COMMIT fails (disk full, I/O error), every job of the
-        batch fails with `LedgerWriteFailed` and nothing of the batch is kept.
+        returned. If the COMMIT fails, nothing of the batch is kept. A failure
+        of the storage (disk full, I/O error: `storage_error`) is not the
+        jobs' fault: the batch is run again after a back-off, ahead of every
+        later job, until it commits, and its callers wait meanwhile (Rule 7).
+        Any other failure fails every job of the batch with `LedgerWriteFailed`.
 Rule 4: a batch, once handed over, finishes even if the writer is cancelled;
         on cancellation the writer also finishes every job already queued,
         then refuses new ones. A cancelled caller's write may still
@@ -25,11 +28,22 @@ Rule 6: a lazy job (`submit_lazy`) waits up to `lazy_s` for a batch to join,
         transaction of its own when the writer is otherwise quiet. It goes at
         the head of the batch it joins, so it may commit before jobs submitted
         ahead of it: only jobs that commute with every other job may be lazy.
+Rule 7: while the storage fails, `failure` says since when and why, and the
+        writes keep their order: the executor runs no batch after a failed
+        one (`HeldBack`) until the writer sends the failed one again, led by
+        `resume_writes`. The first batch that commits clears `failure`; one
+        line is logged when writes start failing and one when they recover.
+        Storage that stays unwritable for `fail_exit_s` ends the writer with
+        `WriterStuck`, which stops the daemon (crash-only: a restart recovers).
+        When the writer is cancelled (a shutdown) it stops retrying: what
+        fails then fails its callers, for crash recovery at the next start.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -38,9 +52,14 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 import anyio
 import anyio.abc
 
+from broker import logs
+
 from .checkpoint import WalCheckpointer
 
+log = logs.get("ledger.writer")
 T = TypeVar("T")
+RETRY_FIRST_S = 0.1  # the back-off before a batch the storage failed runs again,
+RETRY_MAX_S = 2.0  # doubled at each failure up to this
 Outcome = tuple[Any, BaseException | None]
 
 
@@ -115,6 +134,49 @@ class LedgerWriteFailed(Exception):
     """The transaction holding the job did not commit; nothing of it was kept."""
 
 
+class StorageFailed(LedgerWriteFailed):
+    """The storage refused the transaction (disk full, I/O error); the same jobs may
+    commit later. Within the writer only: callers see it only at a shutdown (Rule 7)."""
+
+
+class HeldBack(StorageFailed):
+    """Not run: an earlier batch failed on the storage and goes first (Rule 7)."""
+
+
+# The storage, not the data: these may pass by themselves, so a batch is run again.
+STORAGE_ERRORS = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+    }
+)
+
+
+def storage_error(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in STORAGE_ERRORS
+
+
+def resume_writes(conn: sqlite3.Connection) -> None:
+    """A job that leads a batch sent again after a storage failure (Rule 7)."""
+
+
+class WriteFailure(NamedTuple):
+    """Writes fail on the storage since `since_ms` (wall clock); the latest error."""
+
+    since_ms: int
+    since: float  # the event loop's clock
+    error: str
+
+    def reason(self) -> str:
+        failing_s = max(0.0, time.time() - self.since_ms / 1000)
+        return f"the ledger cannot write (for {failing_s:.1f} s): {self.error}"
+
+
 class WriterOverloaded(Exception):
     """The writer's queue is full; the caller should shed load."""
 
@@ -125,6 +187,10 @@ class WriterClosed(Exception):
 
 class WriterDied(LedgerWriteFailed):
     """The process running the transactions is gone; no more writes can happen."""
+
+
+class WriterStuck(WriterDied):
+    """The storage failed for longer than the writer may wait (Rule 7)."""
 
 
 class _JobFailed(Exception):
@@ -231,11 +297,16 @@ class Transactor:
         self._writing: AbstractContextManager[Any] = (
             checkpointer.writing if checkpointer else nullcontext()
         )
+        self._held: HeldBack | None = None  # set by a storage failure (Rule 7)
         if checkpointer is not None:
             checkpointer.attach(conn)
             checkpointer.start()
 
     def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
+        if self._held is not None:
+            if not (jobs and jobs[0].fn is resume_writes):
+                return [(None, self._held)] * len(jobs)  # Rule 7: the failed batch first
+            self._held = None
         with self._writing:
             try:
                 try:
@@ -245,7 +316,12 @@ class Transactor:
                     outcomes = self._transaction(jobs, savepoints=True)
             except sqlite3.Error as exc:
                 self._rolled_back()
-                failure = LedgerWriteFailed(f"ledger write failed: {exc}")
+                failure: LedgerWriteFailed
+                if storage_error(exc):
+                    failure = StorageFailed(f"ledger write failed: {exc}")
+                    self._held = HeldBack(f"held back behind a batch that failed: {exc}")
+                else:
+                    failure = LedgerWriteFailed(f"ledger write failed: {exc}")
                 failure.__cause__ = exc
                 return [(None, failure)] * len(jobs)
         if self._checkpointer is not None:
@@ -269,6 +345,8 @@ class Transactor:
                 try:
                     value = job.run(conn)
                 except Exception as exc:  # the job's own failure, for its caller
+                    if storage_error(exc):
+                        raise  # the storage's, not the job's: the whole batch (Rule 3)
                     if not savepoints:
                         raise _JobFailed from exc
                     conn.execute("ROLLBACK TO job")
@@ -312,6 +390,7 @@ class LedgerWriter:
         max_queue: int = 100_000,
         lazy_s: float = 0.05,
         on_rollback: Callable[[], None] | None = None,
+        fail_exit_s: float = math.inf,
     ) -> None:
         if isinstance(executor, sqlite3.Connection):
             executor = Transactor(executor, on_rollback)
@@ -336,6 +415,15 @@ class LedgerWriter:
         self._dead: WriterDied | None = None
         self.commits = 0
         self.jobs = 0
+        # Rule 7: storage failures.
+        self.failure: WriteFailure | None = None
+        self._failure_changed = anyio.Event()
+        self._fail_exit_s = fail_exit_s
+        self._retrying = True  # False once the writer stops: failures go to the callers
+        self._held_back: list[Pending[Any]] = []  # failed jobs, until the link is empty
+        self._resume = False  # the next batch is led by `resume_writes`
+        self._retry_at = -math.inf  # no batch is sent before this time
+        self._retry_s = RETRY_FIRST_S
 
     @property
     def queued(self) -> int:
@@ -394,6 +482,7 @@ class LedgerWriter:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._receiver)
+                tg.start_soon(self._watch_failure)
                 while self._dead is None:
                     if not self._queue:
                         self._wake = anyio.Event()
@@ -405,6 +494,13 @@ class LedgerWriter:
                         if not self._queue and anyio.current_time() < self._lazy_due():
                             continue
                     await self._room()
+                    if self._held_back or self._backing_off():
+                        # Rule 7: failed jobs are coming back, or wait out their back-off.
+                        self._wake = anyio.Event()
+                        back_off = self._retry_at - anyio.current_time()
+                        with anyio.move_on_after(math.inf if self._held_back else back_off):
+                            await self._wake.wait()
+                        continue
                     if self._sending:  # the receiver is handing a batch over: after it
                         self._wake = anyio.Event()
                         await self._wake.wait()
@@ -416,15 +512,25 @@ class LedgerWriter:
             raise self._dead  # outside the task group: not wrapped in a group
         finally:
             self._closed = True
+            self.stop_retrying()
             with anyio.CancelScope(shield=True):
                 # The receiver is gone: hand over and take back here, in turn.
                 while (self._waiting() and self._dead is None) or self._handed:
-                    if self._waiting() and self._dead is None and self._fits():
+                    if (
+                        self._waiting()
+                        and self._dead is None
+                        and self._fits()
+                        and not self._held_back
+                    ):
                         await self._send_batch()
                     else:
                         await self._receive_batch()
                 self._fail_queued()
             self._resolve_committed()
+
+    def _backing_off(self) -> bool:
+        # The clock is read only after a storage failure: it costs a backend lookup.
+        return self._retry_at != -math.inf and self._retry_at > anyio.current_time()
 
     def _fits(self) -> bool:
         return len(self._handed) < self._link.depth
@@ -444,9 +550,14 @@ class LedgerWriter:
     async def _send_batch(self) -> None:
         if self._dead is not None or self._sending or not self._waiting():
             return
+        if self._held_back or self._backing_off():
+            return  # Rule 7: the failed jobs go first, after the back-off
         lazy, queue = self._lazy, self._queue
         batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
         batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
+        if self._resume:
+            self._resume = False
+            batch.insert(0, Pending(JobSpec(resume_writes, (), {}), self._next_batch_event))
         done, self._next_batch_done = self._next_batch_done, anyio.Event()
         for pending in batch:
             pending._batch_done = done
@@ -488,10 +599,105 @@ class LedgerWriter:
                 outcomes = [(None, exc)] * len(batch)
         self._handed.popleft()
         self._link_has_room.set()
-        if not all(isinstance(error, LedgerWriteFailed) for _, error in outcomes):
+        # A storage failure fails every job that reached the transaction, so a
+        # batch whose first job succeeded committed: no scan of it on that path.
+        failed = None
+        if outcomes[0][1] is not None:
+            failed = next((e for _, e in outcomes if isinstance(e, StorageFailed)), None)
+        if failed is None and not all(isinstance(e, LedgerWriteFailed) for _, e in outcomes):
             self.commits += 1
             self.jobs += len(batch)
-        self._committed.append((batch, outcomes))
+            self._recovered()
+        if failed is not None:
+            self._storage_failed(failed)
+            if self._retrying:
+                batch, outcomes = self._hold_back(batch, outcomes)
+            else:
+                self._resume = True  # no retries: the next batch still gets its own try
+        if self._held_back and not self._handed:
+            self._put_back()  # every batch behind the failed one is back: resend in order
+        if batch:
+            self._committed.append((batch, outcomes))
+
+    # -- Rule 7: storage failures ----------------------------------------------
+
+    def _hold_back(
+        self, batch: list[Pending[Any]], outcomes: list[Outcome]
+    ) -> tuple[list[Pending[Any]], list[Outcome]]:
+        """Keep the jobs the storage failed, to run again; the rest resolve as they are."""
+        done = batch[0]._batch_done
+        rest: list[Pending[Any]] = []
+        rest_outcomes: list[Outcome] = []
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            if not isinstance(outcome[1], StorageFailed):
+                rest.append(pending)  # a job refused on its own (an unpicklable one)
+                rest_outcomes.append(outcome)
+            elif pending.job.fn is not resume_writes:
+                self._held_back.append(pending)
+                pending._batch_done = None  # it waits for the batch that takes it next
+        if done is not None and not rest:
+            done.set()  # its waiters wait again, on their new batch
+        return rest, rest_outcomes
+
+    def _put_back(self) -> None:
+        self._queue.extendleft(reversed(self._held_back))
+        self._held_back.clear()
+        self._resume = True
+        if self._retrying:
+            self._retry_at = anyio.current_time() + self._retry_s
+            self._retry_s = min(self._retry_s * 2, RETRY_MAX_S)
+        self._wake.set()
+
+    def _storage_failed(self, error: StorageFailed) -> None:
+        if isinstance(error, HeldBack):
+            return  # not a new failure: the first one's error says what failed
+        if self.failure is None:
+            self.failure = WriteFailure(int(time.time() * 1000), anyio.current_time(), str(error))
+            log.error(
+                "ledger writes failing",
+                error=str(error),
+                retry="the failed writes run again, in order, until they commit",
+                exit_after_s=self._fail_exit_s,
+            )
+            self._failure_changed.set()
+        else:
+            self.failure = self.failure._replace(error=str(error))
+
+    def _recovered(self) -> None:
+        if self.failure is not None:
+            self._retry_s = RETRY_FIRST_S
+            self._retry_at = -math.inf
+            failed_s = anyio.current_time() - self.failure.since
+            log.info("ledger writes recovered", failed_for_s=round(failed_s, 3))
+            self.failure = None
+            self._failure_changed.set()
+
+    def stop_retrying(self) -> None:
+        """From now on a storage failure fails its jobs' callers (at a shutdown)."""
+        self._retrying = False
+        self._retry_at = -math.inf
+        if self._held_back and not self._handed:
+            self._put_back()
+        self._wake.set()
+
+    async def _watch_failure(self) -> None:
+        """End the writer when the storage fails for longer than `fail_exit_s`."""
+        while True:
+            self._failure_changed = anyio.Event()
+            failure = self.failure
+            if failure is None:
+                await self._failure_changed.wait()
+                continue
+            remaining = failure.since + self._fail_exit_s - anyio.current_time()
+            if remaining <= 0:
+                self._died(
+                    WriterStuck(
+                        f"the ledger could not write for {self._fail_exit_s:g} s: {failure.error}"
+                    )
+                )
+                return
+            with anyio.move_on_after(remaining):
+                await self._failure_changed.wait()
 
     def _died(self, exc: WriterDied) -> None:
         if self._dead is None:
@@ -501,8 +707,9 @@ class LedgerWriter:
 
     def _fail_queued(self) -> None:
         """After a death: what was never handed over fails with it."""
-        if self._dead is not None and self._waiting():
-            batch = [*self._lazy, *self._queue]
+        if self._dead is not None and (self._waiting() or self._held_back):
+            batch = [*self._held_back, *self._lazy, *self._queue]
+            self._held_back.clear()
             self._lazy.clear()
             self._queue.clear()
             self._committed.append((batch, [(None, self._dead)] * len(batch)))

@@ -7,6 +7,8 @@ show the first few instead of stopping at one.
 - serial turns: each session's turns form one chain from its head back to a
   root (no fork, no turn off the thread), and along it each turn started at
   or after the previous one completed;
+- no overlap: no two turns of a session, on the thread or off it (compactions,
+  orphans, turns cut off by a crash), overlap in [started_at, completed_at];
 - fate: every queue item is done by exactly one completed/failed turn (and
   points at it), or dropped/cancelled with a reason and in no such turn;
 - order: the inputs of a session's completed/failed turns, in chain order and
@@ -159,6 +161,32 @@ def check_serial_turns(view: LedgerView) -> list[str]:
                     f"{session}: turn {turn.id} started at {turn.started_at}, before turn "
                     f"{prev.id} completed at {prev.completed_at}"
                 )
+    return problems
+
+
+def check_no_overlap(view: LedgerView) -> list[str]:
+    """No two turns of one session ran at once, by the ledger's own times.
+
+    Wider than `check_serial_turns`, which compares neighbours on the thread:
+    this takes every turn of the session. Turns may touch (one completes in
+    the millisecond the next starts), not overlap.
+    """
+    problems: list[str] = []
+    by_session: dict[str, list[TurnRow]] = {}
+    for turn in view.turns.values():
+        by_session.setdefault(turn.session, []).append(turn)
+    for session, turns in by_session.items():
+        turns.sort(key=lambda t: (t.started_at, t.completed_at))
+        latest: TurnRow | None = None  # the turn that completes last among those before
+        for turn in turns:
+            if latest is not None and turn.started_at < latest.completed_at:
+                problems.append(
+                    f"{session}: {turn.type} turn {turn.id} [{turn.started_at}, "
+                    f"{turn.completed_at}] overlaps {latest.type} turn {latest.id} "
+                    f"[{latest.started_at}, {latest.completed_at}]"
+                )
+            if latest is None or turn.completed_at > latest.completed_at:
+                latest = turn
     return problems
 
 

@@ -21,6 +21,11 @@ Rule 5: a turn that streams for longer than `engine.progress_save_s` saves its
         is queued behind the turn's `mark_running` and ahead of its commit, and
         nobody waits on it: a quick turn never saves, a slow one pays a write a
         period, and a save that cannot be queued is skipped, not an error.
+Rule 6: a turn starts (`started_at`, the items' running mark) only after any
+        compaction it needs is committed, so no two turns of a session overlap
+        in the ledger's times (docs/turns.md). After a reactive compaction it
+        starts again: the engine call that overflowed is one of its events,
+        with its own times, not part of the turn's span.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ class RunningTurn:
     steer_queue: list[ItemInfo] = field(default_factory=list)
     taken: list[ItemInfo] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
+    started_ms: int = 0  # set when the turn starts, after any compaction (Rule 6)
+    # Engine calls before the compaction that preceded the turn's start (Rule 6).
+    earlier_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     # Rule 5: `save_progress` runs at the first delta of each `save_every_s` after the
     # turn starts; `progress_saved` tells the commit a saved row may exist.
     clock: Callable[[], float] = anyio.current_time
@@ -482,14 +490,11 @@ class SessionActor:
     async def _run_turn(
         self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
     ) -> None:
-        started = now_ms()
         ids = [i.id for i in inputs]
-        # Not awaited: the writer is FIFO, so this commits before the turn's own
-        # commit. If the process dies first, the items are simply still queued.
-        self.hub.ledger.writer.submit(lt.mark_running, turn.id, ids, started)
         # Made with the turn's id: they become its history block as they are.
         turn.input_msgs = [self.ctx.msg("user", i.content, i.sender_name, turn.id) for i in inputs]
         result, error, reason = await self._prepare_and_call(start, inputs, turn)
+        started = turn.started_ms
         parent = self.head  # after any compaction this turn ran first
         for dropped in start.dropped_note:  # named in this turn's note; done with now
             self.items.pop(dropped.id, None)
@@ -507,6 +512,14 @@ class SessionActor:
             if outcome != "aborted" or turn.abort_reason == "stop":
                 self.items.pop(item_id, None)
         self.post(m.TurnEnded(start.turn_no, outcome, taken))
+
+    def _begin(self, turn: RunningTurn, inputs: list[ItemInfo]) -> None:
+        """The turn starts now: any compaction it needed is committed (Rule 6)."""
+        turn.started_ms = now_ms()
+        # Not awaited: the writer is FIFO, so this commits before the turn's own
+        # commit. If the process dies first, the items are simply still queued.
+        ids = [i.id for i in inputs]
+        self.hub.ledger.writer.submit(lt.mark_running, turn.id, ids, turn.started_ms)
 
     def _maybe_compact(self) -> None:
         if self.compact_requests and self.turn is None and not self.compacting:
@@ -545,11 +558,12 @@ class SessionActor:
         self, start: m.StartTurn, inputs: list[ItemInfo], turn: RunningTurn
     ) -> tuple[EngineResult | None, str | None, str | None]:
         """Assemble within the budget (compacting first when due), call the engine, and
-        on a context overflow compact and try once more."""
+        on a context overflow compact and try once more (Rule 6)."""
         for attempt in ("first", "after reactive compaction"):
             plan = self._plan(start, turn)
             if plan.compaction_due and await compactor.compact(self, "proactive"):
                 plan = self._plan(start, turn)
+            self._begin(turn, inputs)
             if plan.over_budget:
                 return (
                     None,
@@ -565,8 +579,15 @@ class SessionActor:
                 self.ctx.last_reported = result.prompt_tokens
             if reason != "context_overflow" or turn.parts or attempt != "first":
                 return result, error, reason
+            overflowed = {
+                "outcome": "context_overflow",
+                "error": error,
+                "started_at": turn.started_ms,
+                "ended_at": now_ms(),
+            }
             if not await compactor.compact(self, "reactive"):
                 return result, error, reason
+            turn.earlier_calls.append(("llm", overflowed))
         return result, error, reason
 
     def _plan(self, start: m.StartTurn, turn: RunningTurn) -> ContextPlan:
@@ -706,7 +727,7 @@ class SessionActor:
             outbox=self._outbox(turn, all_inputs, reply or "", status),
             input_tokens=[msg.tokens for msg in (*turn.input_msgs, *taken_msgs)],
             output_tokens=reply_msg.tokens if reply_msg else None,
-            events=turn_events(result, status, error),
+            events=turn.earlier_calls + turn_events(result, status, error),
             progress_saved=turn.progress_saved,
         )
         written = await self.hub.commit(rec)

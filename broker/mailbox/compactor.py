@@ -7,6 +7,10 @@ Rule 2: the summary comes from the engine, bounded by `compaction_timeout_s`.
         If the engine fails, hangs, or returns something empty or longer than
         the summary budget, a deterministic summary is used instead, so a
         session can never stay in `compacting`.
+Rule 3: a compaction is committed before the turn it serves starts, whatever
+        its trigger, so their times never overlap (actor.py Rule 6,
+        docs/turns.md); its commit, like any write, waits out a disk that
+        refuses it (ledger/writer.py Rule 7).
 """
 
 from __future__ import annotations

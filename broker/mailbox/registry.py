@@ -239,6 +239,9 @@ class Mailboxes:
         with anyio.move_on_after(grace_s):
             while self._busy():
                 await self._a_turn_ends()
+        # A write the storage refuses fails from here on, rather than hold the
+        # shutdown: its items are in the ledger for the next start.
+        self.ledger.writer.stop_retrying()
         busy = self._busy()
         if busy:
             log.warning("aborting turns still running at the shutdown deadline", turns=len(busy))

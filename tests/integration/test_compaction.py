@@ -1,4 +1,8 @@
-"""Compaction: proactive before overflow, a hung summarizer, manual, reactive."""
+"""Compaction: proactive before overflow, a hung summarizer, manual, reactive.
+
+Whatever triggers it, a compaction is recorded before the turn it serves
+starts: no two turns of a session overlap in the ledger's times (docs/turns.md).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from broker.client import BrokerClient, BrokerError
+from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 
@@ -47,8 +53,16 @@ def rows(d: DaemonProcess, sql: str) -> list[tuple[Any, ...]]:
         return db.execute(sql).fetchall()
 
 
+def overlaps(d: DaemonProcess) -> list[str]:
+    """Turns of one session that overlap in time, on the thread or off it."""
+    with d.db() as db:
+        view = lc.load(db)
+    return lc.check_no_overlap(view) + lc.check_serial_turns(view)
+
+
 async def test_proactive_compaction_keeps_a_long_chat_working(make_daemon: DaemonFactory) -> None:
-    d = make_daemon({"engine": SMALL})
+    # A few ms per engine call (the summarizer's too), so an overlap shows in ms.
+    d = make_daemon({"engine": {**SMALL, "delay_ms": 5}})
     texts = [f"message {n}: {WORDS}" for n in range(14)]
     replies = await chat(d, texts)
     assert [r["status"] for r in replies] == ["final"] * len(texts)
@@ -71,6 +85,7 @@ async def test_proactive_compaction_keeps_a_long_chat_working(make_daemon: Daemo
     async with await BrokerClient.connect(d.socket) as op:
         shown = await op.op("session.show", session=replies[0]["session"])
     assert "compaction" in [t["type"] for t in shown["turns"]]
+    assert overlaps(d) == []
 
 
 HANGING = textwrap.dedent("""
@@ -122,6 +137,7 @@ async def test_manual_compaction(make_daemon: DaemonFactory) -> None:
     assert after[0]["text"].startswith("Compacting")
     more = await chat(d, ["fourth thing"])
     assert more[0]["text"] == "fourth thing"
+    assert overlaps(d) == []
 
 
 OVERFLOW = textwrap.dedent("""
@@ -162,3 +178,18 @@ async def test_reactive_compaction_retries_once(
     assert ("reactive", 0) in found
     assert rows(d, "SELECT count(*) FROM turns WHERE status IN ('failed', 'aborted')") == [(0,)]
     assert not any('"actor failed"' in line for line in d.log_lines())
+    # The served turn starts after the compaction; the call that overflowed is
+    # one of its events, with its own times, before the compaction's start.
+    assert overlaps(d) == []
+    served = rows(
+        d,
+        "SELECT e.payload, t.started_at, c.started_at, c.completed_at FROM turns t"
+        " JOIN turn_events e ON e.turn_id = t.id AND e.type = 'llm'"
+        " JOIN turns c ON c.id = t.parent_id AND c.type = 'compaction'"
+        " WHERE e.payload LIKE '%context_overflow%'",
+    )
+    assert len(served) == found.count(("reactive", 0)), served
+    for overflowed, started, compaction_started, compacted in served:
+        call = orjson.loads(overflowed)
+        assert call["started_at"] <= call["ended_at"] <= compaction_started
+        assert started >= compacted

@@ -105,6 +105,36 @@ def test_a_commit_removes_its_turns_saved_output(conn: sqlite3.Connection) -> No
     assert in_tx(conn, lt.recover_crashed, RESTARTED + 1) == []  # nothing left running
 
 
+def test_a_turn_cut_off_after_a_compaction_it_waited_for_starts_after_it(
+    conn: sqlite3.Connection,
+) -> None:
+    """Marked running, then a reactive compaction committed, then a crash: the
+    recorded turn does not overlap the compaction (ledger/turns.py Rule 4)."""
+    session, _ = running_turn(conn)
+    compacted = SAVED
+    rec = lt.TurnRecord(
+        turn_id="c1",
+        session=session,
+        parent_id=None,
+        type="compaction",
+        status="completed",
+        reason="reactive",
+        error=None,
+        output="summary",
+        engine="echo",
+        model=None,
+        started_at=STARTED + 10,
+        completed_at=compacted,
+        prompt_tokens=None,
+        completion_tokens=None,
+        inputs=[],
+        item_status="done",
+    )
+    in_tx(conn, lt.commit_turn, rec)
+    assert in_tx(conn, lt.recover_crashed, RESTARTED) == ["t1"]
+    assert turn_row(conn, "t1") == ("aborted", "crash", "", compacted, RESTARTED)
+
+
 # -- when a running turn saves ---------------------------------------------------------
 
 
