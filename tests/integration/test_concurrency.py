@@ -249,6 +249,7 @@ def common_checks(view: lc.LedgerView, fleet: Fleet, texts: dict[str, str]) -> N
     for name, problems in (
         ("turn kinds", lc.check_turn_kinds(view, frozenset({"completed", "aborted:interrupt"}))),
         ("serial turns / one thread", lc.check_serial_turns(view)),
+        ("no overlapping turns", lc.check_no_overlap(view)),
         ("fates", lc.check_fates(view, acked)),
         ("arrival order", lc.check_arrival_order(view)),
         ("outbox", lc.check_outbox(view)),

@@ -195,6 +195,7 @@ async def test_kill9_mid_turn_runs_every_message_once(
         ("turn kinds", lc.check_turn_kinds(view, allowed)),
         ("crash turns", check_crash_turns(view, run.cut_off)),
         ("serial turns / one thread", lc.check_serial_turns(view)),
+        ("no overlapping turns", lc.check_no_overlap(view)),
         ("fates", lc.check_fates(view, [(CHANNEL, m) for m in run.acked])),
         ("arrival order", lc.check_arrival_order(view)),
         ("outbox", lc.check_outbox(view, no_reply_reasons=frozenset({"crash"}))),
