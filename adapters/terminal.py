@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from broker.client import BrokerClient, BrokerError
-from broker.ids import new_id
+from ledger.ids import new_id
 
 from .sdk import Adapter, AdapterError, Deliver, Delta, MessageRejected
 

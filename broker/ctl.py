@@ -21,10 +21,10 @@ from rich.table import Table
 
 from adapters.terminal import chat_command
 from ledger.errors import LedgerLookupError
+from ledger.ids import now_ms
 
 from .client import BrokerClient, BrokerError
 from .config import ConfigError, load_settings
-from .ids import now_ms
 
 app = typer.Typer(
     pretty_exceptions_enable=False,

@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from broker.core.engine_types import ToolSpec
 from ledger import recall
 from ledger.errors import LedgerLookupError
 
-from .engines.base import EngineError, ToolSpec
+from .engines.base import EngineError
 
 T = TypeVar("T")
 ACTIONS = ("search", "range", "tool_calls", "summary")

@@ -13,7 +13,8 @@ from typing import Literal
 
 import orjson
 
-from ledger.ingest import InboundRecord, SessionSpec
+from broker.core.identity import SessionSpec
+from ledger.ingest import InboundRecord
 from policies.model import Decision, Delivery, Rule, decide
 from policies.ratelimit import RateLimiter
 

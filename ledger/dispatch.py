@@ -18,9 +18,8 @@ from typing import Any
 
 import orjson
 
-from broker.ids import new_id
-
 from .errors import Conflict, NotFound
+from .ids import new_id
 from .sessions import label_free
 from .turns import ItemInfo, load_item
 

@@ -25,11 +25,11 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from broker.context.state import totals_of
-from broker.engines.base import ToolCall
-from broker.ids import new_id
+from broker.core.engine_types import ToolCall
+from broker.core.session_state import totals_of
 
 from .errors import NotFound
+from .ids import new_id
 from .wire import pickled_as_tuple
 
 ItemStatus = Literal["done", "queued", "cancelled"]

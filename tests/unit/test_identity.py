@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.identity import (
+from broker.core.identity import (
     DmCandidate,
     Resolved,
     Route,

@@ -7,7 +7,8 @@ import pickletools
 
 import pytest
 
-from ledger.ingest import Accepted, InboundRecord, SessionSpec
+from broker.core.identity import SessionSpec
+from ledger.ingest import Accepted, InboundRecord
 from ledger.turns import ItemInfo
 
 RECORDS = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 PeerKind = Literal["dm", "group"]
 
@@ -79,6 +79,17 @@ class Route:
     thread_id: str | None
     sender_id: str
     entity: str  # the canonical entity of the sender
+
+
+class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process with each message
+    """What the routing policy decided for a message before it is written."""
+
+    key_template: str | None
+    persona: str | None
+
+    def __reduce__(self) -> tuple[type[SessionSpec], tuple[str | None, str | None]]:
+        # Pickled as class and plain tuple, like the ledger's records (why: ledger/wire.py).
+        return SessionSpec, (self.key_template, self.persona)
 
 
 DM_TEMPLATE = "dm:{entity}"
