@@ -46,7 +46,8 @@ from broker.engines.base import Engine, EngineError
 from ledger import logs
 from ledger import turns as lt
 from ledger.ids import new_id, now_ms
-from ledger.turns import ItemInfo, TurnRecord
+from ledger.items import ItemInfo
+from ledger.turns import TurnRecord
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from . import compactor

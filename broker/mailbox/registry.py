@@ -32,8 +32,9 @@ from ledger import dispatch, logs
 from ledger import turns as lt
 from ledger.ids import new_id, now_ms
 from ledger.ingest import Accepted, InboundRecord
+from ledger.items import ItemInfo
 from ledger.store import Ledger
-from ledger.turns import HeadMoved, ItemInfo, TurnRecord
+from ledger.turns import HeadMoved, TurnRecord
 from ledger.writer import LedgerWriteFailed
 
 from .actor import CompactRequest, SessionActor

@@ -9,7 +9,7 @@ import pytest
 
 from broker.core.identity import SessionSpec
 from ledger.ingest import Accepted, InboundRecord
-from ledger.turns import ItemInfo
+from ledger.items import ItemInfo
 
 RECORDS = [
     InboundRecord("chat", "m1", "u1", "Ann", "dm", "u1", None, "hello", None, "collect", None),
