@@ -19,7 +19,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from adapters.terminal import chat_command
+from adapters.terminal import ChatConfig, chat_in_terminal
+from broker.core.queue_machine import QueueMode
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
 
@@ -50,19 +51,24 @@ def _main(
     _opts.update(socket=socket, config=config, json=as_json)
 
 
-def socket_path() -> Path:
-    if _opts["socket"] is not None:
-        return Path(_opts["socket"])
+def socket_path(socket: Path | None, config: Path | None) -> Path:
+    """The broker's socket: `socket` if given, else the one `config` names."""
+    if socket is not None:
+        return socket
     try:
-        return load_settings(_opts["config"]).socket_path
+        return load_settings(config).socket_path
     except ConfigError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(78) from exc
 
 
+def _socket() -> Path:
+    return socket_path(_opts["socket"], _opts["config"])
+
+
 def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
     async def go() -> Any:
-        async with await BrokerClient.connect(socket_path()) as client:
+        async with await BrokerClient.connect(_socket()) as client:
             return await client.op(op, **{k: v for k, v in args.items() if v is not None})
 
     try:
@@ -72,7 +78,7 @@ def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
         raise typer.Exit(1) from exc
     except OSError as exc:
         print(
-            f"brokerctl: cannot reach the broker at {socket_path()}: {exc.strerror or exc}",
+            f"brokerctl: cannot reach the broker at {_socket()}: {exc.strerror or exc}",
             file=sys.stderr,
         )
         raise typer.Exit(2) from exc
@@ -201,7 +207,7 @@ def logs(
         raise typer.Exit(2)
 
     async def go() -> None:
-        async with await BrokerClient.connect(socket_path()) as client:
+        async with await BrokerClient.connect(_socket()) as client:
             args = {"level": level, **({"session": session} if session else {})}
             await client.op("logs.follow", **args)
             while True:
@@ -217,7 +223,7 @@ def logs(
         print(f"brokerctl: {exc.code}: {exc.frame.get('message')}", file=sys.stderr)
         raise typer.Exit(1) from exc
     except (OSError, anyio.EndOfStream) as exc:
-        print(f"brokerctl: the broker at {socket_path()} went away", file=sys.stderr)
+        print(f"brokerctl: the broker at {_socket()} went away", file=sys.stderr)
         raise typer.Exit(2) from exc
 
 
@@ -233,7 +239,31 @@ def _print_log(frame: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-app.command("chat")(chat_command)
+@app.command("chat")
+def chat(
+    socket: Annotated[
+        Path | None,
+        typer.Option("--socket", "-s", envvar="BROKER_SOCKET", help="The broker's socket."),
+    ] = None,
+    channel: Annotated[str, typer.Option(help="The channel to speak as.")] = "terminal",
+    sender: Annotated[str, typer.Option(help="Your sender id on that channel.")] = "me",
+    name: Annotated[str | None, typer.Option(help="Your display name.")] = None,
+    mode: Annotated[
+        QueueMode | None, typer.Option(help="Queue mode for your messages (default: the broker's).")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="BROKER_CHANNEL_TOKEN", help="The channel's token.")
+    ] = None,
+    status: Annotated[
+        bool, typer.Option("--status/--no-status", help="Show the queue state after each reply.")
+    ] = True,
+    wait: Annotated[
+        float, typer.Option(help="At end of input, wait this long for the replies.")
+    ] = 60.0,
+) -> None:
+    """Chat with the broker from the terminal (lines from stdin; /status, /stop work)."""
+    cfg = ChatConfig(socket or _socket(), channel, sender, name, mode, token, status, wait)
+    raise typer.Exit(chat_in_terminal(cfg))
 
 
 @app.command()
