@@ -7,7 +7,6 @@ otherwise a readable table.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +22,13 @@ from adapters.terminal import ChatConfig, chat_in_terminal
 from broker.core.queue_machine import QueueMode
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
+from ledger.sessions import ImportError_
+from ledger.transfer import backup as backup_ledger
+from ledger.transfer import export_session, import_session
+from ledger.writer import LedgerWriteFailed
 
 from .client import BrokerClient, BrokerError
-from .config import ConfigError, load_settings
+from .config import ConfigError, LedgerSettings, load_settings
 
 app = typer.Typer(
     pretty_exceptions_enable=False,
@@ -283,19 +286,14 @@ def export_(
     ] = None,
 ) -> None:
     """Write a session's thread as JSON lines: a header, then its turns with messages."""
-    from ledger.sessions import export_lines
-
-    conn = _ledger_conn(readonly=True)
+    ledger = _ledger_settings()
     out = output.open("wb") if output else sys.stdout.buffer
     try:
-        conn.execute("BEGIN")  # one snapshot for the whole export
-        for line in export_lines(conn, session, now_ms()):
-            out.write(orjson.dumps(line) + b"\n")
+        export_session(ledger.path, ledger.synchronous, session, now_ms(), out.write)
     except LedgerLookupError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
     finally:
-        conn.close()
         if output:
             out.close()
 
@@ -306,27 +304,17 @@ def import_(
     label: Annotated[str | None, typer.Option(help="The new session's label.")] = None,
 ) -> None:
     """Read an exported thread back into a new session (new turn ids)."""
-    from ledger.sessions import ImportError_, import_lines
-
-    conn = _ledger_conn(readonly=False)
+    ledger = _ledger_settings()
     try:
-        with source.open("rb") as fh:
-            conn.execute("BEGIN IMMEDIATE")
-            made, turns = import_lines(conn, fh, label, now_ms())
-            conn.execute("COMMIT")
-    except (ImportError_, LedgerLookupError, OSError) as exc:
+        lines = source.read_bytes().splitlines()
+        made, turns = import_session(ledger.path, ledger.synchronous, lines, label, now_ms())
+    except (ImportError_, LedgerLookupError, LedgerWriteFailed, OSError) as exc:
         print(f"brokerctl: import failed, nothing was written: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
     console.print(f"imported {turns} turn(s) as {made}")
 
 
-def _ledger_conn(*, readonly: bool) -> sqlite3.Connection:
-    from ledger.db import connect
-
+def _ledger_settings() -> LedgerSettings:
     try:
         settings = load_settings(_opts["config"])
     except ConfigError as exc:
@@ -335,7 +323,7 @@ def _ledger_conn(*, readonly: bool) -> sqlite3.Connection:
     if not settings.ledger.path.exists():
         print(f"brokerctl: no ledger at {settings.ledger.path}", file=sys.stderr)
         raise typer.Exit(1)
-    return connect(settings.ledger.path, settings.ledger.synchronous, readonly=readonly)
+    return settings.ledger
 
 
 @app.command()
@@ -351,14 +339,7 @@ def backup(
     if target.exists():
         print(f"brokerctl: {target} exists; choose a new file", file=sys.stderr)
         raise typer.Exit(1)
-    source = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
-    copy = sqlite3.connect(target)
-    try:
-        source.backup(copy, pages=4096)
-        problems = [r[0] for r in copy.execute("PRAGMA quick_check") if r[0] != "ok"]
-    finally:
-        copy.close()
-        source.close()
+    problems = backup_ledger(ledger, target)
     if problems:
         print(f"brokerctl: the copy fails its integrity check: {problems[:3]}", file=sys.stderr)
         raise typer.Exit(1)
