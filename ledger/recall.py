@@ -504,3 +504,74 @@ def _latest_compaction(conn: sqlite3.Connection, session: str) -> Compaction | N
         (session,),
     ).fetchone()
     return None if row is None else Compaction(*row)
+
+
+# -- one call of the recall tool (broker/recall_tool.py) ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One call of the recall tool, its arguments checked."""
+
+    action: str
+    session: str | None  # None: all sessions (search only)
+    limit: int
+    query: str | None = None
+    roles: tuple[str, ...] | None = None
+    around_turn: str | None = None
+    context_turns: int = 2
+    since_ms: int | None = None
+    until_ms: int | None = None
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Searched:
+    hits: list[Hit]
+    some_words: bool  # no message has all the words; these have some of them
+
+
+Found = Searched | list[Entry] | Summary
+
+
+def answer(conn: sqlite3.Connection, req: Request) -> Found:
+    """What one call of the recall tool reads (run it with `Ledger.read`)."""
+    if req.action == "search":
+        return _searched(conn, req)
+    assert req.session is not None  # only search reads all sessions
+    if req.action == "range":
+        return range(
+            conn,
+            req.session,
+            req.around_turn,
+            req.since_ms,
+            req.until_ms,
+            req.limit,
+            context_turns=req.context_turns,
+        )
+    if req.action == "tool_calls":
+        return tool_calls(conn, req.session, req.tool_name, req.limit)
+    return summary(conn, req.session)
+
+
+def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
+    """Messages with all the words; if none has them all, those with some of them."""
+    assert req.query is not None
+    query = req.query
+
+    def run(match: Match) -> list[Hit]:
+        return search(
+            conn,
+            query,
+            req.session,
+            req.limit,
+            before_ms=req.until_ms,
+            after_ms=req.since_ms,
+            roles=req.roles,
+            match=match,
+        )
+
+    hits = run("all")
+    if hits or len(terms(query)) < 2:
+        return Searched(hits, some_words=False)
+    return Searched(run("any"), some_words=True)

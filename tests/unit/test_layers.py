@@ -19,10 +19,11 @@ IMPURE = frozenset(
     {"asyncio", "anyio", "trio", "sqlite3", "socket", "subprocess", "threading", "time"}
     | {"select", "selectors", "os", "uvloop", "httpx", "openai"}
 )
-# The actor's knot: the next pass.
+# The actor's knot and the SQL of the actor, registry, daemon and doctor: the next pass.
 LATER_CYCLES = [
     {"broker.mailbox.actor", "broker.mailbox.compactor", "broker.mailbox.registry", "broker.tools"}
 ]
+LATER_SQLITE = {"broker.daemon", "broker.doctor", "broker.mailbox.actor", "broker.mailbox.registry"}
 
 
 @cache
@@ -129,6 +130,16 @@ def test_the_ledger_imports_only_itself_and_the_core() -> None:
 def test_no_import_cycles_but_the_actors_which_the_next_pass_breaks() -> None:
     found = cycles(project_graph())
     assert [c for c in found if c not in LATER_CYCLES] == []
+
+
+def test_sqlite3_only_in_the_ledger() -> None:
+    users = {
+        module
+        for module, path in modules().items()
+        if module.split(".")[0] != "ledger"
+        and any(n.split(".")[0] == "sqlite3" for n in imported_names(module, path))
+    }
+    assert users - LATER_SQLITE == set()
 
 
 def test_one_queue_mode_type() -> None:
