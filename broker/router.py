@@ -25,7 +25,6 @@ from .protocol import InboundMessage, ProtocolError
 class Routed:
     record: InboundRecord
     spec: SessionSpec
-    decision: Decision
 
 
 DECISION_CACHE = 100_000
@@ -101,7 +100,7 @@ class Router:
             msg.queue_mode,
             _meta_json(msg.meta, req),  # meta
         )
-        return Routed(record, decision.spec, decision)
+        return Routed(record, decision.spec)
 
 
 def _meta_json(meta: dict[str, object] | None, req: str | None) -> str | None:
