@@ -1,7 +1,7 @@
 """Reads that the broker shell runs through `Ledger.read`, and the connection they take.
 
-The shell names the connection (`ReadConnection`) only to pass it on: every
-query of the project is in `ledger/`.
+The shell names the connection (`ReadConnection`) only to pass it on to
+functions of `ledger/`; it runs no query of its own on it.
 
 The context load: a session's thread as the context needs it.
 
