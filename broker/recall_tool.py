@@ -26,7 +26,7 @@ from broker.core.engine_types import ToolSpec
 from ledger import recall
 from ledger.errors import LedgerLookupError
 from ledger.reads import ReadConnection
-from ledger.recall import Request
+from ledger.recall_answer import Found, Request, Searched, answer
 
 from .engines.base import EngineError
 
@@ -140,7 +140,7 @@ async def conversation_recall(
     """Run one call of the tool for the session `session_label` (see the Rules)."""
     req = parse_arguments(arguments, session_label, cross_session)
     try:
-        found = await ledger.read(lambda conn: recall.answer(conn, req))
+        found = await ledger.read(lambda conn: answer(conn, req))
     except (ValueError, LedgerLookupError) as exc:
         raise EngineError(f"conversation_recall {req.action}: {exc}") from exc
     return fit(_answer(req, found), count_tokens, budget_tokens)
@@ -242,8 +242,8 @@ def _time(given: Mapping[str, Any], key: str) -> int | None:
 # -- the answers -------------------------------------------------------------
 
 
-def _answer(req: Request, found: recall.Found) -> Answer:
-    if isinstance(found, recall.Searched):
+def _answer(req: Request, found: Found) -> Answer:
+    if isinstance(found, Searched):
         return _search(req, found)
     if isinstance(found, recall.Summary):
         return _summary(found)
@@ -253,7 +253,7 @@ def _answer(req: Request, found: recall.Found) -> Answer:
     return _tool_calls(req, req.session, found)
 
 
-def _search(req: Request, found: recall.Searched) -> Answer:
+def _search(req: Request, found: Searched) -> Answer:
     query = req.query
     assert query is not None  # parse_arguments checked
     scope = "all sessions" if req.session is None else f"session {req.session}"
