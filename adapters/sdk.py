@@ -40,8 +40,8 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from broker.client import BrokerClient, BrokerError
-from broker.ids import new_id
 from broker.protocol import FrameTooLarge
+from ledger.ids import new_id
 
 from .types import (
     Ack,

@@ -24,33 +24,23 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
 
 import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
-import typer
 from anyio.streams.memory import MemoryObjectSendStream
 from rich.console import Console
 from rich.markup import escape
 
 from broker.client import BrokerClient, BrokerError
-from broker.ids import new_id
+from broker.core.queue_machine import QueueMode
+from ledger.ids import new_id
 
 from .sdk import Adapter, AdapterError, Deliver, Delta, MessageRejected
 
 STATUS_TIMEOUT_S = 2.0  # one `session.show` for the status line
-
-
-class QueueMode(StrEnum):
-    interrupt = "interrupt"
-    steer = "steer"
-    followup = "followup"
-    collect = "collect"
-    queue = "queue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +49,7 @@ class ChatConfig:
     channel: str = "terminal"
     sender: str = "me"
     name: str | None = None
-    mode: str | None = None
+    mode: QueueMode | None = None
     token: str | None = None
     status: bool = True
     wait: float = 60.0
@@ -226,48 +216,11 @@ async def run_chat(cfg: ChatConfig, out: ChatOutput) -> int:
     return 0 if answered else 1
 
 
-def _default_socket() -> Path:
-    from broker.ctl import socket_path  # late: broker.ctl registers this command
-
-    return socket_path()
-
-
-def chat_command(
-    socket: Annotated[
-        Path | None,
-        typer.Option("--socket", "-s", envvar="BROKER_SOCKET", help="The broker's socket."),
-    ] = None,
-    channel: Annotated[str, typer.Option(help="The channel to speak as.")] = "terminal",
-    sender: Annotated[str, typer.Option(help="Your sender id on that channel.")] = "me",
-    name: Annotated[str | None, typer.Option(help="Your display name.")] = None,
-    mode: Annotated[
-        QueueMode | None, typer.Option(help="Queue mode for your messages (default: the broker's).")
-    ] = None,
-    token: Annotated[
-        str | None, typer.Option(envvar="BROKER_CHANNEL_TOKEN", help="The channel's token.")
-    ] = None,
-    status: Annotated[
-        bool, typer.Option("--status/--no-status", help="Show the queue state after each reply.")
-    ] = True,
-    wait: Annotated[
-        float, typer.Option(help="At end of input, wait this long for the replies.")
-    ] = 60.0,
-) -> None:
-    """Chat with the broker from the terminal (lines from stdin; /status, /stop work)."""
-    cfg = ChatConfig(
-        socket or _default_socket(),
-        channel,
-        sender,
-        name,
-        mode.value if mode is not None else None,
-        token,
-        status,
-        wait,
-    )
+def chat_in_terminal(cfg: ChatConfig) -> int:
+    """Run `brokerctl chat` with the process's terminal; the exit status."""
     out = ChatOutput(Console(highlight=False), plain=not sys.stdout.isatty())
     try:
-        code = anyio.run(run_chat, cfg, out)
+        return anyio.run(run_chat, cfg, out)
     except AdapterError as exc:
         print(f"brokerctl chat: {exc}", file=sys.stderr)
-        raise typer.Exit(2 if exc.code == "unreachable" else 1) from exc
-    raise typer.Exit(code)
+        return 2 if exc.code == "unreachable" else 1

@@ -15,9 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.context import ContextInput, Msg, TurnBlock, assemble
-from broker.ids import new_id, now_ms
+from broker.core.packing import ContextInput, Msg, TurnBlock, assemble
 from ledger.db import connect, migrate
+from ledger.ids import new_id, now_ms
 from ledger.turns import TurnRecord, commit_turn
 
 

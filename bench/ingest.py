@@ -27,7 +27,7 @@ import orjson
 from bench.turns import cpu_s, own_cpu_s
 from bench.turns import window as window_of
 from broker.client import BrokerClient
-from broker.ids import new_id
+from ledger.ids import new_id
 from tests.harness import DaemonProcess, writer_pid
 
 SENDERS = 500

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.ids import encode_ulid
+from broker.core.ids import UlidSequence
 from ledger import recall
 from ledger.db import connect, migrate
 from ledger.fts import index_new_messages
@@ -75,6 +75,11 @@ def vocabulary(rng: random.Random, tail: int = 30_000) -> list[str]:
     return words
 
 
+def ulid_at(ms: int, random: int) -> str:
+    """The ULID of this millisecond and random part (turn ids made in time order)."""
+    return UlidSequence().next(ms, lambda: random)
+
+
 @dataclass
 class Generator:
     """Deterministic rows for sessions, turns, messages and tool calls."""
@@ -115,7 +120,7 @@ class Generator:
             calls: Rows = []
             for n, label in enumerate(owners):
                 now += self.rng.randint(1_000, 60_000)
-                turn_id = encode_ulid((now << 80) | (first + n))
+                turn_id = ulid_at(now, first + n)
                 turns.append(
                     (turn_id, label, heads[label], now, now + 900, 100 + n % 900, 20 + n % 300)
                 )

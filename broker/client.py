@@ -14,9 +14,10 @@ import anyio.abc
 import orjson
 from anyio.abc import SocketAttribute
 
-from .ids import new_id
+from ledger.ids import new_id
+from ledger.rawsock import SocketReader
+
 from .protocol import LineBuffer
-from .rawsock import SocketReader
 
 
 class BrokerError(Exception):

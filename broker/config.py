@@ -16,7 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from policies.model import Owner, QueueMode, Rule, RulesFile
+from broker.core.queue_machine import QueueMode
+from policies.model import Owner, Rule, RulesFile
 
 EX_CONFIG = 78
 CHANNEL_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"

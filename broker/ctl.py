@@ -7,7 +7,6 @@ otherwise a readable table.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,12 +18,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from adapters.terminal import chat_command
+from adapters.terminal import ChatConfig, chat_in_terminal
+from broker.core.queue_machine import QueueMode
 from ledger.errors import LedgerLookupError
+from ledger.ids import now_ms
+from ledger.sessions import ImportError_
+from ledger.transfer import backup as backup_ledger
+from ledger.transfer import export_session, import_session
+from ledger.writer import LedgerWriteFailed
 
 from .client import BrokerClient, BrokerError
-from .config import ConfigError, load_settings
-from .ids import now_ms
+from .config import ConfigError, LedgerSettings, load_settings
 
 app = typer.Typer(
     pretty_exceptions_enable=False,
@@ -50,19 +54,24 @@ def _main(
     _opts.update(socket=socket, config=config, json=as_json)
 
 
-def socket_path() -> Path:
-    if _opts["socket"] is not None:
-        return Path(_opts["socket"])
+def socket_path(socket: Path | None, config: Path | None) -> Path:
+    """The broker's socket: `socket` if given, else the one `config` names."""
+    if socket is not None:
+        return socket
     try:
-        return load_settings(_opts["config"]).socket_path
+        return load_settings(config).socket_path
     except ConfigError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(78) from exc
 
 
+def _socket() -> Path:
+    return socket_path(_opts["socket"], _opts["config"])
+
+
 def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
     async def go() -> Any:
-        async with await BrokerClient.connect(socket_path()) as client:
+        async with await BrokerClient.connect(_socket()) as client:
             return await client.op(op, **{k: v for k, v in args.items() if v is not None})
 
     try:
@@ -72,7 +81,7 @@ def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
         raise typer.Exit(1) from exc
     except OSError as exc:
         print(
-            f"brokerctl: cannot reach the broker at {socket_path()}: {exc.strerror or exc}",
+            f"brokerctl: cannot reach the broker at {_socket()}: {exc.strerror or exc}",
             file=sys.stderr,
         )
         raise typer.Exit(2) from exc
@@ -201,7 +210,7 @@ def logs(
         raise typer.Exit(2)
 
     async def go() -> None:
-        async with await BrokerClient.connect(socket_path()) as client:
+        async with await BrokerClient.connect(_socket()) as client:
             args = {"level": level, **({"session": session} if session else {})}
             await client.op("logs.follow", **args)
             while True:
@@ -217,7 +226,7 @@ def logs(
         print(f"brokerctl: {exc.code}: {exc.frame.get('message')}", file=sys.stderr)
         raise typer.Exit(1) from exc
     except (OSError, anyio.EndOfStream) as exc:
-        print(f"brokerctl: the broker at {socket_path()} went away", file=sys.stderr)
+        print(f"brokerctl: the broker at {_socket()} went away", file=sys.stderr)
         raise typer.Exit(2) from exc
 
 
@@ -233,7 +242,31 @@ def _print_log(frame: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-app.command("chat")(chat_command)
+@app.command("chat")
+def chat(
+    socket: Annotated[
+        Path | None,
+        typer.Option("--socket", "-s", envvar="BROKER_SOCKET", help="The broker's socket."),
+    ] = None,
+    channel: Annotated[str, typer.Option(help="The channel to speak as.")] = "terminal",
+    sender: Annotated[str, typer.Option(help="Your sender id on that channel.")] = "me",
+    name: Annotated[str | None, typer.Option(help="Your display name.")] = None,
+    mode: Annotated[
+        QueueMode | None, typer.Option(help="Queue mode for your messages (default: the broker's).")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="BROKER_CHANNEL_TOKEN", help="The channel's token.")
+    ] = None,
+    status: Annotated[
+        bool, typer.Option("--status/--no-status", help="Show the queue state after each reply.")
+    ] = True,
+    wait: Annotated[
+        float, typer.Option(help="At end of input, wait this long for the replies.")
+    ] = 60.0,
+) -> None:
+    """Chat with the broker from the terminal (lines from stdin; /status, /stop work)."""
+    cfg = ChatConfig(socket or _socket(), channel, sender, name, mode, token, status, wait)
+    raise typer.Exit(chat_in_terminal(cfg))
 
 
 @app.command()
@@ -253,19 +286,14 @@ def export_(
     ] = None,
 ) -> None:
     """Write a session's thread as JSON lines: a header, then its turns with messages."""
-    from ledger.sessions import export_lines
-
-    conn = _ledger_conn(readonly=True)
+    ledger = _ledger_settings()
     out = output.open("wb") if output else sys.stdout.buffer
     try:
-        conn.execute("BEGIN")  # one snapshot for the whole export
-        for line in export_lines(conn, session, now_ms()):
-            out.write(orjson.dumps(line) + b"\n")
+        export_session(ledger.path, ledger.synchronous, session, now_ms(), out.write)
     except LedgerLookupError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
     finally:
-        conn.close()
         if output:
             out.close()
 
@@ -276,27 +304,17 @@ def import_(
     label: Annotated[str | None, typer.Option(help="The new session's label.")] = None,
 ) -> None:
     """Read an exported thread back into a new session (new turn ids)."""
-    from ledger.sessions import ImportError_, import_lines
-
-    conn = _ledger_conn(readonly=False)
+    ledger = _ledger_settings()
     try:
-        with source.open("rb") as fh:
-            conn.execute("BEGIN IMMEDIATE")
-            made, turns = import_lines(conn, fh, label, now_ms())
-            conn.execute("COMMIT")
-    except (ImportError_, LedgerLookupError, OSError) as exc:
+        lines = source.read_bytes().splitlines()
+        made, turns = import_session(ledger.path, ledger.synchronous, lines, label, now_ms())
+    except (ImportError_, LedgerLookupError, LedgerWriteFailed, OSError) as exc:
         print(f"brokerctl: import failed, nothing was written: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
-    finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        conn.close()
     console.print(f"imported {turns} turn(s) as {made}")
 
 
-def _ledger_conn(*, readonly: bool) -> sqlite3.Connection:
-    from ledger.db import connect
-
+def _ledger_settings() -> LedgerSettings:
     try:
         settings = load_settings(_opts["config"])
     except ConfigError as exc:
@@ -305,7 +323,7 @@ def _ledger_conn(*, readonly: bool) -> sqlite3.Connection:
     if not settings.ledger.path.exists():
         print(f"brokerctl: no ledger at {settings.ledger.path}", file=sys.stderr)
         raise typer.Exit(1)
-    return connect(settings.ledger.path, settings.ledger.synchronous, readonly=readonly)
+    return settings.ledger
 
 
 @app.command()
@@ -321,14 +339,7 @@ def backup(
     if target.exists():
         print(f"brokerctl: {target} exists; choose a new file", file=sys.stderr)
         raise typer.Exit(1)
-    source = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
-    copy = sqlite3.connect(target)
-    try:
-        source.backup(copy, pages=4096)
-        problems = [r[0] for r in copy.execute("PRAGMA quick_check") if r[0] != "ok"]
-    finally:
-        copy.close()
-        source.close()
+    problems = backup_ledger(ledger, target)
     if problems:
         print(f"brokerctl: the copy fails its integrity check: {problems[:3]}", file=sys.stderr)
         raise typer.Exit(1)

@@ -18,11 +18,12 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ledger import logs
 from ledger.db import LedgerError
 from ledger.store import Ledger
 from ledger.writer import WriterClosed, WriterDied, WriterOverloaded, WriterStuck
 
-from . import logs, systemd
+from . import systemd
 from .config import ConfigError, Settings, load_rules, load_settings
 from .deliveries import Deliveries
 from .engines.factory import build_engine

@@ -9,9 +9,8 @@ from typing import Annotated, Literal
 import anyio
 import typer
 
-from ledger import gc_policy
+from ledger import gc_policy, logs
 
-from . import logs
 from .config import EX_CONFIG, ConfigError, config_path, load_rules, load_settings
 from .daemon import LedgerLost, StartupError, backend_options, run_until_signalled
 

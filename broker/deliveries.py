@@ -31,11 +31,10 @@ from typing import Any
 
 import orjson
 
-from ledger import turns
+from ledger import logs, turns
+from ledger.ids import now_ms
 from ledger.store import Ledger
 
-from . import logs
-from .ids import now_ms
 from .protocol import ArgSpec, ProtocolError, check_args
 from .server import Connection
 

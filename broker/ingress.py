@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger import logs
+from ledger.ids import now_ms
 from ledger.ingest import Accepted, InboundRecord
 from ledger.store import Ledger
 from ledger.writer import (
@@ -32,9 +34,7 @@ from ledger.writer import (
     WriterOverloaded,
 )
 
-from . import logs
 from .config import Settings
-from .ids import now_ms
 from .protocol import ProtocolError, encode, parse_inbound
 from .router import Router
 from .server import Connection

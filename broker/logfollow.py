@@ -16,7 +16,8 @@ import anyio
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from . import logs
+from ledger import logs
+
 from .server import Connection
 
 BUFFER = 1000

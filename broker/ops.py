@@ -10,13 +10,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.context.state import EVENT_TYPES
-from ledger import events, queries, recall, sessions
+from broker.core.session_state import EVENT_TYPES
+from ledger import events, logs, queries, recall, sessions
 from ledger.errors import LedgerLookupError
+from ledger.ids import now_ms
 from ledger.store import Ledger
 
-from . import logs
-from .ids import now_ms
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import Mailboxes
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model

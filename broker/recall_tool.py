@@ -17,16 +17,18 @@ Rule 3: bad arguments raise `EngineError` with a sentence for the model; the
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
+from broker.core.engine_types import ToolSpec
 from ledger import recall
 from ledger.errors import LedgerLookupError
+from ledger.reads import ReadConnection
+from ledger.recall_answer import Found, Request, Searched, answer
 
-from .engines.base import EngineError, ToolSpec
+from .engines.base import EngineError
 
 T = TypeVar("T")
 ACTIONS = ("search", "range", "tool_calls", "summary")
@@ -91,21 +93,7 @@ RECALL_TOOL = ToolSpec(
 
 
 class LedgerReader(Protocol):
-    def read(self, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    action: str
-    session: str | None  # None: all sessions (search only)
-    limit: int
-    query: str | None = None
-    roles: tuple[str, ...] | None = None
-    around_turn: str | None = None
-    context_turns: int = 2
-    since_ms: int | None = None
-    until_ms: int | None = None
-    tool_name: str | None = None
+    def read(self, fn: Callable[[ReadConnection], T]) -> Awaitable[T]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +140,10 @@ async def conversation_recall(
     """Run one call of the tool for the session `session_label` (see the Rules)."""
     req = parse_arguments(arguments, session_label, cross_session)
     try:
-        answer = await ledger.read(lambda conn: _run(conn, req))
+        found = await ledger.read(lambda conn: answer(conn, req))
     except (ValueError, LedgerLookupError) as exc:
         raise EngineError(f"conversation_recall {req.action}: {exc}") from exc
-    return fit(answer, count_tokens, budget_tokens)
+    return fit(_answer(req, found), count_tokens, budget_tokens)
 
 
 # -- arguments ---------------------------------------------------------------
@@ -251,40 +239,26 @@ def _time(given: Mapping[str, Any], key: str) -> int | None:
     return int(at.timestamp() * 1000)
 
 
-# -- the actions (sync, on a reader connection) ------------------------------
+# -- the answers -------------------------------------------------------------
 
 
-def _run(conn: sqlite3.Connection, req: Request) -> Answer:
-    if req.action == "search":
-        return _search(conn, req)
-    assert req.session is not None
+def _answer(req: Request, found: Found) -> Answer:
+    if isinstance(found, Searched):
+        return _search(req, found)
+    if isinstance(found, recall.Summary):
+        return _summary(found)
+    assert req.session is not None  # parse_arguments: only search reads all sessions
     if req.action == "range":
-        return _range(conn, req, req.session)
-    if req.action == "tool_calls":
-        return _tool_calls(conn, req, req.session)
-    return _summary(conn, req.session)
+        return _range(req.session, found)
+    return _tool_calls(req, req.session, found)
 
 
-def _search(conn: sqlite3.Connection, req: Request) -> Answer:
+def _search(req: Request, found: Searched) -> Answer:
     query = req.query
     assert query is not None  # parse_arguments checked
     scope = "all sessions" if req.session is None else f"session {req.session}"
-
-    def run(match: recall.Match) -> list[recall.Hit]:
-        return recall.search(
-            conn,
-            query,
-            req.session,
-            req.limit,
-            req.until_ms,
-            req.since_ms,
-            req.roles,
-            match=match,
-        )
-
-    hits, note = run("all"), ""
-    if not hits and len(recall.terms(query)) > 1:
-        hits, note = run("any"), " No message has all the words; these have some of them."
+    hits = found.hits
+    note = " No message has all the words; these have some of them." if found.some_words else ""
     if not hits:
         return Answer(f"No messages in {scope} match {query!r}.", [])
     header = (
@@ -300,16 +274,7 @@ def _hit_line(hit: recall.Hit, with_session: bool) -> str:
     return f"{_when(hit.at)} {where}{hit.turn} {hit.role}: {_one_line(hit.snippet)}"
 
 
-def _range(conn: sqlite3.Connection, req: Request, session: str) -> Answer:
-    entries = recall.range(
-        conn,
-        session,
-        req.around_turn,
-        req.since_ms,
-        req.until_ms,
-        req.limit,
-        context_turns=req.context_turns,
-    )
+def _range(session: str, entries: list[recall.Entry]) -> Answer:
     if not entries:
         return Answer(f"Session {session} has no turns in that range.", [])
     started: dict[str, int] = {}
@@ -329,8 +294,7 @@ def _entry_block(e: recall.Entry) -> Block:
     return Block(f"tool {e.tool} {args} -> {e.status}:", clip(e.content, RESULT_MAX), tool=True)
 
 
-def _tool_calls(conn: sqlite3.Connection, req: Request, session: str) -> Answer:
-    calls = recall.tool_calls(conn, session, req.tool_name, req.limit)
+def _tool_calls(req: Request, session: str, calls: list[recall.Entry]) -> Answer:
     which = f"calls of {req.tool_name}" if req.tool_name else "tool calls"
     if not calls:
         return Answer(f"Session {session} has no {which}.", [])
@@ -346,8 +310,7 @@ def _tool_calls(conn: sqlite3.Connection, req: Request, session: str) -> Answer:
     return Answer(f"The latest {len(calls)} {which} in session {session}, newest first:", blocks)
 
 
-def _summary(conn: sqlite3.Connection, session: str) -> Answer:
-    s = recall.summary(conn, session)
+def _summary(s: recall.Summary) -> Answer:
     t = s.totals
     lines = [
         f"Session {s.session} ({s.kind}, {s.status}), created {_when(s.created_at)} UTC.",

@@ -13,7 +13,8 @@ from typing import Literal
 
 import orjson
 
-from ledger.ingest import InboundRecord, SessionSpec
+from broker.core.identity import SessionSpec
+from ledger.ingest import InboundRecord
 from policies.model import Decision, Delivery, Rule, decide
 from policies.ratelimit import RateLimiter
 
@@ -24,7 +25,6 @@ from .protocol import InboundMessage, ProtocolError
 class Routed:
     record: InboundRecord
     spec: SessionSpec
-    decision: Decision
 
 
 DECISION_CACHE = 100_000
@@ -100,7 +100,7 @@ class Router:
             msg.queue_mode,
             _meta_json(msg.meta, req),  # meta
         )
-        return Routed(record, decision.spec, decision)
+        return Routed(record, decision.spec)
 
 
 def _meta_json(meta: dict[str, object] | None, req: str | None) -> str | None:

@@ -30,9 +30,12 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from . import logs, systemd
+from ledger import logs
+from ledger.ids import new_id
+from ledger.rawsock import SocketReader, running_asyncio_loop
+
+from . import systemd
 from .config import Settings
-from .ids import new_id
 from .loopclock import loop_clock
 from .protocol import (
     FrameTooLarge,
@@ -44,7 +47,6 @@ from .protocol import (
     encode,
     parse_hello,
 )
-from .rawsock import SocketReader, running_asyncio_loop
 
 log = logs.get("broker.server")
 HELLO_TIMEOUT_S = 10.0

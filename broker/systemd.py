@@ -24,7 +24,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
-from . import logs
+from ledger import logs
 
 __all__ = [
     "ActivationError",

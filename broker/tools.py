@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from broker.core.engine_types import ToolSpec
 from ledger.errors import LedgerLookupError
 
-from .engines.base import EngineError, ToolSpec
+from .engines.base import EngineError
 from .recall_tool import RECALL_TOOL, conversation_recall
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from broker import logs
+from . import logs
 
 INTERVAL_S = 0.05
 RESTART_FRAMES = 4096  # 16 MiB of 4 KiB pages

@@ -18,11 +18,10 @@ from typing import Any
 
 import orjson
 
-from broker.ids import new_id
-
 from .errors import Conflict, NotFound
+from .ids import new_id
+from .items import ItemInfo, load_item
 from .sessions import label_free
-from .turns import ItemInfo, load_item
 
 RESULT_PREVIEW = 16_000  # characters of the worker's reply carried in the result item
 

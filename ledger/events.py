@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from broker.context.state import merge_patch
+from broker.core.session_state import merge_patch
 
 from .errors import NotFound
 from .recall import TOTALS

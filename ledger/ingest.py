@@ -17,9 +17,16 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, NamedTuple
 
-from broker.identity import Route, SessionRef, build_session_key, chain_to_root, resolve_label
-from broker.ids import new_entity_id, new_id
+from broker.core.identity import (
+    Route,
+    SessionRef,
+    SessionSpec,
+    build_session_key,
+    chain_to_root,
+    resolve_label,
+)
 
+from .ids import new_entity_id, new_id
 from .wire import pickled_as_tuple
 
 CACHE_LIMIT = 200_000
@@ -38,14 +45,6 @@ class InboundRecord(NamedTuple):  # named tuples here: built once per message, c
     ts: str | None
     queue_mode: str | None
     meta: str | None  # JSON text, None when empty
-
-
-@pickled_as_tuple
-class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process with each message
-    """What the routing policy decided for a message before it is written."""
-
-    key_template: str | None
-    persona: str | None
 
 
 @pickled_as_tuple

@@ -1,7 +1,7 @@
 """Entity merge and its propagation to DM sessions, in one transaction.
 
 Rule 1: merging joins two union-find sets; the canonical root is the smallest
-        id of the joined set (see broker.identity), whatever the argument order.
+        id of the joined set (see broker.core.identity), whatever the argument order.
 Rule 2: histories are never merged. Among the set's active DM sessions the one
         with the most turns (then the latest activity) becomes primary; the
         others are marked `merged` into it and stop receiving messages. Their
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from broker.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
+from broker.core.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
 
 from .errors import NotFound
 from .ingest import IdentityCache, find_root, identity_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from broker.identity import DM_TEMPLATE, chain_to_root, resolve_label
+from broker.core.identity import DM_TEMPLATE, chain_to_root, resolve_label
 
 from .errors import NotFound
 from .ingest import get_alias, get_session_ref

@@ -14,9 +14,8 @@ from typing import Any
 
 import orjson
 
-from broker.ids import new_id
-
 from .errors import Conflict, NotFound
+from .ids import new_id
 
 EXPORT_FORMAT = "agent-broker-session"
 EXPORT_VERSION = 1

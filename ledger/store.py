@@ -17,9 +17,11 @@ from typing import Any, Literal, TypeVar
 import anyio
 import anyio.abc
 
+from broker.core.identity import SessionSpec
+
 from . import queries
 from .db import Synchronous, connect, migrate
-from .ingest import Accepted, InboundRecord, SessionSpec, ingest_job
+from .ingest import Accepted, InboundRecord, ingest_job
 from .merge import MergeResult, merge_job
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, Pending, ThreadLink

@@ -27,67 +27,23 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import orjson
 
-from broker.context.state import totals_of
-from broker.engines.base import ToolCall
-from broker.ids import new_id
+from broker.core.engine_types import ToolCall
+from broker.core.session_state import totals_of
 
+from .dispatch import finish
 from .errors import NotFound
-from .wire import pickled_as_tuple
+from .ids import new_id
+from .items import ITEM_COLUMNS, ItemInfo, item_from_row
 
 ItemStatus = Literal["done", "queued", "cancelled"]
-
-ITEM_COLUMNS = (
-    "q.id, q.seq, q.session_label, q.source, q.mode, q.status, q.turn_id, q.payload,"
-    " i.channel, i.msg_id, i.sender_id, i.sender_name, i.peer_kind, i.peer_id, i.thread_id,"
-    " i.text, q.dispatch_id"
-)
 
 
 class HeadMoved(Exception):
     """The session's head is no longer the turn's parent."""
-
-
-@pickled_as_tuple
-class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
-    id: str
-    seq: int
-    session: str
-    source: str
-    mode: str | None
-    status: str
-    turn_id: str | None
-    payload: str | None
-    channel: str | None
-    msg_id: str | None
-    sender_id: str | None
-    sender_name: str | None
-    peer_kind: str | None
-    peer_id: str | None
-    thread_id: str | None
-    text: str | None
-    dispatch_id: str | None = None
-
-    @property
-    def content(self) -> str:
-        if self.text is not None:
-            return self.text
-        payload = self.payload or ""
-        if payload.startswith("{"):  # a structured item (a worker result) carries its text
-            try:
-                value = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                return payload
-            if isinstance(value, dict) and isinstance(value.get("text"), str):
-                return str(value["text"])
-        return payload
-
-
-def _item(row: tuple[object, ...]) -> ItemInfo:
-    return ItemInfo(*row)  # type: ignore[arg-type]
 
 
 def load_open_items(conn: sqlite3.Connection, session: str | None = None) -> list[ItemInfo]:
@@ -100,18 +56,7 @@ def load_open_items(conn: sqlite3.Connection, session: str | None = None) -> lis
     if session is not None:
         sql += " AND q.session_label = ?"
         args = (session,)
-    return [_item(r) for r in conn.execute(sql + " ORDER BY q.seq", args)]
-
-
-def load_item(conn: sqlite3.Connection, item_id: str) -> ItemInfo:
-    row = conn.execute(
-        f"SELECT {ITEM_COLUMNS} FROM queue_items q LEFT JOIN inbound i ON i.id = q.inbound_id"
-        " WHERE q.id = ?",
-        (item_id,),
-    ).fetchone()
-    if row is None:
-        raise NotFound(f"no queue item {item_id!r}")
-    return _item(row)
+    return [item_from_row(r) for r in conn.execute(sql + " ORDER BY q.seq", args)]
 
 
 def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], now: int) -> None:
@@ -354,8 +299,6 @@ def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemIn
 
     Returns the result items queued for the parent sessions.
     """
-    from .dispatch import finish  # dispatch imports this module
-
     results: list[ItemInfo] = []
     if rec.item_status != "done":
         return results

@@ -52,8 +52,7 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 import anyio
 import anyio.abc
 
-from broker import logs
-
+from . import logs
 from .checkpoint import WalCheckpointer
 
 log = logs.get("ledger.writer")

@@ -42,11 +42,9 @@ from typing import cast
 
 import anyio
 
-from broker import logs
-from broker.rawsock import SocketReader, send_all
-
-from . import gc_policy
+from . import gc_policy, logs
 from .db import Synchronous
+from .rawsock import SocketReader, send_all
 from .transactor import open_transactor
 from .writer import JobSpec, Outcome, WriterDied
 

@@ -19,12 +19,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from broker.identity import TEMPLATE_FIELDS
-from ledger.ingest import SessionSpec
+from broker.core.identity import TEMPLATE_FIELDS, SessionSpec
+from broker.core.queue_machine import QueueMode
 
 from .ratelimit import Rate
 
-QueueMode = Literal["interrupt", "steer", "followup", "collect", "queue"]
 PrincipalKind = Literal["owner", "known", "unknown"]
 ChatCommand = Literal["queue", "stop", "status", "new", "compact"]
 ALL_COMMANDS: tuple[ChatCommand, ...] = ("queue", "stop", "status", "new", "compact")

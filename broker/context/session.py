@@ -3,25 +3,21 @@
 Rule 1: token counts are computed once, when a message is first seen, and
         stored with the message; loading a session never re-tokenizes history
         (rows written before counts were stored are counted once on load).
-Rule 2: the history kept in memory is exactly the turns after the latest
-        compaction boundary (the kept turns of that compaction and every turn
-        since), with the same rule as the ledger: inputs of aborted turns run
-        again elsewhere and are left out; an aborted turn's partial reply stays.
+Rule 2: the history kept in memory is the thread the ledger loads
+        (`ledger.reads.load_thread`): the turns after the latest compaction
+        boundary, without the inputs of aborted turns.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from itertools import chain
 
-import orjson
+from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
+from broker.core.session_state import SessionState, state_from
+from ledger.reads import ReadConnection, load_thread
 
-from .packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
-from .state import SessionState, state_from
 from .tokens import TokenCounter
-
-MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
 
 
 @dataclass
@@ -114,80 +110,28 @@ def summary_text(summary: str) -> str:
     return f"Summary of the earlier conversation:\n{summary}"
 
 
-def load(conn: sqlite3.Connection, head: str | None, counter: TokenCounter) -> SessionContext:
+def load(conn: ReadConnection, head: str | None, counter: TokenCounter) -> SessionContext:
+    """A session's context from the ledger; runs inside `Ledger.read`."""
     ctx = SessionContext(counter)
     if head is None:
         return ctx
-    ctx.state = _state(conn, head)
-    chain = conn.execute(
-        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
-        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
-        " WHERE t.parent_id IS NOT NULL AND t.type != 'compaction' AND c.depth < ?)"
-        " SELECT t.id, t.type, t.status FROM chain c JOIN turns t ON t.id = c.id"
-        " ORDER BY c.depth",
-        (head, MAX_LOAD_TURNS),
-    ).fetchall()
-    turns: list[tuple[str, str]] = []  # (id, status), newest first, up to a compaction
-    for turn_id, kind, status in chain:
-        if kind == "compaction":
-            row = conn.execute(
-                "SELECT summary, first_kept_turn_id FROM compactions WHERE turn_id = ?",
-                (turn_id,),
-            ).fetchone()
-            if row is not None:
-                ctx.summary = str(row[0])
-                ctx.summary_tokens = counter.count_message("system", summary_text(ctx.summary))
-                turns += _kept_turns(conn, turn_id, row[1])
-            break
-        turns.append((str(turn_id), str(status)))
-    for turn_id, status in reversed(turns):
-        ctx.add_turn(turn_id, _messages(conn, turn_id, status, counter))
+    thread = load_thread(conn, head)
+    ctx.state = state_from(thread.events)
+    if thread.summary is not None:
+        ctx.summary = thread.summary
+        ctx.summary_tokens = counter.count_message("system", summary_text(thread.summary))
+    count = counter.count_message
+    for turn in thread.turns:
+        ctx.add_turn(
+            turn.id,
+            [
+                Msg(
+                    role,
+                    content,
+                    count(role, content) if tokens is None else tokens,
+                    turn_id=turn.id,
+                )
+                for role, content, tokens in turn.messages
+            ],
+        )
     return ctx
-
-
-def _kept_turns(
-    conn: sqlite3.Connection, compaction: str, first_kept: str | None
-) -> list[tuple[str, str]]:
-    """The turns a compaction kept verbatim: from its parent back to `first_kept`."""
-    if first_kept is None:
-        return []
-    rows = conn.execute(
-        "WITH RECURSIVE chain(id, depth) AS ("
-        " SELECT parent_id, 0 FROM turns WHERE id = ? UNION ALL"
-        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
-        " WHERE c.id != ? AND t.parent_id IS NOT NULL AND c.depth < ?)"
-        " SELECT t.id, t.status FROM chain c JOIN turns t ON t.id = c.id ORDER BY c.depth",
-        (compaction, first_kept, MAX_LOAD_TURNS),
-    ).fetchall()
-    return [(str(r[0]), str(r[1])) for r in rows]
-
-
-def _messages(
-    conn: sqlite3.Connection, turn_id: str, status: str, counter: TokenCounter
-) -> list[Msg]:
-    out = []
-    for role, content, tokens in conn.execute(
-        "SELECT role, content, tokens FROM messages WHERE turn_id = ? ORDER BY seq",
-        (turn_id,),
-    ):
-        if status == "aborted" and role == "user":
-            continue  # those inputs ran again in a later turn
-        count = int(tokens) if tokens is not None else counter.count_message(role, content)
-        out.append(Msg(role, content, count, turn_id=turn_id))
-    return out
-
-
-STATE_EVENTS = 500  # the newest events of a session that its state record is built from
-
-
-def _state(conn: sqlite3.Connection, head: str) -> SessionState:
-    row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (head,)).fetchone()
-    if row is None:
-        return SessionState()
-    rows = conn.execute(
-        "SELECT type, payload FROM turn_events WHERE session_label = ?"
-        " AND type IN ('intent', 'file', 'decision', 'error', 'feedback')"
-        " ORDER BY created_at DESC, turn_id DESC, seq DESC LIMIT ?",
-        (row[0], STATE_EVENTS),
-    ).fetchall()
-    return state_from((str(kind), orjson.loads(payload)) for kind, payload in reversed(rows))

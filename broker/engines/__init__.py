@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from .base import (
-    ChatMessage,
-    Engine,
-    EngineError,
-    EngineResult,
-    ToolCall,
-    ToolSpec,
-    TurnIO,
-    TurnRequest,
-)
+from broker.core.engine_types import ChatMessage, EngineResult, ToolCall, ToolSpec, TurnRequest
+
+from .base import Engine, EngineError, TurnIO
 
 __all__ = [
     "ChatMessage",

@@ -12,7 +12,9 @@ from functools import lru_cache
 
 import anyio
 
-from .base import EngineResult, TurnIO, TurnRequest
+from broker.core.engine_types import EngineResult, TurnRequest
+
+from .base import TurnIO
 
 
 @lru_cache(maxsize=8192)

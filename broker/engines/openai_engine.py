@@ -53,15 +53,15 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from .base import (
-    EngineError,
+from broker.core.engine_types import (
     EngineResult,
     HistoryMessage,
     ToolCall,
     ToolSpec,
-    TurnIO,
     TurnRequest,
 )
+
+from .base import EngineError, TurnIO
 
 if TYPE_CHECKING:
     import httpx2  # the openai SDK's HTTP client (a fork of httpx)

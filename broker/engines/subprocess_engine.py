@@ -98,17 +98,16 @@ import anyio
 import orjson
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskGroup
 
-from broker.context.state import EVENT_TYPES
-
-from .base import (
+from broker.core.engine_types import (
     ChatMessage,
-    EngineError,
     EngineResult,
     HistoryMessage,
     ToolCall,
-    TurnIO,
     TurnRequest,
 )
+from broker.core.session_state import EVENT_TYPES
+
+from .base import EngineError, TurnIO
 
 MAX_LINE_BYTES = 16 << 20
 STDERR_TAIL_BYTES = 8 << 10

@@ -40,25 +40,22 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import orjson
 
-from broker import logs, tools
-from broker.context import ContextPlan, Msg, compaction_due
+from broker import tools
 from broker.context.session import SessionContext, summary_text
 from broker.context.session import load as load_context
-from broker.engines.base import (
-    ChatMessage,
-    Engine,
-    EngineError,
-    EngineResult,
-    HistoryMessage,
-    TurnRequest,
-)
-from broker.ids import new_id, now_ms
+from broker.core import queue_machine as m
+from broker.core.compaction import compaction_due
+from broker.core.engine_types import ChatMessage, EngineResult, HistoryMessage, TurnRequest
+from broker.core.packing import ContextPlan, Msg
+from broker.engines.base import Engine, EngineError
+from ledger import logs
 from ledger import turns as lt
-from ledger.turns import ItemInfo, TurnRecord
+from ledger.ids import new_id, now_ms
+from ledger.items import ItemInfo
+from ledger.turns import TurnRecord
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from . import compactor
-from . import machine as m
 from .commands import Command, is_command
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .machine import QUEUE_MODES
+from broker.core.queue_machine import QUEUE_MODES
 
 COMMANDS = ("queue", "stop", "status", "new", "compact")
 DROPS = ("old", "new", "summarize")

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from broker import logs
-from broker.context import compaction
-from broker.engines.base import ChatMessage, EngineError, TurnRequest
-from broker.ids import new_id, now_ms
+from broker.core import compaction
+from broker.core.engine_types import ChatMessage, TurnRequest
+from broker.engines.base import EngineError
+from ledger import logs
+from ledger.ids import new_id, now_ms
 from ledger.turns import TurnRecord
 
 if TYPE_CHECKING:

@@ -20,23 +20,23 @@ import anyio
 import anyio.abc
 import orjson
 
-from broker import logs
 from broker.config import Settings
 from broker.context import TokenCounter
+from broker.core import queue_machine as m
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.engines.factory import build_engine
-from broker.ids import new_id, now_ms
 from broker.loopclock import loop_clock
 from broker.router import Router
-from ledger import dispatch
+from ledger import dispatch, logs
 from ledger import turns as lt
+from ledger.ids import new_id, now_ms
 from ledger.ingest import Accepted, InboundRecord
+from ledger.items import ItemInfo
 from ledger.store import Ledger
-from ledger.turns import HeadMoved, ItemInfo, TurnRecord
+from ledger.turns import HeadMoved, TurnRecord
 from ledger.writer import LedgerWriteFailed
 
-from . import machine as m
 from .actor import CompactRequest, SessionActor
 from .commands import Command, CommandError, parse
 

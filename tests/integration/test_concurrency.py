@@ -37,7 +37,7 @@ import orjson
 import pytest
 
 from broker.client import BrokerClient
-from broker.mailbox.machine import QUEUE_MODES
+from broker.core.queue_machine import QUEUE_MODES
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess

@@ -93,3 +93,24 @@ async def test_export_then_import(daemon: DaemonProcess, tmp_path: Path) -> None
     bad.write_bytes(out.read_bytes().replace(b'"format"', b'"fmt"'))
     refused = ctl(daemon, "import", str(bad))
     assert refused.returncode == 1 and "nothing was written" in refused.stderr
+
+
+async def test_import_goes_through_the_ledger_writer(daemon: DaemonProcess, tmp_path: Path) -> None:
+    # The writer indexes the messages of each transaction before COMMIT (ledger/fts.py
+    # Rule 1); an import that went around it left its messages out of the search index
+    # until the daemon's next write.
+    session = await converse(daemon, ["xylophone"])
+    out = tmp_path / "thread.jsonl"
+    assert ctl(daemon, "export", session, "-o", str(out)).returncode == 0
+    done = ctl(daemon, "import", str(out), "--label", "import:indexed")
+    assert done.returncode == 0, done.stderr
+    conn = daemon.db()
+    try:
+        stored = conn.execute("SELECT count(*) FROM messages WHERE content = 'xylophone'")
+        indexed = conn.execute(
+            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'xylophone'"
+        )
+        assert stored.fetchone()[0] == 4  # the user's and the echo, twice
+        assert indexed.fetchone()[0] == 4
+    finally:
+        conn.close()

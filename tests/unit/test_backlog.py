@@ -7,7 +7,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.mailbox.machine import Arrived, Backlog, Item, Limits, Resume, State, handle
+from broker.core.queue_machine import Arrived, Backlog, Item, Limits, Resume, State, handle
 
 
 def item(n: int) -> Item:

@@ -15,24 +15,19 @@ import tiktoken.registry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.context import (
+from broker.context import TokenCounter
+from broker.context import tokens as tokens_mod
+from broker.context.session import SessionContext, summary_text
+from broker.core import packing
+from broker.core.compaction import (
     CompactionPlan,
-    ContextInput,
-    ContextPlan,
-    Msg,
-    TokenCounter,
-    TurnBlock,
-    WholeHistory,
-    assemble,
     compaction_due,
     fallback_summary,
-    packing,
     plan,
     summary_request,
 )
-from broker.context import tokens as tokens_mod
-from broker.context.session import SessionContext, summary_text
-from broker.engines.base import Role
+from broker.core.engine_types import Role
+from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
 
 # --- helpers and strategies -------------------------------------------------------
 

@@ -16,14 +16,8 @@ import pytest
 from anyio.abc import ByteReceiveStream
 from openai import AsyncOpenAI
 
-from broker.engines.base import (
-    ChatMessage,
-    Engine,
-    EngineError,
-    EngineResult,
-    ToolSpec,
-    TurnRequest,
-)
+from broker.core.engine_types import ChatMessage, EngineResult, ToolSpec, TurnRequest
+from broker.engines.base import Engine, EngineError
 from broker.engines.echo import EchoEngine, split_chunks
 from broker.engines.openai_engine import OpenAIEngine, SSEDecoder
 from broker.engines.subprocess_engine import LineReader, SubprocessEngine

@@ -15,7 +15,7 @@ from trio.testing import MockClock
 
 from broker import server
 from broker.protocol import FrameTooLarge, FrameUnfinished, LineBuffer
-from broker.rawsock import SocketReader
+from ledger.rawsock import SocketReader
 
 pytestmark = pytest.mark.anyio
 

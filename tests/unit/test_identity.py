@@ -1,24 +1,28 @@
-"""Identity core, stepped synchronously: union-find, session keys, label resolution."""
+"""Identity: the ledger's union-find over entities, and the core's session keys and
+label resolution, stepped synchronously."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.identity import (
+from broker.core.identity import (
     DmCandidate,
     Resolved,
     Route,
     SessionRef,
-    UnionFind,
     build_session_key,
     chain_to_root,
     pick_primary,
     resolve_label,
 )
+from ledger.db import migrate
+from ledger.ingest import IdentityCache, find_root
+from ledger.merge import merge_entities
 
 NODES = [f"n{i:02d}" for i in range(12)]  # zero-padded, so string order is index order
 
@@ -26,11 +30,54 @@ node = st.sampled_from(NODES)
 merges = st.lists(st.tuples(node, node), max_size=30)
 
 
-def apply(merge_list: list[tuple[str, str]]) -> UnionFind:
-    uf = UnionFind()
+def _template() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
+    return conn
+
+
+TEMPLATE = _template()  # migrated once; each case copies it
+
+
+class Entities:
+    """The ledger's union-find: the `entities` table, `find_root` and `merge_entities`
+    run on a fresh in-memory ledger holding one entity per node."""
+
+    def __init__(self, parent: Mapping[str, str] | None = None) -> None:
+        self.conn = sqlite3.connect(":memory:", isolation_level=None)
+        TEMPLATE.backup(self.conn)
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        self.conn.executemany(
+            "INSERT INTO entities (id, kind, created_at) VALUES (?, 'contact', 0)",
+            [(n,) for n in NODES],
+        )
+        self.conn.executemany(
+            "UPDATE entities SET merged_into = ? WHERE id = ?",
+            [(p, n) for n, p in (parent or {}).items()],
+        )
+
+    def merge(self, a: str, b: str) -> str:
+        return merge_entities(self.conn, IdentityCache(), a, b, now=1).canonical
+
+    def find(self, n: str) -> str:
+        return find_root(self.conn, IdentityCache(), n)
+
+    def parent(self) -> dict[str, str]:
+        rows = self.conn.execute("SELECT id, merged_into FROM entities WHERE merged_into NOT NULL")
+        return {str(n): str(p) for n, p in rows}
+
+    def groups(self) -> dict[str, frozenset[str]]:
+        out: dict[str, set[str]] = {}
+        for n in NODES:
+            out.setdefault(self.find(n), set()).add(n)
+        return {root: frozenset(members) for root, members in out.items()}
+
+
+def apply(merge_list: list[tuple[str, str]]) -> Entities:
+    entities = Entities()
     for a, b in merge_list:
-        uf.union(a, b)
-    return uf
+        entities.merge(a, b)
+    return entities
 
 
 def components(merge_list: list[tuple[str, str]]) -> set[frozenset[str]]:
@@ -45,17 +92,18 @@ def components(merge_list: list[tuple[str, str]]) -> set[frozenset[str]]:
     return {frozenset(s) for s in sets}
 
 
-def root_without_compression(uf: UnionFind, n: str) -> str:
-    return chain_to_root(n, uf.parent.get)[-1]
+def root_without_compression(parent: Mapping[str, str], n: str) -> str:
+    return chain_to_root(n, parent.get)[-1]
 
 
-def depth(uf: UnionFind, n: str) -> int:
-    return len(chain_to_root(n, uf.parent.get)) - 1
+def depth(parent: Mapping[str, str], n: str) -> int:
+    return len(chain_to_root(n, parent.get)) - 1
 
 
-# -- union-find -------------------------------------------------------------
+# -- union-find (ledger/ingest.py find_root, ledger/merge.py) -----------------
 
 
+@settings(max_examples=60)
 @given(merges, st.data())
 def test_any_order_of_merges_gives_same_partition_and_roots(
     merge_list: list[tuple[str, str]], data: st.DataObject
@@ -64,8 +112,8 @@ def test_any_order_of_merges_gives_same_partition_and_roots(
     flips = data.draw(st.lists(st.booleans(), min_size=len(reordered), max_size=len(reordered)))
     reordered = [(b, a) if flip else (a, b) for (a, b), flip in zip(reordered, flips, strict=True)]
 
-    first = apply(merge_list).groups(NODES)
-    second = apply(reordered).groups(NODES)
+    first = apply(merge_list).groups()
+    second = apply(reordered).groups()
 
     assert first == second
     assert set(first.values()) == components(merge_list)
@@ -73,13 +121,14 @@ def test_any_order_of_merges_gives_same_partition_and_roots(
         assert root == min(members)  # the canonical root is the smallest id
 
 
+@settings(max_examples=60)
 @given(merges)
-def test_union_returns_the_canonical_root(merge_list: list[tuple[str, str]]) -> None:
-    uf = UnionFind()
+def test_merge_returns_the_canonical_root(merge_list: list[tuple[str, str]]) -> None:
+    entities = Entities()
     for a, b in merge_list:
-        root = uf.union(a, b)
-        assert root == uf.find(a) == uf.find(b)
-        assert root == min(uf.groups(NODES)[root])
+        root = entities.merge(a, b)
+        assert root == entities.find(a) == entities.find(b)
+        assert root == min(entities.groups()[root])
 
 
 @st.composite
@@ -93,59 +142,55 @@ def forests(draw: st.DrawFn) -> dict[str, str]:
     return parent
 
 
+@settings(max_examples=60)
 @given(forests(), st.lists(node, max_size=30))
 def test_find_never_changes_a_root_and_only_shortens_paths(
     parent: dict[str, str], finds: list[str]
 ) -> None:
-    uf = UnionFind(parent)
-    roots = {n: root_without_compression(uf, n) for n in NODES}
-    depths = {n: depth(uf, n) for n in NODES}
+    entities = Entities(parent)
+    roots = {n: root_without_compression(parent, n) for n in NODES}
+    depths = {n: depth(parent, n) for n in NODES}
     for n in finds:
-        assert uf.find(n) == roots[n]
-        assert depth(uf, n) <= 1  # compressed: straight to the root
+        assert entities.find(n) == roots[n]
+        now = entities.parent()
+        assert depth(now, n) <= 1  # compressed: straight to the root
         for m in NODES:
-            assert root_without_compression(uf, m) == roots[m]
-            assert depth(uf, m) <= depths[m]
-            depths[m] = depth(uf, m)
+            assert root_without_compression(now, m) == roots[m]
+            assert depth(now, m) <= depths[m]
+            depths[m] = depth(now, m)
 
 
 def test_find_compresses_a_long_chain() -> None:
-    uf = UnionFind({"e": "d", "d": "c", "c": "b", "b": "a"})
-    assert uf.find("e") == "a"
-    assert uf.parent == {"e": "a", "d": "a", "c": "a", "b": "a"}
-    assert uf.find("a") == "a"  # a root maps to itself and gets no entry
-    assert "a" not in uf.parent
+    entities = Entities({"n04": "n03", "n03": "n02", "n02": "n01", "n01": "n00"})
+    assert entities.find("n04") == "n00"
+    assert entities.parent() == {"n04": "n00", "n03": "n00", "n02": "n00", "n01": "n00"}
+    assert entities.find("n00") == "n00"  # a root is its own root and gets no parent
+    assert "n00" not in entities.parent()
 
 
-def test_constructor_copies_the_parent_map() -> None:
-    source = {"b": "a", "c": "b"}
-    uf = UnionFind(source)
-    uf.find("c")
-    assert source == {"b": "a", "c": "b"}
-
-
+@settings(max_examples=60)
 @given(merges, node, node)
-def test_union_is_idempotent(merge_list: list[tuple[str, str]], a: str, b: str) -> None:
-    uf = apply(merge_list)
-    first = uf.union(a, b)
-    partition = uf.groups(NODES)
-    assert uf.union(a, b) == first
-    assert uf.union(b, a) == first
-    assert uf.groups(NODES) == partition
+def test_merge_is_idempotent(merge_list: list[tuple[str, str]], a: str, b: str) -> None:
+    entities = apply(merge_list)
+    first = entities.merge(a, b)
+    partition = entities.groups()
+    assert entities.merge(a, b) == first
+    assert entities.merge(b, a) == first
+    assert entities.groups() == partition
 
 
-def test_union_of_a_node_with_itself_changes_nothing() -> None:
-    uf = UnionFind()
-    assert uf.union("x", "x") == "x"
-    assert uf.parent == {}
+def test_merge_of_an_entity_with_itself_changes_nothing() -> None:
+    entities = Entities()
+    assert entities.merge("n05", "n05") == "n05"
+    assert entities.parent() == {}
 
 
-def test_union_links_the_larger_root_under_the_smaller() -> None:
-    uf = UnionFind()
-    assert uf.union("m", "z") == "m"
-    assert uf.union("z", "b") == "b"  # argument order does not matter, the ids do
-    assert uf.parent["m"] == "b"
-    assert uf.find("z") == "b"
+def test_merge_links_the_larger_root_under_the_smaller() -> None:
+    entities = Entities()
+    assert entities.merge("n05", "n09") == "n05"
+    assert entities.merge("n09", "n01") == "n01"  # argument order does not matter, the ids do
+    assert entities.parent()["n05"] == "n01"
+    assert entities.find("n09") == "n01"
 
 
 @pytest.mark.parametrize(
@@ -162,11 +207,11 @@ def test_chain_to_root_raises_on_a_cycle(parent: dict[str, str]) -> None:
 
 
 def test_find_on_a_cycle_raises_and_changes_nothing() -> None:
-    uf = UnionFind({"a": "b", "b": "c", "c": "a", "x": "a"})
-    before = dict(uf.parent)
+    entities = Entities({"n00": "n01", "n01": "n02", "n02": "n00", "n07": "n00"})
+    before = entities.parent()
     with pytest.raises(ValueError, match="cycle"):
-        uf.find("x")
-    assert uf.parent == before
+        entities.find("n07")
+    assert entities.parent() == before
 
 
 def test_chain_to_root_lists_the_whole_path() -> None:

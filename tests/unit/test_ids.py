@@ -11,8 +11,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from ulid import ULID
 
-from broker import ids
-from broker.ids import encode_ulid, new_entity_id, new_id, now_ms
+from broker.core.ids import UlidSequence
+from ledger import ids
+from ledger.ids import new_entity_id, new_id, now_ms
 
 RANDOM_BITS = (1 << 80) - 1
 
@@ -22,7 +23,6 @@ def test_new_id_is_a_ulid_that_round_trips() -> None:
     parsed = ULID.from_str(value)
     assert len(value) == 26
     assert str(parsed) == value
-    assert encode_ulid(int(parsed)) == value
 
 
 def test_new_id_timestamp_is_now() -> None:
@@ -43,46 +43,48 @@ def test_ten_thousand_ids_are_unique_and_strictly_increasing() -> None:
     assert millis == sorted(millis)
 
 
-def test_same_millisecond_increments_the_random_part(monkeypatch: pytest.MonkeyPatch) -> None:
+def never() -> int:
+    raise AssertionError("fresh randomness asked for within one millisecond")
+
+
+def test_same_millisecond_increments_the_random_part() -> None:
     # A previous id from the future: the clock seems to have stepped back.
-    future = now_ms() + 60_000
-    monkeypatch.setattr(ids, "_last_ms", future)
-    monkeypatch.setattr(ids, "_last_random", 12345)
-    first, second = ULID.from_str(new_id()), ULID.from_str(new_id())
-    assert first.milliseconds == second.milliseconds == future
+    seq = UlidSequence(last_ms=60_000, last_random=12345)
+    first, second = ULID.from_str(seq.next(1_000, never)), ULID.from_str(seq.next(60_000, never))
+    assert first.milliseconds == second.milliseconds == 60_000
     assert int(first) & RANDOM_BITS == 12346
     assert int(second) & RANDOM_BITS == 12347
 
 
-def test_a_carry_into_the_high_random_bits_changes_the_cached_prefix(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # new_id encodes the time and the high 40 random bits once per change; an
+def test_a_carry_into_the_high_random_bits_changes_the_cached_prefix() -> None:
+    # The sequence encodes the time and the high 40 random bits once per change; an
     # increment that carries past bit 40 must make it encode them again.
-    future = now_ms() + 60_000
-    monkeypatch.setattr(ids, "_last_ms", future)
-    monkeypatch.setattr(ids, "_last_random", (1 << 40) - 2)
-    made = [new_id() for _ in range(3)]
-    expected = [(future << 80) | r for r in ((1 << 40) - 1, 1 << 40, (1 << 40) + 1)]
-    assert made == [encode_ulid(v) for v in expected]
+    seq = UlidSequence(last_ms=60_000, last_random=(1 << 40) - 2)
+    made = [seq.next(60_000, never) for _ in range(3)]
+    expected = [(60_000 << 80) | r for r in ((1 << 40) - 1, 1 << 40, (1 << 40) + 1)]
     assert made == [str(ULID.from_int(v)) for v in expected]
 
 
-def test_random_overflow_borrows_the_next_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
-    future = now_ms() + 60_000
-    monkeypatch.setattr(ids, "_last_ms", future)
-    monkeypatch.setattr(ids, "_last_random", RANDOM_BITS)
-    before = ULID.from_int((future << 80) | RANDOM_BITS)
-    after = ULID.from_str(new_id())
-    assert after.milliseconds == future + 1
+def test_random_overflow_borrows_the_next_millisecond() -> None:
+    seq = UlidSequence(last_ms=60_000, last_random=RANDOM_BITS)
+    before = ULID.from_int((60_000 << 80) | RANDOM_BITS)
+    after = ULID.from_str(seq.next(60_000, never))
+    assert after.milliseconds == 60_001
     assert int(after) & RANDOM_BITS == 0
     assert str(before) < str(after)
 
 
+def test_a_new_millisecond_takes_fresh_randomness() -> None:
+    seq = UlidSequence()
+    assert seq.next(5, lambda: 77) == str(ULID.from_int((5 << 80) | 77))
+    assert seq.next(6, lambda: 3) == str(ULID.from_int((6 << 80) | 3))
+
+
 def test_fresh_millisecond_leaves_room_to_increment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ids, "_last_ms", 0)
-    value = ULID.from_str(new_id())
-    assert int(value) & RANDOM_BITS < 1 << 79  # top random bit cleared
+    for _ in range(50):
+        monkeypatch.setattr(ids, "_sequence", UlidSequence())
+        value = ULID.from_str(new_id())
+        assert int(value) & RANDOM_BITS < 1 << 79  # top random bit cleared
 
 
 def test_entity_ids() -> None:
@@ -92,18 +94,24 @@ def test_entity_ids() -> None:
     assert a < b
 
 
-@given(st.integers(min_value=0, max_value=(1 << 128) - 1))
-@example(0)
-@example((1 << 128) - 1)
-@example(1 << 80)
-@example(RANDOM_BITS)
-def test_encode_ulid_agrees_with_python_ulid(value: int) -> None:
-    assert encode_ulid(value) == str(ULID.from_int(value))
+MILLIS = st.integers(1, (1 << 48) - 1)
+RANDOM = st.integers(0, RANDOM_BITS)
 
 
-@given(st.integers(0, (1 << 128) - 1), st.integers(0, (1 << 128) - 1))
-def test_encoding_preserves_order(a: int, b: int) -> None:
-    assert (a < b) == (encode_ulid(a) < encode_ulid(b))
+@given(MILLIS, RANDOM)
+@example(1, 0)
+@example((1 << 48) - 1, RANDOM_BITS)
+@example(1, 1 << 40)
+@example(1 << 47, RANDOM_BITS)
+def test_encoding_agrees_with_python_ulid(ms: int, random: int) -> None:
+    assert UlidSequence().next(ms, lambda: random) == str(ULID.from_int((ms << 80) | random))
+
+
+@given(MILLIS, RANDOM, MILLIS, RANDOM)
+def test_encoding_preserves_order(ms_a: int, r_a: int, ms_b: int, r_b: int) -> None:
+    a = UlidSequence().next(ms_a, lambda: r_a)
+    b = UlidSequence().next(ms_b, lambda: r_b)
+    assert ((ms_a, r_a) < (ms_b, r_b)) == (a < b)
 
 
 def test_ids_from_many_threads_are_unique() -> None:

@@ -14,8 +14,8 @@ from broker.mailbox.registry import Mailboxes
 from broker.protocol import InboundMessage
 from broker.router import Router
 from ledger.ingest import Accepted, InboundRecord
+from ledger.items import ItemInfo
 from ledger.store import Ledger
-from ledger.turns import ItemInfo
 
 # A distinct value in every field, given by name.
 RECORD = InboundRecord(

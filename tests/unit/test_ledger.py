@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
+from broker.core.identity import SessionSpec
 from ledger import queries
 from ledger.db import LedgerError, Migration, connect, load_migrations, migrate, schema_version
 from ledger.errors import NotFound
@@ -19,7 +20,6 @@ from ledger.ingest import (
     Accepted,
     IdentityCache,
     InboundRecord,
-    SessionSpec,
     contact_entity,
     ingest,
 )

@@ -11,7 +11,7 @@ import sys
 import orjson
 
 SCRIPT = """
-from broker import logs
+from ledger import logs
 
 log = logs.get("test.logs")
 logs.configure("warning")

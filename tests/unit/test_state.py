@@ -5,7 +5,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.context.state import MAX_ITEMS, merge_patch, state_from, totals_of
+from broker.core.session_state import MAX_ITEMS, merge_patch, state_from, totals_of
 
 EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("intent", {"text": "fix the login bug"}),

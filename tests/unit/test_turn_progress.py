@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from broker.core.identity import SessionSpec
 from broker.mailbox.actor import RunningTurn
 from ledger import turns as lt
-from ledger.ingest import IdentityCache, InboundRecord, SessionSpec, ingest
+from ledger.ingest import IdentityCache, InboundRecord, ingest
 
 STARTED, SAVED, RESTARTED = 5_000, 6_000, 9_000
 

@@ -7,8 +7,9 @@ import pickletools
 
 import pytest
 
-from ledger.ingest import Accepted, InboundRecord, SessionSpec
-from ledger.turns import ItemInfo
+from broker.core.identity import SessionSpec
+from ledger.ingest import Accepted, InboundRecord
+from ledger.items import ItemInfo
 
 RECORDS = [
     InboundRecord("chat", "m1", "u1", "Ann", "dm", "u1", None, "hello", None, "collect", None),

@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from broker import logs
+from ledger import logs
 from ledger.db import connect
 from ledger.errors import NotFound
 from ledger.store import Ledger

@@ -42,8 +42,8 @@ from dataclasses import field
 from itertools import chain
 from typing import NamedTuple
 
-from broker.engines.base import Role
-from broker.records import record
+from broker.core.engine_types import Role
+from broker.core.records import record
 
 
 @record

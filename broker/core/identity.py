@@ -1,55 +1,26 @@
-"""Identity: union-find over entities, session keys, and label resolution.
+"""Identity: the union-find rules over entities, session keys, and label resolution.
 
-Pure code, no I/O. The ledger keeps the same structure in its `entities`
-table (`merged_into` is the union-find parent) and calls these functions.
+Pure code, no I/O. The union-find itself is the ledger's `entities` table
+(`merged_into` is the parent), walked by `ledger.ingest.find_root` and joined
+by `ledger.merge.merge_entities` with the two functions below.
 
 Rule 1: the canonical root of a merged set is its smallest entity id. Entity
         ids are ULIDs, so that is the oldest entity. The choice does not depend
         on the order of merges, so replaying merges in any order gives the same
         partition and the same roots.
-Rule 2: `find` never changes which root a node reaches; path compression only
-        shortens the chain.
+Rule 2: finding a root never changes which root a node reaches; path
+        compression only shortens the chain.
 Rule 3: a label resolves by direct label first (following a merged session to
         its primary), then by alias, and only then is a new session created.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 PeerKind = Literal["dm", "group"]
-
-
-class UnionFind:
-    """Union-find over string ids with a deterministic canonical root."""
-
-    def __init__(self, parent: Mapping[str, str] | None = None) -> None:
-        # Only non-roots have an entry; a node absent from the map is a root.
-        self.parent: dict[str, str] = dict(parent or {})
-
-    def find(self, node: str) -> str:
-        path = chain_to_root(node, self.parent.get)
-        root = path[-1]
-        for child in path[:-2]:
-            self.parent[child] = root
-        return root
-
-    def union(self, a: str, b: str) -> str:
-        """Merge the sets of `a` and `b`; return the canonical root."""
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return ra
-        root, child = canonical_pair(ra, rb)
-        self.parent[child] = root
-        return root
-
-    def groups(self, nodes: Iterable[str]) -> dict[str, frozenset[str]]:
-        out: dict[str, set[str]] = {}
-        for node in nodes:
-            out.setdefault(self.find(node), set()).add(node)
-        return {root: frozenset(members) for root, members in out.items()}
 
 
 def canonical_pair(root_a: str, root_b: str) -> tuple[str, str]:
@@ -79,6 +50,17 @@ class Route:
     thread_id: str | None
     sender_id: str
     entity: str  # the canonical entity of the sender
+
+
+class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process with each message
+    """What the routing policy decided for a message before it is written."""
+
+    key_template: str | None
+    persona: str | None
+
+    def __reduce__(self) -> tuple[type[SessionSpec], tuple[str | None, str | None]]:
+        # Pickled as class and plain tuple, like the ledger's records (why: ledger/wire.py).
+        return SessionSpec, (self.key_template, self.persona)
 
 
 DM_TEMPLATE = "dm:{entity}"

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.context.packing import Msg, TurnBlock
+from broker.core.packing import Msg, TurnBlock
 
 DEFAULT_THRESHOLD = 0.85
 _INPUT_CHARS = 200  # per turn line: the user inputs' first lines

@@ -1,7 +1,7 @@
 """Queue modes of one session as a pure state machine: ``handle(state, event, now)``.
 
 No I/O, no clock (``now`` is passed in, in seconds), no mutation: every type is
-immutable (events and actions are records, ``broker.records``; the state, which
+immutable (events and actions are records, ``broker.core.records``; the state, which
 changes on every event, is made of named tuples) and ``handle`` returns the next state
 with the actions the shell must perform, in order. An event that is illegal in the
 current state raises ``IllegalTransition``; the caller keeps the old state, so nothing
@@ -59,7 +59,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Literal, NamedTuple, TypeAlias, assert_never, overload
 
-from broker.records import record
+from broker.core.records import record
 
 QueueMode: TypeAlias = Literal["interrupt", "steer", "followup", "collect", "queue"]
 DropPolicy: TypeAlias = Literal["old", "new", "summarize"]

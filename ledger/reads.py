@@ -1,0 +1,111 @@
+"""Reads that the broker shell runs through `Ledger.read`, and the connection they take.
+
+The shell names the connection (`ReadConnection`) only to pass it on to
+functions of `ledger/`; it runs no query of its own on it.
+
+The context load: a session's thread as the context needs it.
+
+Rule 1: the thread loaded is exactly the turns after the latest compaction
+        boundary (the kept turns of that compaction and every turn since), at
+        most `MAX_LOAD_TURNS` of them, with the same rule as the rest of the
+        ledger: inputs of aborted turns run again elsewhere and are left out;
+        an aborted turn's partial reply stays.
+Rule 2: the state events are the session's newest `STATE_EVENTS` of the kinds
+        the state record is built from, oldest first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, NamedTuple, TypeAlias
+
+import orjson
+
+from broker.core.engine_types import Role
+
+ReadConnection: TypeAlias = sqlite3.Connection
+
+MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
+STATE_EVENTS = 500  # the newest events of a session that its state record is built from
+
+
+class StoredTurn(NamedTuple):
+    id: str
+    messages: list[tuple[Role, str, int | None]]  # role, content, stored token count
+
+
+class Thread(NamedTuple):
+    summary: str | None  # of the latest compaction
+    turns: list[StoredTurn]  # oldest first
+    events: list[tuple[str, dict[str, Any]]]  # state events (Rule 2), oldest first
+
+
+def load_thread(conn: ReadConnection, head: str) -> Thread:
+    events = _state_events(conn, head)
+    chain = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL AND t.type != 'compaction' AND c.depth < ?)"
+        " SELECT t.id, t.type, t.status FROM chain c JOIN turns t ON t.id = c.id"
+        " ORDER BY c.depth",
+        (head, MAX_LOAD_TURNS),
+    ).fetchall()
+    summary = None
+    turns: list[tuple[str, str]] = []  # (id, status), newest first, up to a compaction
+    for turn_id, kind, status in chain:
+        if kind == "compaction":
+            row = conn.execute(
+                "SELECT summary, first_kept_turn_id FROM compactions WHERE turn_id = ?",
+                (turn_id,),
+            ).fetchone()
+            if row is not None:
+                summary = str(row[0])
+                turns += _kept_turns(conn, turn_id, row[1])
+            break
+        turns.append((str(turn_id), str(status)))
+    stored = [StoredTurn(t, _messages(conn, t, status)) for t, status in reversed(turns)]
+    return Thread(summary, stored, events)
+
+
+def _kept_turns(
+    conn: ReadConnection, compaction: str, first_kept: str | None
+) -> list[tuple[str, str]]:
+    """The turns a compaction kept verbatim: from its parent back to `first_kept`."""
+    if first_kept is None:
+        return []
+    rows = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS ("
+        " SELECT parent_id, 0 FROM turns WHERE id = ? UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE c.id != ? AND t.parent_id IS NOT NULL AND c.depth < ?)"
+        " SELECT t.id, t.status FROM chain c JOIN turns t ON t.id = c.id ORDER BY c.depth",
+        (compaction, first_kept, MAX_LOAD_TURNS),
+    ).fetchall()
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+def _messages(
+    conn: ReadConnection, turn_id: str, status: str
+) -> list[tuple[Role, str, int | None]]:
+    out = []
+    for role, content, tokens in conn.execute(
+        "SELECT role, content, tokens FROM messages WHERE turn_id = ? ORDER BY seq",
+        (turn_id,),
+    ):
+        if status == "aborted" and role == "user":
+            continue  # those inputs ran again in a later turn
+        out.append((role, content, int(tokens) if tokens is not None else None))
+    return out
+
+
+def _state_events(conn: ReadConnection, head: str) -> list[tuple[str, dict[str, Any]]]:
+    row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (head,)).fetchone()
+    if row is None:
+        return []
+    rows = conn.execute(
+        "SELECT type, payload FROM turn_events WHERE session_label = ?"
+        " AND type IN ('intent', 'file', 'decision', 'error', 'feedback')"
+        " ORDER BY created_at DESC, turn_id DESC, seq DESC LIMIT ?",
+        (row[0], STATE_EVENTS),
+    ).fetchall()
+    return [(str(kind), orjson.loads(payload)) for kind, payload in reversed(rows)]

@@ -1,0 +1,81 @@
+"""What one call of the `conversation_recall` tool reads (broker/recall_tool.py).
+
+The tool checks its arguments into a `Request`; `answer` runs the reads it
+asks for with `Ledger.read` and returns what they found, for the tool to shape
+into text. The searches and reads themselves are `ledger/recall.py`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from . import recall
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One call of the recall tool, its arguments checked."""
+
+    action: str
+    session: str | None  # None: all sessions (search only)
+    limit: int
+    query: str | None = None
+    roles: tuple[str, ...] | None = None
+    around_turn: str | None = None
+    context_turns: int = 2
+    since_ms: int | None = None
+    until_ms: int | None = None
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Searched:
+    hits: list[recall.Hit]
+    some_words: bool  # no message has all the words; these have some of them
+
+
+Found = Searched | list[recall.Entry] | recall.Summary
+
+
+def answer(conn: sqlite3.Connection, req: Request) -> Found:
+    """What one call of the recall tool reads (run it with `Ledger.read`)."""
+    if req.action == "search":
+        return _searched(conn, req)
+    assert req.session is not None  # only search reads all sessions
+    if req.action == "range":
+        return recall.range(
+            conn,
+            req.session,
+            req.around_turn,
+            req.since_ms,
+            req.until_ms,
+            req.limit,
+            context_turns=req.context_turns,
+        )
+    if req.action == "tool_calls":
+        return recall.tool_calls(conn, req.session, req.tool_name, req.limit)
+    return recall.summary(conn, req.session)
+
+
+def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
+    """Messages with all the words; if none has them all, those with some of them."""
+    assert req.query is not None
+    query = req.query
+
+    def run(match: recall.Match) -> list[recall.Hit]:
+        return recall.search(
+            conn,
+            query,
+            req.session,
+            req.limit,
+            before_ms=req.until_ms,
+            after_ms=req.since_ms,
+            roles=req.roles,
+            match=match,
+        )
+
+    hits = run("all")
+    if hits or len(recall.terms(query)) < 2:
+        return Searched(hits, some_words=False)
+    return Searched(run("any"), some_words=True)

@@ -1,0 +1,69 @@
+"""Sessions in and out of a ledger file, and a copy of the file: what `brokerctl`
+export, import and backup run, beside a daemon that may be running.
+
+Rule 1: an import is written through the ledger's own write path (a `Transactor`,
+        as the daemon's writer runs it): one transaction, BEGIN IMMEDIATE so it
+        waits its turn behind the daemon's writer, the full-text index brought
+        up to date before COMMIT, nothing written when any line is bad.
+Rule 2: an export reads one snapshot, so a thread that grows meanwhile is
+        exported as it was when the export began.
+Rule 3: a backup is SQLite's online backup of a read-only connection, checked
+        with `quick_check` before it is reported good.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from .db import Synchronous, connect
+from .sessions import export_lines, import_lines
+from .transactor import open_transactor
+from .writer import JobSpec
+
+
+def export_session(
+    path: Path, synchronous: Synchronous, label: str, now: int, write: Callable[[bytes], object]
+) -> None:
+    """Write the session's export, one JSON line at a time (Rule 2)."""
+    conn = connect(path, synchronous, readonly=True)
+    try:
+        conn.execute("BEGIN")
+        for line in export_lines(conn, label, now):
+            write(orjson.dumps(line) + b"\n")
+    finally:
+        conn.close()
+
+
+def import_session(
+    path: Path, synchronous: Synchronous, lines: list[bytes], label: str | None, now: int
+) -> tuple[str, int]:
+    """Read an export into a new session (Rule 1): its label and how many turns.
+
+    `lines` is a list, not a stream: the writer runs a failed batch a second time
+    to tell its jobs apart, and the second run must read the same lines.
+    """
+    transactor = open_transactor(path, synchronous)
+    try:
+        [(made, error)] = transactor.execute([JobSpec(import_lines, (lines, label, now), {})])
+    finally:
+        transactor.close()
+    if error is not None:
+        raise error
+    label_made, turns = made
+    return str(label_made), int(turns)
+
+
+def backup(source: Path, target: Path) -> list[str]:
+    """Copy the ledger at `source` to `target` (Rule 3); what `quick_check` found wrong."""
+    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    copy = sqlite3.connect(target)
+    try:
+        conn.backup(copy, pages=4096)
+        return [r[0] for r in copy.execute("PRAGMA quick_check") if r[0] != "ok"]
+    finally:
+        copy.close()
+        conn.close()
