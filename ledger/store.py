@@ -21,7 +21,7 @@ from .db import Synchronous, connect, migrate
 from .ingest import Accepted, InboundRecord, SessionSpec, ingest_job
 from .merge import MergeResult, merge_job
 from .transactor import open_transactor
-from .writer import BatchLink, LedgerWriter, Pending, ThreadLink
+from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, WriterDied
 from .writer_process import ProcessLink, configure_logging
 
 T = TypeVar("T")
@@ -57,13 +57,30 @@ class Ledger:
         path: Path,
         link: BatchLink,
         readers: ReaderPool,
-        writer_pid: int | None = None,
+        process: ProcessLink | None = None,
     ) -> None:
         self.path = path
         self.writer = LedgerWriter(link)
         self.readers = readers
-        self.writer_pid = writer_pid  # the writer process, None when it is a thread
+        self._process = process  # the writer process, None when it is a thread
+        self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
+
+    def writer_problems(self) -> list[str]:
+        """Why the writer cannot commit now, checked afresh on each call (for `health`)."""
+        problems = []
+        if self.writer.dead is not None:
+            problems.append(str(self.writer.dead))
+        problem = self._process.problem() if self._process is not None else None
+        if problem is not None and problem not in problems:
+            problems.append(problem)
+        return problems
+
+    async def _watch_writer_process(self, process: ProcessLink) -> None:
+        """Stop the ledger the moment the writer process ends (writer_process.py Rule 4):
+        an idle daemon would otherwise learn of it only at its next write."""
+        ending = await process.exited()
+        raise WriterDied(f"the ledger writer process {ending}")
 
     @classmethod
     @asynccontextmanager
@@ -94,12 +111,12 @@ class Ledger:
 
         applied, read_conns = await anyio.to_thread.run_sync(opener)
         link: BatchLink
-        pid: int | None = None
+        process: ProcessLink | None = None
         try:
             if writer == "process":
                 # Spawned here, on the event loop's thread (see ProcessLink.spawn).
                 process = ProcessLink.spawn(path, synchronous, log)
-                link, pid = process, process.pid
+                link = process
                 await process.start()
             else:
                 transactor = await anyio.to_thread.run_sync(open_transactor, path, synchronous)
@@ -108,11 +125,14 @@ class Ledger:
             for read_conn in read_conns:
                 read_conn.close()
             raise
-        ledger = cls(path, link, ReaderPool(read_conns), pid)
+        ledger = cls(path, link, ReaderPool(read_conns), process)
         ledger.migrations_applied = applied
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(ledger.writer.run)
+                if process is not None:
+                    # Cancelled below before `aclose` asks the process to exit.
+                    tg.start_soon(ledger._watch_writer_process, process)
                 try:
                     yield ledger
                 finally:

@@ -1,0 +1,134 @@
+"""The ledger writer process dies or stalls: the daemon says so at once and stops.
+
+A writer killed with SIGKILL leaves nothing that can commit, so the daemon
+must end within a second, with one log line saying why and a non-zero status,
+whether it was idle or busy; `health` must never call it ok meanwhile. A
+writer stopped with SIGSTOP is alive but stalled: `health` names it and the
+daemon keeps going, since SIGCONT resumes it with nothing lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import anyio
+import orjson
+import pytest
+
+from broker.client import BrokerClient
+from tests.conftest import DaemonFactory
+from tests.harness import DaemonProcess, gone_within, writer_pid
+
+pytestmark = pytest.mark.anyio
+
+
+def inbound(n: int, sender: int) -> dict[str, object]:
+    return {
+        "type": "inbound",
+        "req": f"m{n}",
+        "msg_id": f"m{n}",
+        "sender_id": f"+{sender}",
+        "peer_kind": "dm",
+        "text": f"message {n}",
+        "queue_mode": "followup",
+    }
+
+
+async def live_actors(d: DaemonProcess, sessions: int) -> None:
+    """One reply in each of `sessions` sessions; their actors stay up (idle_stop_s)."""
+    async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c:
+        for n in range(sessions):
+            await c.send(inbound(n, n))
+        delivered = 0
+        with anyio.fail_after(10):
+            while delivered < sessions:
+                delivered += (await c.recv())["type"] == "deliver"
+
+
+def log_records(d: DaemonProcess) -> list[dict[str, object]]:
+    out = []
+    for line in d.log_lines():
+        if line.startswith("{"):
+            out.append(orjson.loads(line))
+    return out
+
+
+def assert_stopped_for_the_writer(d: DaemonProcess, round_no: int) -> None:
+    assert d.proc is not None
+    log = d.log()
+    assert d.proc.returncode not in (0, None), f"round {round_no}: exit {d.proc.returncode}"
+    assert "Traceback" not in log, f"round {round_no}:\n{log[-3000:]}"
+    records = log_records(d)
+    loud = [r for r in records if r.get("level") in ("error", "critical")]
+    assert [r["event"] for r in loud] == ["ledger writer died; stopping"], (
+        f"round {round_no}: {loud}"
+    )
+    assert not [r for r in records if "actor" in str(r.get("event"))], f"round {round_no}"
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_killed_writer_of_an_idle_daemon_stops_it_within_a_second(
+    make_daemon: DaemonFactory, backend: str
+) -> None:
+    for round_no in range(3):
+        d = make_daemon(backend=backend, name=f"{backend}{round_no}")
+        await live_actors(d, 5)
+        pid = await writer_pid(d.socket)
+        assert d.proc is not None and pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        assert gone_within(d.proc.pid, 5), f"round {round_no}: still running"
+        took = time.monotonic() - killed
+        d.proc.wait(1)
+        assert took < 1.0, f"round {round_no}: took {took:.2f}s"
+        assert_stopped_for_the_writer(d, round_no)
+
+
+async def keep_busy(d: DaemonProcess, sent: list[int]) -> None:
+    """Messages to 20 sessions, a few at a time, until the daemon goes."""
+    try:
+        async with (
+            await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def drain() -> None:
+                while True:
+                    await c.recv()
+
+            tg.start_soon(drain)
+            n = 1000
+            while True:
+                await c.send(inbound(n, n % 20))
+                n += 1
+                sent[0] = n
+                await anyio.sleep(0.002)
+    except* (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+        pass  # the daemon went away: that is the point
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_killed_writer_of_a_busy_daemon_stops_it_within_a_second(
+    make_daemon: DaemonFactory,
+) -> None:
+    for round_no in range(3):
+        d = make_daemon({"engine": {"chunks": 4, "delay_ms": 50}}, name=f"busy{round_no}")
+        pid = await writer_pid(d.socket)
+        assert d.proc is not None and pid is not None
+        sent = [0]
+        with anyio.fail_after(15):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_busy, d, sent)
+                while sent[0] < 1200:  # noqa: ASYNC110 - waits on the pusher
+                    await anyio.sleep(0.01)
+                os.kill(pid, signal.SIGKILL)
+                killed = time.monotonic()
+                assert await anyio.to_thread.run_sync(gone_within, d.proc.pid, 5.0)
+                took = time.monotonic() - killed
+        d.proc.wait(1)
+        assert took < 1.0, f"round {round_no}: took {took:.2f}s"
+        assert_stopped_for_the_writer(d, round_no)
