@@ -33,6 +33,8 @@ class LedgerSettings(_Section):
     # process: write transactions run in a child process with its own GIL
     # (ledger/writer_process.py); thread: in a thread of the daemon.
     writer: Literal["process", "thread"] = "process"
+    # The integrity check at start stops after this long (0: no check); see ledger/db.py.
+    check_s: float = Field(10.0, ge=0)
 
 
 class EngineSettings(_Section):
@@ -80,6 +82,8 @@ class QueueSettings(_Section):
     person_mode: QueueMode = "interrupt"
     worker_mode: QueueMode = "followup"
     idle_stop_s: float = Field(30.0, gt=0)
+    # An open item with no live actor for this long is stuck (health, doctor).
+    stuck_after_s: float = Field(60.0, gt=0)
 
 
 class WorkerSettings(_Section):

@@ -17,7 +17,7 @@ from typing import Literal
 
 import anyio
 
-from ledger.db import integrity_check, load_migrations, schema_version
+from ledger.db import RECOVERY, integrity_check, is_damage, load_migrations, schema_version
 
 from .client import BrokerClient
 from .config import ConfigError, Settings, load_rules, load_settings
@@ -115,27 +115,32 @@ def check_ledger(settings: Settings) -> list[Finding]:
                 "warn", "ledger", f"{path} does not exist yet", "it is created at the first start"
             )
         ]
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return _ledger_findings(conn, settings, path)
-    finally:
-        conn.close()
-
-
-def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -> list[Finding]:
-    out = []
-    problems = integrity_check(conn)
-    if problems:
-        out.append(
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return _ledger_findings(conn, settings, path)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:  # every ledger problem is a finding, never a crash
+        if is_damage(exc):
+            return [Finding("fail", "ledger", f"{path} is damaged: {exc}", RECOVERY)]
+        return [
             Finding(
                 "fail",
                 "ledger",
-                f"integrity check failed: {problems[:3]}",
-                "stop the daemon and restore the latest backup (see README)",
+                f"cannot read {path}: {exc}",
+                "check the file's owner and mode, and run doctor as the broker's user",
             )
-        )
-    else:
-        out.append(Finding("ok", "ledger", f"{path} passes the integrity check"))
+        ]
+
+
+def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -> list[Finding]:
+    problems = integrity_check(conn)
+    if problems:
+        # What else the file says cannot be trusted: the damage is the finding.
+        shown = "; ".join(p.replace("\n", " ") for p in problems[:3])
+        return [Finding("fail", "ledger", f"{path} is damaged: {shown}", RECOVERY)]
+    out = [Finding("ok", "ledger", f"{path} passes the integrity check")]
     version, latest = schema_version(conn), len(load_migrations())
     if version < latest:
         out.append(

@@ -17,7 +17,15 @@ import anyio
 import anyio.abc
 
 from . import queries
-from .db import Synchronous, connect, migrate
+from .db import (
+    LedgerNotWritable,
+    Synchronous,
+    connect,
+    damaged,
+    is_damage,
+    migrate,
+    quick_check,
+)
 from .ingest import Accepted, InboundRecord, SessionSpec, ingest_job
 from .merge import MergeResult, merge_job
 from .transactor import open_transactor
@@ -51,6 +59,24 @@ class ReaderPool:
 WriterKind = Literal["process", "thread"]
 
 
+def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
+    """Refuse a ledger that is damaged or cannot be written; False if the check ran out
+    of time (what it covered was sound)."""
+    # SQLite opens a file it may not write read-only without a word: ask the kernel,
+    # which also knows an immutable attribute (even root may not write those).
+    if not os.access(path, os.W_OK):
+        raise LedgerNotWritable(
+            f"the ledger {path} is not writable by uid {os.getuid()}: "
+            "check its owner, mode and attributes (ls -l, lsattr)"
+        )
+    if budget_s <= 0:
+        return True
+    check = quick_check(conn, budget_s)
+    if check.problems:
+        raise damaged(path, check.problems)
+    return check.finished
+
+
 class Ledger:
     def __init__(
         self,
@@ -65,6 +91,7 @@ class Ledger:
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
+        self.check_finished = True  # False: the integrity check ran out of time (db.py Rule 3)
 
     def writer_problems(self) -> list[str]:
         """Why the writer cannot commit now, checked afresh on each call (for `health`)."""
@@ -92,24 +119,33 @@ class Ledger:
         readers: int = 2,
         writer: WriterKind = "process",
         log: tuple[str, str] = ("info", "json"),
+        check_s: float = 10.0,
     ) -> AsyncIterator[Ledger]:
-        """Open, migrate and run the ledger; the writer stops when the block exits.
+        """Check, open, migrate and run the ledger; the writer stops when the block exits.
 
         `writer="process"` runs the write transactions in a child process (see
         writer_process.py); `"thread"` runs them in a thread of this process.
-        `log` is the (level, format) the writer process logs with.
+        `log` is the (level, format) the writer process logs with. `check_s`
+        bounds the integrity check (db.py Rule 3; 0 skips it). Raises
+        LedgerDamaged or LedgerNotWritable before anything is written.
         """
 
-        def opener() -> tuple[list[str], list[sqlite3.Connection]]:
+        def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
-            conn = connect(path, synchronous)
             try:
-                applied = migrate(conn)
-            finally:
-                conn.close()
-            return applied, [connect(path, synchronous) for _ in range(readers)]
+                conn = connect(path, synchronous)
+                try:
+                    finished = _check(conn, path, check_s)
+                    applied = migrate(conn)
+                finally:
+                    conn.close()
+                return applied, finished, [connect(path, synchronous) for _ in range(readers)]
+            except sqlite3.DatabaseError as exc:
+                if is_damage(exc):
+                    raise damaged(path, [str(exc)]) from exc
+                raise
 
-        applied, read_conns = await anyio.to_thread.run_sync(opener)
+        applied, checked, read_conns = await anyio.to_thread.run_sync(opener)
         link: BatchLink
         process: ProcessLink | None = None
         try:
@@ -127,6 +163,7 @@ class Ledger:
             raise
         ledger = cls(path, link, ReaderPool(read_conns), process)
         ledger.migrations_applied = applied
+        ledger.check_finished = checked
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(ledger.writer.run)
