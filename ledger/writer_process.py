@@ -249,7 +249,10 @@ class ProcessLink:
         code = self.proc.poll()
         if code is not None:
             return f"the ledger writer process {_ending(code)}"
-        if _process_state(self.proc.pid) in ("T", "t"):
+        state = _process_state(self.proc.pid)
+        if state in ("Z", "X"):  # its main thread is gone, its others are on the way
+            return "the ledger writer process is exiting"
+        if state in ("T", "t"):
             return "the ledger writer process is stopped (SIGSTOP or a debugger); writes wait"
         if self._sent_at:
             waited = time.monotonic() - self._sent_at[0]

@@ -215,6 +215,11 @@ class Mailboxes:
             if actor.label not in self.actors:
                 self._start(actor.label, None)
 
+    def failures_of(self, label: str) -> int:
+        """How often the actors of `label` failed; past MAX_ACTOR_RESTARTS none is started
+        again until an item arrives or the daemon restarts."""
+        return self._failures.get(label, 0)
+
     async def recover_session(self, label: str) -> list[ItemInfo]:
         now = now_ms()
         await self.ledger.write(lt.recover_crashed, now, session=label)
