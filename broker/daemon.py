@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from ledger.db import LedgerError, LedgerNotWritable, is_damage
+from ledger.db import LedgerError, LedgerNotWritable, damaged, is_damage
 from ledger.store import Ledger
 from ledger.writer import LedgerWriteFailed, WriterClosed, WriterDied, WriterOverloaded
 
@@ -272,7 +272,7 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
             await daemon.run()
             tg.cancel_scope.cancel()
     except BaseException as exc:  # decided below, outside the handler (Rule 3)
-        failure = _failure(exc, daemon.started)
+        failure = _failure(exc, daemon.started, settings.ledger.path)
         if failure is None:
             raise
     else:
@@ -284,7 +284,7 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
     raise failure
 
 
-def _failure(exc: BaseException, started: bool) -> StartupError | LedgerLost | None:
+def _failure(exc: BaseException, started: bool, ledger: Path) -> StartupError | LedgerLost | None:
     """What the CLI reports for `exc`; None to let it through as it is (a bug at run time,
     a second signal)."""
     leaves = [e for e in _leaves(exc) if isinstance(e, Exception)]
@@ -297,7 +297,11 @@ def _failure(exc: BaseException, started: bool) -> StartupError | LedgerLost | N
     status = exit_status(first)
     if status == EX_SOFTWARE:
         log.critical("start-up failed", exc_info=first)  # a bug: keep its traceback in the log
-    return _caused(StartupError(str(first) or type(first).__name__, status), first)
+    reason = str(first) or type(first).__name__
+    if status == EX_DATAERR and not isinstance(first, LedgerError):
+        # Damage found past the check at start (crash recovery read a damaged page).
+        reason = str(damaged(ledger, [reason]))
+    return _caused(StartupError(reason, status), first)
 
 
 def _caused(failure: _E, cause: BaseException) -> _E:

@@ -194,3 +194,31 @@ def test_a_ledger_directory_that_cannot_be_made_is_refused(short_tmp: Path) -> N
     )
     done = brokerd_once(config)
     assert_refused(done, EX_CANTCREAT, str(blocker))
+
+
+def test_damage_that_crash_recovery_meets_is_refused_too(make_daemon: DaemonFactory) -> None:
+    """With the check at start turned off, crash recovery is the first to read the
+    damaged pages (the index of open items): the same refusal, not a traceback."""
+    d = make_daemon({"ledger": {"check_s": 0}})
+    d.terminate()
+    with sqlite3.connect(d.ledger) as db:  # turns cut off by a crash: items left running
+        db.execute(
+            "INSERT INTO sessions (label, kind, origin, created_at, updated_at)"
+            " VALUES ('dm:ent_x', 'dm', 'inbound', 0, 0)"
+        )
+        db.executemany(
+            "INSERT INTO queue_items (id, session_label, source, status, payload,"
+            " created_at, updated_at) VALUES (?, 'dm:ent_x', 'operator', 'running', 'x', 0, 0)",
+            [(f"item_{n:05d}_{'x' * 60}",) for n in range(400)],
+        )
+    with sqlite3.connect(d.ledger) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = db.execute(
+            "SELECT max(pageno) FROM dbstat WHERE name = 'queue_items_open' AND pagetype = 'leaf'"
+        ).fetchone()[0]
+    with d.ledger.open("r+b") as fh:
+        fh.seek((page - 1) * PAGE)
+        fh.write(bytes(range(256)) * (PAGE // 256))
+    done = brokerd_once(d.config_path)
+    assert_refused(done, EX_DATAERR, "malformed")
+    assert "brokerctl backup" in done.stderr and ".recover" in done.stderr

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import anyio
 import orjson
@@ -172,3 +174,44 @@ async def test_health_names_a_stopped_writer_and_acks_resume_after_sigcont(
         os.kill(pid, signal.SIGCONT)
     after = await health(d)
     assert after["ok"] is True and after["problems"] == []
+
+
+PY_3_11_2 = Path("/usr/bin/python3.11")
+
+
+def start_on_debian_python(config: Path) -> subprocess.Popen[str]:
+    """brokerd under Debian's own Python 3.11.2, with the venv's (cp311) packages."""
+    if not PY_3_11_2.exists():
+        pytest.skip(f"{PY_3_11_2} is not installed")
+    import site
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, site.getsitepackages()[0]])}
+    return subprocess.Popen(
+        [str(PY_3_11_2), "-m", "broker", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_the_writer_lost_message_on_debian_python_3_11_2(short_tmp: Path) -> None:
+    """3.11.0-3.11.3 wrap an exception raised inside `except*`: the message must not."""
+    d = DaemonProcess(short_tmp)
+    proc = start_on_debian_python(d.config_path)
+    try:
+        with anyio.fail_after(20):
+            while not d.socket.exists():  # noqa: ASYNC110 - waits on another process
+                await anyio.sleep(0.05)
+            pid = await writer_pid(d.socket)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        _, err = await anyio.to_thread.run_sync(proc.communicate, None, 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err, err
+    assert "brokerd: stopped: the ledger writer process was killed by SIGKILL" in err
