@@ -348,3 +348,20 @@ async def test_writer_problems_see_a_dead_process_before_the_writer_does(tmp_pat
     with pytest.raises(BaseExceptionGroup) as stopped:
         await _stop_continue_kill(tmp_path / "l.db")
     assert stopped.group_contains(WriterDied, match="killed by SIGKILL")
+
+
+async def test_writer_problems_name_a_batch_left_unanswered(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that runs but does not answer (a stuck disk, here a slow job) is stalled."""
+    from ledger import writer_process
+
+    monkeypatch.setattr(writer_process, "STALLED_S", 0.2)
+    async with Ledger.open(db, writer="process") as ledger:
+        slow = ledger.writer.submit(_slow_insert, "slow", 1.0)
+        await anyio.sleep(0.5)
+        problems = ledger.writer_problems()
+        assert len(problems) == 1
+        assert problems[0].startswith("the ledger writer process has not answered a batch for")
+        assert await slow.result() > 0
+        assert ledger.writer_problems() == []
