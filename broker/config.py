@@ -38,6 +38,8 @@ class LedgerSettings(_Section):
     # they commit; if none can commit for this long, the daemon exits with status
     # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer.py Rule 7).
     write_fail_exit_s: float = Field(60.0, gt=0)
+    # The integrity check at start stops after this long (0: no check); see ledger/db.py.
+    check_s: float = Field(10.0, ge=0)
 
 
 class EngineSettings(_Section):
@@ -85,6 +87,8 @@ class QueueSettings(_Section):
     person_mode: QueueMode = "interrupt"
     worker_mode: QueueMode = "followup"
     idle_stop_s: float = Field(30.0, gt=0)
+    # An open item with no live actor for this long is stuck (health, doctor).
+    stuck_after_s: float = Field(60.0, gt=0)
 
 
 class WorkerSettings(_Section):

@@ -5,23 +5,33 @@ Rule 1: one root task group owns everything; "ready" is announced only after
 Rule 2: on stop the listener closes first, then the rest is cancelled; the
         ledger writer finishes every job already handed to it before the
         ledger closes (see ledger/writer.py), so no acked write is cut short.
+Rule 3: every failure before "ready" becomes one `StartupError` with its
+        sysexits status (`exit_status`); after it, a lost writer becomes
+        `LedgerLost`. The decision is made outside any `except*` block:
+        Python 3.11.0-3.11.3 wrap an exception raised inside one in a group.
 """
 
 from __future__ import annotations
 
-import os
+import errno
 import signal
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 
 from ledger import logs
-from ledger.db import LedgerError
+from ledger.db import LedgerError, LedgerNotWritable, damaged, is_damage
 from ledger.store import Ledger
-from ledger.writer import WriterClosed, WriterDied, WriterOverloaded, WriterStuck
+from ledger.writer import (
+    LedgerWriteFailed,
+    WriterClosed,
+    WriterDied,
+    WriterOverloaded,
+    WriterStuck,
+)
 
 from . import systemd
 from .config import ConfigError, Settings, load_rules, load_settings
@@ -35,13 +45,27 @@ from .router import Router
 from .server import AlreadyRunning, Connection, Server
 
 log = logs.get("broker.daemon")
+_E = TypeVar("_E", bound=BaseException)
 
 
 FLUSH_AT_STOP_S = 2.0  # for replies already posted to clients when the daemon stops
 
 
+# sysexits.h: what a start-up failure exits with (README, "Operating the broker").
+EX_UNAVAILABLE = 69  # another daemon serves the socket
+EX_SOFTWARE = 70  # a failure of the broker itself (the log has the traceback)
+EX_CANTCREAT = 73  # a file or directory cannot be created
+EX_IOERR = 74  # another I/O error
+EX_DATAERR = 65  # the ledger is damaged or too new
+EX_NOPERM = 77  # not allowed to read or write the ledger or the socket
+
+
 class StartupError(Exception):
     """The daemon cannot start; the message says why in one sentence."""
+
+    def __init__(self, message: str, status: int = EX_SOFTWARE) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class LedgerLost(Exception):
@@ -133,8 +157,15 @@ class Daemon:
             writer=s.ledger.writer,
             log=(s.log_level, s.log_format),
             write_fail_exit_s=s.ledger.write_fail_exit_s,
+            check_s=s.ledger.check_s,
         ) as ledger:
             self.ledger = ledger
+            if not ledger.check_finished:
+                log.warning(
+                    "the ledger's integrity check stopped at its time bound; the part it"
+                    " covered is sound (brokerctl doctor checks all of it)",
+                    check_s=s.ledger.check_s,
+                )
             if ledger.migrations_applied:
                 log.info(
                     "ledger migrated", applied=ledger.migrations_applied, path=str(s.ledger.path)
@@ -252,33 +283,101 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
             await tg.start(watch_signals, daemon, tg.cancel_scope)
             await daemon.run()
             tg.cancel_scope.cancel()
-    except* WriterDied as group:
-        first = _innermost(group)
-        if not daemon.started:
-            raise StartupError(str(first)) from first
+    except BaseException as exc:  # decided below, outside the handler (Rule 3)
+        failure = _failure(exc, daemon.started, settings.ledger.path)
+        if failure is None:
+            raise
+    else:
+        return
+    if isinstance(failure, LedgerLost):
         # Nothing can be written any more: stop rather than accept work that
         # cannot be acked. What was acked is in the ledger; a restart recovers.
-        if isinstance(first, WriterStuck):  # EX_IOERR: systemd restarts on it
+        if failure.status == EX_IOERR:
             log.critical(
                 "the ledger could not write; exiting for a restart",
-                error=str(first),
-                status=os.EX_IOERR,
+                error=str(failure),
+                status=failure.status,
             )
-            raise LedgerLost(str(first), os.EX_IOERR) from first
-        log.critical("ledger writer died; stopping", error=str(first))
-        raise LedgerLost(str(first)) from first
-    except* (LedgerError, sqlite3.Error, AlreadyRunning, OSError) as group:
-        if daemon.started:
-            raise
-        first = _innermost(group)
-        raise StartupError(str(first) or type(first).__name__) from first
+        else:
+            log.critical("ledger writer died; stopping", error=str(failure))
+    raise failure
 
 
-def _innermost(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+def _failure(exc: BaseException, started: bool, ledger: Path) -> StartupError | LedgerLost | None:
+    """What the CLI reports for `exc`; None to let it through as it is (a bug at run time,
+    a second signal)."""
+    leaves = [e for e in _leaves(exc) if isinstance(e, Exception)]
+    died = next((e for e in leaves if isinstance(e, WriterDied)), None)
+    if started:
+        if died is None:
+            return None
+        # Storage unwritable for `write_fail_exit_s`: EX_IOERR, which systemd restarts on.
+        status = EX_IOERR if isinstance(died, WriterStuck) else 1
+        return _caused(LedgerLost(str(died), status), died)
+    if not leaves:
+        return None
+    first = died or leaves[0]
+    status = exit_status(first)
+    if status == EX_SOFTWARE:
+        log.critical("start-up failed", exc_info=first)  # a bug: keep its traceback in the log
+    reason = str(first) or type(first).__name__
+    if status == EX_DATAERR and not isinstance(first, LedgerError):
+        # Damage found past the check at start (crash recovery read a damaged page).
+        reason = str(damaged(ledger, [reason]))
+    return _caused(StartupError(reason, status), first)
+
+
+def _caused(failure: _E, cause: BaseException) -> _E:
+    failure.__cause__ = cause
+    return failure
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+_SQLITE_STATUS = {
+    3: EX_NOPERM,  # SQLITE_PERM
+    8: EX_NOPERM,  # SQLITE_READONLY
+    10: EX_IOERR,  # SQLITE_IOERR
+    11: EX_DATAERR,  # SQLITE_CORRUPT
+    13: EX_IOERR,  # SQLITE_FULL
+    14: EX_CANTCREAT,  # SQLITE_CANTOPEN
+    26: EX_DATAERR,  # SQLITE_NOTADB
+}
+_ERRNO_STATUS = {
+    errno.EACCES: EX_NOPERM,
+    errno.EPERM: EX_NOPERM,
+    errno.ENOENT: EX_CANTCREAT,
+    errno.ENOTDIR: EX_CANTCREAT,
+    errno.EROFS: EX_CANTCREAT,
+    errno.EEXIST: EX_CANTCREAT,
+}
+
+
+def exit_status(exc: BaseException) -> int:
+    """The sysexits status of a start-up failure (README: the table under Operating)."""
+    if isinstance(exc, LedgerNotWritable):
+        return EX_NOPERM
+    if isinstance(exc, LedgerError):
+        return EX_DATAERR  # damaged, or a schema newer than this broker
+    if isinstance(exc, LedgerWriteFailed) and not isinstance(exc, WriterDied):
+        # Crash recovery's first write; the cause does not survive the trip from the
+        # writer process, so its message tells damage from other failures.
+        damage = is_damage(exc.__cause__) or any(w in str(exc) for w in _DAMAGE_WORDS)
+        return EX_DATAERR if damage else EX_IOERR
+    if isinstance(exc, sqlite3.Error):
+        return _SQLITE_STATUS.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF, EX_IOERR)
+    if isinstance(exc, AlreadyRunning):
+        return EX_UNAVAILABLE
+    if isinstance(exc, OSError):
+        return _ERRNO_STATUS.get(exc.errno or 0, EX_IOERR)
+    return EX_SOFTWARE
+
+
+_DAMAGE_WORDS = ("database disk image is malformed", "file is not a database")
 
 
 def backend_options(backend: str) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def run(
         )
     except StartupError as exc:
         print(f"brokerd: cannot start: {exc}", file=sys.stderr)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(exc.status) from exc
     except LedgerLost as exc:
         print(f"brokerd: stopped: {exc}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc

@@ -34,6 +34,7 @@ import orjson
 from ledger import logs, turns
 from ledger.ids import now_ms
 from ledger.store import Ledger
+from ledger.writer import WriterClosed, WriterOverloaded
 
 from .protocol import ArgSpec, ProtocolError, check_args
 from .server import Connection
@@ -236,7 +237,17 @@ class Deliveries:
         self._taking = None
         self._confirm_job = False
         if self._confirmed:  # arrived after the job took its ids
-            self._submit_confirm_job()
+            try:
+                self._submit_confirm_job()
+            except (WriterClosed, WriterOverloaded) as exc:
+                # This runs in the writer's commit callback, which must not raise
+                # (writer.py `after_commit`): at shutdown the writer has just
+                # closed. The rows stay pending and are sent again (Rule 3).
+                log.info(
+                    "delivery confirmations left unrecorded",
+                    ids=len(self._confirmed),
+                    reason=str(exc),
+                )
 
     def _not_recorded(self, error: BaseException) -> None:
         # The outbox rows stay pending, so the replies are resent on the next

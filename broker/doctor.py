@@ -11,17 +11,20 @@ import os
 import sqlite3
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ledger.db import integrity_check, load_migrations, schema_version
+from ledger import queries
+from ledger.db import RECOVERY, integrity_check, is_damage, load_migrations, schema_version
 
 from .client import BrokerClient
 from .config import ConfigError, Settings, load_rules, load_settings
 
+T = TypeVar("T")
 Level = Literal["ok", "warn", "fail"]
 STUCK_FACTOR = 2  # a turn running longer than twice the engine timeout is stuck
 
@@ -81,13 +84,14 @@ def check_socket(settings: Settings) -> list[Finding]:
     return out
 
 
-async def check_daemon(settings: Settings) -> list[Finding]:
+async def check_daemon(settings: Settings) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """The daemon's `health` (None when it does not answer) and what it says."""
     try:
         with anyio.fail_after(5):
             async with await BrokerClient.connect(settings.socket_path) as client:
                 health = await client.op("health")
     except (OSError, TimeoutError) as exc:
-        return [
+        return None, [
             Finding(
                 "fail",
                 "daemon",
@@ -96,18 +100,62 @@ async def check_daemon(settings: Settings) -> list[Finding]:
             )
         ]
     except Exception as exc:  # refused: credentials, version
-        return [Finding("fail", "daemon", f"refused: {exc}", "check auth.allowed_uids/gids")]
-    if health.get("problems"):  # up, but not doing its work (a ledger it cannot write)
-        fix = "free space on the ledger's disk or fix its I/O errors; the broker resumes itself"
-        return [Finding("fail", "daemon", "; ".join(health["problems"]), fix)]
+        return None, [Finding("fail", "daemon", f"refused: {exc}", "check auth.allowed_uids/gids")]
+    up = f"up {health['uptime_s']:.0f}s, {health['sessions']} sessions, {health['queued']} queued"
+    # Stuck items are a check of their own (`check_stuck_items`).
+    problems = [p for p in health.get("problems", []) if "stuck_items" not in p]
+    if not problems:
+        return health, [Finding("ok", "daemon", up)]
+    return health, [
+        Finding("fail", "daemon", f"{up}; {problem}", "see `journalctl -u brokerd`")
+        for problem in problems
+    ]
+
+
+def check_stuck_items(settings: Settings, health: dict[str, Any] | None) -> list[Finding]:
+    """Acked items no live actor holds (ops.py `_stuck_items`). Only the daemon knows its
+    actors: while it is down this says how many items wait, and no more."""
+    if health is None:
+        try:
+            waiting = _read_ledger(settings, queries.open_item_count)
+        except sqlite3.Error:
+            waiting = None  # the ledger check reports why
+        if not waiting:
+            return [Finding("ok", "stuck_items", "the daemon is down; no item waits")]
+        return [
+            Finding(
+                "warn",
+                "stuck_items",
+                f"the daemon is down, so which of the {waiting} waiting item(s) an actor "
+                "holds cannot be known",
+                "start the daemon: it hands every waiting item to an actor",
+            )
+        ]
+    stuck = health.get("stuck_items", [])
+    if not stuck:
+        after = settings.queue.stuck_after_s
+        return [
+            Finding("ok", "stuck_items", f"no waiting item without a live actor past {after:g}s")
+        ]
     return [
         Finding(
-            "ok",
-            "daemon",
-            f"up {health['uptime_s']:.0f}s, {health['sessions']} "
-            f"sessions, {health['queued']} queued",
+            "fail",
+            "stuck_items",
+            f"{s['session']}: {s['items']} item(s) waiting {s['waiting_s']:.0f}s with no "
+            f"actor ({s['why']})",
+            f"see why in `journalctl -u brokerd | grep {s['session']}`; a restart hands the "
+            "items to a fresh actor (brokerctl show " + s["session"] + ")",
         )
+        for s in stuck
     ]
+
+
+def _read_ledger(settings: Settings, fn: Callable[[sqlite3.Connection], T]) -> T:
+    conn = sqlite3.connect(f"file:{settings.ledger.path}?mode=ro", uri=True)
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
 
 
 def check_ledger(settings: Settings) -> list[Finding]:
@@ -118,27 +166,32 @@ def check_ledger(settings: Settings) -> list[Finding]:
                 "warn", "ledger", f"{path} does not exist yet", "it is created at the first start"
             )
         ]
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return _ledger_findings(conn, settings, path)
-    finally:
-        conn.close()
-
-
-def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -> list[Finding]:
-    out = []
-    problems = integrity_check(conn)
-    if problems:
-        out.append(
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return _ledger_findings(conn, settings, path)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:  # every ledger problem is a finding, never a crash
+        if is_damage(exc):
+            return [Finding("fail", "ledger", f"{path} is damaged: {exc}", RECOVERY)]
+        return [
             Finding(
                 "fail",
                 "ledger",
-                f"integrity check failed: {problems[:3]}",
-                "stop the daemon and restore the latest backup (see README)",
+                f"cannot read {path}: {exc}",
+                "check the file's owner and mode, and run doctor as the broker's user",
             )
-        )
-    else:
-        out.append(Finding("ok", "ledger", f"{path} passes the integrity check"))
+        ]
+
+
+def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -> list[Finding]:
+    problems = integrity_check(conn)
+    if problems:
+        # What else the file says cannot be trusted: the damage is the finding.
+        shown = "; ".join(p.replace("\n", " ") for p in problems[:3])
+        return [Finding("fail", "ledger", f"{path} is damaged: {shown}", RECOVERY)]
+    out = [Finding("ok", "ledger", f"{path} passes the integrity check")]
     version, latest = schema_version(conn), len(load_migrations())
     if version < latest:
         out.append(
@@ -211,6 +264,9 @@ async def run_checks(config: Path | None) -> list[Finding]:
     if settings is None:
         return findings
     findings += check_socket(settings)
-    findings += await check_daemon(settings)
+    health, said = await check_daemon(settings)
+    findings += said
     findings += await anyio.to_thread.run_sync(check_ledger, settings)
+    if settings.ledger.path.exists():
+        findings += await anyio.to_thread.run_sync(check_stuck_items, settings, health)
     return findings

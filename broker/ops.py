@@ -6,6 +6,7 @@ Each op validates its arguments (`invalid`), maps ledger lookups that miss to
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,11 +18,12 @@ from ledger.ids import now_ms
 from ledger.store import Ledger
 
 from .logfollow import LEVEL_ORDER, Follower
-from .mailbox.registry import Mailboxes
+from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .server import Connection
 
 log = logs.get("broker.ops")
+STUCK_LISTED = 100  # sessions named in `health`'s stuck_items; the problem counts them all
 
 OpFn = Callable[[Connection, dict[str, Any], str | None], Awaitable[Any]]
 StateOf = Callable[[str], str]
@@ -87,14 +89,28 @@ class Ops:
             await conn.send(out)
 
     async def health(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        counts = await self.ledger.counts()
-        problems = [p for p in (self.ledger.write_failure,) if p is not None]
+        """`ok` is the absence of problems: each source below adds its reasons, checked
+        afresh on every call (a dead or stopped writer is seen before any write fails)."""
+        problems = self.ledger.writer_problems()
+        counts: dict[str, int] = {}
+        stuck: list[dict[str, Any]] = []
+        try:
+            counts = await self.ledger.counts()
+            stuck = await self._stuck_items()
+        except sqlite3.Error as exc:
+            problems.append(f"the ledger cannot be read: {exc}")
+        if stuck:
+            problems.append(
+                f"{sum(s['items'] for s in stuck)} item(s) in {len(stuck)} session(s) wait"
+                " with no actor to run them (see stuck_items)"
+            )
         return {
             "ok": not problems,
             "problems": problems,
+            "stuck_items": stuck[:STUCK_LISTED],
             "uptime_s": round(time.monotonic() - self.started, 3),
-            "sessions": counts["sessions"],
-            "queued": counts["queued"],
+            "sessions": counts.get("sessions"),
+            "queued": counts.get("queued"),
             "ledger": "sqlite",
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,
             "writer_queue": self.ledger.writer.queued,
@@ -107,6 +123,43 @@ class Ops:
             # growing means checkpoints fail or a reader holds an old snapshot.
             "wal_bytes": self.ledger.wal_bytes(),
         }
+
+    async def _stuck_items(self) -> list[dict[str, Any]]:
+        """Sessions whose queued or running items no live actor holds, for longer than
+        `queue.stuck_after_s`: acked work that will not run until something changes.
+
+        A live session's items are handed to its actor the moment they commit, and
+        an actor leaves only when idle, so an open item without one is stranded:
+        its actor failed (and is waiting to restart, or gave up), or it was never
+        handed over. The bound leaves room for an actor's restart back-off (5 s at
+        most) and for an item committed just before this look.
+        """
+        if self.mailboxes is None:
+            return []
+        mailboxes = self.mailboxes
+        now = now_ms()
+        cutoff = now - int(mailboxes.settings.queue.stuck_after_s * 1000)
+        rows = await self.ledger.read(lambda c: queries.open_items_untouched_since(c, cutoff))
+        out = []
+        for label, count, oldest in sorted(rows, key=lambda row: row[2]):  # longest first
+            if label in mailboxes.actors:
+                continue
+            failures = mailboxes.failures_of(label)
+            if failures > MAX_ACTOR_RESTARTS:
+                why = f"its actor failed {failures} times and is not restarted"
+            elif failures:
+                why = f"its actor failed {failures} time(s) and restarts after a back-off"
+            else:
+                why = "no actor was handed them"
+            out.append(
+                {
+                    "session": label,
+                    "items": count,
+                    "waiting_s": round((now - oldest) / 1000, 1),
+                    "why": why,
+                }
+            )
+        return out
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

@@ -5,12 +5,17 @@ Rule 1: every connection runs in WAL mode with foreign keys on, in
 Rule 2: migrations are numbered SQL files applied in order, each in its own
         transaction together with the `user_version` bump, so a crash leaves
         the schema at a whole version. A ledger newer than this code is refused.
+Rule 3: a damaged file is refused before anything writes to it: `check`
+        runs `PRAGMA quick_check` (every b-tree page, not the index contents)
+        within a time budget, and any error SQLite reports as corruption is
+        `LedgerDamaged`, whose message says how to get the data back.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +26,72 @@ Synchronous = Literal["NORMAL", "FULL"]
 
 class LedgerError(Exception):
     """The ledger cannot be used (schema too new, file unreadable, ...)."""
+
+
+class LedgerDamaged(LedgerError):
+    """SQLite cannot read all of the ledger file; the message says how to recover."""
+
+
+class LedgerNotWritable(LedgerError):
+    """The ledger file cannot be written (owner, mode or an immutable attribute)."""
+
+
+SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26
+RECOVERY = (
+    "stop the daemon and restore the last `brokerctl backup` copy in its place "
+    "(README, 'Back up the ledger'), or recover what is readable with the sqlite3 shell "
+    "(sqlite3 ledger.db .recover | sqlite3 recovered.db) and put recovered.db in its place"
+)
+CHECK_STEPS = 10_000  # SQLite VM steps between looks at the clock (well under 1 ms)
+
+
+def is_damage(exc: BaseException | None) -> bool:
+    """Whether SQLite reported `exc` because the file is damaged or not a database."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return isinstance(exc, sqlite3.DatabaseError) and code in (SQLITE_CORRUPT, SQLITE_NOTADB)
+
+
+def damaged(path: Path | str, problems: list[str]) -> LedgerDamaged:
+    shown = "; ".join(p.replace("\n", " ") for p in problems[:3])
+    return LedgerDamaged(f"the ledger {path} is damaged ({shown}); {RECOVERY}")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    problems: list[str]  # empty: no damage found in what was checked
+    finished: bool  # False: the budget ran out first, and the rest is unchecked
+
+
+def quick_check(conn: sqlite3.Connection, budget_s: float | None = None) -> Check:
+    """`PRAGMA quick_check`, stopped once `budget_s` has passed (None: no bound).
+
+    The bound is a progress handler that looks at the clock every CHECK_STEPS
+    VM steps and interrupts the statement past the deadline; quick_check reads
+    about 0.9 GB/s from a warm cache here (0.23 s for 200 MB), so a few seconds
+    cover a large ledger. An error that SQLite raises because of damage (a
+    page it cannot even parse) is a problem found, not a failure of the check.
+    """
+    deadline = time.monotonic() + (budget_s or 0.0)
+    stopped = False
+
+    def past_deadline() -> int:
+        nonlocal stopped
+        stopped = time.monotonic() > deadline
+        return int(stopped)
+
+    if budget_s is not None:
+        conn.set_progress_handler(past_deadline, CHECK_STEPS)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if stopped:
+            return Check([], finished=False)
+        if is_damage(exc):
+            return Check([str(exc)], finished=True)
+        raise
+    finally:
+        conn.set_progress_handler(None, 0)
+    return Check([str(r[0]) for r in rows if r[0] != "ok"], finished=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,5 +177,4 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
 
 
 def integrity_check(conn: sqlite3.Connection) -> list[str]:
-    rows = conn.execute("PRAGMA quick_check").fetchall()
-    return [str(r[0]) for r in rows if r[0] != "ok"]
+    return quick_check(conn).problems

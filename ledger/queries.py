@@ -151,3 +151,26 @@ def thread_turns(conn: sqlite3.Connection, head: str | None, limit: int) -> list
         }
         for r in rows
     ]
+
+
+def open_items_untouched_since(
+    conn: sqlite3.Connection, cutoff_ms: int
+) -> list[tuple[str, int, int]]:
+    """Per session, its queued or running items last changed before `cutoff_ms`: (label,
+    how many, when the oldest last changed). For `health`, which keeps the sessions no
+    live actor holds (their items are stuck)."""
+    rows = conn.execute(
+        "SELECT session_label, count(*), min(updated_at) FROM queue_items"
+        " WHERE status IN ('queued', 'running') AND updated_at < ? GROUP BY session_label",
+        (cutoff_ms,),
+    ).fetchall()
+    return [(str(label), int(n), int(oldest)) for label, n, oldest in rows]
+
+
+def open_item_count(conn: sqlite3.Connection) -> int:
+    """Queued or running items, all sessions (for `doctor` while the daemon is down)."""
+    return int(
+        conn.execute(
+            "SELECT count(*) FROM queue_items WHERE status IN ('queued', 'running')"
+        ).fetchone()[0]
+    )

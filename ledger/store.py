@@ -20,11 +20,19 @@ import anyio.abc
 from broker.core.identity import SessionSpec
 
 from . import queries
-from .db import Synchronous, connect, migrate
+from .db import (
+    LedgerNotWritable,
+    Synchronous,
+    connect,
+    damaged,
+    is_damage,
+    migrate,
+    quick_check,
+)
 from .ingest import Accepted, InboundRecord, ingest_job
 from .merge import MergeResult, merge_job
 from .transactor import open_transactor
-from .writer import BatchLink, LedgerWriter, Pending, ThreadLink
+from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, WriterDied
 from .writer_process import ProcessLink, configure_logging
 
 T = TypeVar("T")
@@ -54,20 +62,58 @@ class ReaderPool:
 WriterKind = Literal["process", "thread"]
 
 
+def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
+    """Refuse a ledger that is damaged or cannot be written; False if the check ran out
+    of time (what it covered was sound)."""
+    # SQLite opens a file it may not write read-only without a word: ask the kernel,
+    # which also knows an immutable attribute (even root may not write those).
+    if not os.access(path, os.W_OK):
+        raise LedgerNotWritable(
+            f"the ledger {path} is not writable by uid {os.getuid()}: "
+            "check its owner, mode and attributes (ls -l, lsattr)"
+        )
+    if budget_s <= 0:
+        return True
+    check = quick_check(conn, budget_s)
+    if check.problems:
+        raise damaged(path, check.problems)
+    return check.finished
+
+
 class Ledger:
     def __init__(
         self,
         path: Path,
         link: BatchLink,
         readers: ReaderPool,
-        writer_pid: int | None = None,
+        process: ProcessLink | None = None,
         write_fail_exit_s: float = math.inf,
     ) -> None:
         self.path = path
         self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s)
         self.readers = readers
-        self.writer_pid = writer_pid  # the writer process, None when it is a thread
+        self._process = process  # the writer process, None when it is a thread
+        self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
+        self.check_finished = True  # False: the integrity check ran out of time (db.py Rule 3)
+
+    def writer_problems(self) -> list[str]:
+        """Why the writer cannot commit now, checked afresh on each call (for `health`)."""
+        problems = []
+        if self.writer.dead is not None:
+            problems.append(str(self.writer.dead))
+        problem = self._process.problem() if self._process is not None else None
+        if problem is not None and problem not in problems:
+            problems.append(problem)
+        if self.write_failure is not None:  # the storage refuses writes (writer.py Rule 7)
+            problems.append(self.write_failure)
+        return problems
+
+    async def _watch_writer_process(self, process: ProcessLink) -> None:
+        """Stop the ledger the moment the writer process ends (writer_process.py Rule 4):
+        an idle daemon would otherwise learn of it only at its next write."""
+        ending = await process.exited()
+        raise WriterDied(f"the ledger writer process {ending}")
 
     @classmethod
     @asynccontextmanager
@@ -80,32 +126,41 @@ class Ledger:
         writer: WriterKind = "process",
         log: tuple[str, str] = ("info", "json"),
         write_fail_exit_s: float = math.inf,
+        check_s: float = 10.0,
     ) -> AsyncIterator[Ledger]:
-        """Open, migrate and run the ledger; the writer stops when the block exits.
+        """Check, open, migrate and run the ledger; the writer stops when the block exits.
 
         `writer="process"` runs the write transactions in a child process (see
         writer_process.py); `"thread"` runs them in a thread of this process.
-        `log` is the (level, format) the writer process logs with. Storage that
+        `log` is the (level, format) the writer process logs with. `check_s`
+        bounds the integrity check (db.py Rule 3; 0 skips it). Raises
+        LedgerDamaged or LedgerNotWritable before anything is written. Storage that
         stays unwritable for `write_fail_exit_s` ends the writer (writer.py Rule 7).
         """
 
-        def opener() -> tuple[list[str], list[sqlite3.Connection]]:
+        def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
-            conn = connect(path, synchronous)
             try:
-                applied = migrate(conn)
-            finally:
-                conn.close()
-            return applied, [connect(path, synchronous) for _ in range(readers)]
+                conn = connect(path, synchronous)
+                try:
+                    finished = _check(conn, path, check_s)
+                    applied = migrate(conn)
+                finally:
+                    conn.close()
+                return applied, finished, [connect(path, synchronous) for _ in range(readers)]
+            except sqlite3.DatabaseError as exc:
+                if is_damage(exc):
+                    raise damaged(path, [str(exc)]) from exc
+                raise
 
-        applied, read_conns = await anyio.to_thread.run_sync(opener)
+        applied, checked, read_conns = await anyio.to_thread.run_sync(opener)
         link: BatchLink
-        pid: int | None = None
+        process: ProcessLink | None = None
         try:
             if writer == "process":
                 # Spawned here, on the event loop's thread (see ProcessLink.spawn).
                 process = ProcessLink.spawn(path, synchronous, log)
-                link, pid = process, process.pid
+                link = process
                 await process.start()
             else:
                 transactor = await anyio.to_thread.run_sync(open_transactor, path, synchronous)
@@ -114,11 +169,15 @@ class Ledger:
             for read_conn in read_conns:
                 read_conn.close()
             raise
-        ledger = cls(path, link, ReaderPool(read_conns), pid, write_fail_exit_s)
+        ledger = cls(path, link, ReaderPool(read_conns), process, write_fail_exit_s)
         ledger.migrations_applied = applied
+        ledger.check_finished = checked
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(ledger.writer.run)
+                if process is not None:
+                    # Cancelled below before `aclose` asks the process to exit.
+                    tg.start_soon(ledger._watch_writer_process, process)
                 try:
                     yield ledger
                 finally:

@@ -428,6 +428,11 @@ class LedgerWriter:
     def queued(self) -> int:
         return len(self._queue) + len(self._lazy)
 
+    @property
+    def dead(self) -> WriterDied | None:
+        """Why nothing can be written any more, once the link is gone; else None."""
+        return self._dead
+
     def _next_batch_event(self) -> anyio.Event:
         return self._next_batch_done
 

@@ -20,6 +20,10 @@ Rule 3: if the child dies, every waiting and later job fails with `WriterDied`
         and the writer stops, which stops the daemon: a batch in flight may or
         may not have committed, and only a restart (with its recovery) can
         tell. Nothing was acked for it, so nothing acked is lost.
+Rule 4: the child's death is seen when it happens, not when a batch comes
+        back: `exited` waits on a pidfd (opened at spawn, before anything can
+        reap the child and free its pid), so an idle daemon stops too.
+        `problem` tells `health` whether the child runs, on every call.
 
 Frames on the socket are an 8-byte length and a pickle: the parent sends a
 list of jobs, the child answers with a list of outcomes in the same order.
@@ -36,6 +40,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import time
 from collections import deque
 from pathlib import Path
 from typing import cast
@@ -52,6 +57,10 @@ _HEADER = struct.Struct("!Q")
 _PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+EXIT_POLL_S = 0.1  # how often `exited` looks without a pidfd (not Linux 5.3+)
+# A batch unanswered this long: the child is wedged (a stuck disk, a debugger).
+# A healthy child answers in milliseconds; a full batch with FULL sync in well under 1 s.
+STALLED_S = 5.0
 
 
 class UnpicklableJob(TypeError):
@@ -103,6 +112,8 @@ class ProcessLink:
         self._inbuf = bytearray()  # bytes read and not yet a whole frame
         # Per batch sent and not answered: its size and the jobs pickle refused.
         self._sent: deque[tuple[int, dict[int, BaseException]]] = deque()
+        self._sent_at: deque[float] = deque()  # when each of those was sent (`problem`)
+        self._pidfd = _pidfd(proc.pid)  # Rule 4: now, while the pid is surely the child's
 
     @property
     def pid(self) -> int:
@@ -173,6 +184,7 @@ class ProcessLink:
         except Exception:
             payload, refused = _dump_separately(jobs)
         self._sent.append((len(jobs), refused))
+        self._sent_at.append(time.monotonic())
         if not payload:
             return  # nothing the child could be sent; `receive` answers from `refused`
         try:
@@ -185,9 +197,11 @@ class ProcessLink:
         size, refused = self._sent[0]
         if refused and len(refused) == size:  # nothing was sent for this batch
             self._sent.popleft()
+            self._sent_at.popleft()
             return [(None, refused[i]) for i in range(size)]
         reply = await self._frame()  # cancel-safe: a frame is taken whole or not at all
         self._sent.popleft()
+        self._sent_at.popleft()
         if reply is None:
             raise WriterDied(f"the ledger writer process exited (status {self.proc.poll()})")
         outcomes: list[Outcome] = pickle.loads(reply)
@@ -214,6 +228,36 @@ class ProcessLink:
         except _GONE as exc:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 
+    async def exited(self) -> str:
+        """Return once the child has ended, with how it ended (Rule 4)."""
+        while self.proc.poll() is None:
+            if self._pidfd is None:
+                await anyio.sleep(EXIT_POLL_S)
+            else:
+                await anyio.wait_readable(self._pidfd)  # readable once the child ended
+        return _ending(self.proc.returncode)
+
+    def problem(self) -> str | None:
+        """Why the child cannot write now, or None when it runs and answers (Rule 4).
+
+        A child stopped by SIGSTOP is alive but answers nothing until SIGCONT;
+        so is one stuck in the kernel. Both are problems, not deaths: nothing
+        is lost, and the writes go on when it does.
+        """
+        code = self.proc.poll()
+        if code is not None:
+            return f"the ledger writer process {_ending(code)}"
+        state = _process_state(self.proc.pid)
+        if state in ("Z", "X"):  # its main thread is gone, its others are on the way
+            return "the ledger writer process is exiting"
+        if state in ("T", "t"):
+            return "the ledger writer process is stopped (SIGSTOP or a debugger); writes wait"
+        if self._sent_at:
+            waited = time.monotonic() - self._sent_at[0]
+            if waited > STALLED_S:
+                return f"the ledger writer process has not answered a batch for {waited:.0f} s"
+        return None
+
     async def aclose(self) -> None:
         """Stop the child after its last batch: it sees the socket close and exits."""
         await self._close_socket()
@@ -221,6 +265,13 @@ class ProcessLink:
             await anyio.to_thread.run_sync(self.proc.wait, STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             await self._kill()
+        finally:
+            self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     async def _close_socket(self) -> None:
         if self._reader is not None:
@@ -234,6 +285,33 @@ class ProcessLink:
             self.proc.kill()
         await anyio.to_thread.run_sync(self.proc.wait)
         await self._close_socket()
+        self._close_pidfd()
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux 5.3+: `exited` polls instead
+        return None
+
+
+def _ending(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (R, S, D, T, Z...), "" where there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return ""
+    return stat.rsplit(b")", 1)[1].split()[0].decode()
 
 
 _GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)

@@ -35,7 +35,7 @@ from ledger.ingest import Accepted, InboundRecord
 from ledger.items import ItemInfo
 from ledger.store import Ledger
 from ledger.turns import HeadMoved, TurnRecord
-from ledger.writer import LedgerWriteFailed
+from ledger.writer import LedgerWriteFailed, WriterClosed
 
 from .actor import CompactRequest, SessionActor
 from .commands import Command, CommandError, parse
@@ -191,12 +191,16 @@ class Mailboxes:
     async def _run_actor(self, actor: SessionActor, backlog: list[ItemInfo] | None) -> None:
         try:
             await actor.run(backlog)
-        except Exception:
+        except Exception as exc:
+            if self.actors.get(actor.label) is actor:
+                del self.actors[actor.label]
+            if isinstance(exc, WriterClosed) or self.ledger.writer.dead is not None:
+                # Not this session's fault: the writer is gone and the daemon stops
+                # on it (daemon.py says so once). The items wait in the ledger.
+                return
             # A bug in one session must not stop the others. The session's items
             # are in the ledger: a fresh actor recovers them (bounded retries).
             log.exception("actor failed", session=actor.label)
-            if self.actors.get(actor.label) is actor:
-                del self.actors[actor.label]
             failures = self._failures.get(actor.label, 0) + 1
             self._failures[actor.label] = failures
             if failures > MAX_ACTOR_RESTARTS:
@@ -206,10 +210,15 @@ class Mailboxes:
                     failures=failures,
                 )
                 return
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(min(5.0, 0.1 * 2**failures))
+            # Not shielded: a daemon that stops must not wait out a back-off.
+            await anyio.sleep(min(5.0, 0.1 * 2**failures))
             if actor.label not in self.actors:
                 self._start(actor.label, None)
+
+    def failures_of(self, label: str) -> int:
+        """How often the actors of `label` failed; past MAX_ACTOR_RESTARTS none is started
+        again until an item arrives or the daemon restarts."""
+        return self._failures.get(label, 0)
 
     async def recover_session(self, label: str) -> list[ItemInfo]:
         now = now_ms()

@@ -44,6 +44,7 @@ def test_healthy_daemon(daemon: DaemonProcess) -> None:
         "ledger": "ok",
         "migrations": "ok",
         "stuck": "ok",
+        "stuck_items": "ok",
     }
 
 

@@ -6,6 +6,7 @@ import signal
 import time
 
 import anyio
+import orjson
 import pytest
 
 from broker.client import BrokerClient
@@ -145,3 +146,62 @@ async def test_idle_sessions_hold_no_actor(make_daemon: DaemonFactory) -> None:
                     await anyio.sleep(0.05)
     assert 1 <= busy <= 5
     assert health["actors"] == 0 and health["sessions"] == 5
+
+
+LOAD = 300  # messages per run, all sent at once: most are in flight at the signal
+LOAD_RUNS = 10
+
+
+async def push_and_confirm(d: DaemonProcess, acked: set[str], run: int) -> None:
+    """Send LOAD messages from many senders, confirm every reply, until the daemon goes."""
+    async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as client:
+        frames = b"".join(
+            orjson.dumps(
+                {
+                    "type": "inbound",
+                    "req": f"r{run}-{n}",
+                    "msg_id": f"r{run}-{n}",
+                    "sender_id": f"+{n % 60}",
+                    "peer_kind": "dm",
+                    "text": f"message {n}",
+                    "queue_mode": "followup",
+                }
+            )
+            + b"\n"
+            for n in range(LOAD)
+        )
+        await client.send_raw(frames)
+        try:
+            while True:
+                frame = await client.recv()
+                if frame["type"] == "ack":
+                    acked.add(frame["msg_id"])
+                elif frame["type"] == "deliver":
+                    await client.send({"type": "delivered", "out_id": frame["out_id"]})
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            return  # the daemon closed the connection: it is stopping
+
+
+@pytest.mark.slow
+async def test_sigterm_under_load_exits_0_and_keeps_every_acked_message(
+    make_daemon: DaemonFactory,
+) -> None:
+    grace = 1.0
+    for run in range(LOAD_RUNS):
+        d = make_daemon({"shutdown_grace_s": grace}, name=f"load{run}")
+        assert d.proc is not None
+        acked: set[str] = set()
+        with anyio.fail_after(grace + 20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(push_and_confirm, d, acked, run)
+                with anyio.fail_after(10):
+                    while len(acked) < LOAD // 3:  # noqa: ASYNC110 - waits on the pusher's acks
+                        await anyio.sleep(0.005)
+                d.proc.send_signal(signal.SIGTERM)
+                code, took = await anyio.to_thread.run_sync(wait_exit, d, grace + 10)
+        assert code == 0, f"run {run}: exit {code}\n{d.log()[-3000:]}"
+        assert took < grace + 1, f"run {run}: took {took:.2f}s"
+        assert "Traceback" not in d.log(), f"run {run}:\n{d.log()[-3000:]}"
+        with d.db() as db:
+            stored = {r[0] for r in db.execute("SELECT msg_id FROM inbound")}
+        assert acked <= stored, f"run {run}: acked but lost: {sorted(acked - stored)[:5]}"

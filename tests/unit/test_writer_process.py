@@ -299,3 +299,69 @@ async def test_a_reload_sets_the_log_level_of_the_writer_process(
     err = capfd.readouterr().err
     assert "now shown" in err
     assert "below error" not in err
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _block_until_reapable(pid: int) -> None:
+    """Block, so that the event loop cannot notice first. WNOWAIT leaves the child to
+    be reaped by the check; /proc's "Z" is not enough, since a zombie leader is not
+    waitable while its other threads exit."""
+    deadline = time.monotonic() + 5
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+async def _until_state(pid: int, stopped: bool) -> None:
+    with anyio.fail_after(5):
+        while (_state(pid) in ("T", "t")) != stopped:  # noqa: ASYNC110 - polls the kernel
+            await anyio.sleep(0.01)
+
+
+async def _stop_continue_kill(path: Path) -> None:
+    async with Ledger.open(path, writer="process") as ledger:
+        assert ledger.writer_problems() == []
+        pid = ledger.writer_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        await _until_state(pid, stopped=True)
+        assert ledger.writer_problems() == [
+            "the ledger writer process is stopped (SIGSTOP or a debugger); writes wait"
+        ]
+        os.kill(pid, signal.SIGCONT)
+        await _until_state(pid, stopped=False)
+        assert ledger.writer_problems() == []
+        os.kill(pid, signal.SIGKILL)
+        _block_until_reapable(pid)
+        assert ledger.writer.dead is None, "the writer task has not run since"
+        assert ledger.writer_problems() == ["the ledger writer process was killed by SIGKILL"]
+        await anyio.sleep(10)  # the ledger stops by itself at once (writer_process Rule 4)
+
+
+async def test_writer_problems_see_a_dead_process_before_the_writer_does(tmp_path: Path) -> None:
+    """`health`'s check of the writer looks at the process itself on every call: stopped
+    is a problem until it continues; killed, it is one before the event loop has run
+    again; and then the ledger stops by itself."""
+    with pytest.raises(BaseExceptionGroup) as stopped:
+        await _stop_continue_kill(tmp_path / "l.db")
+    assert stopped.group_contains(WriterDied, match="killed by SIGKILL")
+
+
+async def test_writer_problems_name_a_batch_left_unanswered(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that runs but does not answer (a stuck disk, here a slow job) is stalled."""
+    from ledger import writer_process
+
+    monkeypatch.setattr(writer_process, "STALLED_S", 0.2)
+    async with Ledger.open(db, writer="process") as ledger:
+        slow = ledger.writer.submit(_slow_insert, "slow", 1.0)
+        await anyio.sleep(0.5)
+        problems = ledger.writer_problems()
+        assert len(problems) == 1
+        assert problems[0].startswith("the ledger writer process has not answered a batch for")
+        assert await slow.result() > 0
+        assert ledger.writer_problems() == []
