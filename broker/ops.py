@@ -6,7 +6,6 @@ Each op validates its arguments (`invalid`), maps ledger lookups that miss to
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -92,13 +91,14 @@ class Ops:
         """`ok` is the absence of problems: each source below adds its reasons, checked
         afresh on every call (a dead or stopped writer is seen before any write fails)."""
         problems = self.ledger.writer_problems()
-        counts: dict[str, int] = {}
-        stuck: list[dict[str, Any]] = []
-        try:
-            counts = await self.ledger.counts()
-            stuck = await self._stuck_items()
-        except sqlite3.Error as exc:
-            problems.append(f"the ledger cannot be read: {exc}")
+        now = now_ms()
+        stuck_after_ms = (
+            int(self.mailboxes.settings.queue.stuck_after_s * 1000) if self.mailboxes else 0
+        )
+        counts, untouched, unreadable = await self.ledger.health_reads(now - stuck_after_ms)
+        if unreadable is not None:
+            problems.append(unreadable)
+        stuck = self._stuck_items(untouched, now)
         if stuck:
             problems.append(
                 f"{sum(s['items'] for s in stuck)} item(s) in {len(stuck)} session(s) wait"
@@ -124,7 +124,7 @@ class Ops:
             "wal_bytes": self.ledger.wal_bytes(),
         }
 
-    async def _stuck_items(self) -> list[dict[str, Any]]:
+    def _stuck_items(self, rows: list[tuple[str, int, int]], now: int) -> list[dict[str, Any]]:
         """Sessions whose queued or running items no live actor holds, for longer than
         `queue.stuck_after_s`: acked work that will not run until something changes.
 
@@ -137,9 +137,6 @@ class Ops:
         if self.mailboxes is None:
             return []
         mailboxes = self.mailboxes
-        now = now_ms()
-        cutoff = now - int(mailboxes.settings.queue.stuck_after_s * 1000)
-        rows = await self.ledger.read(lambda c: queries.open_items_untouched_since(c, cutoff))
         out = []
         for label, count, oldest in sorted(rows, key=lambda row: row[2]):  # longest first
             if label in mailboxes.actors:

@@ -224,6 +224,18 @@ class Ledger:
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self.readers.run(fn)
 
+    async def health_reads(
+        self, untouched_since: int
+    ) -> tuple[dict[str, int], list[tuple[str, int, int]], str | None]:
+        """For `health`: the counts, the sessions with open items untouched since
+        `untouched_since` (label, items, oldest), or why the ledger cannot be read."""
+        try:
+            counts = await self.counts()
+            rows = await self.read(lambda c: queries.open_items_untouched_since(c, untouched_since))
+        except sqlite3.Error as exc:
+            return {}, [], f"the ledger cannot be read: {exc}"
+        return counts, rows, None
+
     async def counts(self) -> dict[str, int]:
         return await self.read(queries.counts)
 
