@@ -161,22 +161,31 @@ class SocketReader:
             return data
 
 
-async def send_all(sock: socket.socket, data: bytes) -> None:
-    """Write all of `data` to a non-blocking socket, waiting only when it is full.
+async def send_all(sock: socket.socket, *parts: bytes) -> None:
+    """Write all of `parts`, in order, to a non-blocking socket, waiting only when it is full.
 
     Unlike anyio's `send` it does not yield when the socket takes the bytes at
-    once; the caller's task yields elsewhere. Raises BrokenResourceError.
+    once; the caller's task yields elsewhere. Raises BrokenResourceError. The
+    parts go out by scatter/gather (`sendmsg`): a header and a large payload
+    are never joined into a third copy.
 
     All or nothing under cancellation: cancelled before its first byte is
     written it sends nothing; after that the rest follows, shielded, since half
     a frame would put the peer's framing out of step for good.
     """
-    view = memoryview(data)
-    while view:
+    views = [memoryview(part) for part in parts if part]
+    started = False
+    while views:
         try:
-            view = view[sock.send(view) :]
+            sent = sock.sendmsg(views)
         except (BlockingIOError, InterruptedError):
-            with anyio.CancelScope(shield=len(view) < len(data)):
+            with anyio.CancelScope(shield=started):
                 await anyio.wait_writable(sock)
+            continue
         except OSError as exc:
             raise anyio.BrokenResourceError(str(exc)) from exc
+        started = started or sent > 0
+        while sent and sent >= len(views[0]):
+            sent -= len(views.pop(0))
+        if sent:
+            views[0] = views[0][sent:]

@@ -189,7 +189,7 @@ class ProcessLink:
             return  # nothing the child could be sent; `receive` answers from `refused`
         try:
             # All or nothing, as BatchLink asks: send_all finishes a started frame.
-            await send_all(self._sock, _HEADER.pack(len(payload)) + payload)
+            await send_all(self._sock, _HEADER.pack(len(payload)), payload)
         except _GONE as exc:
             raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
 

@@ -198,6 +198,21 @@ async def test_send_all_on_a_full_socket_sends_nothing_when_cancelled(
     reader.close()
 
 
+async def test_send_all_parts_arrive_whole_and_in_order_across_partial_sends(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    # Larger than the socket's buffer, so sendmsg takes them in pieces that end
+    # inside a part and on a part's edge.
+    parts = [b"h" * 8, bytes(range(256)) * 4096, b"", b"t" * 100_003, b"!"]
+    reader = SocketReader(ours)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send_all, theirs, *parts)
+        got = await _read(reader, sum(map(len, parts)))
+    assert got == b"".join(parts)
+    reader.close()
+
+
 async def test_send_all_to_a_gone_peer_is_a_broken_resource(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
