@@ -57,6 +57,7 @@ _HEADER = struct.Struct("!Q")
 _PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+LOST_WAIT_S = 0.5  # for a child whose socket broke to be seen ending (Rule 4)
 EXIT_POLL_S = 0.1  # how often `exited` looks without a pidfd (not Linux 5.3+)
 # A batch unanswered this long: the child is wedged (a stuck disk, a debugger).
 # A healthy child answers in milliseconds; a full batch with FULL sync in well under 1 s.
@@ -191,7 +192,7 @@ class ProcessLink:
             # All or nothing, as BatchLink asks: send_all finishes a started frame.
             await send_all(self._sock, _HEADER.pack(len(payload)), payload)
         except _GONE as exc:
-            raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
+            raise await self._lost(exc) from exc
 
     async def receive(self) -> list[Outcome]:
         size, refused = self._sent[0]
@@ -203,7 +204,7 @@ class ProcessLink:
         self._sent.popleft()
         self._sent_at.popleft()
         if reply is None:
-            raise WriterDied(f"the ledger writer process exited (status {self.proc.poll()})")
+            raise await self._lost(None)
         outcomes: list[Outcome] = pickle.loads(reply)
         if not refused:
             return outcomes
@@ -226,7 +227,20 @@ class ProcessLink:
         except anyio.EndOfStream:
             return None
         except _GONE as exc:
-            raise WriterDied(f"the ledger writer process is unreachable: {exc!r}") from exc
+            raise await self._lost(exc) from exc
+
+    async def _lost(self, exc: BaseException | None) -> WriterDied:
+        """The socket to the child broke or ended: say how the child ended, waiting a
+        moment for it (a killed child's socket closes as it exits), so the one log
+        line names the cause, not the symptom."""
+        # Polled: the pidfd is the watcher's (`exited`), and one fd has one waiter.
+        with anyio.move_on_after(LOST_WAIT_S):
+            while self.proc.poll() is None:
+                await anyio.sleep(0.01)
+            return WriterDied(f"the ledger writer process {_ending(self.proc.returncode)}")
+        if exc is None:
+            return WriterDied("the ledger writer process closed its end of the link")
+        return WriterDied(f"the ledger writer process is unreachable: {exc!r}")
 
     async def exited(self) -> str:
         """Return once the child has ended, with how it ended (Rule 4)."""
