@@ -235,7 +235,7 @@ class ProcessLink:
         line names the cause, not the symptom."""
         # Polled: the pidfd is the watcher's (`exited`), and one fd has one waiter.
         with anyio.move_on_after(LOST_WAIT_S):
-            while self.proc.poll() is None:
+            while self.proc.poll() is None:  # noqa: ASYNC110 - a process exit sets no event
                 await anyio.sleep(0.01)
             return WriterDied(f"the ledger writer process {_ending(self.proc.returncode)}")
         if exc is None:
