@@ -1,11 +1,15 @@
-"""The ledger as the broker sees it: one writer, a few readers, async methods.
+"""The SQLite ledger behind the port (`ledger/port.py`): one writer, a few readers.
 
-The broker core talks to this class only; nothing outside `ledger/` touches
-SQLite. A server database would be another implementation of the same methods.
+Rule 1: every write goes through the one writer (`ledger/writer.py`) as a job
+        of a `ledger/` module; every read runs one function of a `ledger/`
+        module on a reader connection, in one hop to a reader thread.
+Rule 2: the broker shell sees this class only through the port's methods;
+        nothing outside `ledger/` touches SQLite.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sqlite3
@@ -19,7 +23,8 @@ import anyio.abc
 
 from broker.core.identity import SessionSpec
 
-from . import queries
+from . import dispatch as dispatches
+from . import events, inspect, queries, reads, recall, recall_answer, sessions, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -30,7 +35,9 @@ from .db import (
     quick_check,
 )
 from .ingest import Accepted, InboundRecord, ingest_job
+from .items import ItemInfo
 from .merge import MergeResult, merge_job
+from .port import OutboxRow, SessionStart, WriterStats
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, WriterDied
 from .writer_process import ProcessLink, configure_logging
@@ -186,13 +193,97 @@ class Ledger:
             ledger.readers.close()
             await ledger.writer.aclose()
 
-    # -- writes ------------------------------------------------------------
+    # -- writes (IngestPort, TurnPort, OpsPort) ------------------------------
 
     def submit_inbound(self, rec: InboundRecord, spec: SessionSpec, now: int) -> Pending[Accepted]:
         return self.writer.submit(ingest_job, rec, spec, now)
 
+    async def ingest(
+        self, batch: list[tuple[InboundRecord, SessionSpec]], now: int
+    ) -> list[Accepted]:
+        pending = [self.writer.submit(ingest_job, rec, spec, now) for rec, spec in batch]
+        return [await p.result() for p in pending]
+
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
         return await self.writer.call(merge_job, src, into, now)
+
+    def submit_mark_running(self, turn_id: str, item_ids: list[str], now: int) -> Pending[None]:
+        return self.writer.submit(turns.mark_running, turn_id, item_ids, now)
+
+    def submit_turn(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
+        return self.writer.submit(turns.commit_turn, rec)
+
+    def submit_orphan(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
+        return self.writer.submit(turns.commit_orphan, rec)
+
+    def submit_progress(self, turn_id: str, session: str, output: str, now: int) -> Pending[None]:
+        return self.writer.submit(turns.save_progress, turn_id, session, output, now)
+
+    def submit_item_status(
+        self, items: list[tuple[str, str, str | None]], now: int
+    ) -> Pending[None]:
+        return self.writer.submit(turns.set_item_status, items, now)
+
+    def submit_command_done(
+        self,
+        item_id: str,
+        reason: str,
+        reply: tuple[str, str, str, str] | None,
+        override: str | bool | None,
+        now: int,
+    ) -> Pending[None]:
+        return self.writer.submit(turns.command_done, item_id, reason, reply, override, now)
+
+    def submit_new_thread(self, label: str, previous: str | None, now: int) -> Pending[None]:
+        return self.writer.submit(turns.new_thread, label, previous, now)
+
+    def submit_delivered(self, out_ids: list[str], now: int) -> Pending[int]:
+        # Lazy (writer.py Rule 6): nobody waits on it, and it commutes with every job.
+        return self.writer.submit_lazy(turns.mark_delivered, out_ids, now)
+
+    async def settled(self) -> None:
+        await self.writer.settled()
+
+    async def recover_crashed(self, now: int, session: str | None = None) -> list[str]:
+        return await self.writer.call(turns.recover_crashed, now, session)
+
+    async def dispatch(
+        self,
+        *,
+        parent: str | None,
+        parent_turn: str | None,
+        tool_call: str | None,
+        target: dict[str, Any],
+        task: str,
+        persona: str | None,
+        limits: dispatches.Limits,
+        now: int,
+    ) -> dispatches.Dispatched:
+        return await self.writer.call(
+            dispatches.dispatch,
+            parent=parent,
+            parent_turn=parent_turn,
+            tool_call=tool_call,
+            target=target,
+            task=task,
+            persona=persona,
+            limits=limits,
+            now=now,
+        )
+
+    async def sweep_worker_timeouts(self, now: int) -> list[ItemInfo]:
+        return await self.writer.call(dispatches.sweep_timeouts, now)
+
+    async def fork(self, turn_id: str, label: str | None, now: int) -> str:
+        return await self.writer.call(sessions.fork, turn_id, label, now)
+
+    async def scratchpad_merge(self, session: str, patch: dict[str, Any], now: int) -> Any:
+        return await self.writer.call(events.scratchpad_merge, session, patch, now)
+
+    async def import_session(
+        self, lines: list[bytes], label: str | None, now: int
+    ) -> tuple[str, int]:
+        return await self.writer.call(sessions.import_lines, lines, label, now)
 
     def configure_logging(self, level: str, fmt: str) -> Pending[None] | None:
         """Have the writer process log at `level` in `fmt` from its next batch on (after
@@ -203,8 +294,12 @@ class Ledger:
         return self.writer.submit(configure_logging, level, fmt)
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5)."""
+        """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5).
+        Kept for the actor and the registry until they call the port's methods."""
         return await self.writer.call(fn, *args, **kwargs)
+
+    def stop_retrying(self) -> None:
+        self.writer.stop_retrying()
 
     @property
     def write_failure(self) -> str | None:
@@ -212,7 +307,9 @@ class Ledger:
         failure = self.writer.failure
         return failure.reason() if failure is not None else None
 
-    # -- reads -------------------------------------------------------------
+    # -- the ledger's own state -------------------------------------------------
+
+    backend = "sqlite"
 
     def wal_bytes(self) -> int:
         """The size of the WAL file (0 when there is none)."""
@@ -221,8 +318,43 @@ class Ledger:
         except FileNotFoundError:
             return 0
 
+    def writer_stats(self) -> WriterStats:
+        w = self.writer
+        return WriterStats(w.queued, w.commits, w.jobs, self.writer_pid, self.wal_bytes())
+
+    async def check(self, stuck_before: int) -> inspect.LedgerReport:
+        """What `brokerctl doctor` reports of the file (ledger/inspect.py)."""
+        return await self.read(lambda c: inspect.report(c, stuck_before))
+
+    # -- reads (TurnPort, ReadPort) ---------------------------------------------
+
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(conn)` on a reader connection. Kept for the actor until it calls
+        `session_start`."""
         return await self.readers.run(fn)
+
+    async def open_items(self, session: str | None = None) -> list[ItemInfo]:
+        return await self.read(functools.partial(turns.load_open_items, session=session))
+
+    async def session_start(self, label: str) -> SessionStart:
+        def both(c: sqlite3.Connection) -> SessionStart:
+            start = turns.actor_start(c, label)
+            thread = reads.load_thread(c, start.head) if start.head is not None else None
+            return SessionStart(start, thread)
+
+        # One hop to a reader thread, not two: actors start by the thousand.
+        return await self.read(both)
+
+    async def pending_outbox(
+        self, channel: str, limit: int, after: turns.OutboxKey | None = None
+    ) -> list[OutboxRow]:
+        rows = await self.read(
+            functools.partial(turns.pending_outbox, channel=channel, limit=limit, after=after)
+        )
+        return [OutboxRow(*row) for row in rows]
+
+    async def export_session(self, label: str, now: int) -> list[dict[str, Any]]:
+        return await self.read(lambda c: sessions.export_snapshot(c, label, now))
 
     async def health_reads(
         self, untouched_since: int
@@ -242,5 +374,37 @@ class Ledger:
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.read(lambda c: queries.sessions_list(c, status, limit))
 
+    async def resolve_session(self, name: str) -> str:
+        return await self.read(lambda c: queries.resolve_for_show(c, name))
+
+    async def session_show(self, name: str, limit: int) -> dict[str, Any]:
+        return await self.read(lambda c: queries.session_show(c, name, limit))
+
     async def contact_show(self, channel: str, sender_id: str) -> dict[str, Any]:
         return await self.read(lambda c: queries.contact_show(c, channel, sender_id))
+
+    async def events_query(
+        self,
+        *,
+        kind: str | None,
+        session: str | None,
+        turn: str | None,
+        text: str | None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        return await self.read(
+            lambda c: events.query(c, kind=kind, session=session, turn=turn, text=text, limit=limit)
+        )
+
+    async def scratchpad_get(self, session: str) -> Any:
+        return await self.read(lambda c: events.scratchpad_get(c, session))
+
+    async def recall_search(self, query: str, session: str | None, limit: int) -> list[recall.Hit]:
+        def run(c: sqlite3.Connection) -> list[recall.Hit]:
+            label = queries.resolve_for_show(c, session) if session is not None else None
+            return recall.search(c, query, label, limit)
+
+        return await self.read(run)
+
+    async def recall(self, req: recall_answer.Request) -> recall_answer.Found:
+        return await self.read(lambda c: recall_answer.answer(c, req))
