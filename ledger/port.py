@@ -46,6 +46,7 @@ __all__ = [
     "Accepted",
     "ActorStart",
     "Committing",
+    "DeliveryPort",
     "Dispatched",
     "Found",
     "Hit",
@@ -57,6 +58,7 @@ __all__ = [
     "Limits",
     "MergeResult",
     "OpsPort",
+    "OutboxKey",
     "OutboxRow",
     "ReadPort",
     "Request",
@@ -210,6 +212,10 @@ class TurnPort(Protocol):
         """End the dispatches past their deadline; the result items queued for parents."""
         ...
 
+
+class DeliveryPort(Protocol):
+    """The replies' outbox, as `broker/deliveries.py` sends and confirms them."""
+
     def submit_delivered(self, out_ids: list[str], now: int) -> Committing[int]:
         """Mark replies confirmed; joins the next batch rather than making one."""
         ...
@@ -299,5 +305,5 @@ class OpsPort(Protocol):
         ...
 
 
-class LedgerPort(IngestPort, TurnPort, ReadPort, OpsPort, Protocol):
+class LedgerPort(IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, Protocol):
     """Everything the broker shell asks of a ledger."""
