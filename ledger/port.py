@@ -293,6 +293,11 @@ class OpsPort(Protocol):
 
     def writer_problems(self) -> list[str]: ...
 
+    @property
+    def writer_died(self) -> str | None:
+        """Why nothing can be written any more (the writer is gone), or None."""
+        ...
+
     def writer_stats(self) -> WriterStats: ...
 
     def stop_retrying(self) -> None:

@@ -107,6 +107,7 @@ async def test_a_working_ledger_reports_no_problem_and_counts_its_commits(
     await ingest(port, inbound("m1"))
     after = port.writer_stats()
     assert port.writer_problems() == [] and port.write_failure is None
+    assert port.writer_died is None
     assert after.commits > before.commits and after.jobs > before.jobs
     assert isinstance(port.backend, str) and port.backend
 
