@@ -55,7 +55,8 @@ async def test_a_merge_unites_entities_at_the_oldest_and_aliases_the_other_sessi
     old = await ingest(port, inbound("m1", sender="dave", channel="chat"))
     new = await ingest(port, inbound("m2", sender="dave@example.org", channel="mail"))
     assert old.entity is not None and new.entity is not None
-    result = await port.merge_entities(new.entity, old.entity, tick())
+    # Merged "into" the newer one, the set's root is still the oldest entity.
+    result = await port.merge_entities(old.entity, new.entity, tick())
     assert result.canonical == old.entity
     assert result.primary in (old.session, new.session)
     other = new.session if result.primary == old.session else old.session
@@ -64,7 +65,7 @@ async def test_a_merge_unites_entities_at_the_oldest_and_aliases_the_other_sessi
     shown = await port.session_show(other, 10)
     assert (shown["status"], shown["merged_into"]) == ("merged", result.primary)
     # Merging again changes nothing; the union is already one set.
-    assert (await port.merge_entities(old.entity, new.entity, tick())).canonical == old.entity
+    assert (await port.merge_entities(new.entity, old.entity, tick())).canonical == old.entity
     # Both contacts now lead to the canonical entity.
     assert (await port.contact_show("mail", "dave@example.org"))["canonical"] == old.entity
 
@@ -86,3 +87,17 @@ async def test_lookups_that_miss_are_not_found(port: LedgerPort) -> None:
         await port.resolve_session("dm:nobody")
     with pytest.raises(NotFound):
         await port.contact_show("chat", "nobody")
+
+
+async def test_merges_in_any_order_end_at_the_oldest_entity(port: LedgerPort) -> None:
+    made = [await ingest(port, inbound(f"m{n}", sender=f"erin{n}")) for n in range(3)]
+    first, second, third = (a.entity for a in made)
+    assert first is not None and second is not None and third is not None
+    await port.merge_entities(third, second, tick())
+    result = await port.merge_entities(second, first, tick())
+    assert result.canonical == first
+    for n in range(3):
+        assert (await port.contact_show("chat", f"erin{n}"))["canonical"] == first
+    # One DM session is primary; the others are merged into it, reachable by alias.
+    statuses = [(await port.session_show(a.session, 1))["status"] for a in made]
+    assert sorted(statuses) == ["active", "merged", "merged"]
