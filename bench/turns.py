@@ -42,11 +42,20 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from broker.client import BrokerClient
-from broker.server import drain
 from tests.harness import DaemonProcess
 
 CHANNEL = "bench"
 CLOSED = (anyio.ClosedResourceError, anyio.EndOfStream, anyio.BrokenResourceError)
+
+
+async def drain(receive: MemoryObjectReceiveStream[Any]) -> list[Any]:
+    """Everything already waiting in a memory stream, without blocking."""
+    out = []
+    while True:
+        try:
+            out.append(receive.receive_nowait())
+        except anyio.WouldBlock:
+            return out
 
 
 def inbound(msg_id: str, session: int, mode: str = "followup") -> bytes:

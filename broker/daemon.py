@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import signal
-import sqlite3
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +23,7 @@ import anyio.abc
 
 from ledger import logs
 from ledger.db import LedgerError, LedgerNotWritable, damaged, is_damage
+from ledger.inspect import FailureKind, storage_failure
 from ledger.store import Ledger
 from ledger.writer import (
     LedgerWriteFailed,
@@ -338,14 +338,11 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-_SQLITE_STATUS = {
-    3: EX_NOPERM,  # SQLITE_PERM
-    8: EX_NOPERM,  # SQLITE_READONLY
-    10: EX_IOERR,  # SQLITE_IOERR
-    11: EX_DATAERR,  # SQLITE_CORRUPT
-    13: EX_IOERR,  # SQLITE_FULL
-    14: EX_CANTCREAT,  # SQLITE_CANTOPEN
-    26: EX_DATAERR,  # SQLITE_NOTADB
+_STORAGE_STATUS: dict[FailureKind, int] = {
+    "permission": EX_NOPERM,
+    "io": EX_IOERR,
+    "damage": EX_DATAERR,
+    "cannot_open": EX_CANTCREAT,
 }
 _ERRNO_STATUS = {
     errno.EACCES: EX_NOPERM,
@@ -368,8 +365,9 @@ def exit_status(exc: BaseException) -> int:
         # writer process, so its message tells damage from other failures.
         damage = is_damage(exc.__cause__) or any(w in str(exc) for w in _DAMAGE_WORDS)
         return EX_DATAERR if damage else EX_IOERR
-    if isinstance(exc, sqlite3.Error):
-        return _SQLITE_STATUS.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF, EX_IOERR)
+    kind = storage_failure(exc)
+    if kind is not None:
+        return _STORAGE_STATUS[kind]
     if isinstance(exc, AlreadyRunning):
         return EX_UNAVAILABLE
     if isinstance(exc, OSError):

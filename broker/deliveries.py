@@ -25,15 +25,14 @@ Rule 4: a connecting adapter gets the whole pending backlog of its channel,
 
 from __future__ import annotations
 
-import functools
 import zlib
 from typing import Any
 
 import orjson
 
-from ledger import logs, turns
+from ledger import logs
 from ledger.ids import now_ms
-from ledger.store import Ledger
+from ledger.port import DeliveryPort, OutboxKey
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from .protocol import ArgSpec, ProtocolError, check_args
@@ -48,7 +47,7 @@ PICKS_KEPT = 65_536  # sessions whose adapter choice is remembered, per channel
 class Deliveries:
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: DeliveryPort,
         *,
         resend_page: int = RESEND_PAGE,
         resend_flush_bytes: int = RESEND_FLUSH_BYTES,
@@ -165,13 +164,12 @@ class Deliveries:
 
     async def _resend_pages(self, conn: Connection, channel: str) -> int:
         resent = unflushed = 0
-        after: turns.OutboxKey | None = None
+        after: OutboxKey | None = None
         size = self.resend_page
         while True:
-            page = await self.ledger.read(
-                functools.partial(turns.pending_outbox, channel=channel, limit=size, after=after)
-            )
-            for out_id, session, frame, _key in page:
+            page = await self.ledger.pending_outbox(channel, size, after)
+            for row in page:
+                out_id, session, frame = row.out_id, row.session, row.frame
                 if conn.closed:
                     return resent  # what it was owed goes elsewhere (`adapter_gone`)
                 if self._owed_elsewhere(out_id, conn, channel):
@@ -185,7 +183,7 @@ class Deliveries:
                     unflushed = 0
             if len(page) < size:
                 return resent
-            after = page[-1][3]
+            after = page[-1].key
             await conn.flushed()
             unflushed = 0
 
@@ -262,7 +260,7 @@ class Deliveries:
         # it is queued wait for the next one (see `_recorded`).
         taking = self._confirmed
         # Lazy: nobody waits on it, so it joins the next batch instead of making one.
-        pending = self.ledger.writer.submit_lazy(turns.mark_delivered, list(taking), now_ms())
+        pending = self.ledger.submit_delivered(list(taking), now_ms())
         self._confirmed = {}
         self._taking = taking
         self._confirm_job = True

@@ -1,30 +1,28 @@
 """`brokerctl doctor`: checks an operator can run without reading the code.
 
 Each check returns findings: ok, warn or fail, with what to do about it. The
-checks read the config, the socket and the ledger file directly, so they also
-work while the daemon is down; the daemon itself is asked for `health`.
+checks read the config, the socket and the ledger file (read-only, through
+`ledger/inspect.py`), so they also work while the daemon is down; the daemon
+itself is asked for `health`.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import stat
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import anyio
 
-from ledger import queries
-from ledger.db import RECOVERY, integrity_check, is_damage, load_migrations, schema_version
+from ledger.db import RECOVERY
+from ledger.inspect import LedgerReport, inspect_file, waiting_items
 
 from .client import BrokerClient
 from .config import ConfigError, Settings, load_rules, load_settings
 
-T = TypeVar("T")
 Level = Literal["ok", "warn", "fail"]
 STUCK_FACTOR = 2  # a turn running longer than twice the engine timeout is stuck
 
@@ -116,10 +114,7 @@ def check_stuck_items(settings: Settings, health: dict[str, Any] | None) -> list
     """Acked items no live actor holds (ops.py `_stuck_items`). Only the daemon knows its
     actors: while it is down this says how many items wait, and no more."""
     if health is None:
-        try:
-            waiting = _read_ledger(settings, queries.open_item_count)
-        except sqlite3.Error:
-            waiting = None  # the ledger check reports why
+        waiting = waiting_items(settings.ledger.path)  # None: the ledger check says why
         if not waiting:
             return [Finding("ok", "stuck_items", "the daemon is down; no item waits")]
         return [
@@ -150,14 +145,6 @@ def check_stuck_items(settings: Settings, health: dict[str, Any] | None) -> list
     ]
 
 
-def _read_ledger(settings: Settings, fn: Callable[[sqlite3.Connection], T]) -> T:
-    conn = sqlite3.connect(f"file:{settings.ledger.path}?mode=ro", uri=True)
-    try:
-        return fn(conn)
-    finally:
-        conn.close()
-
-
 def check_ledger(settings: Settings) -> list[Finding]:
     path = settings.ledger.path
     if not path.exists():
@@ -166,33 +153,24 @@ def check_ledger(settings: Settings) -> list[Finding]:
                 "warn", "ledger", f"{path} does not exist yet", "it is created at the first start"
             )
         ]
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            return _ledger_findings(conn, settings, path)
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:  # every ledger problem is a finding, never a crash
-        if is_damage(exc):
-            return [Finding("fail", "ledger", f"{path} is damaged: {exc}", RECOVERY)]
+    now = int(time.time() * 1000)
+    limit_ms = int(settings.engine.timeout_s * STUCK_FACTOR * 1000)
+    report = inspect_file(path, now - limit_ms)  # every ledger problem is a finding
+    if report.damage:
+        # What else the file says cannot be trusted: the damage is the finding.
+        shown = "; ".join(p.replace("\n", " ") for p in report.damage[:3])
+        return [Finding("fail", "ledger", f"{path} is damaged: {shown}", RECOVERY)]
+    if report.unreadable is not None:
         return [
             Finding(
                 "fail",
                 "ledger",
-                f"cannot read {path}: {exc}",
+                f"cannot read {path}: {report.unreadable}",
                 "check the file's owner and mode, and run doctor as the broker's user",
             )
         ]
-
-
-def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -> list[Finding]:
-    problems = integrity_check(conn)
-    if problems:
-        # What else the file says cannot be trusted: the damage is the finding.
-        shown = "; ".join(p.replace("\n", " ") for p in problems[:3])
-        return [Finding("fail", "ledger", f"{path} is damaged: {shown}", RECOVERY)]
     out = [Finding("ok", "ledger", f"{path} passes the integrity check")]
-    version, latest = schema_version(conn), len(load_migrations())
+    version, latest = report.schema, report.latest
     if version < latest:
         out.append(
             Finding(
@@ -213,32 +191,20 @@ def _ledger_findings(conn: sqlite3.Connection, settings: Settings, path: Path) -
         )
     else:
         out.append(Finding("ok", "migrations", f"schema {version} is current"))
-    out += _stuck(conn, settings)
+    out += _stuck(report, now, limit_ms)
     return out
 
 
-def _stuck(conn: sqlite3.Connection, settings: Settings) -> list[Finding]:
-    limit_ms = int(settings.engine.timeout_s * STUCK_FACTOR * 1000)
-    cutoff = int(time.time() * 1000) - limit_ms
-    rows = conn.execute(
-        "SELECT session_label, min(updated_at) FROM queue_items WHERE status = 'running'"
-        " AND updated_at < ? GROUP BY session_label",
-        (cutoff,),
-    ).fetchall()
+def _stuck(report: LedgerReport, now: int, limit_ms: int) -> list[Finding]:
     out = [
         Finding(
             "warn",
             "stuck",
-            f"{label}: a turn has run for {(time.time() * 1000 - since) / 60000:.1f} min",
+            f"{label}: a turn has run for {(now - since) / 60000:.1f} min",
             f"brokerctl show {label}; a restart records it as aborted and runs it again",
         )
-        for label, since in rows
+        for label, since in report.running_since
     ]
-    pending = conn.execute(
-        "SELECT channel, count(*) FROM outbox WHERE status = 'pending' AND created_at < ?"
-        " GROUP BY channel",
-        (cutoff,),
-    ).fetchall()
     out += [
         Finding(
             "warn",
@@ -246,7 +212,7 @@ def _stuck(conn: sqlite3.Connection, settings: Settings) -> list[Finding]:
             f"{count} reply(ies) on channel {channel!r} unconfirmed",
             f"is an adapter for {channel!r} running and sending `delivered`?",
         )
-        for channel, count in pending
+        for channel, count in report.unconfirmed
     ]
     if not out:
         out.append(

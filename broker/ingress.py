@@ -25,8 +25,7 @@ from typing import Any
 
 from ledger import logs
 from ledger.ids import now_ms
-from ledger.ingest import Accepted, InboundRecord
-from ledger.store import Ledger
+from ledger.port import Accepted, InboundRecord, IngestPort
 from ledger.writer import (
     LedgerWriteFailed,
     WriterClosed,
@@ -53,7 +52,7 @@ class Ingress:
     def __init__(
         self,
         settings: Settings,
-        ledger: Ledger,
+        ledger: IngestPort,
         router: Router,
         on_committed: Callable[[Accepted, InboundRecord], None],
     ) -> None:

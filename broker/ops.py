@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.core.session_state import EVENT_TYPES
-from ledger import events, logs, queries, recall, sessions
+from ledger import logs
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
-from ledger.store import Ledger
+from ledger.port import LedgerPort
 
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
@@ -30,7 +30,7 @@ StateOf = Callable[[str], str]
 
 class Ops:
     def __init__(
-        self, ledger: Ledger, state_of: StateOf, mailboxes: Mailboxes | None = None
+        self, ledger: LedgerPort, state_of: StateOf, mailboxes: Mailboxes | None = None
     ) -> None:
         self.ledger = ledger
         self.mailboxes = mailboxes
@@ -91,6 +91,7 @@ class Ops:
         """`ok` is the absence of problems: each source below adds its reasons, checked
         afresh on every call (a dead or stopped writer is seen before any write fails)."""
         problems = self.ledger.writer_problems()
+        writer = self.ledger.writer_stats()
         now = now_ms()
         stuck_after_ms = (
             int(self.mailboxes.settings.queue.stuck_after_s * 1000) if self.mailboxes else 0
@@ -111,17 +112,17 @@ class Ops:
             "uptime_s": round(time.monotonic() - self.started, 3),
             "sessions": counts.get("sessions"),
             "queued": counts.get("queued"),
-            "ledger": "sqlite",
+            "ledger": self.ledger.backend,
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,
-            "writer_queue": self.ledger.writer.queued,
-            "writer_pid": self.ledger.writer_pid,
+            "writer_queue": writer.queued,
+            "writer_pid": writer.pid,
             # Transactions and the jobs they held since start: jobs / commits is
             # the group-commit batch size.
-            "writer_commits": self.ledger.writer.commits,
-            "writer_jobs": self.ledger.writer.jobs,
+            "writer_commits": writer.commits,
+            "writer_jobs": writer.jobs,
             # Kept short by the checkpointer (ledger/checkpoint.py); one that keeps
             # growing means checkpoints fail or a reader holds an old snapshot.
-            "wal_bytes": self.ledger.wal_bytes(),
+            "wal_bytes": writer.wal_bytes,
         }
 
     def _stuck_items(self, rows: list[tuple[str, int, int]], now: int) -> list[dict[str, Any]]:
@@ -181,28 +182,7 @@ class Ops:
             ),
             req,
         )
-        limit = a.get("limit", 200)
-
-        def show(c: Any) -> dict[str, Any]:
-            label = queries.resolve_for_show(c, a["session"])
-            row = queries.session_row(c, label)
-            return {
-                "label": label,
-                "kind": row["kind"],
-                "status": row["status"],
-                "merged_into": row["merged_into"],
-                "persona": row["persona"],
-                "parent": row["parent_session"],
-                "parent_turn": row["parent_turn_id"],
-                "origin": row["origin"],
-                "aliases": queries.aliases_of(c, label),
-                "head": row["head_turn_id"],
-                "queued": queries.queued_items(c, label, limit),
-                "turns": queries.thread_turns(c, row["head_turn_id"], limit),
-                "totals": events.session_totals(c, label),
-            }
-
-        data = await self.ledger.read(show)
+        data = await self.ledger.session_show(a["session"], a.get("limit", 200))
         data["state"] = self.state_of(data["label"])
         return data
 
@@ -217,7 +197,7 @@ class Ops:
             args, (ArgSpec("turn", str, True, 64), ArgSpec("label", str, False, 200)), req
         )
         now = now_ms()
-        label = await self.ledger.write(sessions.fork, a["turn"], a.get("label"), now)
+        label = await self.ledger.fork(a["turn"], a.get("label"), now)
         log.info("session forked", session=label, turn=a["turn"])
         return {"label": label}
 
@@ -251,7 +231,7 @@ class Ops:
         a = check_args(
             args, (ArgSpec("session", str, True), ArgSpec("instructions", str, False, 4000)), req
         )
-        label = await self.ledger.read(lambda c: queries.resolve_for_show(c, a["session"]))
+        label = await self.ledger.resolve_session(a["session"])
         if self.mailboxes is None:
             raise ProtocolError("internal", "the mailboxes are not running", req=req)
         turn = await self.mailboxes.compact(label, a.get("instructions"))
@@ -277,27 +257,24 @@ class Ops:
             raise ProtocolError(
                 "invalid", f"type must be one of {', '.join(EVENT_TYPES)}", field="type", req=req
             )
-        return await self.ledger.read(
-            lambda c: events.query(
-                c,
-                kind=a.get("type"),
-                session=a.get("session"),
-                turn=a.get("turn"),
-                text=a.get("text"),
-                limit=a.get("limit", 100),
-            )
+        return await self.ledger.events_query(
+            kind=a.get("type"),
+            session=a.get("session"),
+            turn=a.get("turn"),
+            text=a.get("text"),
+            limit=a.get("limit", 100),
         )
 
     async def scratchpad_get(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(args, (ArgSpec("session", str, True),), req)
-        return await self.ledger.read(lambda c: events.scratchpad_get(c, a["session"]))
+        return await self.ledger.scratchpad_get(a["session"])
 
     async def scratchpad_merge(
         self, conn: Connection, args: dict[str, Any], req: str | None
     ) -> Any:
         a = check_args(args, (ArgSpec("session", str, True), ArgSpec("patch", dict, True)), req)
         now = now_ms()
-        return await self.ledger.write(events.scratchpad_merge, a["session"], a["patch"], now)
+        return await self.ledger.scratchpad_merge(a["session"], a["patch"], now)
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(
@@ -340,13 +317,8 @@ class Ops:
             ),
             req,
         )
-
-        def run(c: Any) -> list[recall.Hit]:
-            label = queries.resolve_for_show(c, a["session"]) if "session" in a else None
-            return recall.search(c, a["query"], label, a.get("limit", 20))
-
         try:
-            hits = await self.ledger.read(run)
+            hits = await self.ledger.recall_search(a["query"], a.get("session"), a.get("limit", 20))
         except ValueError as exc:
             raise ProtocolError("invalid", str(exc), field="query", req=req) from exc
         keys = ("session", "turn", "role", "at", "snippet", "score")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from broker.core.queue_machine import QueueMode
 
 VERSION = 1
 CHANNEL_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -210,7 +212,7 @@ def is_timestamp(value: str) -> bool:
     return day != "29" or month != "02" or calendar.isleap(int(value[:4]))
 
 
-QUEUE_MODES = frozenset({"interrupt", "steer", "followup", "collect", "queue"})
+QUEUE_MODES = frozenset(get_args(QueueMode))
 
 
 class Inbound(_Frame):
@@ -223,7 +225,7 @@ class Inbound(_Frame):
     thread_id: str | None = Field(None, min_length=1, max_length=256)
     text: str
     ts: str | None = Field(None, max_length=64)
-    queue_mode: Literal["interrupt", "steer", "followup", "collect", "queue"] | None = None
+    queue_mode: QueueMode | None = None
     meta: dict[str, Any] | None = None
 
     @field_validator("ts")
@@ -311,11 +313,6 @@ def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:
     return InboundMessage(
         msg_id, sender_id, sender_name, peer_kind, peer_id, thread_id, text, ts, queue_mode, meta
     )
-
-
-class Delivered(_Frame):
-    type: Literal["delivered"]
-    out_id: str = Field(min_length=1, max_length=64)
 
 
 class Op(_Frame):

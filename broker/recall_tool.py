@@ -20,17 +20,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from broker.core.engine_types import ToolSpec
 from ledger import recall
 from ledger.errors import LedgerLookupError
-from ledger.reads import ReadConnection
-from ledger.recall_answer import Found, Request, Searched, answer
+from ledger.recall_answer import Found, Request, Searched
 
 from .engines.base import EngineError
 
-T = TypeVar("T")
 ACTIONS = ("search", "range", "tool_calls", "summary")
 ALL_SESSIONS = "*"
 DEFAULT_LIMIT = {"search": 10, "range": 40, "tool_calls": 10, "summary": 1}
@@ -92,8 +90,10 @@ RECALL_TOOL = ToolSpec(
 )
 
 
-class LedgerReader(Protocol):
-    def read(self, fn: Callable[[ReadConnection], T]) -> Awaitable[T]: ...
+class RecallReader(Protocol):
+    """The one read the tool needs: `ledger/port.py` ReadPort.recall."""
+
+    def recall(self, req: Request) -> Awaitable[Found]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,7 @@ class Answer:
 
 
 async def conversation_recall(
-    ledger: LedgerReader,
+    ledger: RecallReader,
     session_label: str,
     arguments: Mapping[str, Any],
     count_tokens: Callable[[str], int],
@@ -140,7 +140,7 @@ async def conversation_recall(
     """Run one call of the tool for the session `session_label` (see the Rules)."""
     req = parse_arguments(arguments, session_label, cross_session)
     try:
-        found = await ledger.read(lambda conn: answer(conn, req))
+        found = await ledger.recall(req)
     except (ValueError, LedgerLookupError) as exc:
         raise EngineError(f"conversation_recall {req.action}: {exc}") from exc
     return fit(_answer(req, found), count_tokens, budget_tokens)

@@ -28,7 +28,6 @@ from typing import Any
 import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ledger import logs
 from ledger.ids import new_id
@@ -511,13 +510,3 @@ def _version() -> str:
         return version("agent-broker")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree
         return "0.0.0"
-
-
-async def drain(receive: MemoryObjectReceiveStream[Any]) -> list[Any]:
-    """Everything already waiting in a memory stream, without blocking."""
-    out = []
-    while True:
-        try:
-            out.append(receive.receive_nowait())
-        except anyio.WouldBlock:
-            return out

@@ -8,6 +8,7 @@ from typing import Any
 from broker.core.identity import DM_TEMPLATE, chain_to_root, resolve_label
 
 from .errors import NotFound
+from .events import session_totals
 from .ingest import get_alias, get_session_ref
 
 OPEN = "('queued', 'running')"
@@ -46,6 +47,27 @@ def resolve_for_show(conn: sqlite3.Connection, name: str) -> str:
     if target is None:
         raise NotFound(f"no session or alias {name!r}", field="session")
     return target
+
+
+def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, Any]:
+    """`session.show`: a session (by label or alias), its queue and its thread."""
+    label = resolve_for_show(conn, name)
+    row = session_row(conn, label)
+    return {
+        "label": label,
+        "kind": row["kind"],
+        "status": row["status"],
+        "merged_into": row["merged_into"],
+        "persona": row["persona"],
+        "parent": row["parent_session"],
+        "parent_turn": row["parent_turn_id"],
+        "origin": row["origin"],
+        "aliases": aliases_of(conn, label),
+        "head": row["head_turn_id"],
+        "queued": queued_items(conn, label, limit),
+        "turns": thread_turns(conn, row["head_turn_id"], limit),
+        "totals": session_totals(conn, label),
+    }
 
 
 def session_row(conn: sqlite3.Connection, label: str) -> dict[str, Any]:

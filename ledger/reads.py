@@ -1,7 +1,8 @@
-"""Reads that the broker shell runs through `Ledger.read`, and the connection they take.
+"""The context load, and the connection it takes.
 
-The shell names the connection (`ReadConnection`) only to pass it on to
-functions of `ledger/`; it runs no query of its own on it.
+`Ledger.session_start` runs it for the port; until the actor calls that, the
+shell names the connection (`ReadConnection`) only to pass it on to functions
+of `ledger/`, and runs no query of its own on it.
 
 The context load: a session's thread as the context needs it.
 

@@ -1,7 +1,7 @@
 """Conversation recall: full-text search and reads over the verbatim history.
 
-Sync functions over a sqlite3 connection (run them with `Ledger.read`); they
-only read. Times are integer milliseconds (UTC), as stored.
+Sync functions over a sqlite3 connection (`ledger/store.py` runs them on a
+reader); they only read. Times are integer milliseconds (UTC), as stored.
 
 Rule 1: user text never reaches FTS5 as syntax. `fts_query` turns it into
         quoted strings only: each word, or "a phrase" in double quotes, with a

@@ -1,8 +1,8 @@
 """What one call of the `conversation_recall` tool reads (broker/recall_tool.py).
 
-The tool checks its arguments into a `Request`; `answer` runs the reads it
-asks for with `Ledger.read` and returns what they found, for the tool to shape
-into text. The searches and reads themselves are `ledger/recall.py`.
+The tool checks its arguments into a `Request`; `answer` (which `Ledger.recall`
+runs on a reader) does the reads it asks for and returns what they found, for
+the tool to shape into text. The searches and reads themselves are `ledger/recall.py`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ Found = Searched | list[recall.Entry] | recall.Summary
 
 
 def answer(conn: sqlite3.Connection, req: Request) -> Found:
-    """What one call of the recall tool reads (run it with `Ledger.read`)."""
+    """What one call of the recall tool reads (`Ledger.recall` runs it)."""
     if req.action == "search":
         return _searched(conn, req)
     assert req.session is not None  # only search reads all sessions

@@ -77,6 +77,16 @@ def export_lines(conn: sqlite3.Connection, label: str, now: int) -> Iterator[dic
         yield _turn_line(conn, turn_id)
 
 
+def export_snapshot(conn: sqlite3.Connection, label: str, now: int) -> list[dict[str, Any]]:
+    """`export_lines` read in one snapshot: a thread that grows meanwhile is exported as
+    it was when the export began."""
+    conn.execute("BEGIN")
+    try:
+        return list(export_lines(conn, label, now))
+    finally:
+        conn.execute("COMMIT")
+
+
 def thread_ids(conn: sqlite3.Connection, head: str | None) -> list[str]:
     if head is None:
         return []

@@ -1,7 +1,10 @@
-"""The ledger as the broker sees it: one writer, a few readers, async methods.
+"""The SQLite ledger behind the port (`ledger/port.py`): one writer, a few readers.
 
-The broker core talks to this class only; nothing outside `ledger/` touches
-SQLite. A server database would be another implementation of the same methods.
+Rule 1: every write goes through the one writer (`ledger/writer.py`) as a job
+        of a `ledger/` module; every read runs one function of a `ledger/`
+        module on a reader connection, in one hop to a reader thread.
+Rule 2: the broker shell sees this class only through the port's methods;
+        nothing outside `ledger/` touches SQLite.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import anyio.abc
 
 from broker.core.identity import SessionSpec
 
-from . import queries
+from . import dispatch as dispatches
+from . import events, sessions, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -30,33 +34,15 @@ from .db import (
     quick_check,
 )
 from .ingest import Accepted, InboundRecord, ingest_job
+from .items import ItemInfo
 from .merge import MergeResult, merge_job
+from .port import WriterStats
+from .sqlite_reads import ReaderPool, SqliteReads
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, WriterDied
 from .writer_process import ProcessLink, configure_logging
 
 T = TypeVar("T")
-
-
-class ReaderPool:
-    """A fixed set of read connections, each used by one thread at a time."""
-
-    def __init__(self, conns: list[sqlite3.Connection]) -> None:
-        self._free = list(conns)
-        self._all = list(conns)
-        self._slots = anyio.Semaphore(len(conns))
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._slots:
-            conn = self._free.pop()
-            try:
-                return await anyio.to_thread.run_sync(fn, conn)
-            finally:
-                self._free.append(conn)
-
-    def close(self) -> None:
-        for conn in self._all:
-            conn.close()
 
 
 WriterKind = Literal["process", "thread"]
@@ -80,7 +66,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger:
+class Ledger(SqliteReads):
     def __init__(
         self,
         path: Path,
@@ -91,7 +77,7 @@ class Ledger:
     ) -> None:
         self.path = path
         self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s)
-        self.readers = readers
+        super().__init__(readers)
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
@@ -186,13 +172,97 @@ class Ledger:
             ledger.readers.close()
             await ledger.writer.aclose()
 
-    # -- writes ------------------------------------------------------------
+    # -- writes (IngestPort, TurnPort, OpsPort) ------------------------------
 
     def submit_inbound(self, rec: InboundRecord, spec: SessionSpec, now: int) -> Pending[Accepted]:
         return self.writer.submit(ingest_job, rec, spec, now)
 
+    async def ingest(
+        self, batch: list[tuple[InboundRecord, SessionSpec]], now: int
+    ) -> list[Accepted]:
+        pending = [self.writer.submit(ingest_job, rec, spec, now) for rec, spec in batch]
+        return [await p.result() for p in pending]
+
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
         return await self.writer.call(merge_job, src, into, now)
+
+    def submit_mark_running(self, turn_id: str, item_ids: list[str], now: int) -> Pending[None]:
+        return self.writer.submit(turns.mark_running, turn_id, item_ids, now)
+
+    def submit_turn(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
+        return self.writer.submit(turns.commit_turn, rec)
+
+    def submit_orphan(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
+        return self.writer.submit(turns.commit_orphan, rec)
+
+    def submit_progress(self, turn_id: str, session: str, output: str, now: int) -> Pending[None]:
+        return self.writer.submit(turns.save_progress, turn_id, session, output, now)
+
+    def submit_item_status(
+        self, items: list[tuple[str, str, str | None]], now: int
+    ) -> Pending[None]:
+        return self.writer.submit(turns.set_item_status, items, now)
+
+    def submit_command_done(
+        self,
+        item_id: str,
+        reason: str,
+        reply: tuple[str, str, str, str] | None,
+        override: str | bool | None,
+        now: int,
+    ) -> Pending[None]:
+        return self.writer.submit(turns.command_done, item_id, reason, reply, override, now)
+
+    def submit_new_thread(self, label: str, previous: str | None, now: int) -> Pending[None]:
+        return self.writer.submit(turns.new_thread, label, previous, now)
+
+    def submit_delivered(self, out_ids: list[str], now: int) -> Pending[int]:
+        # Lazy (writer.py Rule 6): nobody waits on it, and it commutes with every job.
+        return self.writer.submit_lazy(turns.mark_delivered, out_ids, now)
+
+    async def settled(self) -> None:
+        await self.writer.settled()
+
+    async def recover_crashed(self, now: int, session: str | None = None) -> list[str]:
+        return await self.writer.call(turns.recover_crashed, now, session)
+
+    async def dispatch(
+        self,
+        *,
+        parent: str | None,
+        parent_turn: str | None,
+        tool_call: str | None,
+        target: dict[str, Any],
+        task: str,
+        persona: str | None,
+        limits: dispatches.Limits,
+        now: int,
+    ) -> dispatches.Dispatched:
+        return await self.writer.call(
+            dispatches.dispatch,
+            parent=parent,
+            parent_turn=parent_turn,
+            tool_call=tool_call,
+            target=target,
+            task=task,
+            persona=persona,
+            limits=limits,
+            now=now,
+        )
+
+    async def sweep_worker_timeouts(self, now: int) -> list[ItemInfo]:
+        return await self.writer.call(dispatches.sweep_timeouts, now)
+
+    async def fork(self, turn_id: str, label: str | None, now: int) -> str:
+        return await self.writer.call(sessions.fork, turn_id, label, now)
+
+    async def scratchpad_merge(self, session: str, patch: dict[str, Any], now: int) -> Any:
+        return await self.writer.call(events.scratchpad_merge, session, patch, now)
+
+    async def import_session(
+        self, lines: list[bytes], label: str | None, now: int
+    ) -> tuple[str, int]:
+        return await self.writer.call(sessions.import_lines, lines, label, now)
 
     def configure_logging(self, level: str, fmt: str) -> Pending[None] | None:
         """Have the writer process log at `level` in `fmt` from its next batch on (after
@@ -203,8 +273,17 @@ class Ledger:
         return self.writer.submit(configure_logging, level, fmt)
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5)."""
+        """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5).
+        Kept for the actor and the registry until they call the port's methods."""
         return await self.writer.call(fn, *args, **kwargs)
+
+    @property
+    def writer_died(self) -> str | None:
+        dead = self.writer.dead
+        return str(dead) if dead is not None else None
+
+    def stop_retrying(self) -> None:
+        self.writer.stop_retrying()
 
     @property
     def write_failure(self) -> str | None:
@@ -212,7 +291,9 @@ class Ledger:
         failure = self.writer.failure
         return failure.reason() if failure is not None else None
 
-    # -- reads -------------------------------------------------------------
+    # -- the ledger's own state -------------------------------------------------
+
+    backend = "sqlite"
 
     def wal_bytes(self) -> int:
         """The size of the WAL file (0 when there is none)."""
@@ -221,26 +302,6 @@ class Ledger:
         except FileNotFoundError:
             return 0
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.readers.run(fn)
-
-    async def health_reads(
-        self, untouched_since: int
-    ) -> tuple[dict[str, int], list[tuple[str, int, int]], str | None]:
-        """For `health`: the counts, the sessions with open items untouched since
-        `untouched_since` (label, items, oldest), or why the ledger cannot be read."""
-        try:
-            counts = await self.counts()
-            rows = await self.read(lambda c: queries.open_items_untouched_since(c, untouched_since))
-        except sqlite3.Error as exc:
-            return {}, [], f"the ledger cannot be read: {exc}"
-        return counts, rows, None
-
-    async def counts(self) -> dict[str, int]:
-        return await self.read(queries.counts)
-
-    async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
-        return await self.read(lambda c: queries.sessions_list(c, status, limit))
-
-    async def contact_show(self, channel: str, sender_id: str) -> dict[str, Any]:
-        return await self.read(lambda c: queries.contact_show(c, channel, sender_id))
+    def writer_stats(self) -> WriterStats:
+        w = self.writer
+        return WriterStats(w.queued, w.commits, w.jobs, self.writer_pid, self.wal_bytes())

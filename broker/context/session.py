@@ -4,8 +4,9 @@ Rule 1: token counts are computed once, when a message is first seen, and
         stored with the message; loading a session never re-tokenizes history
         (rows written before counts were stored are counted once on load).
 Rule 2: the history kept in memory is the thread the ledger loads
-        (`ledger.reads.load_thread`): the turns after the latest compaction
-        boundary, without the inputs of aborted turns.
+        (`LedgerPort.session_start`, `ledger.reads.load_thread`): the turns
+        after the latest compaction boundary, without the inputs of aborted
+        turns.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from itertools import chain
 
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
 from broker.core.session_state import SessionState, state_from
+from ledger.port import Thread
 from ledger.reads import ReadConnection, load_thread
 
 from .tokens import TokenCounter
@@ -111,11 +113,16 @@ def summary_text(summary: str) -> str:
 
 
 def load(conn: ReadConnection, head: str | None, counter: TokenCounter) -> SessionContext:
-    """A session's context from the ledger; runs inside `Ledger.read`."""
+    """`from_thread` of the thread read on `conn`; the actor's way until it reads its
+    start through the port (`LedgerPort.session_start`) and calls `from_thread`."""
+    return from_thread(load_thread(conn, head) if head is not None else None, counter)
+
+
+def from_thread(thread: Thread | None, counter: TokenCounter) -> SessionContext:
+    """A session's context from its thread as the ledger loaded it (None: no head)."""
     ctx = SessionContext(counter)
-    if head is None:
+    if thread is None:
         return ctx
-    thread = load_thread(conn, head)
     ctx.state = state_from(thread.events)
     if thread.summary is not None:
         ctx.summary = thread.summary

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from broker.context import TokenCounter
 from broker.context import tokens as tokens_mod
-from broker.context.session import SessionContext, summary_text
+from broker.context.session import SessionContext, from_thread, summary_text
 from broker.core import packing
 from broker.core.compaction import (
     CompactionPlan,
@@ -28,6 +28,7 @@ from broker.core.compaction import (
 )
 from broker.core.engine_types import Role
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
+from ledger.reads import StoredTurn, Thread
 
 # --- helpers and strategies -------------------------------------------------------
 
@@ -578,3 +579,25 @@ def test_fallback_summary_is_deterministic_and_fits(
         marker, *kept = text.splitlines()
         assert marker.endswith("earlier summary lines omitted]")
         assert full.splitlines()[len(full.splitlines()) - len(kept) :] == kept
+
+
+def test_a_context_from_the_loaded_thread_keeps_stored_counts_and_counts_the_rest() -> None:
+    counter = TokenCounter()
+    thread = Thread(
+        "they met",
+        [
+            StoredTurn("t1", [("user", "hello", 7), ("assistant", "hi there", None)]),
+            StoredTurn("t2", [("user", "bye", 3)]),
+        ],
+        [("intent", {"text": "say goodbye"})],
+    )
+    ctx = from_thread(thread, counter)
+    assert [b.turn_id for b in ctx.blocks] == ["t1", "t2"]
+    [hello, hi], [bye] = (b.messages for b in ctx.blocks)
+    assert (hello.tokens, bye.tokens) == (7, 3)  # stored: never counted again (Rule 1)
+    assert hi.tokens == counter.count_message("assistant", "hi there")
+    assert ctx.summary == "they met"
+    assert ctx.summary_tokens == counter.count_message("system", summary_text("they met"))
+    assert ctx.state.focus == "say goodbye"
+    empty = from_thread(None, counter)
+    assert (empty.blocks, empty.summary) == ([], None)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from broker.deliveries import Deliveries
 from broker.server import Connection
-from ledger.store import Ledger
+from ledger.port import DeliveryPort
 
 
 @dataclass(eq=False)
@@ -24,7 +24,7 @@ class FakeConn:
 
 
 class NoBacklog:
-    async def read(self, fn: Any) -> list[Any]:
+    async def pending_outbox(self, channel: str, limit: int, after: Any = None) -> list[Any]:
         return []
 
 
@@ -55,7 +55,7 @@ ops = st.lists(
 @given(ops)
 @example([("connect", "a"), ("pick", "a", 2), ("connect", "a"), ("pick", "a", 2)])
 def test_pick_always_matches_rendezvous_hashing(script: list[tuple[Any, ...]]) -> None:
-    deliveries = Deliveries(cast(Ledger, NoBacklog()))
+    deliveries = Deliveries(cast(DeliveryPort, NoBacklog()))
     made: list[FakeConn] = []
     for op in script:
         if op[0] == "connect":
@@ -75,7 +75,7 @@ def test_pick_always_matches_rendezvous_hashing(script: list[tuple[Any, ...]]) -
 
 
 def test_a_new_adapter_takes_over_the_sessions_it_wins() -> None:
-    deliveries = Deliveries(cast(Ledger, NoBacklog()))
+    deliveries = Deliveries(cast(DeliveryPort, NoBacklog()))
     first = FakeConn("conn-first", "chat")
     anyio.run(deliveries.adapter_connected, cast(Connection, first))
     sessions = [f"dm:s{i}" for i in range(50)]

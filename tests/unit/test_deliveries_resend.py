@@ -21,7 +21,8 @@ import pytest
 
 from broker.deliveries import Deliveries
 from broker.server import Connection
-from ledger.store import Ledger
+from ledger import turns
+from ledger.port import DeliveryPort, OutboxKey, OutboxRow
 
 pytestmark = pytest.mark.anyio
 
@@ -81,13 +82,18 @@ class Outbox:
             (out_id, SESSION, CHANNEL, body or frame(out_id), at),
         )
 
-    async def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    async def pending_outbox(
+        self, channel: str, limit: int, after: OutboxKey | None = None
+    ) -> list[OutboxRow]:
         self.reads += 1
         self.during(self.reads)
         await anyio.lowlevel.checkpoint()
-        rows = fn(self.conn)
+        rows = [OutboxRow(*r) for r in turns.pending_outbox(self.conn, channel, limit, after)]
         self.after()
         return rows
+
+    def submit_delivered(self, out_ids: list[str], now: int) -> Pending:
+        return self.writer.submit_lazy(turns.mark_delivered, out_ids, now)
 
 
 class Writer:
@@ -116,7 +122,7 @@ class Pending:
 
 
 def deliveries_over(outbox: Outbox, **kwargs: int) -> Deliveries:
-    return Deliveries(cast(Ledger, outbox), **kwargs)
+    return Deliveries(cast(DeliveryPort, outbox), **kwargs)
 
 
 async def connect(deliveries: Deliveries, conn: FakeConn) -> None:

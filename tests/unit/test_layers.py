@@ -23,7 +23,7 @@ IMPURE = frozenset(
 LATER_CYCLES = [
     {"broker.mailbox.actor", "broker.mailbox.compactor", "broker.mailbox.registry", "broker.tools"}
 ]
-LATER_SQLITE = {"broker.daemon", "broker.doctor", "broker.mailbox.actor", "broker.mailbox.registry"}
+LATER_SQLITE = {"broker.mailbox.actor", "broker.mailbox.registry"}
 
 
 @cache

@@ -15,7 +15,6 @@ from broker.protocol import (
     MAX_REQ,
     VERSION,
     ArgSpec,
-    Delivered,
     FrameTooLarge,
     Inbound,
     InboundMessage,
@@ -509,16 +508,13 @@ def test_timestamp_digits_are_ascii() -> None:
 # -- other frames and op arguments ------------------------------------------
 
 
-def test_parse_model_delivered_and_op() -> None:
-    delivered = parse_model(Delivered, {"type": "delivered", "out_id": "o1"})
-    assert isinstance(delivered, Delivered)
-    assert delivered.out_id == "o1"
+def test_parse_model_op() -> None:
     op = parse_model(Op, {"type": "op", "op": "health"})
     assert isinstance(op, Op)
     assert op.args == {}
     with pytest.raises(ProtocolError) as info:
-        parse_model(Delivered, {"type": "delivered", "out_id": "o" * 65, "req": "r4"})
-    assert (info.value.code, info.value.field, info.value.req) == ("invalid", "out_id", "r4")
+        parse_model(Op, {"type": "op", "op": "o" * 65, "req": "r4"})
+    assert (info.value.code, info.value.field, info.value.req) == ("invalid", "op", "r4")
 
 
 SPECS = (

@@ -13,9 +13,10 @@ from broker.engines.base import EngineError
 from broker.ops import Ops
 from broker.protocol import ProtocolError
 from broker.recall_tool import RECALL_TOOL, conversation_recall, fit, parse_arguments
-from ledger import recall
+from ledger import recall, recall_answer
 from ledger.errors import NotFound
 from ledger.fts import index_new_messages
+from ledger.recall_answer import Found, Request
 from ledger.store import Ledger
 
 pytestmark = pytest.mark.anyio
@@ -356,13 +357,13 @@ def test_summary(archive: sqlite3.Connection) -> None:
 
 
 class SyncLedger:
-    """`Ledger.read` without threads, for the tool's formatting tests."""
+    """`Ledger.recall` without threads, for the tool's formatting tests."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    async def read(self, fn: Any) -> Any:
-        return fn(self.conn)
+    async def recall(self, req: Request) -> Found:
+        return recall_answer.answer(self.conn, req)
 
 
 async def recall_text(c: sqlite3.Connection, budget: int = 8000, **args: Any) -> str:

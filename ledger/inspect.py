@@ -1,0 +1,106 @@
+"""The ledger file looked at from outside: what `brokerctl doctor` reports, with
+the daemon up or down, and what an error of the storage means to an operator.
+
+Rule 1: a look never writes: the file is opened read-only, and a file that does
+        not exist is reported as such, never created.
+Rule 2: every problem is part of the report, never an exception: damage (the
+        integrity check's findings, or an error that means damage) is told
+        apart from a file that cannot be read at all.
+Rule 3: what the report says past the damage is only filled in when there is
+        none: a damaged file's other figures cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .db import integrity_check, is_damage, load_migrations, schema_version
+from .queries import open_item_count
+
+FailureKind = Literal["permission", "io", "damage", "cannot_open"]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerReport:
+    damage: list[str] = field(default_factory=list)
+    unreadable: str | None = None  # why the file cannot be read (Rule 2)
+    schema: int = 0
+    latest: int = 0  # the newest schema this broker knows
+    running_since: list[tuple[str, int]] = field(default_factory=list)  # (session, since ms)
+    unconfirmed: list[tuple[str, int]] = field(default_factory=list)  # (channel, replies)
+
+
+def report(conn: sqlite3.Connection, stuck_before: int) -> LedgerReport:
+    """Integrity, schema, turns running since before `stuck_before` and replies
+    unconfirmed since then (Rule 3)."""
+    problems = integrity_check(conn)
+    if problems:
+        return LedgerReport(damage=problems)
+    running = conn.execute(
+        "SELECT session_label, min(updated_at) FROM queue_items WHERE status = 'running'"
+        " AND updated_at < ? GROUP BY session_label",
+        (stuck_before,),
+    ).fetchall()
+    pending = conn.execute(
+        "SELECT channel, count(*) FROM outbox WHERE status = 'pending' AND created_at < ?"
+        " GROUP BY channel",
+        (stuck_before,),
+    ).fetchall()
+    return LedgerReport(
+        schema=schema_version(conn),
+        latest=len(load_migrations()),
+        running_since=[(str(label), int(since)) for label, since in running],
+        unconfirmed=[(str(channel), int(n)) for channel, n in pending],
+    )
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
+def inspect_file(path: Path, stuck_before: int) -> LedgerReport:
+    """`report` on the file at `path`, whoever else has it open (Rules 1, 2)."""
+    try:
+        conn = _read_only(path)
+        try:
+            return report(conn, stuck_before)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        if is_damage(exc):
+            return LedgerReport(damage=[str(exc)])
+        return LedgerReport(unreadable=str(exc))
+
+
+def waiting_items(path: Path) -> int | None:
+    """Queued or running items in the file at `path`; None when it cannot be read."""
+    try:
+        conn = _read_only(path)
+        try:
+            return open_item_count(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
+_KINDS: dict[int, FailureKind] = {
+    3: "permission",  # SQLITE_PERM
+    8: "permission",  # SQLITE_READONLY
+    10: "io",  # SQLITE_IOERR
+    11: "damage",  # SQLITE_CORRUPT
+    13: "io",  # SQLITE_FULL
+    14: "cannot_open",  # SQLITE_CANTOPEN
+    26: "damage",  # SQLITE_NOTADB
+}
+
+
+def storage_failure(exc: BaseException) -> FailureKind | None:
+    """What an error raised by the storage means (for the daemon's exit status); None
+    for an error that does not come from it."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    return _KINDS.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF, "io")
