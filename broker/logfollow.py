@@ -1,6 +1,6 @@
 """`logs.follow`: live log records for an operator connection.
 
-A follower registers a tap on the log pipeline (broker.logs.add_tap). Records
+A follower registers a tap on the log pipeline (ledger.logs.add_tap). Records
 pass its filters (session, minimum level) into a bounded buffer; a task of the
 connection sends them as `log` frames. A follower that cannot keep up loses
 records, never slows the daemon, and is told how many it lost.

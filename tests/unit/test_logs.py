@@ -1,4 +1,4 @@
-"""broker.logs: a logger binds once per configuration and follows a reload's level.
+"""ledger.logs: a logger binds once per configuration and follows a reload's level.
 
 Run in a fresh interpreter: logging configuration is process-wide.
 """

@@ -1,4 +1,4 @@
-"""`broker.records.record`: value semantics at run time, immutability checked by mypy."""
+"""`broker.core.records.record`: value semantics at run time, immutability checked by mypy."""
 
 from __future__ import annotations
 
