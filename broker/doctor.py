@@ -114,7 +114,9 @@ def check_stuck_items(settings: Settings, health: dict[str, Any] | None) -> list
     """Acked items no live actor holds (ops.py `_stuck_items`). Only the daemon knows its
     actors: while it is down this says how many items wait, and no more."""
     if health is None:
-        waiting = waiting_items(settings.ledger.path)  # None: the ledger check says why
+        waiting = waiting_items(settings.ledger.path)
+        if waiting is None:  # the ledger check says why
+            return [Finding("warn", "stuck_items", "the ledger cannot be read: not checked")]
         if not waiting:
             return [Finding("ok", "stuck_items", "the daemon is down; no item waits")]
         return [

@@ -115,6 +115,10 @@ def test_damaged_ledger_is_refused_at_start_and_reported_by_doctor(
     if code == EX_DATAERR and kind != "newer_schema":
         assert "brokerctl backup" in done.stderr and ".recover" in done.stderr
     assert d.ledger.read_bytes() == before, "a refused start must not touch the file"
+    if kind in ("truncated", "header"):  # not even the item count can be read
+        _, findings = doctor(d.config_path)
+        stuck = [f for f in findings if f["check"] == "stuck_items"]
+        assert [f["level"] for f in stuck] == ["warn"], stuck  # never "no item waits"
     assert_doctor_fails_on_the_ledger(d)
 
 
