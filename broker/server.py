@@ -263,14 +263,18 @@ class Server:
         """Accept until `stop_accepting`; connections live on until cancelled."""
         async with anyio.create_task_group() as tg:
             task_status.started()
-            with self._accepting:
-                async with listener:
-                    while True:
-                        stream = await listener.accept()
-                        tg.start_soon(self._handle, stream)
-            if self._unlink_on_stop:
-                with contextlib.suppress(OSError):
-                    os.unlink(self.settings.socket_path)
+            try:
+                with self._accepting:
+                    async with listener:
+                        while True:
+                            stream = await listener.accept()
+                            tg.start_soon(self._handle, stream)
+            finally:
+                # Also when cancelled: a stop that never yields to this task between
+                # `stop_accepting` and the daemon's cancel must not leave the socket file.
+                if self._unlink_on_stop:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.settings.socket_path)
             await anyio.sleep_forever()
 
     async def flush_all(self) -> None:

@@ -205,3 +205,16 @@ async def test_sigterm_under_load_exits_0_and_keeps_every_acked_message(
         with d.db() as db:
             stored = {r[0] for r in db.execute("SELECT msg_id FROM inbound")}
         assert acked <= stored, f"run {run}: acked but lost: {sorted(acked - stored)[:5]}"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_an_idle_daemon_removes_its_socket_when_it_stops(
+    make_daemon: DaemonFactory, backend: str
+) -> None:
+    # Nothing to drain: the stop runs to its cancel without yielding to the accept
+    # loop, which must still take its socket file away.
+    d = make_daemon(backend=backend)
+    assert d.socket.exists()
+    code = await anyio.to_thread.run_sync(d.terminate)
+    assert code == 0
+    assert not d.socket.exists()
