@@ -22,10 +22,10 @@ from adapters.terminal import ChatConfig, chat_in_terminal
 from broker.core.queue_machine import QueueMode
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
+from ledger.jobs import LedgerWriteFailed
 from ledger.sessions import ImportError_
 from ledger.transfer import backup as backup_ledger
 from ledger.transfer import export_session, import_session
-from ledger.writer import LedgerWriteFailed
 
 from .client import BrokerClient, BrokerError
 from .config import ConfigError, LedgerSettings, load_settings

@@ -24,14 +24,9 @@ import anyio.abc
 from ledger import logs
 from ledger.db import LedgerError, LedgerNotWritable, damaged, is_damage
 from ledger.inspect import FailureKind, storage_failure
+from ledger.jobs import LedgerWriteFailed, WriterDied, WriterStuck
 from ledger.store import Ledger
-from ledger.writer import (
-    LedgerWriteFailed,
-    WriterClosed,
-    WriterDied,
-    WriterOverloaded,
-    WriterStuck,
-)
+from ledger.writer import WriterClosed, WriterOverloaded
 
 from . import systemd
 from .config import ConfigError, Settings, load_rules, load_settings

@@ -25,13 +25,9 @@ from typing import Any
 
 from ledger import logs
 from ledger.ids import now_ms
+from ledger.jobs import LedgerWriteFailed, WriterDied
 from ledger.port import Accepted, InboundRecord, IngestPort
-from ledger.writer import (
-    LedgerWriteFailed,
-    WriterClosed,
-    WriterDied,
-    WriterOverloaded,
-)
+from ledger.writer import WriterClosed, WriterOverloaded
 
 from .config import Settings
 from .protocol import ProtocolError, encode, parse_inbound

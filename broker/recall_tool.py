@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from broker.core.engine_types import ToolSpec
-from ledger import recall
+from ledger import recall, recall_reads
 from ledger.errors import LedgerLookupError
 from ledger.recall_answer import Found, Request, Searched
 
@@ -245,7 +245,7 @@ def _time(given: Mapping[str, Any], key: str) -> int | None:
 def _answer(req: Request, found: Found) -> Answer:
     if isinstance(found, Searched):
         return _search(req, found)
-    if isinstance(found, recall.Summary):
+    if isinstance(found, recall_reads.Summary):
         return _summary(found)
     assert req.session is not None  # parse_arguments: only search reads all sessions
     if req.action == "range":
@@ -274,7 +274,7 @@ def _hit_line(hit: recall.Hit, with_session: bool) -> str:
     return f"{_when(hit.at)} {where}{hit.turn} {hit.role}: {_one_line(hit.snippet)}"
 
 
-def _range(session: str, entries: list[recall.Entry]) -> Answer:
+def _range(session: str, entries: list[recall_reads.Entry]) -> Answer:
     if not entries:
         return Answer(f"Session {session} has no turns in that range.", [])
     started: dict[str, int] = {}
@@ -287,14 +287,14 @@ def _range(session: str, entries: list[recall.Entry]) -> Answer:
     return Answer(header, blocks, oldest_first=True)
 
 
-def _entry_block(e: recall.Entry) -> Block:
+def _entry_block(e: recall_reads.Entry) -> Block:
     if e.tool is None:
         return Block(f"{e.role}:", clip(e.content, MESSAGE_MAX))
     args = _one_line(clip(e.arguments or "", ARGS_MAX))
     return Block(f"tool {e.tool} {args} -> {e.status}:", clip(e.content, RESULT_MAX), tool=True)
 
 
-def _tool_calls(req: Request, session: str, calls: list[recall.Entry]) -> Answer:
+def _tool_calls(req: Request, session: str, calls: list[recall_reads.Entry]) -> Answer:
     which = f"calls of {req.tool_name}" if req.tool_name else "tool calls"
     if not calls:
         return Answer(f"Session {session} has no {which}.", [])
@@ -310,7 +310,7 @@ def _tool_calls(req: Request, session: str, calls: list[recall.Entry]) -> Answer
     return Answer(f"The latest {len(calls)} {which} in session {session}, newest first:", blocks)
 
 
-def _summary(s: recall.Summary) -> Answer:
+def _summary(s: recall_reads.Summary) -> Answer:
     t = s.totals
     lines = [
         f"Session {s.session} ({s.kind}, {s.status}), created {_when(s.created_at)} UTC.",

@@ -10,7 +10,7 @@ import orjson
 from broker.core.session_state import merge_patch
 
 from .errors import NotFound
-from .recall import TOTALS
+from .recall_reads import TOTALS
 
 
 def query(

@@ -72,7 +72,7 @@ __all__ = [
 
 
 class Committing(Protocol[T_co]):
-    """A write queued on the ledger (Rule 2); `ledger.writer.Pending` is one."""
+    """A write queued on the ledger (Rule 2); `ledger.jobs.Pending` is one."""
 
     @property
     def done(self) -> bool: ...

@@ -2,7 +2,8 @@
 
 The tool checks its arguments into a `Request`; `answer` (which `Ledger.recall`
 runs on a reader) does the reads it asks for and returns what they found, for
-the tool to shape into text. The searches and reads themselves are `ledger/recall.py`.
+the tool to shape into text. The searches themselves are `ledger/recall.py`, the
+other reads `ledger/recall_reads.py`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from . import recall
+from . import recall, recall_reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class Searched:
     some_words: bool  # no message has all the words; these have some of them
 
 
-Found = Searched | list[recall.Entry] | recall.Summary
+Found = Searched | list[recall_reads.Entry] | recall_reads.Summary
 
 
 def answer(conn: sqlite3.Connection, req: Request) -> Found:
@@ -44,7 +45,7 @@ def answer(conn: sqlite3.Connection, req: Request) -> Found:
         return _searched(conn, req)
     assert req.session is not None  # only search reads all sessions
     if req.action == "range":
-        return recall.range(
+        return recall_reads.range(
             conn,
             req.session,
             req.around_turn,
@@ -54,8 +55,8 @@ def answer(conn: sqlite3.Connection, req: Request) -> Found:
             context_turns=req.context_turns,
         )
     if req.action == "tool_calls":
-        return recall.tool_calls(conn, req.session, req.tool_name, req.limit)
-    return recall.summary(conn, req.session)
+        return recall_reads.tool_calls(conn, req.session, req.tool_name, req.limit)
+    return recall_reads.summary(conn, req.session)
 
 
 def _searched(conn: sqlite3.Connection, req: Request) -> Searched:

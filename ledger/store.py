@@ -35,11 +35,12 @@ from .db import (
 )
 from .ingest import Accepted, InboundRecord, ingest_job
 from .items import ItemInfo
+from .jobs import Pending, WriterDied
 from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
 from .transactor import open_transactor
-from .writer import BatchLink, LedgerWriter, Pending, ThreadLink, WriterDied
+from .writer import BatchLink, LedgerWriter, ThreadLink
 from .writer_process import ProcessLink, configure_logging
 
 T = TypeVar("T")
@@ -273,7 +274,7 @@ class Ledger(SqliteReads):
         return self.writer.submit(configure_logging, level, fmt)
 
     async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Run `fn(conn, *args, **kwargs)` in a write transaction (writer.py Rule 5).
+        """Run `fn(conn, *args, **kwargs)` in a write transaction (jobs.py Rule 1).
         Kept for the actor and the registry until they call the port's methods."""
         return await self.writer.call(fn, *args, **kwargs)
 

@@ -1,17 +1,151 @@
-"""The ledger's write side assembled, the same for the writer process and the
-writer thread: the one write connection with its identity caches, the
-full-text index brought up to date before each COMMIT (fts.py), and the WAL
-checkpointer beside it (checkpoint.py)."""
+"""The ledger's write side: batches of jobs run as transactions on the one write
+connection, the same for the writer process and the writer thread; and that
+connection assembled with its identity caches, the full-text index brought up
+to date before each COMMIT (fts.py), and the WAL checkpointer beside it
+(checkpoint.py).
+
+Rule 1: a job that raises is rolled back alone and its caller gets the
+        exception; the other jobs of its batch commit. (The batch first runs
+        without savepoints; only when a job fails is it rolled back and run
+        again with one savepoint per job: jobs.py Rule 2.)
+Rule 2: if the COMMIT fails, nothing of the batch is kept and every job of it
+        fails: with `StorageFailed` when the storage refused it
+        (`storage_error`: it may commit later, writer.py Rule 7), else with
+        `LedgerWriteFailed`. After a storage failure no batch runs
+        (`HeldBack`) until the failed one comes again, led by `resume_writes`.
+"""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any, Protocol
 
 from .checkpoint import WalCheckpointer
 from .db import Synchronous, connect
 from .fts import indexer_for
 from .ingest import WriterConnection
-from .writer import Transactor
+from .jobs import (
+    HeldBack,
+    JobSpec,
+    LedgerWriteFailed,
+    Outcome,
+    StorageFailed,
+    resume_writes,
+    storage_error,
+)
+
+
+class BatchExecutor(Protocol):
+    """Runs a batch of jobs as one transaction (blocking; called in a worker thread)."""
+
+    def execute(self, jobs: list[JobSpec]) -> list[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+class _JobFailed(Exception):
+    """Internal: a job raised during the optimistic run of a batch."""
+
+
+class Transactor:
+    """Runs batches of jobs on one connection, one transaction per batch (Rules 1, 2).
+
+    Used in a worker thread (`ThreadLink`), or in the writer process (writer_process.py).
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        on_rollback: Callable[[], None] | None = None,
+        before_commit: Callable[[sqlite3.Connection], object] | None = None,
+        checkpointer: WalCheckpointer | None = None,
+    ) -> None:
+        self._conn = conn
+        self._on_rollback = on_rollback
+        # Work every transaction ends with (the full-text index: ledger/fts.py).
+        # If it fails, the whole batch fails, as when the COMMIT does.
+        self._before_commit = before_commit
+        # Checkpoints run beside the transactions, not in their COMMIT (checkpoint.py).
+        self._checkpointer = checkpointer
+        self._writing: AbstractContextManager[Any] = (
+            checkpointer.writing if checkpointer else nullcontext()
+        )
+        self._held: HeldBack | None = None  # set by a storage failure (Rule 2)
+        if checkpointer is not None:
+            checkpointer.attach(conn)
+            checkpointer.start()
+
+    def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
+        if self._held is not None:
+            if not (jobs and jobs[0].fn is resume_writes):
+                return [(None, self._held)] * len(jobs)  # Rule 2: the failed batch first
+            self._held = None
+        with self._writing:
+            try:
+                try:
+                    outcomes = self._transaction(jobs, savepoints=False)
+                except _JobFailed:
+                    self._rolled_back()
+                    outcomes = self._transaction(jobs, savepoints=True)
+            except sqlite3.Error as exc:
+                self._rolled_back()
+                failure: LedgerWriteFailed
+                if storage_error(exc):
+                    failure = StorageFailed(f"ledger write failed: {exc}")
+                    self._held = HeldBack(f"held back behind a batch that failed: {exc}")
+                else:
+                    failure = LedgerWriteFailed(f"ledger write failed: {exc}")
+                failure.__cause__ = exc
+                return [(None, failure)] * len(jobs)
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+        return outcomes
+
+    def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+        self._conn.close()
+
+    def _transaction(self, jobs: list[JobSpec], *, savepoints: bool) -> list[Outcome]:
+        conn = self._conn
+        outcomes: list[Outcome] = []
+        failed = False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job in jobs:
+                if savepoints:
+                    conn.execute("SAVEPOINT job")
+                try:
+                    value = job.run(conn)
+                except Exception as exc:  # the job's own failure, for its caller
+                    if storage_error(exc):
+                        raise  # the storage's, not the job's: the whole batch (Rule 2)
+                    if not savepoints:
+                        raise _JobFailed from exc
+                    conn.execute("ROLLBACK TO job")
+                    outcomes.append((None, exc))
+                    failed = True
+                else:
+                    outcomes.append((value, None))
+                if savepoints:
+                    conn.execute("RELEASE job")
+            if self._before_commit is not None:
+                self._before_commit(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if failed:
+            self._rolled_back()  # caches may hold what a failed job wrote
+        return outcomes
+
+    def _rolled_back(self) -> None:
+        if self._on_rollback is not None:
+            self._on_rollback()
 
 
 def open_transactor(path: Path | str, synchronous: Synchronous) -> Transactor:

@@ -20,9 +20,9 @@ from pathlib import Path
 import orjson
 
 from .db import Synchronous, connect
+from .jobs import JobSpec
 from .sessions import export_lines, import_lines
 from .transactor import open_transactor
-from .writer import JobSpec
 
 
 def export_session(

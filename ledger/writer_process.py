@@ -49,9 +49,9 @@ import anyio
 
 from . import gc_policy, logs
 from .db import Synchronous
+from .jobs import JobSpec, Outcome, WriterDied
 from .rawsock import SocketReader, send_all
 from .transactor import open_transactor
-from .writer import JobSpec, Outcome, WriterDied
 
 _HEADER = struct.Struct("!Q")
 _PR_SET_PDEATHSIG = 1
@@ -332,7 +332,7 @@ _GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.En
 
 
 def _dump_separately(jobs: list[JobSpec]) -> tuple[bytes, dict[int, BaseException]]:
-    """Pickle the jobs that can be; the others fail alone (Rule 5 of writer.py)."""
+    """Pickle the jobs that can be; the others fail alone (jobs.py Rule 1)."""
     ok: list[JobSpec] = []
     refused: dict[int, BaseException] = {}
     for i, job in enumerate(jobs):

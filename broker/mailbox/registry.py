@@ -33,9 +33,10 @@ from ledger import turns as lt
 from ledger.ids import new_id, now_ms
 from ledger.ingest import Accepted, InboundRecord
 from ledger.items import ItemInfo
+from ledger.jobs import LedgerWriteFailed
 from ledger.store import Ledger
 from ledger.turns import HeadMoved, TurnRecord
-from ledger.writer import LedgerWriteFailed, WriterClosed
+from ledger.writer import WriterClosed
 
 from .actor import CompactRequest, SessionActor
 from .commands import Command, CommandError, parse

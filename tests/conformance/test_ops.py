@@ -8,7 +8,7 @@ import pytest
 
 from ledger.errors import NotFound
 from ledger.port import LedgerPort, Request
-from ledger.recall import Summary
+from ledger.recall_reads import Summary
 
 from .records import inbound, ingest, tick, turn
 

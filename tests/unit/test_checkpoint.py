@@ -13,7 +13,8 @@ import pytest
 
 from ledger.checkpoint import WalCheckpointer
 from ledger.db import connect
-from ledger.writer import JobSpec, Transactor
+from ledger.jobs import JobSpec
+from ledger.transactor import Transactor
 
 PAGE = 4096
 FRAME = PAGE + 24

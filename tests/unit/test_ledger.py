@@ -23,9 +23,10 @@ from ledger.ingest import (
     contact_entity,
     ingest,
 )
+from ledger.jobs import LedgerWriteFailed, Pending
 from ledger.merge import MergeResult, merge_entities
 from ledger.store import Ledger
-from ledger.writer import LedgerWriteFailed, LedgerWriter, Pending, WriterClosed
+from ledger.writer import LedgerWriter, WriterClosed
 
 pytestmark = pytest.mark.anyio
 

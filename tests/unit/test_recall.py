@@ -13,7 +13,7 @@ from broker.engines.base import EngineError
 from broker.ops import Ops
 from broker.protocol import ProtocolError
 from broker.recall_tool import RECALL_TOOL, conversation_recall, fit, parse_arguments
-from ledger import recall, recall_answer
+from ledger import recall, recall_answer, recall_reads
 from ledger.errors import NotFound
 from ledger.fts import index_new_messages
 from ledger.recall_answer import Found, Request
@@ -282,50 +282,50 @@ def test_filtered_search_ranks_the_newest_candidates(
 
 
 def test_range_around_a_turn(archive: sqlite3.Connection) -> None:
-    entries = recall.range(archive, "alice", around_turn="A2", context_turns=0)
+    entries = recall_reads.range(archive, "alice", around_turn="A2", context_turns=0)
     assert [(e.turn, e.role, e.tool) for e in entries] == [
         ("A2", "user", None),
         ("A2", "tool", "read_file"),
         ("A2", "assistant", None),
     ]
     assert entries[1].arguments == '{"path": "src/auth.py"}' and entries[1].status == "ok"
-    wide = recall.range(archive, "alice", around_turn="A2", context_turns=1)
+    wide = recall_reads.range(archive, "alice", around_turn="A2", context_turns=1)
     assert [e.turn for e in wide] == ["A1", "A1", "A2", "A2", "A2", "A3", "A3", "A3", "A3"]
     assert [e.tool for e in wide if e.turn == "A3"] == [None, "run_tests", "read_file", None]
 
 
 def test_range_trims_away_from_the_turn(archive: sqlite3.Connection) -> None:
-    entries = recall.range(archive, "alice", around_turn="A1", limit=4, context_turns=2)
+    entries = recall_reads.range(archive, "alice", around_turn="A1", limit=4, context_turns=2)
     assert [e.turn for e in entries] == ["A1", "A1", "A2", "A2"]
-    entries = recall.range(archive, "alice", around_turn="A3", limit=4, context_turns=2)
+    entries = recall_reads.range(archive, "alice", around_turn="A3", limit=4, context_turns=2)
     assert [e.turn for e in entries] == ["A3"] * 4
 
 
 def test_range_by_time(archive: sqlite3.Connection) -> None:
-    first = recall.range(archive, "alice", from_ms=T0 + MINUTE, limit=50)
+    first = recall_reads.range(archive, "alice", from_ms=T0 + MINUTE, limit=50)
     assert [e.turn for e in first][:1] == ["A2"] and first[-1].turn == "A3"
-    latest = recall.range(archive, "alice", to_ms=T0 + MINUTE, limit=2)
+    latest = recall_reads.range(archive, "alice", to_ms=T0 + MINUTE, limit=2)
     assert [(e.turn, e.role) for e in latest] == [("A2", "tool"), ("A2", "assistant")]
-    assert recall.range(archive, "alice", from_ms=T0 + 99 * MINUTE) == []
+    assert recall_reads.range(archive, "alice", from_ms=T0 + 99 * MINUTE) == []
 
 
 def test_range_lookups_that_miss(archive: sqlite3.Connection) -> None:
     with pytest.raises(NotFound):
-        recall.range(archive, "alice", around_turn="B1")  # bob's turn
+        recall_reads.range(archive, "alice", around_turn="B1")  # bob's turn
     with pytest.raises(NotFound):
-        recall.range(archive, "nobody", around_turn="A1")
+        recall_reads.range(archive, "nobody", around_turn="A1")
 
 
 def test_tool_calls_newest_first(archive: sqlite3.Connection) -> None:
-    calls = recall.tool_calls(archive, "alice")
+    calls = recall_reads.tool_calls(archive, "alice")
     assert [(c.turn, c.tool) for c in calls] == [
         ("A3", "read_file"),
         ("A3", "run_tests"),
         ("A2", "read_file"),
     ]
-    reads = recall.tool_calls(archive, "alice", "read_file", limit=1)
+    reads = recall_reads.tool_calls(archive, "alice", "read_file", limit=1)
     assert [(c.turn, c.content) for c in reads] == [("A3", "x = 1")]
-    assert recall.tool_calls(archive, "bob") == []
+    assert recall_reads.tool_calls(archive, "bob") == []
 
 
 def test_summary(archive: sqlite3.Connection) -> None:
@@ -341,16 +341,16 @@ def test_summary(archive: sqlite3.Connection) -> None:
     archive.execute(
         "INSERT INTO scratchpad VALUES ('alice', '{\"focus\": \"auth\"}', ?)", (T0 + MINUTE,)
     )
-    s = recall.summary(archive, "alice")
+    s = recall_reads.summary(archive, "alice")
     assert (s.turns, s.messages, s.tool_calls) == (3, 6, 3)
     assert (s.first_at, s.last_at) == (T0, T0 + 2 * MINUTE + 1000)
     assert s.totals["prompt_tokens"] == 1200 and s.totals["tool_calls"] == 3
     assert s.compaction is not None and s.compaction.summary == "JWT refresh with rotation."
     assert s.scratchpad == '{"focus": "auth"}'
-    empty = recall.summary(archive, "bob")
+    empty = recall_reads.summary(archive, "bob")
     assert empty.compaction is None and empty.scratchpad is None
     with pytest.raises(NotFound):
-        recall.summary(archive, "nobody")
+        recall_reads.summary(archive, "nobody")
 
 
 # -- the tool -------------------------------------------------------------------------

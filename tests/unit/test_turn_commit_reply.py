@@ -20,9 +20,9 @@ from broker.engines.echo import EchoEngine
 from broker.mailbox.registry import Mailboxes, Written
 from broker.router import Router
 from ledger import turns as lt
+from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
 from ledger.store import Ledger
 from ledger.turns import HeadMoved, TurnRecord
-from ledger.writer import JobSpec, LedgerWriteFailed, Pending
 
 pytestmark = pytest.mark.anyio
 

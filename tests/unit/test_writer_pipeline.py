@@ -13,7 +13,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ledger.writer import JobSpec, LedgerWriter, Outcome
+from ledger.jobs import JobSpec, Outcome
+from ledger.writer import LedgerWriter
 from tests.suspensions import counting_suspensions
 
 pytestmark = pytest.mark.anyio

@@ -19,15 +19,9 @@ import pytest
 from ledger import logs
 from ledger.db import connect
 from ledger.errors import NotFound
+from ledger.jobs import JobSpec, LedgerWriteFailed, Pending, WriterDied
 from ledger.store import Ledger
-from ledger.writer import (
-    JobSpec,
-    LedgerWriteFailed,
-    LedgerWriter,
-    Pending,
-    WriterClosed,
-    WriterDied,
-)
+from ledger.writer import LedgerWriter, WriterClosed
 from ledger.writer_process import ProcessLink, RemoteJobError, UnpicklableJob
 from tests.harness import gone_within
 

@@ -20,15 +20,9 @@ from typing import Any
 import anyio
 import pytest
 
-from ledger.writer import (
-    JobSpec,
-    LedgerWriter,
-    Outcome,
-    Pending,
-    StorageFailed,
-    Transactor,
-    WriterStuck,
-)
+from ledger.jobs import JobSpec, Outcome, Pending, StorageFailed, WriterStuck
+from ledger.transactor import Transactor
+from ledger.writer import LedgerWriter
 
 pytestmark = pytest.mark.anyio
 
