@@ -34,9 +34,9 @@ from ledger.writer import (
 )
 
 from .config import Settings
+from .connection import Connection
 from .protocol import ProtocolError, encode, parse_inbound
 from .router import Router
-from .server import Connection
 
 log = logs.get("broker.ingress")
 
