@@ -23,8 +23,6 @@ LATER = {
     "ledger/writer.py:LedgerWriter",
     "ledger/recall.py",
     # Split next on this branch.
-    "adapters/sdk.py",
-    "adapters/sdk.py:Adapter",
     "broker/engines/subprocess_engine.py",
 }
 
