@@ -22,8 +22,6 @@ LATER = {
     "ledger/writer.py",
     "ledger/writer.py:LedgerWriter",
     "ledger/recall.py",
-    # Split next on this branch.
-    "broker/engines/subprocess_engine.py",
 }
 
 
