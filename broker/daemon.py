@@ -30,6 +30,7 @@ from ledger.writer import WriterClosed, WriterOverloaded
 
 from . import systemd
 from .config import ConfigError, Settings, load_rules, load_settings
+from .connection import Connection
 from .deliveries import Deliveries
 from .engines.factory import build_engine
 from .ingress import Ingress
@@ -37,7 +38,7 @@ from .mailbox.registry import Mailboxes
 from .ops import Ops
 from .protocol import Hello
 from .router import Router
-from .server import AlreadyRunning, Connection, Server
+from .server import AlreadyRunning, Server
 
 log = logs.get("broker.daemon")
 _E = TypeVar("_E", bound=BaseException)

@@ -35,8 +35,8 @@ from ledger.ids import now_ms
 from ledger.port import DeliveryPort, OutboxKey
 from ledger.writer import WriterClosed, WriterOverloaded
 
+from .connection import Connection
 from .protocol import ArgSpec, ProtocolError, check_args
-from .server import Connection
 
 log = logs.get("broker.deliveries")
 RESEND_PAGE = 1_000  # pending replies read from the ledger at a time (Rule 4)

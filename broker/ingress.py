@@ -30,9 +30,9 @@ from ledger.port import Accepted, InboundRecord, IngestPort
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from .config import Settings
+from .connection import Connection
 from .protocol import ProtocolError, encode, parse_inbound
 from .router import Router
-from .server import Connection
 
 log = logs.get("broker.ingress")
 

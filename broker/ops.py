@@ -16,10 +16,10 @@ from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
 from ledger.port import LedgerPort
 
+from .connection import Connection
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
-from .server import Connection
 
 log = logs.get("broker.ops")
 STUCK_LISTED = 100  # sessions named in `health`'s stuck_items; the problem counts them all

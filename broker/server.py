@@ -1,4 +1,4 @@
-"""The Unix-socket server: handshake, framing, and who may connect.
+"""The Unix-socket server: accepting, the handshake, and who may connect.
 
 Rule 1: a connection is one task group (reader and acker); nothing it does can
         reach another connection, and its failure closes only itself.
@@ -9,8 +9,10 @@ Rule 3: an inbound frame is acked only after the commit that holds it; acks of
 Rule 4: at most `max_inflight` inbound frames of one connection wait for their
         commit; past that the broker answers `overloaded` at once.
 Rule 5: after the hello, a frame begun and not finished within `frame_timeout_s`
-        closes its connection (FrameReader); a connection with nothing half
-        sent may stay idle for as long as it likes.
+        closes its connection (broker/frame_reader.py); a connection with
+        nothing half sent may stay idle for as long as it likes.
+
+What the broker writes to a connection, and how, is broker/connection.py's.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ from anyio.abc import SocketAttribute
 
 from ledger import logs
 from ledger.ids import new_id
-from ledger.rawsock import SocketReader, running_asyncio_loop
+from ledger.rawsock import SocketReader
 
 from . import systemd
 from .config import Settings
-from .loopclock import loop_clock
+from .connection import Connection
+from .frame_reader import FrameReader
 from .protocol import (
     FrameTooLarge,
     FrameUnfinished,
@@ -43,13 +46,11 @@ from .protocol import (
     LineBuffer,
     ProtocolError,
     decode,
-    encode,
     parse_hello,
 )
 
 log = logs.get("broker.server")
 HELLO_TIMEOUT_S = 10.0
-SEND_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,145 +67,6 @@ def peer_credentials(stream: anyio.abc.SocketStream) -> PeerCred | None:
     data = raw.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", data)
     return PeerCred(pid, uid, gid)
-
-
-OUT_SOFT_LIMIT = 4 << 20  # past this, best-effort frames (deltas) are dropped
-OUT_HARD_LIMIT = 64 << 20  # past this, the client is too slow and is disconnected
-
-
-class Connection:
-    """One client connection.
-
-    `send` writes and waits; `post` writes without waiting, so an actor never
-    waits on a slow client. Each keeps the order in which it was called.
-
-    Rule 1: on asyncio, what is posted during one turn of the event loop leaves
-            in one write at the end of it: the acks of a committed batch, or a
-            turn's delta, reply and the next ack, cost one system call, not one
-            each. On trio a post is written at once.
-    Rule 2: what the socket does not take at once waits for the connection's
-            flusher task, and everything posted later waits behind it.
-    """
-
-    def __init__(self, stream: anyio.abc.SocketStream, conn_id: str) -> None:
-        self.stream = stream
-        self.id = conn_id
-        self.role: str | None = None
-        self.channel: str | None = None
-        self._send_lock = anyio.Lock()
-        self.closed = False
-        self.tg: anyio.abc.TaskGroup | None = None  # the connection's own tasks
-        self.frame_bytes = 0  # of the frame being handled, its newline aside
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._out_ready = anyio.Event()
-        self._flushed = anyio.Event()
-        self._flush_waiters = 0
-        self._sending = False
-        self._write_scheduled = False
-        raw: socket.socket = stream.extra(SocketAttribute.raw_socket)
-        # Direct writes need a non-blocking socket (both backends make it one).
-        self._raw: socket.socket | None = None if raw.getblocking() else raw
-        self._loop = running_asyncio_loop()
-
-    def post(self, data: bytes, *, droppable: bool = False) -> bool:
-        """Queue bytes to send; False if dropped (best effort) or the client is known gone."""
-        if self.closed:
-            return False
-        if droppable and self._out_bytes > OUT_SOFT_LIMIT:
-            return False
-        if self._out_bytes > OUT_HARD_LIMIT:
-            log.warning("client too slow, disconnecting", conn=self.id, channel=self.channel)
-            self._lose()
-            return False
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if self._raw is None or self._backlogged:
-            self._out_ready.set()  # the flusher writes it, after what it is writing
-        elif self._loop is None:
-            self._write_out()
-        elif not self._write_scheduled:
-            self._write_scheduled = True
-            self._loop.call_soon(self._write_out)
-        return not self.closed
-
-    @property
-    def _backlogged(self) -> bool:
-        """The flusher holds or is writing data: what is posted now goes behind it."""
-        return self._sending or self._out_ready.is_set() or self._send_lock.locked()
-
-    def _write_out(self) -> None:
-        """Write what waits directly; what the socket does not take goes to the flusher."""
-        self._write_scheduled = False
-        if self.closed or not self._out:
-            return
-        if self._backlogged:
-            self._out_ready.set()
-            return
-        assert self._raw is not None
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        try:
-            sent = self._raw.send(data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self._lose()
-            return
-        out.clear()
-        if sent == len(data):
-            self._out_bytes = 0
-            if self._flush_waiters:
-                self._release_flush_waiters()
-            return
-        out.append(data[sent:])
-        self._out_bytes = len(data) - sent
-        self._out_ready.set()  # the socket is full: the flusher waits for it to drain
-
-    def _lose(self) -> None:
-        self.closed = True
-        if self._flush_waiters:
-            self._release_flush_waiters()
-        if self.tg is not None:
-            self.tg.cancel_scope.cancel()
-
-    def _release_flush_waiters(self) -> None:
-        self._flushed.set()
-        self._flushed = anyio.Event()
-
-    async def flush_forever(self) -> None:
-        while True:
-            await self._out_ready.wait()
-            self._out_ready = anyio.Event()
-            if self._out:
-                data, self._out, self._out_bytes = b"".join(self._out), [], 0
-                self._sending = True
-                try:
-                    await self.send_raw(data)
-                finally:
-                    self._sending = False
-            if not self._out:
-                self._release_flush_waiters()
-
-    async def flushed(self) -> None:
-        """Return once everything posted so far has been written (or the client is gone)."""
-        self._flush_waiters += 1
-        try:
-            while (self._out or self._sending) and not self.closed:
-                await self._flushed.wait()
-        finally:
-            self._flush_waiters -= 1
-
-    async def send(self, frame: dict[str, Any]) -> None:
-        await self.send_raw(encode(frame))
-
-    async def send_raw(self, data: bytes) -> None:
-        async with self._send_lock:
-            with anyio.fail_after(SEND_TIMEOUT_S):
-                await self.stream.send(data)
-
-    async def send_error(self, err: ProtocolError) -> None:
-        await self.send(err.frame())
 
 
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[None]]
@@ -435,59 +297,6 @@ async def _flusher(conn: Connection) -> None:
         conn.closed = True
         if conn.tg is not None:
             conn.tg.cancel_scope.cancel()
-
-
-class FrameReader:
-    """A connection's lines, one frame each.
-
-    Rule 1: the lines before an oversize one are returned first; from then on
-            every call raises FrameTooLarge.
-    Rule 2: once `frame_timeout` is set (after the hello), a frame whose first
-            byte came that many seconds ago and whose newline has not raises
-            FrameUnfinished. With nothing half received, `receive` waits as long
-            as it takes: adapters keep connections open for hours.
-    Rule 3: errors are raised anew, never kept: an exception held where its own
-            traceback's frames reach it is a reference cycle, and the frames and
-            buffers in that traceback would wait for a full collection, which
-            ledger/gc_policy.py makes rare: megabytes per refused frame.
-    """
-
-    def __init__(self, reader: SocketReader, lines: LineBuffer) -> None:
-        self._reader = reader
-        self._lines = lines
-        self._ready: list[bytes] = []
-        self._too_large = False
-        self._partial_since: float | None = None  # when the unfinished frame began
-        self._clock = loop_clock()
-        self.frame_timeout: Callable[[], float] | None = None  # read when needed: reloads apply
-
-    async def receive(self) -> bytes:
-        ready = self._ready
-        while not ready:
-            if self._too_large:
-                raise FrameTooLarge(self._lines.limit)
-            data = await self._next_bytes()
-            try:
-                ready.extend(reversed(self._lines.feed(data)))
-            except FrameTooLarge as exc:
-                ready.extend(reversed(exc.lines_before))
-                self._too_large = True
-                continue
-            if not self._lines.pending:
-                self._partial_since = None
-            elif ready or self._partial_since is None:
-                # What is left began in `data`: a line ended in it, or none was pending.
-                self._partial_since = self._clock()
-        return ready.pop()
-
-    async def _next_bytes(self) -> bytes:
-        since, timeout = self._partial_since, self.frame_timeout
-        if since is None or timeout is None:
-            return await self._reader.receive()
-        limit = timeout()
-        with anyio.CancelScope(deadline=since + limit):
-            return await self._reader.receive()
-        raise FrameUnfinished(limit)
 
 
 async def _refuse_if_live(path: Path) -> None:

@@ -8,7 +8,7 @@ in steered messages that arrive before it is done. Configure it with
     kind = "subprocess"
     command = ["python3", "examples/engine_echo.py", "--delay", "0.1"]
 
-The protocol (see broker/engines/subprocess_engine.py and docs/engines.md): one
+The protocol (see broker/engines/subprocess_protocol.py and docs/engines.md): one
 JSON object per line. The broker writes a `turn` line, then maybe `steer` and
 `tool_result` lines; the program writes `delta` lines, then one `final` (or
 `error`) line, and exits with status 0.

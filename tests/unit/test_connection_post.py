@@ -9,8 +9,8 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
-from broker import server
-from broker.server import Connection
+from broker import connection
+from broker.connection import Connection
 
 pytestmark = pytest.mark.anyio
 
@@ -106,7 +106,7 @@ async def test_a_post_to_a_gone_client_closes_the_connection() -> None:
 async def test_a_client_that_never_reads_is_disconnected_past_the_hard_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(server, "OUT_HARD_LIMIT", 64 * 1024)
+    monkeypatch.setattr(connection, "OUT_HARD_LIMIT", 64 * 1024)
     conn, peer = await _pair()
     async with anyio.create_task_group() as tg:
         conn.tg = tg

@@ -11,8 +11,8 @@ import anyio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from broker.connection import Connection
 from broker.deliveries import Deliveries
-from broker.server import Connection
 from ledger.port import DeliveryPort
 
 

@@ -19,8 +19,8 @@ import anyio
 import orjson
 import pytest
 
+from broker.connection import Connection
 from broker.deliveries import Deliveries
-from broker.server import Connection
 from ledger import turns
 from ledger.port import DeliveryPort, OutboxKey, OutboxRow
 

@@ -20,7 +20,8 @@ from broker.core.engine_types import ChatMessage, EngineResult, ToolSpec, TurnRe
 from broker.engines.base import Engine, EngineError
 from broker.engines.echo import EchoEngine, split_chunks
 from broker.engines.openai_engine import OpenAIEngine, SSEDecoder
-from broker.engines.subprocess_engine import LineReader, SubprocessEngine
+from broker.engines.subprocess_engine import SubprocessEngine
+from broker.engines.subprocess_protocol import LineReader
 from tests.fake_openai import (
     FakeOpenAI,
     Reply,

@@ -1,4 +1,4 @@
-"""The server's FrameReader: lines in order, the oversize frame, the unfinished frame,
+"""FrameReader: lines in order, the oversize frame, the unfinished frame,
 and nothing left behind."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import anyio
 import pytest
 from trio.testing import MockClock
 
-from broker import server
+from broker.frame_reader import FrameReader
 from broker.protocol import FrameTooLarge, FrameUnfinished, LineBuffer
 from ledger.rawsock import SocketReader
 
@@ -45,7 +45,7 @@ async def test_lines_before_an_oversize_one_come_first(
 ) -> None:
     ours, theirs = pair
     reader = SocketReader(ours)
-    receive = server.FrameReader(reader, LineBuffer(100)).receive
+    receive = FrameReader(reader, LineBuffer(100)).receive
     theirs.sendall(b"one\ntwo\n" + b"x" * 101 + b"\n")
     with anyio.fail_after(5):
         assert await receive() == b"one"
@@ -64,7 +64,7 @@ async def test_an_oversize_frame_leaves_no_reference_cycle(
     ours, theirs = pair
     reader = SocketReader(ours)
     lines = LineBuffer(1024)
-    receive = server.FrameReader(reader, lines).receive
+    receive = FrameReader(reader, lines).receive
     freed = weakref.ref(lines)
     theirs.sendall(b"ok\n" + b"x" * 2000)
     with anyio.fail_after(5):
@@ -85,8 +85,8 @@ def _autojump() -> Any:
     return pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-autojump")
 
 
-def _frames(ours: socket.socket, timeout_s: float) -> server.FrameReader:
-    frames = server.FrameReader(SocketReader(ours), LineBuffer(100))
+def _frames(ours: socket.socket, timeout_s: float) -> FrameReader:
+    frames = FrameReader(SocketReader(ours), LineBuffer(100))
     frames.frame_timeout = lambda: timeout_s
     return frames
 

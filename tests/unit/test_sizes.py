@@ -14,14 +14,10 @@ PACKAGES = ("broker", "ledger", "adapters", "policies")
 MAX_MODULE = 500
 MAX_CLASS = 300
 LATER = {
-    "broker/server.py",
-    "broker/engines/subprocess_engine.py",
     "broker/mailbox/actor.py",
     "broker/mailbox/actor.py:SessionActor",
     "broker/mailbox/registry.py:Mailboxes",
     "broker/core/queue_machine.py",
-    "adapters/sdk.py",
-    "adapters/sdk.py:Adapter",
 }
 
 
