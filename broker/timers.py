@@ -26,7 +26,7 @@ from ledger import logs
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.port import TimerPort
-from ledger.writer import LedgerWriteFailed, WriterClosed
+from ledger.writer import LedgerWriteFailed, WriterClosed, WriterOverloaded
 
 log = logs.get("broker.timers")
 MAX_SLEEP_S = 60.0
@@ -64,9 +64,10 @@ class TimerWheel:
                     await self._sleep_until_due()
                 except WriterClosed:
                     return  # the daemon stops (it says why); the timers wait in the ledger
-                except LedgerWriteFailed as exc:
-                    # The writer retried this already; the daemon stops on a writer
-                    # that stays dead. Try again later; nothing was fired twice.
+                except (LedgerWriteFailed, WriterOverloaded) as exc:
+                    # The writer retried this already, or is full; the daemon stops on
+                    # a writer that stays dead. Try again later: a firing that did not
+                    # commit left no trace, so it cannot fire twice.
                     log.error("could not fire due timers", error=str(exc))
                     await anyio.sleep(RETRY_S)
 
