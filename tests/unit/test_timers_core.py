@@ -112,9 +112,11 @@ def test_a_one_shot_fires_once_at_its_time_and_not_before() -> None:
 
 
 def test_at_in_the_past_fires_at_once() -> None:
-    spec = parse_spec("late", None, "2020-01-01T00:00:00Z", None, NOW)
-    firing = fire(spec.first_at, None, 0, NOW)
-    assert firing is not None and firing.n == 1 and firing.next_at is None
+    for at in ("2020-01-01T00:00:00Z", "1969-12-31T23:59:59Z"):
+        spec = parse_spec("late", None, at, None, NOW)
+        firing = fire(spec.first_at, None, 0, NOW)
+        assert firing is not None and firing.n == 1 and firing.next_at is None
+    assert parse_at("1969-12-31T23:59:59Z") == -1000
 
 
 def test_every_s_boundaries_keep_to_the_grid() -> None:
