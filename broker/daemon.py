@@ -39,6 +39,7 @@ from .ops import Ops
 from .protocol import Hello
 from .router import Router
 from .server import AlreadyRunning, Server
+from .timers import TimerWheel
 
 log = logs.get("broker.daemon")
 _E = TypeVar("_E", bound=BaseException)
@@ -175,7 +176,8 @@ class Daemon:
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
-            ops = Ops(ledger, self.state_of, mailboxes)
+            timers = TimerWheel(ledger, mailboxes.post)
+            ops = Ops(ledger, self.state_of, mailboxes, timers)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":
@@ -196,6 +198,8 @@ class Daemon:
             async with anyio.create_task_group() as tg:
                 # Rehydrate the backlog before the socket takes new work.
                 await tg.start(mailboxes.run)
+                # After the backlog: due times missed while down fire first thing.
+                await tg.start(timers.run)
                 await tg.start(server.serve, listener)
                 log.info(
                     "ready",
@@ -216,6 +220,7 @@ class Daemon:
                 systemd.extend_timeout(s.shutdown_grace_s + FLUSH_AT_STOP_S + 10)
                 server.stop_accepting()
                 ingress.accepting = False
+                timers.stop()
                 await mailboxes.drain(s.shutdown_grace_s)
                 with anyio.move_on_after(FLUSH_AT_STOP_S):
                     await server.flush_all()

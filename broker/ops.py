@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.core.session_state import EVENT_TYPES
+from broker.core.timers import TimerSpecError, parse_spec
 from ledger import logs
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
@@ -20,6 +21,7 @@ from .connection import Connection
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
+from .timers import TimerWheel
 
 log = logs.get("broker.ops")
 STUCK_LISTED = 100  # sessions named in `health`'s stuck_items; the problem counts them all
@@ -30,9 +32,14 @@ StateOf = Callable[[str], str]
 
 class Ops:
     def __init__(
-        self, ledger: LedgerPort, state_of: StateOf, mailboxes: Mailboxes | None = None
+        self,
+        ledger: LedgerPort,
+        state_of: StateOf,
+        mailboxes: Mailboxes | None = None,
+        timers: TimerWheel | None = None,
     ) -> None:
         self.ledger = ledger
+        self.timers = timers
         self.mailboxes = mailboxes
         self.state_of = state_of
         self.started = time.monotonic()
@@ -50,6 +57,9 @@ class Ops:
             "scratchpad.get": self.scratchpad_get,
             "scratchpad.merge": self.scratchpad_merge,
             "recall.search": self.recall_search,
+            "timer.add": self.timer_add,
+            "timer.list": self.timer_list,
+            "timer.cancel": self.timer_cancel,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -323,3 +333,32 @@ class Ops:
             raise ProtocolError("invalid", str(exc), field="query", req=req) from exc
         keys = ("session", "turn", "role", "at", "snippet", "score")
         return [{k: getattr(h, k) for k in keys} for h in hits]
+
+    # -- timers: the wheel looks again after every change ----------------------
+
+    async def timer_add(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("session", str, True), ArgSpec("text", str, True, 100_000)), req
+        )
+        now = now_ms()
+        try:
+            spec = parse_spec(a["text"], args.get("in_s"), args.get("at"), args.get("every_s"), now)
+        except TimerSpecError as exc:
+            raise ProtocolError("invalid", str(exc), field=exc.field, req=req) from exc
+        timer = await self.ledger.add_timer(a["session"], spec, now)
+        if self.timers is not None:
+            self.timers.changed()
+        log.info("timer added", session=timer.session, timer=timer.timer, next_at=timer.next_at)
+        return {"timer": timer.timer, "next_at": timer.next_at}
+
+    async def timer_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("session", str, False),), req)
+        return [t.as_json() for t in await self.ledger.list_timers(a.get("session"))]
+
+    async def timer_cancel(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("timer", str, True, 64),), req)
+        await self.ledger.cancel_timer(a["timer"], now_ms())
+        if self.timers is not None:
+            self.timers.changed()
+        log.info("timer cancelled", timer=a["timer"])
+        return {"timer": a["timer"], "status": "cancelled"}

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from broker.core.identity import SessionSpec
+from broker.core.timers import TimerSpec
 
 from .dispatch import Dispatched, Limits
 from .ingest import Accepted, InboundRecord
@@ -38,6 +39,7 @@ from .merge import MergeResult
 from .reads import Thread
 from .recall import Hit
 from .recall_answer import Found, Request
+from .timers import TimerInfo
 from .turns import ActorStart, OutboxKey, TurnRecord
 
 T_co = TypeVar("T_co", covariant=True)
@@ -65,6 +67,8 @@ __all__ = [
     "SessionSpec",
     "SessionStart",
     "Thread",
+    "TimerInfo",
+    "TimerPort",
     "TurnPort",
     "TurnRecord",
     "WriterStats",
@@ -310,5 +314,32 @@ class OpsPort(Protocol):
         ...
 
 
-class LedgerPort(IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, Protocol):
+class TimerPort(Protocol):
+    """Timers (`ledger/timers.py`): the ops add, list and cancel them; the wheel
+    (`broker/timers.py`) asks when the next is due and fires the due ones."""
+
+    async def add_timer(self, session: str, spec: TimerSpec, now: int) -> TimerInfo:
+        """A live timer on `session` (a label or an alias); a `system:<purpose>` label
+        that does not exist is created; any other unknown name raises `NotFound`."""
+        ...
+
+    async def list_timers(self, session: str | None) -> list[TimerInfo]:
+        """Live timers, soonest first, of one session or all."""
+        ...
+
+    async def cancel_timer(self, timer: str, now: int) -> None:
+        """End a live timer; `NotFound` if there is no live timer of that id."""
+        ...
+
+    async def next_timer_at(self) -> int | None:
+        """The earliest due time of a live timer (ms), or None."""
+        ...
+
+    async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
+        """Fire up to `limit` timers due at `now`, each with its queue item and its
+        `fired`/`next_at` update in one transaction: exactly once per due time."""
+        ...
+
+
+class LedgerPort(IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, TimerPort, Protocol):
     """Everything the broker shell asks of a ledger."""

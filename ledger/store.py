@@ -21,9 +21,10 @@ import anyio
 import anyio.abc
 
 from broker.core.identity import SessionSpec
+from broker.core.timers import TimerSpec
 
 from . import dispatch as dispatches
-from . import events, sessions, turns
+from . import events, sessions, timers, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -291,6 +292,23 @@ class Ledger(SqliteReads):
         """Why the ledger cannot write right now, or None while it can."""
         failure = self.writer.failure
         return failure.reason() if failure is not None else None
+
+    # -- timers (TimerPort) ---------------------------------------------------
+
+    async def add_timer(self, session: str, spec: TimerSpec, now: int) -> timers.TimerInfo:
+        return await self.writer.call(timers.add, session, spec, now)
+
+    async def list_timers(self, session: str | None) -> list[timers.TimerInfo]:
+        return await self.read(lambda c: timers.list_live(c, session))
+
+    async def cancel_timer(self, timer: str, now: int) -> None:
+        await self.writer.call(timers.cancel, timer, now)
+
+    async def next_timer_at(self) -> int | None:
+        return await self.read(timers.next_due)
+
+    async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
+        return await self.writer.call(timers.fire_due, now, limit)
 
     # -- the ledger's own state -------------------------------------------------
 

@@ -1,0 +1,95 @@
+"""The timer wheel: one task that fires due timers into their sessions' queues.
+
+Rule 1: it sleeps until the earliest `next_at` in the ledger, or until
+        `changed()` says an add or a cancel may have moved it; never a loop of
+        short sleeps. The sleep is also capped at `MAX_SLEEP_S`, because due
+        times are wall-clock times and the wall clock can be set forward.
+Rule 2: the ledger decides and commits each firing with its queue item in one
+        transaction (`ledger/timers.py`); only then is the item handed to its
+        session's actor with `Mailboxes.post`, as worker results are. A crash
+        between the two loses nothing: the item waits in the ledger and the
+        registry's rehydration at start hands it over.
+Rule 3: at start it fires at once every due time missed while the daemon was
+        down (each timer once), after the mailboxes rehydrated their backlog.
+Rule 4: timer firings are not activity: the wheel touches nothing but the
+        timer, its firing and its item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import anyio.abc
+
+from ledger import logs
+from ledger.ids import now_ms
+from ledger.items import ItemInfo
+from ledger.jobs import LedgerWriteFailed
+from ledger.port import TimerPort
+from ledger.writer import WriterClosed, WriterOverloaded
+
+log = logs.get("broker.timers")
+MAX_SLEEP_S = 60.0
+BATCH = 1000  # firings in one transaction: 10,000 due timers commit in ten
+RETRY_S = 1.0  # after a write the ledger refused (it retries by itself first)
+
+
+class TimerWheel:
+    def __init__(self, ledger: TimerPort, post: Callable[[ItemInfo], None]) -> None:
+        # `post` is `Mailboxes.post`: an item to its session's actor.
+        self.ledger = ledger
+        self._post = post
+        self._changed = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self.fired = 0
+
+    def changed(self) -> None:
+        """A timer was added or cancelled: look again at the earliest due time."""
+        self._changed.set()
+
+    def stop(self) -> None:
+        """Fire nothing more (at shutdown, before the actors drain)."""
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            task_status.started()
+            while True:
+                try:
+                    await self._fire_due()
+                    await self._sleep_until_due()
+                except WriterClosed:
+                    return  # the daemon stops (it says why); the timers wait in the ledger
+                except (LedgerWriteFailed, WriterOverloaded) as exc:
+                    # The writer retried this already, or is full; the daemon stops on
+                    # a writer that stays dead. Try again later: a firing that did not
+                    # commit left no trace, so it cannot fire twice.
+                    log.error("could not fire due timers", error=str(exc))
+                    await anyio.sleep(RETRY_S)
+
+    async def _fire_due(self) -> None:
+        while True:
+            items = await self.ledger.fire_due_timers(now_ms(), BATCH)
+            post = self._post
+            for item in items:
+                post(item)
+            self.fired += len(items)
+            if items:
+                log.info("timers fired", items=len(items))
+            if len(items) < BATCH:
+                return
+
+    async def _sleep_until_due(self) -> None:
+        # A fresh event before reading: a change made while we read wakes us.
+        self._changed = anyio.Event()
+        due = await self.ledger.next_timer_at()
+        delay = MAX_SLEEP_S if due is None else (due - now_ms()) / 1000
+        if delay <= 0:
+            return
+        with anyio.move_on_after(min(delay, MAX_SLEEP_S)):
+            await self._changed.wait()
