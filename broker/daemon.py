@@ -113,6 +113,7 @@ class Daemon:
         logs.configure(merged.log_level, merged.log_format)
         if self.ledger is not None:
             self._configure_writer_logging(self.ledger, merged)
+            self.ledger.snapshot_max_bytes = merged.snapshots.max_bytes
         if pending:
             log.warning("reloaded; these settings take effect after a restart", keys=pending)
         else:
@@ -160,6 +161,7 @@ class Daemon:
             check_s=s.ledger.check_s,
         ) as ledger:
             self.ledger = ledger
+            ledger.snapshot_max_bytes = s.snapshots.max_bytes
             if not ledger.check_finished:
                 log.warning(
                     "the ledger's integrity check stopped at its time bound; the part it"

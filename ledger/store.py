@@ -23,7 +23,7 @@ import anyio.abc
 from broker.core.identity import SessionSpec
 
 from . import dispatch as dispatches
-from . import events, sessions, turns
+from . import events, sessions, snapshots, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -81,6 +81,7 @@ class Ledger(SqliteReads):
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
+        self.snapshot_max_bytes = snapshots.DEFAULT_MAX_BYTES
         self.check_finished = True  # False: the integrity check ran out of time (db.py Rule 3)
 
     def writer_problems(self) -> list[str]:
@@ -190,10 +191,10 @@ class Ledger(SqliteReads):
         return self.writer.submit(turns.mark_running, turn_id, item_ids, now)
 
     def submit_turn(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
-        return self.writer.submit(turns.commit_turn, rec)
+        return self.writer.submit(turns.commit_turn, rec, self.snapshot_max_bytes)
 
     def submit_orphan(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
-        return self.writer.submit(turns.commit_orphan, rec)
+        return self.writer.submit(turns.commit_orphan, rec, self.snapshot_max_bytes)
 
     def submit_progress(self, turn_id: str, session: str, output: str, now: int) -> Pending[None]:
         return self.writer.submit(turns.save_progress, turn_id, session, output, now)
@@ -290,6 +291,20 @@ class Ledger(SqliteReads):
         """Why the ledger cannot write right now, or None while it can."""
         failure = self.writer.failure
         return failure.reason() if failure is not None else None
+
+    # -- file snapshots (SnapshotPort) ------------------------------------------
+
+    async def file_history(self, session: str, path: str) -> list[dict[str, Any]]:
+        return await self.read(lambda c: snapshots.history(c, session, path))
+
+    async def file_at(self, session: str, path: str, turn: str | None) -> dict[str, Any]:
+        return await self.read(lambda c: snapshots.at(c, session, path, turn))
+
+    async def file_list(self, session: str) -> list[dict[str, Any]]:
+        return await self.read(lambda c: snapshots.files(c, session))
+
+    async def snapshots_gc(self) -> dict[str, int]:
+        return await self.writer.call(snapshots.gc)
 
     # -- the ledger's own state -------------------------------------------------
 

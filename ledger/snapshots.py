@@ -1,0 +1,235 @@
+"""File snapshots by content: blobs stored once by sha256, one row per `file` event.
+
+Rule 1: a turn's `file` events are recorded in its own transaction
+        (`record_events`, called by ledger/turns.py): each distinct content
+        once in `blobs` (zlib), and a `file_snapshots` row with the path, op,
+        before-hash and after-hash. The event row keeps path, op and hashes,
+        never the content, so no content is stored twice.
+Rule 2: the file after turn T is the latest snapshot of its path at T or
+        above it on T's thread (`latest`): a fork shares its ancestors'
+        snapshots without a copy. The walk up stops at the first turn that
+        touched the path; a path no turn ever touched costs one index probe.
+Rule 3: nothing is silently dropped: a content over `max_bytes` is recorded by
+        hash and size with a note (`stored` 0), and an event the core finds bad
+        (broker/core/snapshots.py) keeps its problem in the event row and
+        stores no content.
+Rule 4: a blob goes only by an explicit `gc`, and only when no snapshot names
+        it, as its after- or its before-hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from broker.core.snapshots import event_content, file_event_problem, normal_path, shown
+
+from .errors import NotFound
+from .queries import resolve_for_show
+
+DEFAULT_MAX_BYTES = 8 << 20
+NO_CONTENT = "the engine reported no content for this change"
+SNAPSHOT_COLUMNS = "turn_id, seq, op, before_sha256, sha256, bytes, stored, note"
+
+
+def over_size_note(size: int, max_bytes: int) -> str:
+    return (
+        f"the content ({size} bytes) is over snapshots.max_bytes ({max_bytes});"
+        " only its hash and size are kept"
+    )
+
+
+def put_blob(conn: sqlite3.Connection, content: bytes, now: int) -> str:
+    """Store `content` once (Rule 1); its sha256."""
+    digest = hashlib.sha256(content).hexdigest()
+    if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)).fetchone() is None:
+        conn.execute(
+            "INSERT INTO blobs (sha256, bytes, data, created_at) VALUES (?, ?, ?, ?)",
+            (digest, len(content), zlib.compress(content), now),
+        )
+    return digest
+
+
+def blob(conn: sqlite3.Connection, digest: str) -> bytes | None:
+    row = conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (digest,)).fetchone()
+    return None if row is None else zlib.decompress(row[0])
+
+
+def record_events(
+    conn: sqlite3.Connection,
+    turn_id: str,
+    session: str,
+    parent_id: str | None,
+    events: Iterable[tuple[str, dict[str, Any]]],
+    max_bytes: int,
+    now: int,
+) -> list[tuple[str, dict[str, Any]]]:
+    """The events as their rows keep them: each `file` event's content goes to
+    `blobs` and its snapshot row; its payload keeps path, op and hashes (Rule 1)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    after: dict[str, str | None] = {}  # a path's hash after this turn's earlier events
+    for seq, (kind, data) in enumerate(events):
+        if kind != "file":
+            out.append((kind, data))
+            continue
+        problem = file_event_problem(data)
+        if problem is not None:
+            out.append(("file", _bad_event(data, problem)))
+            continue
+        path = normal_path(data["path"])
+        if path in after:
+            before = after[path]
+        else:
+            found = latest(conn, parent_id, path) if parent_id is not None else None
+            before = found["sha256"] if found is not None else None
+        content = event_content(data)
+        digest, size, stored, note = None, None, False, None
+        if content is not None:
+            size = len(content)
+            if size > max_bytes:
+                digest, note = hashlib.sha256(content).hexdigest(), over_size_note(size, max_bytes)
+            else:
+                digest, stored = put_blob(conn, content, now), True
+        elif data["op"] != "delete":
+            note = NO_CONTENT
+        conn.execute(
+            "INSERT INTO file_snapshots (turn_id, seq, session_label, path, op, before_sha256,"
+            " sha256, bytes, stored, note) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (turn_id, seq, session, path, data["op"], before, digest, size, int(stored), note),
+        )
+        after[path] = digest
+        payload = {k: v for k, v in data.items() if k not in ("content", "content_b64")}
+        payload.update(path=path, before=before, sha256=digest, bytes=size, stored=stored)
+        if note is not None:
+            payload["note"] = note
+        out.append(("file", payload))
+    return out
+
+
+def _bad_event(data: Any, problem: str) -> dict[str, Any]:
+    """What the event row keeps of a bad `file` event (Rule 3): no content."""
+    payload: dict[str, Any] = {"problem": problem, "stored": False}
+    if isinstance(data, dict):
+        for key in ("path", "op"):
+            if isinstance(value := data.get(key), str):
+                payload[key] = value[:1000]
+    return payload
+
+
+def latest(conn: sqlite3.Connection, turn_id: str, path: str) -> dict[str, Any] | None:
+    """The latest snapshot of `path` at `turn_id` or above it (Rule 2), or None."""
+    if conn.execute("SELECT 1 FROM file_snapshots WHERE path = ? LIMIT 1", (path,)).fetchone():
+        row = conn.execute(
+            "WITH RECURSIVE chain(id, hit) AS ("
+            " SELECT ?1, EXISTS (SELECT 1 FROM file_snapshots WHERE turn_id = ?1 AND path = ?2)"
+            " UNION ALL SELECT t.parent_id, EXISTS (SELECT 1 FROM file_snapshots f"
+            " WHERE f.turn_id = t.parent_id AND f.path = ?2)"
+            " FROM chain c JOIN turns t ON t.id = c.id WHERE NOT c.hit AND t.parent_id IS NOT NULL)"
+            " SELECT id FROM chain WHERE hit LIMIT 1",
+            (turn_id, path),
+        ).fetchone()
+        if row is not None:
+            return _snapshot(
+                conn.execute(
+                    f"SELECT {SNAPSHOT_COLUMNS} FROM file_snapshots WHERE turn_id = ? AND path = ?"
+                    " ORDER BY seq DESC LIMIT 1",
+                    (row[0], path),
+                ).fetchone()
+            )
+    return None
+
+
+def _snapshot(row: tuple[Any, ...]) -> dict[str, Any]:
+    keys = ("turn", "seq", "op", "before", "sha256", "bytes", "stored", "note")
+    out = dict(zip(keys, row, strict=True))
+    out["stored"] = bool(out["stored"])
+    return out
+
+
+def _head(conn: sqlite3.Connection, name: str) -> tuple[str, str | None]:
+    label = resolve_for_show(conn, name)
+    row = conn.execute("SELECT head_turn_id FROM sessions WHERE label = ?", (label,)).fetchone()
+    return label, (row[0] if row else None)
+
+
+def _thread_rows(conn: sqlite3.Connection, head: str, path: str | None) -> list[tuple[Any, ...]]:
+    """The snapshots on the thread up to `head` (of one path, or all), oldest first."""
+    where = " AND f.path = ?2" if path is not None else ""
+    return conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?1, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL)"
+        f" SELECT f.path, {', '.join('f.' + c for c in SNAPSHOT_COLUMNS.split(', '))}"
+        f" FROM chain c JOIN file_snapshots f ON f.turn_id = c.id{where}"
+        " ORDER BY c.depth DESC, f.seq",
+        (head, path) if path is not None else (head,),
+    ).fetchall()
+
+
+def history(conn: sqlite3.Connection, name: str, path: str) -> list[dict[str, Any]]:
+    """`file.history`: every change of `path` on the session's thread, in order."""
+    label, head = _head(conn, name)
+    rows = _thread_rows(conn, head, normal_path(path)) if head is not None else []
+    if not rows:
+        raise NotFound(f"the thread of {label} never touched {path!r}", field="path")
+    return [_snapshot(r[1:]) for r in rows]
+
+
+def files(conn: sqlite3.Connection, name: str) -> list[dict[str, Any]]:
+    """`file.list`: each path the session's thread touched, with its latest change."""
+    _label, head = _head(conn, name)
+    last: dict[str, dict[str, Any]] = {}
+    for row in _thread_rows(conn, head, None) if head is not None else []:
+        last.pop(row[0], None)  # a path changed again moves to the end
+        last[row[0]] = {"path": row[0], **_snapshot(row[1:])}
+    return list(last.values())
+
+
+def at(conn: sqlite3.Connection, name: str, path: str, turn: str | None) -> dict[str, Any]:
+    """`file.at`: the file as it was after `turn` (default: the head), Rule 2."""
+    label, head = _head(conn, name)
+    path = normal_path(path)
+    if turn is None:
+        if head is None:
+            raise NotFound(f"{label} has no turns", field="session")
+        turn = head
+    elif conn.execute("SELECT 1 FROM turns WHERE id = ?", (turn,)).fetchone() is None:
+        raise NotFound(f"no turn {turn!r}", field="turn")
+    found = latest(conn, turn, path)
+    if found is None or found["op"] == "delete":
+        gone = "never existed" if found is None else f"was deleted by turn {found['turn']}"
+        raise NotFound(f"{path!r} {gone} as of turn {turn}", field="path")
+    out: dict[str, Any] = {
+        "path": path,
+        "turn": turn,
+        "changed_in": found["turn"],
+        "op": found["op"],
+        "sha256": found["sha256"],
+        "bytes": found["bytes"],
+        "stored": found["stored"],
+    }
+    if found["stored"]:
+        content = blob(conn, found["sha256"])
+        if content is None:  # Rule 4 keeps it; a damaged file is the only way here
+            raise NotFound(f"the content {found['sha256']} is missing", field="path")
+        out.update(shown(content))
+    else:
+        out["note"] = found["note"]
+    return out
+
+
+def gc(conn: sqlite3.Connection) -> dict[str, int]:
+    """Remove the blobs no snapshot names (Rule 4): how many, and the bytes freed."""
+    named = (
+        "SELECT sha256 FROM file_snapshots WHERE sha256 IS NOT NULL"
+        " UNION SELECT before_sha256 FROM file_snapshots WHERE before_sha256 IS NOT NULL"
+    )
+    blobs, freed = conn.execute(
+        f"SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 NOT IN ({named})"
+    ).fetchone()
+    if blobs:
+        conn.execute(f"DELETE FROM blobs WHERE sha256 NOT IN ({named})")
+    return {"blobs": int(blobs), "bytes": int(freed)}
