@@ -19,6 +19,7 @@ Rule 4: a blob goes only by an explicit `gc`, and only when no snapshot names
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import sqlite3
 import zlib
@@ -233,3 +234,61 @@ def gc(conn: sqlite3.Connection) -> dict[str, int]:
     if blobs:
         conn.execute(f"DELETE FROM blobs WHERE sha256 NOT IN ({named})")
     return {"blobs": int(blobs), "bytes": int(freed)}
+
+
+# -- export and import (ledger/sessions.py) ---------------------------------------
+
+FILE_COLUMNS = ("seq", "path", "op", "before_sha256", "sha256", "bytes", "stored", "note")
+
+
+def turn_files(conn: sqlite3.Connection, turn_id: str) -> list[dict[str, Any]]:
+    """A turn's snapshot rows, as an export's turn line carries them."""
+    return [
+        dict(zip(FILE_COLUMNS, r, strict=True))
+        for r in conn.execute(
+            f"SELECT {', '.join(FILE_COLUMNS)} FROM file_snapshots WHERE turn_id = ? ORDER BY seq",
+            (turn_id,),
+        )
+    ]
+
+
+def blob_line(conn: sqlite3.Connection, digest: str) -> dict[str, Any]:
+    """An export's line for one blob: its compressed bytes in base64."""
+    size, data = conn.execute(
+        "SELECT bytes, data FROM blobs WHERE sha256 = ?", (digest,)
+    ).fetchone()
+    return {
+        "type": "blob",
+        "sha256": digest,
+        "bytes": size,
+        "zlib_b64": base64.b64encode(data).decode(),
+    }
+
+
+def load_blob_line(conn: sqlite3.Connection, line: dict[str, Any], now: int) -> str:
+    """Store a blob line of an export once its content matches its hash; ValueError if not."""
+    try:
+        content = zlib.decompress(base64.b64decode(line["zlib_b64"], validate=True))
+    except (KeyError, TypeError, ValueError, zlib.error) as exc:
+        raise ValueError(f"a blob line without a readable zlib_b64 ({exc})") from exc
+    digest = put_blob(conn, content, now)
+    if digest != line.get("sha256"):
+        raise ValueError(f"a blob whose content does not match its sha256 {line.get('sha256')!r}")
+    return digest
+
+
+def insert_files(
+    conn: sqlite3.Connection, turn_id: str, session: str, files: list[dict[str, Any]]
+) -> None:
+    """An imported turn's snapshot rows; ValueError when one names a blob not stored."""
+    for f in files:
+        if (
+            f["stored"]
+            and not conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (f["sha256"],)).fetchone()
+        ):
+            raise ValueError(f"the snapshot of {f['path']!r} names blob {f['sha256']}, not given")
+        conn.execute(
+            "INSERT INTO file_snapshots (turn_id, session_label, "
+            f"{', '.join(FILE_COLUMNS)}) VALUES (?, ?, {', '.join('?' * len(FILE_COLUMNS))})",
+            (turn_id, session, *(f[c] for c in FILE_COLUMNS)),
+        )

@@ -6,7 +6,9 @@ import base64
 import hashlib
 import sqlite3
 import zlib
+from pathlib import Path
 
+import orjson
 import pytest
 
 from broker.core.snapshots import (
@@ -253,11 +255,8 @@ def test_gc_removes_only_blobs_no_snapshot_names(conn: sqlite3.Connection) -> No
     assert snapshots.gc(conn) == {"blobs": 0, "bytes": 0}
 
 
-def test_0008_applies_after_a_0007_that_makes_a_timers_table(tmp_path: object) -> None:
+def test_0008_applies_after_a_0007_that_makes_a_timers_table(tmp_path: Path) -> None:
     # The timers branch owns 0007; whatever it holds, 0008 must apply on top of it.
-    from pathlib import Path
-
-    assert isinstance(tmp_path, Path)
     c = connect(tmp_path / "l.db")
     try:
         for m in load_migrations()[:6]:
@@ -273,3 +272,47 @@ def test_0008_applies_after_a_0007_that_makes_a_timers_table(tmp_path: object) -
         assert {"timers", "blobs", "file_snapshots"} <= tables
     finally:
         c.close()
+
+
+def test_export_carries_each_blob_once_and_import_restores_file_at(
+    conn: sqlite3.Connection, tmp_path: Path
+) -> None:
+    from ledger.sessions import ImportError_, export_lines, import_lines
+
+    label = session(conn)
+    t1 = turn(conn, label, None, "t1", w("a.txt", "same"), w("b.txt", "same"))
+    t2 = turn(conn, label, t1, "t2", w("a.txt", "new"), {"path": "b.txt", "op": "delete"})
+    turn(conn, label, t2, "t3", w("big", "y" * 100), max_bytes=10)
+    lines = list(export_lines(conn, label, 0))
+    assert [line["type"] for line in lines] == ["header", "blob", "turn", "blob", "turn", "turn"]
+    raw = [orjson.dumps(line) for line in lines]
+    conn.execute("BEGIN")
+    copy, count = import_lines(conn, raw, "import:c", 0)
+    conn.execute("COMMIT")
+    assert count == 3
+    copied = [t["turn"] for t in snapshots.history(conn, copy, "a.txt")]
+    for mine, theirs in zip(copied, ["t1", "t2"], strict=True):
+        a, b = snapshots.at(conn, copy, "a.txt", mine), snapshots.at(conn, label, "a.txt", theirs)
+        assert {**a, "turn": 0, "changed_in": 0} == {**b, "turn": 0, "changed_in": 0}
+    assert snapshots.at(conn, copy, "big", None)["stored"] is False
+    assert [f["path"] for f in snapshots.files(conn, copy)] == ["a.txt", "b.txt", "big"]
+    conn.execute("BEGIN")
+    assert snapshots.gc(conn) == {"blobs": 0, "bytes": 0}  # the copy names the same blobs
+    conn.execute("COMMIT")
+    tampered = [raw[0], raw[1].replace(b'"sha256":"', b'"sha256":"0'), *raw[2:]]
+    missing = [raw[0], *raw[2:]]
+    elsewhere = connect(tmp_path / "elsewhere.db")  # a ledger without these blobs
+    migrate(elsewhere)
+    try:
+        for bad, why in ((tampered, "does not match"), (missing, "not given")):
+            elsewhere.execute("BEGIN")
+            with pytest.raises(ImportError_, match=why):
+                import_lines(elsewhere, bad, None, 0)
+            elsewhere.execute("ROLLBACK")
+        elsewhere.execute("BEGIN")
+        import_lines(elsewhere, raw, "import:there", 0)
+        elsewhere.execute("COMMIT")
+        there = snapshots.at(elsewhere, "import:there", "a.txt", None)
+        assert there["content"] == "new"
+    finally:
+        elsewhere.close()
