@@ -113,7 +113,10 @@ class Daemon:
         logs.configure(merged.log_level, merged.log_format)
         if self.ledger is not None:
             self._configure_writer_logging(self.ledger, merged)
-            self.ledger.snapshot_max_bytes = merged.snapshots.max_bytes
+            try:
+                self.ledger.snapshot_max_bytes = merged.snapshots.max_bytes
+            except (WriterClosed, WriterOverloaded) as exc:
+                log.error("the ledger writer keeps its old snapshots.max_bytes", error=str(exc))
         if pending:
             log.warning("reloaded; these settings take effect after a restart", keys=pending)
         else:

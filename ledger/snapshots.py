@@ -32,8 +32,16 @@ from .errors import NotFound
 from .queries import resolve_for_show
 
 DEFAULT_MAX_BYTES = 8 << 20
+_max_bytes = DEFAULT_MAX_BYTES  # this process's limit: the writer's, set by `configure`
 NO_CONTENT = "the engine reported no content for this change"
 SNAPSHOT_COLUMNS = "turn_id, seq, op, before_sha256, sha256, bytes, stored, note"
+
+
+def configure(conn: sqlite3.Connection, max_bytes: int) -> None:
+    """A writer job: contents over `max_bytes` are kept by hash only from the next
+    job on, whoever submits the turns (Rule 3)."""
+    global _max_bytes
+    _max_bytes = max_bytes
 
 
 def over_size_note(size: int, max_bytes: int) -> str:
@@ -65,11 +73,13 @@ def record_events(
     session: str,
     parent_id: str | None,
     events: Iterable[tuple[str, dict[str, Any]]],
-    max_bytes: int,
+    max_bytes: int | None,
     now: int,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The events as their rows keep them: each `file` event's content goes to
-    `blobs` and its snapshot row; its payload keeps path, op and hashes (Rule 1)."""
+    `blobs` and its snapshot row; its payload keeps path, op and hashes (Rule 1).
+    `max_bytes` None: the limit `configure` set."""
+    limit = _max_bytes if max_bytes is None else max_bytes
     out: list[tuple[str, dict[str, Any]]] = []
     after: dict[str, str | None] = {}  # a path's hash after this turn's earlier events
     for seq, (kind, data) in enumerate(events):
@@ -90,8 +100,8 @@ def record_events(
         digest, size, stored, note = None, None, False, None
         if content is not None:
             size = len(content)
-            if size > max_bytes:
-                digest, note = hashlib.sha256(content).hexdigest(), over_size_note(size, max_bytes)
+            if size > limit:
+                digest, note = hashlib.sha256(content).hexdigest(), over_size_note(size, limit)
             else:
                 digest, stored = put_blob(conn, content, now), True
         elif data["op"] != "delete":

@@ -81,7 +81,7 @@ class Ledger(SqliteReads):
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
-        self.snapshot_max_bytes = snapshots.DEFAULT_MAX_BYTES
+        self._snapshot_max_bytes = snapshots.DEFAULT_MAX_BYTES
         self.check_finished = True  # False: the integrity check ran out of time (db.py Rule 3)
 
     def writer_problems(self) -> list[str]:
@@ -191,10 +191,10 @@ class Ledger(SqliteReads):
         return self.writer.submit(turns.mark_running, turn_id, item_ids, now)
 
     def submit_turn(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
-        return self.writer.submit(turns.commit_turn, rec, self.snapshot_max_bytes)
+        return self.writer.submit(turns.commit_turn, rec)
 
     def submit_orphan(self, rec: turns.TurnRecord) -> Pending[list[ItemInfo]]:
-        return self.writer.submit(turns.commit_orphan, rec, self.snapshot_max_bytes)
+        return self.writer.submit(turns.commit_orphan, rec)
 
     def submit_progress(self, turn_id: str, session: str, output: str, now: int) -> Pending[None]:
         return self.writer.submit(turns.save_progress, turn_id, session, output, now)
@@ -293,6 +293,18 @@ class Ledger(SqliteReads):
         return failure.reason() if failure is not None else None
 
     # -- file snapshots (SnapshotPort) ------------------------------------------
+
+    @property
+    def snapshot_max_bytes(self) -> int:
+        return self._snapshot_max_bytes
+
+    @snapshot_max_bytes.setter
+    def snapshot_max_bytes(self, max_bytes: int) -> None:
+        """Applies to the turns submitted after it, whoever submits them: the
+        writer (a process, say) holds the setting. Not waited for, as a reload
+        must not hang on a stuck writer."""
+        self._snapshot_max_bytes = max_bytes
+        self.writer.submit(snapshots.configure, max_bytes)
 
     async def file_history(self, session: str, path: str) -> list[dict[str, Any]]:
         return await self.read(lambda c: snapshots.history(c, session, path))

@@ -38,7 +38,7 @@ from .dispatch import finish
 from .errors import NotFound
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
-from .snapshots import DEFAULT_MAX_BYTES, record_events
+from .snapshots import record_events
 
 ItemStatus = Literal["done", "queued", "cancelled"]
 
@@ -127,13 +127,13 @@ class TurnRecord:
 
 
 def commit_turn(
-    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int = DEFAULT_MAX_BYTES
+    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
     """Commit a turn on its thread; returns the worker results it queued for parents.
 
     Like every writer job it leaves `rec` alone: it may run in another process.
-    Its `file` events' contents over `snapshot_max_bytes` are kept by hash only
-    (ledger/snapshots.py).
+    Its `file` events' contents over `snapshot_max_bytes` (None: the writer's
+    setting) are kept by hash only (ledger/snapshots.py).
     """
     totals = totals_of(rec.events)
     # The head moves and the running totals grow in one statement.
@@ -173,7 +173,7 @@ def commit_turn(
 
 
 def commit_orphan(
-    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int = DEFAULT_MAX_BYTES
+    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
     """Record a turn that lost the head race: failed, off the thread, head untouched."""
     error = f"the session's head moved while the turn ran (from {rec.parent_id})"
@@ -182,7 +182,7 @@ def commit_orphan(
 
 
 def _write_turn(
-    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int = DEFAULT_MAX_BYTES
+    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
