@@ -4,6 +4,7 @@ daemon stores them with its turns, and the ops and brokerctl read them back."""
 from __future__ import annotations
 
 import base64
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import pytest
 
 from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, write_config
 
 pytestmark = pytest.mark.anyio
 CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
@@ -55,10 +56,10 @@ def start(make_daemon: DaemonFactory, tmp_path: Path, backend: str) -> DaemonPro
     )
 
 
-async def converse(d: DaemonProcess, texts: list[str]) -> str:
+async def converse(d: DaemonProcess, texts: list[str], first: int = 0) -> str:
     session = ""
     async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c:
-        for n, text in enumerate(texts):
+        for n, text in enumerate(texts, start=first):
             await c.send(
                 {
                     "type": "inbound",
@@ -180,3 +181,15 @@ async def test_max_bytes_from_config(make_daemon: DaemonFactory, tmp_path: Path)
     assert "snapshots.max_bytes (5)" in answer["note"]
     shown = ctl(d, "file", session, "big.txt")
     assert shown.returncode == 1 and b"max_bytes" in shown.stderr
+    # A reload raises the limit for the turns after it.
+    d.config["snapshots"] = {"max_bytes": 100}
+    write_config(d.config_path, d.config)
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGHUP)
+    with anyio.fail_after(10):
+        while '"reloaded"' not in d.log():  # noqa: ASYNC110 - another process's log file
+            await anyio.sleep(0.05)
+    await converse(d, ["write big.txt 0123456789"], first=1)
+    async with await BrokerClient.connect(d.socket) as op:
+        answer = await op.op("file.at", session=session, path="big.txt")
+    assert answer["stored"] is True and answer["content"] == "0123456789"
