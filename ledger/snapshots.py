@@ -8,7 +8,8 @@ Rule 1: a turn's `file` events are recorded in its own transaction
 Rule 2: the file after turn T is the latest snapshot of its path at T or
         above it on T's thread (`latest`): a fork shares its ancestors'
         snapshots without a copy. The walk up stops at the first turn that
-        touched the path; a path no turn ever touched costs one index probe.
+        touched the path, and is not taken when no session the thread runs
+        through (T's own, and the sessions it was forked from) ever touched it.
 Rule 3: nothing is silently dropped: a content over `max_bytes` is recorded by
         hash and size with a note (`stored` 0), and an event the core finds bad
         (broker/core/snapshots.py) keeps its problem in the event row and
@@ -134,9 +135,36 @@ def _bad_event(data: Any, problem: str) -> dict[str, Any]:
     return payload
 
 
+def _lineage(conn: sqlite3.Connection, turn_id: str) -> list[str]:
+    """The sessions whose turns the thread up from `turn_id` runs through: the
+    turn's own, then each session it was forked from."""
+    row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    out: list[str] = []
+    label = row[0] if row is not None else None
+    while label is not None and label not in out:
+        out.append(label)
+        row = conn.execute(
+            "SELECT parent_session FROM sessions WHERE label = ? AND origin = 'fork'", (label,)
+        ).fetchone()
+        label = row[0] if row is not None else None
+    return out
+
+
+def _touched(conn: sqlite3.Connection, turn_id: str, path: str) -> bool:
+    sessions = _lineage(conn, turn_id)
+    marks = ",".join("?" * len(sessions))
+    return bool(
+        sessions
+        and conn.execute(
+            f"SELECT 1 FROM file_snapshots WHERE path = ? AND session_label IN ({marks}) LIMIT 1",
+            (path, *sessions),
+        ).fetchone()
+    )
+
+
 def latest(conn: sqlite3.Connection, turn_id: str, path: str) -> dict[str, Any] | None:
     """The latest snapshot of `path` at `turn_id` or above it (Rule 2), or None."""
-    if conn.execute("SELECT 1 FROM file_snapshots WHERE path = ? LIMIT 1", (path,)).fetchone():
+    if _touched(conn, turn_id, path):
         row = conn.execute(
             "WITH RECURSIVE chain(id, hit) AS ("
             " SELECT ?1, EXISTS (SELECT 1 FROM file_snapshots WHERE turn_id = ?1 AND path = ?2)"

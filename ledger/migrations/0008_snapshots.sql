@@ -29,5 +29,6 @@ CREATE TABLE file_snapshots (
 ) WITHOUT ROWID;
 -- The walk up a thread asks, turn by turn, whether it touched a path.
 CREATE INDEX file_snapshots_turn_path ON file_snapshots(turn_id, path);
-CREATE INDEX file_snapshots_path ON file_snapshots(path);
+-- Whether a thread's sessions ever touched a path, before any walk.
+CREATE INDEX file_snapshots_path ON file_snapshots(path, session_label);
 CREATE INDEX file_snapshots_blob ON file_snapshots(sha256) WHERE sha256 IS NOT NULL;

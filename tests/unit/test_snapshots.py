@@ -199,6 +199,14 @@ def test_a_fork_inherits_its_ancestors_snapshots(conn: sqlite3.Connection) -> No
     assert [c["turn"] for c in snapshots.history(conn, forked, "f.txt")] == [*chain[:3], mine]
     assert snapshots.history(conn, forked, "f.txt")[-1]["before"] == sha("original 2")
     assert snapshots.at(conn, label, "f.txt", None)["content"] == "original 4"
+    conn.execute("BEGIN")
+    again = fork(conn, mine, "fork:of-fork", 0)  # its thread runs through three sessions
+    conn.execute("COMMIT")
+    turn(conn, again, mine, "g4", w("g.txt", "only here"))
+    assert snapshots.at(conn, again, "f.txt", None)["content"] == "fork 3"
+    assert snapshots.at(conn, again, "f.txt", chain[0])["content"] == "original 0"
+    with pytest.raises(NotFound):  # another session's file is not this thread's
+        snapshots.at(conn, forked, "g.txt", None)
 
 
 def test_a_content_over_max_bytes_is_kept_by_hash_and_size(conn: sqlite3.Connection) -> None:
