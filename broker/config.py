@@ -108,6 +108,12 @@ class RecallSettings(_Section):
     cross_session: bool = False
 
 
+class SnapshotSettings(_Section):
+    # A file content an engine reports over this is recorded by its hash and
+    # size only, with a note saying so (ledger/snapshots.py Rule 3).
+    max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
+
+
 class Persona(_Section):
     engine: str | None = None  # a name in [engines]; None: the default [engine]
     system_prompt: str | None = None
@@ -147,6 +153,7 @@ class Settings(BaseSettings):
     engines: dict[str, EngineSettings] = Field(default_factory=dict)  # for personas
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
+    snapshots: SnapshotSettings = SnapshotSettings()
 
     @field_validator("socket_path")
     @classmethod

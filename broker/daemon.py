@@ -110,6 +110,10 @@ class Daemon:
         logs.configure(merged.log_level, merged.log_format)
         if self.ledger is not None:
             self._configure_writer_logging(self.ledger, merged)
+            try:
+                self.ledger.snapshot_max_bytes = merged.snapshots.max_bytes
+            except (WriterClosed, WriterOverloaded) as exc:
+                log.error("the ledger writer keeps its old snapshots.max_bytes", error=str(exc))
         if pending:
             log.warning("reloaded; these settings take effect after a restart", keys=pending)
         else:
@@ -157,6 +161,7 @@ class Daemon:
             check_s=s.ledger.check_s,
         ) as ledger:
             self.ledger = ledger
+            ledger.snapshot_max_bytes = s.snapshots.max_bytes
             if not ledger.check_finished:
                 log.warning(
                     "the ledger's integrity check stopped at its time bound; the part it"

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.core.session_state import EVENT_TYPES
+from broker.core.snapshots import MAX_PATH_BYTES, path_problem
 from broker.core.timers import TimerSpecError, parse_spec
 from ledger import logs
 from ledger.errors import LedgerLookupError
@@ -60,6 +61,10 @@ class Ops:
             "timer.add": self.timer_add,
             "timer.list": self.timer_list,
             "timer.cancel": self.timer_cancel,
+            "file.history": self.file_history,
+            "file.at": self.file_at,
+            "file.list": self.file_list,
+            "snapshots.gc": self.snapshots_gc,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -362,3 +367,39 @@ class Ops:
             self.timers.changed()
         log.info("timer cancelled", timer=a["timer"])
         return {"timer": a["timer"], "status": "cancelled"}
+
+    # -- file snapshots (ledger/snapshots.py) -------------------------------------
+
+    def _path(self, a: dict[str, Any], req: str | None) -> str:
+        problem = path_problem(a["path"])
+        if problem is not None:
+            raise ProtocolError("invalid", problem, field="path", req=req)
+        return str(a["path"])
+
+    async def file_history(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("session", str, True), ArgSpec("path", str, True, MAX_PATH_BYTES)), req
+        )
+        return await self.ledger.file_history(a["session"], self._path(a, req))
+
+    async def file_at(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        """The file after a turn; `content` when it is UTF-8 text, else `content_b64`."""
+        a = check_args(
+            args,
+            (
+                ArgSpec("session", str, True),
+                ArgSpec("path", str, True, MAX_PATH_BYTES),
+                ArgSpec("turn", str, False, 64),
+            ),
+            req,
+        )
+        return await self.ledger.file_at(a["session"], self._path(a, req), a.get("turn"))
+
+    async def file_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("session", str, True),), req)
+        return await self.ledger.file_list(a["session"])
+
+    async def snapshots_gc(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        removed = await self.ledger.snapshots_gc()
+        log.info("snapshot blobs collected", **removed)
+        return removed

@@ -66,6 +66,7 @@ __all__ = [
     "Request",
     "SessionSpec",
     "SessionStart",
+    "SnapshotPort",
     "Thread",
     "TimerInfo",
     "TimerPort",
@@ -341,5 +342,33 @@ class TimerPort(Protocol):
         ...
 
 
-class LedgerPort(IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, TimerPort, Protocol):
+class SnapshotPort(Protocol):
+    """File snapshots by content (ledger/snapshots.py): a turn's `file` events are
+    stored with it by `submit_turn`; these read them back and collect blobs."""
+
+    snapshot_max_bytes: int  # a content over this is kept by hash and size only
+
+    async def file_history(self, session: str, path: str) -> list[dict[str, Any]]:
+        """Each change of `path` on the session's thread, oldest first: `{"turn", "seq",
+        "op", "before", "sha256", "bytes", "stored", "note"}`; NotFound if none."""
+        ...
+
+    async def file_at(self, session: str, path: str, turn: str | None) -> dict[str, Any]:
+        """The file after `turn` (default: the head): `{"path", "turn", "changed_in",
+        "op", "sha256", "bytes", "stored"}` and `content` (UTF-8 text) or `content_b64`,
+        or a `note` when not stored; NotFound where it did not exist then."""
+        ...
+
+    async def file_list(self, session: str) -> list[dict[str, Any]]:
+        """Each path the session's thread touched, with its latest change."""
+        ...
+
+    async def snapshots_gc(self) -> dict[str, int]:
+        """Remove blobs no snapshot names: `{"blobs", "bytes"}` removed."""
+        ...
+
+
+class LedgerPort(
+    IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, TimerPort, SnapshotPort, Protocol
+):
     """Everything the broker shell asks of a ledger."""

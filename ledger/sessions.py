@@ -4,6 +4,11 @@ Rule 1: a fork is one new row (and a history row): constant time, whatever
         the length of the thread; the fork shares every ancestor turn.
 Rule 2: an import creates a new session with new turn ids, so an exported
         thread can be imported any number of times, into any ledger.
+Rule 3: an export carries the thread's file snapshots (ledger/snapshots.py):
+        each turn line its snapshot rows and events, and before it a `blob`
+        line for each content it names that no earlier line carried, so every
+        blob travels once. An import checks each blob against its hash and
+        restores `file.at` exactly; a snapshot naming a blob not given fails it.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from typing import Any
 
 import orjson
 
+from . import snapshots
 from .errors import Conflict, NotFound
 from .ids import new_id
 
 EXPORT_FORMAT = "agent-broker-session"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: blob lines, and turn lines with files and events (Rule 3)
+READS_VERSIONS = (1, 2)
 
 
 def label_free(conn: sqlite3.Connection, label: str) -> bool:
@@ -73,8 +80,14 @@ def export_lines(conn: sqlite3.Connection, label: str, now: int) -> Iterator[dic
         "exported_at": now,
         "turns": len(chain),
     }
+    sent: set[str] = set()
     for turn_id in chain:
-        yield _turn_line(conn, turn_id)
+        line = _turn_line(conn, turn_id)
+        for f in line["files"]:
+            if f["stored"] and f["sha256"] not in sent:
+                sent.add(f["sha256"])
+                yield snapshots.blob_line(conn, f["sha256"])
+        yield line
 
 
 def export_snapshot(conn: sqlite3.Connection, label: str, now: int) -> list[dict[str, Any]]:
@@ -136,6 +149,13 @@ def _turn_line(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any]:
             (turn_id,),
         )
     ]
+    line["files"] = snapshots.turn_files(conn, turn_id)
+    line["events"] = [
+        {"type": kind, "payload": orjson.loads(payload)}
+        for kind, payload in conn.execute(
+            "SELECT type, payload FROM turn_events WHERE turn_id = ? ORDER BY seq", (turn_id,)
+        )
+    ]
     return line
 
 
@@ -151,7 +171,7 @@ def import_lines(
     header = _parse(next(it, b""), 1)
     if header.get("type") != "header" or header.get("format") != EXPORT_FORMAT:
         raise ImportError_("line 1: not an agent-broker session export")
-    if header.get("version") != EXPORT_VERSION:
+    if header.get("version") not in READS_VERSIONS:
         raise ImportError_(f"line 1: export version {header.get('version')} is not supported")
     label = label or f"import:{new_id()}"
     if not label_free(conn, label):
@@ -165,8 +185,14 @@ def import_lines(
     count = 0
     for number, raw in enumerate(it, start=2):
         turn = _parse(raw, number)
+        if turn.get("type") == "blob":
+            try:
+                snapshots.load_blob_line(conn, turn, now)
+            except ValueError as exc:
+                raise ImportError_(f"line {number}: {exc}") from exc
+            continue
         if turn.get("type") != "turn":
-            raise ImportError_(f"line {number}: expected a turn")
+            raise ImportError_(f"line {number}: expected a turn or a blob")
         parent = _insert_turn(conn, turn, label, parent, number)
         count += 1
     conn.execute(
@@ -217,6 +243,24 @@ def _insert_turn(
                 for n, t in enumerate(turn["tool_calls"])
             ],
         )
+        conn.executemany(
+            "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    turn_id,
+                    n,
+                    label,
+                    e["type"],
+                    orjson.dumps(e["payload"]).decode(),
+                    turn["completed_at"],
+                )
+                for n, e in enumerate(turn.get("events", []))
+            ],
+        )
+        snapshots.insert_files(conn, turn_id, label, turn.get("files", []))
+    except ValueError as exc:
+        raise ImportError_(f"line {number}: {exc}") from exc
     except (KeyError, TypeError, sqlite3.IntegrityError) as exc:
         raise ImportError_(f"line {number}: a turn with a missing or bad field ({exc})") from exc
     return turn_id

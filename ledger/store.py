@@ -24,7 +24,7 @@ from broker.core.identity import SessionSpec
 from broker.core.timers import TimerSpec
 
 from . import dispatch as dispatches
-from . import events, sessions, timers, turns
+from . import events, sessions, snapshots, timers, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -83,6 +83,7 @@ class Ledger(SqliteReads):
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None
         self.migrations_applied: list[str] = []
+        self._snapshot_max_bytes = snapshots.DEFAULT_MAX_BYTES
         self.check_finished = True  # False: the integrity check ran out of time (db.py Rule 3)
 
     def writer_problems(self) -> list[str]:
@@ -309,6 +310,32 @@ class Ledger(SqliteReads):
 
     async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
         return await self.writer.call(timers.fire_due, now, limit)
+
+    # -- file snapshots (SnapshotPort) ------------------------------------------
+
+    @property
+    def snapshot_max_bytes(self) -> int:
+        return self._snapshot_max_bytes
+
+    @snapshot_max_bytes.setter
+    def snapshot_max_bytes(self, max_bytes: int) -> None:
+        """Applies to the turns submitted after it, whoever submits them: the
+        writer (a process, say) holds the setting. Not waited for, as a reload
+        must not hang on a stuck writer."""
+        self._snapshot_max_bytes = max_bytes
+        self.writer.submit(snapshots.configure, max_bytes)
+
+    async def file_history(self, session: str, path: str) -> list[dict[str, Any]]:
+        return await self.read(lambda c: snapshots.history(c, session, path))
+
+    async def file_at(self, session: str, path: str, turn: str | None) -> dict[str, Any]:
+        return await self.read(lambda c: snapshots.at(c, session, path, turn))
+
+    async def file_list(self, session: str) -> list[dict[str, Any]]:
+        return await self.read(lambda c: snapshots.files(c, session))
+
+    async def snapshots_gc(self) -> dict[str, int]:
+        return await self.writer.call(snapshots.gc)
 
     # -- the ledger's own state -------------------------------------------------
 

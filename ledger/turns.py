@@ -38,6 +38,7 @@ from .dispatch import finish
 from .errors import NotFound
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
+from .snapshots import record_events
 
 ItemStatus = Literal["done", "queued", "cancelled"]
 
@@ -125,10 +126,14 @@ class TurnRecord:
     progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
 
 
-def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
+def commit_turn(
+    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
+) -> list[ItemInfo]:
     """Commit a turn on its thread; returns the worker results it queued for parents.
 
     Like every writer job it leaves `rec` alone: it may run in another process.
+    Its `file` events' contents over `snapshot_max_bytes` (None: the writer's
+    setting) are kept by hash only (ledger/snapshots.py).
     """
     totals = totals_of(rec.events)
     # The head moves and the running totals grow in one statement.
@@ -158,7 +163,7 @@ def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
     )
     if moved.rowcount != 1:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
-    results = _write_turn(conn, rec)
+    results = _write_turn(conn, rec, snapshot_max_bytes)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
         " VALUES (?, ?, ?, 'turn', ?)",
@@ -167,13 +172,18 @@ def commit_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
     return results
 
 
-def commit_orphan(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
+def commit_orphan(
+    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
+) -> list[ItemInfo]:
     """Record a turn that lost the head race: failed, off the thread, head untouched."""
     error = f"the session's head moved while the turn ran (from {rec.parent_id})"
-    return _write_turn(conn, replace(rec, status="failed", reason="head_moved", error=error))
+    failed = replace(rec, status="failed", reason="head_moved", error=error)
+    return _write_turn(conn, failed, snapshot_max_bytes)
 
 
-def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
+def _write_turn(
+    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
+) -> list[ItemInfo]:
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
         " engine, model, started_at, completed_at, prompt_tokens, completion_tokens)"
@@ -274,6 +284,16 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
             " VALUES (?,?,?,?,?,?)",
             (out_id, rec.session, rec.turn_id, channel, frame, rec.completed_at),
         )
+    # File contents go to their blobs; the event rows keep path, op and hashes.
+    events = record_events(
+        conn,
+        rec.turn_id,
+        rec.session,
+        rec.parent_id,
+        rec.events,
+        snapshot_max_bytes,
+        rec.completed_at,
+    )
     conn.executemany(
         "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
@@ -286,7 +306,7 @@ def _write_turn(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
                 orjson.dumps(payload, default=str).decode(),
                 rec.completed_at,
             )
-            for n, (kind, payload) in enumerate(rec.events)
+            for n, (kind, payload) in enumerate(events)
         ],
     )
     if rec.progress_saved:
