@@ -11,8 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.core.session_state import EVENT_TYPES
-from broker.core.snapshots import MAX_PATH_BYTES, path_problem
-from broker.core.timers import TimerSpecError, parse_spec
 from ledger import logs
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
@@ -21,6 +19,8 @@ from ledger.port import LedgerPort
 from .connection import Connection
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
+from .ops_files import FileOps
+from .ops_timers import TimerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .timers import TimerWheel
 
@@ -40,7 +40,6 @@ class Ops:
         timers: TimerWheel | None = None,
     ) -> None:
         self.ledger = ledger
-        self.timers = timers
         self.mailboxes = mailboxes
         self.state_of = state_of
         self.started = time.monotonic()
@@ -58,13 +57,8 @@ class Ops:
             "scratchpad.get": self.scratchpad_get,
             "scratchpad.merge": self.scratchpad_merge,
             "recall.search": self.recall_search,
-            "timer.add": self.timer_add,
-            "timer.list": self.timer_list,
-            "timer.cancel": self.timer_cancel,
-            "file.history": self.file_history,
-            "file.at": self.file_at,
-            "file.list": self.file_list,
-            "snapshots.gc": self.snapshots_gc,
+            **TimerOps(ledger, timers).table,
+            **FileOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -114,7 +108,7 @@ class Ops:
         counts, untouched, unreadable = await self.ledger.health_reads(now - stuck_after_ms)
         if unreadable is not None:
             problems.append(unreadable)
-        stuck = self._stuck_items(untouched, now)
+        stuck = stuck_items(self.mailboxes, untouched, now)
         if stuck:
             problems.append(
                 f"{sum(s['items'] for s in stuck)} item(s) in {len(stuck)} session(s) wait"
@@ -139,40 +133,6 @@ class Ops:
             # growing means checkpoints fail or a reader holds an old snapshot.
             "wal_bytes": writer.wal_bytes,
         }
-
-    def _stuck_items(self, rows: list[tuple[str, int, int]], now: int) -> list[dict[str, Any]]:
-        """Sessions whose queued or running items no live actor holds, for longer than
-        `queue.stuck_after_s`: acked work that will not run until something changes.
-
-        A live session's items are handed to its actor the moment they commit, and
-        an actor leaves only when idle, so an open item without one is stranded:
-        its actor failed (and is waiting to restart, or gave up), or it was never
-        handed over. The bound leaves room for an actor's restart back-off (5 s at
-        most) and for an item committed just before this look.
-        """
-        if self.mailboxes is None:
-            return []
-        mailboxes = self.mailboxes
-        out = []
-        for label, count, oldest in sorted(rows, key=lambda row: row[2]):  # longest first
-            if label in mailboxes.actors:
-                continue
-            failures = mailboxes.failures_of(label)
-            if failures > MAX_ACTOR_RESTARTS:
-                why = f"its actor failed {failures} times and is not restarted"
-            elif failures:
-                why = f"its actor failed {failures} time(s) and restarts after a back-off"
-            else:
-                why = "no actor was handed them"
-            out.append(
-                {
-                    "session": label,
-                    "items": count,
-                    "waiting_s": round((now - oldest) / 1000, 1),
-                    "why": why,
-                }
-            )
-        return out
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(
@@ -339,67 +299,38 @@ class Ops:
         keys = ("session", "turn", "role", "at", "snippet", "score")
         return [{k: getattr(h, k) for k in keys} for h in hits]
 
-    # -- timers: the wheel looks again after every change ----------------------
 
-    async def timer_add(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        a = check_args(
-            args, (ArgSpec("session", str, True), ArgSpec("text", str, True, 100_000)), req
+def stuck_items(
+    mailboxes: Mailboxes | None, rows: list[tuple[str, int, int]], now: int
+) -> list[dict[str, Any]]:
+    """Sessions whose queued or running items no live actor holds, for longer than
+    `queue.stuck_after_s`: acked work that will not run until something changes.
+
+    A live session's items are handed to its actor the moment they commit, and
+    an actor leaves only when idle, so an open item without one is stranded:
+    its actor failed (and is waiting to restart, or gave up), or it was never
+    handed over. The bound leaves room for an actor's restart back-off (5 s at
+    most) and for an item committed just before this look.
+    """
+    if mailboxes is None:
+        return []
+    out = []
+    for label, count, oldest in sorted(rows, key=lambda row: row[2]):  # longest first
+        if label in mailboxes.actors:
+            continue
+        failures = mailboxes.failures_of(label)
+        if failures > MAX_ACTOR_RESTARTS:
+            why = f"its actor failed {failures} times and is not restarted"
+        elif failures:
+            why = f"its actor failed {failures} time(s) and restarts after a back-off"
+        else:
+            why = "no actor was handed them"
+        out.append(
+            {
+                "session": label,
+                "items": count,
+                "waiting_s": round((now - oldest) / 1000, 1),
+                "why": why,
+            }
         )
-        now = now_ms()
-        try:
-            spec = parse_spec(a["text"], args.get("in_s"), args.get("at"), args.get("every_s"), now)
-        except TimerSpecError as exc:
-            raise ProtocolError("invalid", str(exc), field=exc.field, req=req) from exc
-        timer = await self.ledger.add_timer(a["session"], spec, now)
-        if self.timers is not None:
-            self.timers.changed()
-        log.info("timer added", session=timer.session, timer=timer.timer, next_at=timer.next_at)
-        return {"timer": timer.timer, "next_at": timer.next_at}
-
-    async def timer_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        a = check_args(args, (ArgSpec("session", str, False),), req)
-        return [t.as_json() for t in await self.ledger.list_timers(a.get("session"))]
-
-    async def timer_cancel(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        a = check_args(args, (ArgSpec("timer", str, True, 64),), req)
-        await self.ledger.cancel_timer(a["timer"], now_ms())
-        if self.timers is not None:
-            self.timers.changed()
-        log.info("timer cancelled", timer=a["timer"])
-        return {"timer": a["timer"], "status": "cancelled"}
-
-    # -- file snapshots (ledger/snapshots.py) -------------------------------------
-
-    def _path(self, a: dict[str, Any], req: str | None) -> str:
-        problem = path_problem(a["path"])
-        if problem is not None:
-            raise ProtocolError("invalid", problem, field="path", req=req)
-        return str(a["path"])
-
-    async def file_history(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        a = check_args(
-            args, (ArgSpec("session", str, True), ArgSpec("path", str, True, MAX_PATH_BYTES)), req
-        )
-        return await self.ledger.file_history(a["session"], self._path(a, req))
-
-    async def file_at(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        """The file after a turn; `content` when it is UTF-8 text, else `content_b64`."""
-        a = check_args(
-            args,
-            (
-                ArgSpec("session", str, True),
-                ArgSpec("path", str, True, MAX_PATH_BYTES),
-                ArgSpec("turn", str, False, 64),
-            ),
-            req,
-        )
-        return await self.ledger.file_at(a["session"], self._path(a, req), a.get("turn"))
-
-    async def file_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        a = check_args(args, (ArgSpec("session", str, True),), req)
-        return await self.ledger.file_list(a["session"])
-
-    async def snapshots_gc(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        removed = await self.ledger.snapshots_gc()
-        log.info("snapshot blobs collected", **removed)
-        return removed
+    return out
