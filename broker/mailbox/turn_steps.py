@@ -1,0 +1,111 @@
+"""The steps of a turn, one per lifecycle action, over the session's facts and the ports.
+
+The actor calls these when the lifecycle machine says so (`OpenTurn`, `Plan`,
+`CallEngine`, `Compact`, `Commit`); each does one thing and reports what the machine
+needs to hear next. None decides what comes after it.
+
+Rule 1: a compaction, whatever its trigger, changes the session's facts only once it
+        is committed (compactor.py Rule 4).
+Rule 2: the commit's parent is the head as it is at the commit: after any compaction
+        the turn ran first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker import tools
+from broker.core import lifecycle as lc
+from broker.core import queue_machine as m
+from broker.core.packing import ContextPlan
+from broker.engines.base import Engine
+from ledger.ids import new_id
+from ledger.items import ItemInfo
+
+from . import compactor
+from . import turn_parts as parts
+from .ports import ActorPorts
+from .running_turn import RunningTurn
+from .session_facts import SessionFacts
+
+
+class TurnSteps:
+    def __init__(self, label: str, ports: ActorPorts, facts: SessionFacts) -> None:
+        self.label, self.ports, self.facts = label, ports, facts
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the session's persona, else the default engine."""
+        return self.ports.engine_for(self.facts.persona)
+
+    def open(
+        self, start: m.StartTurn, inputs: list[ItemInfo], save: Callable[[RunningTurn], None]
+    ) -> RunningTurn:
+        channel = next((i.channel for i in reversed(inputs) if i.channel), None)
+        if channel is None and self.facts.route is not None:
+            channel = self.facts.route[0]  # a turn with no inbound (a worker result) answers here
+        turn_id, label, ports = new_id(), self.label, self.ports
+        turn = RunningTurn(
+            turn_id, start.turn_no, new_id(), label, channel, ports.send_delta,
+            tools=lambda name, args: ports.call_tool(label, turn_id, name, args),
+            start=start, inputs=inputs, clock=ports.clock,
+            save_every_s=ports.settings.engine.progress_save_s, save_progress=save,
+        )  # fmt: skip
+        # Made with the turn's id: they become its history block as they are.
+        msg = self.facts.ctx.msg
+        turn.input_msgs = [msg("user", i.content, i.sender_name, turn.id) for i in inputs]
+        return turn
+
+    def plan(self, turn: RunningTurn, items: dict[str, ItemInfo]) -> lc.Planned:
+        assert turn.start is not None
+        settings, facts = self.ports.settings, self.facts
+        system = parts.system_prompt(settings, facts.persona, facts.kind)
+        notes = parts.notes(turn.start, items)
+        size = parts.window(settings, facts.persona, self.engine)
+        turn.plan = parts.plan(facts.ctx, settings, size, system, turn, notes)
+        return lc.Planned(turn.plan.compaction_due, turn.plan.over_budget)
+
+    async def call_engine(self, turn: RunningTurn, items: dict[str, ItemInfo]) -> lc.EngineDone:
+        assert turn.start is not None
+        settings, facts, engine = self.ports.settings, self.facts, self.engine
+        persona = parts.persona_of(settings, facts.persona)
+        request = parts.request(
+            self.label, turn, facts.ctx, persona.model if persona else None,
+            parts.system_prompt(settings, facts.persona, facts.kind),
+            parts.notes(turn.start, items), tools.SPECS,
+        )  # fmt: skip
+        deadline = self.ports.clock() + settings.engine.timeout_s
+        overflowed = await turn.call(engine, request, deadline)
+        if turn.result is not None:
+            facts.ctx.last_reported = turn.result.prompt_tokens
+        return lc.EngineDone(overflowed)
+
+    async def compact(
+        self, trigger: lc.Trigger, instructions: str | None = None
+    ) -> compactor.Compaction | None:
+        settings, facts, engine = self.ports.settings, self.facts, self.engine
+        session = compactor.Session(
+            self.label, facts.head, facts.ctx, engine,
+            parts.window(settings, facts.persona, engine), settings.engine, self.ports.commit_turn,
+        )  # fmt: skip
+        done = await compactor.compact(session, trigger, instructions)
+        if done is not None:
+            facts.compacted(done)  # Rule 1
+        return done
+
+    async def commit(self, turn: RunningTurn) -> m.Outcome:
+        facts = self.facts
+        rec, outcome, taken, reply = parts.record(
+            self.label, turn, facts.head, facts.ctx, self.engine.name, facts.route
+        )  # Rule 2: the head now is the parent
+        written = await self.ports.commit_turn(rec)
+        parts.log_turn(rec, written, turn.channel)
+        return facts.committed(rec, written, [*turn.input_msgs, *taken], reply, outcome)
+
+
+def too_long(plan: ContextPlan | None) -> str:
+    assert plan is not None
+    return (
+        f"The message is too long for this agent's context window "
+        f"({plan.tokens} tokens of {plan.budget})."
+    )
