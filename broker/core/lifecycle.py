@@ -25,7 +25,9 @@ Rule 4. Once ``Drain`` is seen no turn opens: the items of a ``StartTurn`` stay 
         in the ledger for the next start.
 Rule 5. ``/new`` never cuts the thread under a running turn: between turns it applies
         at once, else just before the next turn opens.
-Rule 6. The actor retires (``Retire``) only when quiet (no turn, no compaction, no
+Rule 6. A turn that streams saves its output so far at the first delta of each
+        ``progress_save_s`` after it began (``save_due``): a quick turn never saves.
+Rule 7. The actor retires (``Retire``) only when quiet (no turn, no compaction, no
         compaction asked for, nothing waiting or running in the queue machine) and
         ``idle_s`` passed since its last event. ``wake_at`` says when the shell must
         send ``Woke``: the collect deadline, else the idle deadline when quiet.
@@ -45,7 +47,7 @@ Trigger: TypeAlias = Literal["proactive", "manual", "reactive"]
 # Where a running turn is: before its start, compacting for it, at the engine, committing.
 Step: TypeAlias = Literal["planning", "compacting", "calling", "committing"]
 
-__all__ = ["IllegalTransition", "handle", "wake_at"]
+__all__ = ["IllegalTransition", "handle", "save_due", "wake_at"]
 
 
 class Turn(NamedTuple):
@@ -204,7 +206,7 @@ class StartNewThread:
 
 @record
 class Retire:
-    """Quiet for ``idle_s``: leave the registry and stop (Rule 6)."""
+    """Quiet for ``idle_s``: leave the registry and stop (Rule 7)."""
 
 
 Action: TypeAlias = (
@@ -266,6 +268,12 @@ def wake_at(state: State) -> float:
     if state.quiet:
         due = min(due, state.last_activity + state.idle_s)
     return due
+
+
+def save_due(due: float, now: float, every_s: float) -> float | None:
+    """Rule 6, at a delta: None while ``now`` is before ``due``; else save now, and this
+    is when the next save is due."""
+    return None if now < due else now + every_s
 
 
 def _queue(state: State, event: m.Event, now: float) -> _Step:

@@ -20,6 +20,7 @@ import anyio
 
 from broker.core import queue_machine as m
 from broker.core.engine_types import ChatMessage, EngineResult, TurnRequest
+from broker.core.lifecycle import save_due
 from broker.core.packing import ContextPlan, Msg
 from broker.engines.base import Engine, EngineError
 from ledger import logs
@@ -76,9 +77,9 @@ class RunningTurn:
                 {"type": "delta", "out_id": self.out_id, "session": self.session, "text": text},
             )
         if self.save_progress is not None:
-            now = self.clock()
-            if now >= self.save_due:
-                self.save_due = now + self.save_every_s
+            next_due = save_due(self.save_due, self.clock(), self.save_every_s)
+            if next_due is not None:
+                self.save_due = next_due
                 self.save_progress(self)
 
     def take_steer(self) -> list[ChatMessage]:

@@ -168,7 +168,7 @@ def test_no_turn_opens_while_draining() -> None:
     assert actions == [] and state.turn is None
 
 
-# Rule 6: waking and retiring, on a fake clock
+# Rule 7: waking and retiring, on a fake clock
 
 
 def test_an_idle_actor_retires_after_idle_s_and_not_before() -> None:
@@ -374,3 +374,16 @@ def test_an_actor_left_alone_finishes_its_work_and_retires() -> None:
             shell.send(lc.Woke())
     assert shell.retired and shell.state.quiet
     assert shell.committed == {1}  # the three collect items ran as one turn
+
+
+# Rule 6: progress saves
+
+
+def test_a_save_is_due_at_the_first_delta_of_each_period() -> None:
+    due, saved = 1.0, []
+    for now in [0.0, 0.5, 0.9, 1.0, 1.5, 2.2, 2.3, 2.4, 3.2]:
+        next_due = lc.save_due(due, now, 1.0)
+        if next_due is not None:
+            due = next_due
+            saved.append(now)
+    assert saved == [1.0, 2.2, 3.2]
