@@ -15,16 +15,17 @@ from broker.context import TokenCounter
 from broker.core.engine_types import ToolSpec
 from ledger.dispatch import Dispatched
 from ledger.errors import LedgerLookupError
+from ledger.store import Ledger
 
 from .engines.base import EngineError
-from .recall_tool import RECALL_TOOL, LedgerReader, conversation_recall
+from .recall_tool import RECALL_TOOL, conversation_recall
 
 
 class ToolContext(Protocol):
     """What the tools need of the daemon (the mailbox registry provides it)."""
 
     @property
-    def ledger(self) -> LedgerReader: ...
+    def ledger(self) -> Ledger: ...
 
     @property
     def counter(self) -> TokenCounter: ...
