@@ -67,6 +67,8 @@ class State(NamedTuple):
     compact_waiting: int = 0  # manual compactions asked for and not started
     pending_new: bool = False
     draining: bool = False
+    # The last event that could leave the actor quiet. A turn's own steps are not
+    # counted one by one: the turn ends in its commit, which is.
     last_activity: float = 0.0
 
     @classmethod
@@ -232,28 +234,30 @@ _Step: TypeAlias = tuple[State, tuple[Action, ...]]
 
 def handle(state: State, event: Event, now: float) -> _Step:
     """Apply one event; return the next state and the actions to perform, in order."""
-    if type(event) is not Woke:
-        state = state._replace(last_activity=now)
+    # The cases in the order of their frequency: the first four make every turn.
     match event:
-        case m.Arrived() | m.Tick() | m.Stop() | m.Configure() | m.Resume():
+        case m.Arrived():
             return _queue(state, event, now)
         case Planned():
             return _planned(_turn_at(state, "planning"), event)
-        case Compacted():
-            return _compacted(state, event)
         case EngineDone():
             return _engine_done(_turn_at(state, "calling"), event)
         case TurnCommitted():
             return _committed(_turn_at(state, "committing"), event, now)
+        case m.Tick() | m.Stop() | m.Configure() | m.Resume():
+            return _queue(state, event, now)
+        case Compacted():
+            return _compacted(state, event, now)
         case CompactRequested():
-            state = state._replace(compact_waiting=state.compact_waiting + 1)
+            waiting = state.compact_waiting + 1
+            state = state._replace(compact_waiting=waiting, last_activity=now)
             return _compact_if_free(state) if state.phase == "idle" else (state, ())
         case NewThread():
             if state.turn is not None:
-                return state._replace(pending_new=True), ()
-            return state._replace(pending_new=False), (NEW_THREAD,)
+                return state._replace(pending_new=True, last_activity=now), ()
+            return state._replace(pending_new=False, last_activity=now), (NEW_THREAD,)
         case Drain():
-            return state._replace(draining=True), ()
+            return state._replace(draining=True, last_activity=now), ()
         case Woke():
             return _woke(state, now)
         case _:
@@ -278,7 +282,9 @@ def save_due(due: float, now: float, every_s: float) -> float | None:
 
 def _queue(state: State, event: m.Event, now: float) -> _Step:
     queue, actions = m.handle(state.queue, event, now)
-    state = state._replace(queue=queue)
+    state = state._replace(queue=queue, last_activity=now)
+    if not actions:
+        return state, ()
     out: list[Action] = []
     for action in actions:
         if isinstance(action, m.StartTurn):
@@ -316,9 +322,12 @@ def _planned(at: tuple[State, Turn], event: Planned) -> _Step:
         trigger: Trigger = "proactive"
         turn = turn._replace(step="compacting", trigger=trigger)
         return state._replace(turn=turn), (Compact(trigger),)
+    step: Step = "committing" if event.over_budget else "calling"
+    # Built whole: cheaper than `_replace` on the path every turn takes.
+    turn = Turn(turn.start, step, turn.attempt, turn.compacted, turn.trigger)
     if event.over_budget:
-        return state._replace(turn=turn._replace(step="committing")), (BEGIN, REFUSE, COMMIT)
-    return state._replace(turn=turn._replace(step="calling")), (BEGIN, CALL_ENGINE)
+        return state._replace(turn=turn), (BEGIN, REFUSE, COMMIT)
+    return state._replace(turn=turn), (BEGIN, CALL_ENGINE)
 
 
 def _engine_done(at: tuple[State, Turn], event: EngineDone) -> _Step:
@@ -326,15 +335,16 @@ def _engine_done(at: tuple[State, Turn], event: EngineDone) -> _Step:
     if event.overflowed and turn.attempt == 0:
         turn = turn._replace(step="compacting", trigger="reactive")
         return state._replace(turn=turn), (Compact("reactive"),)
-    return state._replace(turn=turn._replace(step="committing")), (COMMIT,)
+    turn = Turn(turn.start, "committing", turn.attempt, turn.compacted, turn.trigger)
+    return state._replace(turn=turn), (COMMIT,)
 
 
-def _compacted(state: State, event: Compacted) -> _Step:
+def _compacted(state: State, event: Compacted, now: float) -> _Step:
     turn = state.turn
     if turn is None:
         if not state.compacting:
             raise IllegalTransition("Compacted, but no compaction runs")
-        state = state._replace(compacting=False)
+        state = state._replace(compacting=False, last_activity=now)
         deferred = state.deferred
         if deferred is not None:
             return _open(state._replace(deferred=None), deferred)

@@ -180,7 +180,7 @@ def test_an_idle_actor_retires_after_idle_s_and_not_before() -> None:
     assert actions == [lc.Retire()]
 
 
-def test_every_event_but_a_wake_up_is_activity() -> None:
+def test_an_event_between_turns_is_activity_and_a_wake_up_is_not() -> None:
     state, _ = feed(fresh(), lc.Woke(), now=5.0)
     assert lc.wake_at(state) == IDLE_S
     state, _ = feed(state, m.Configure(m.Limits()), now=5.0)
