@@ -30,28 +30,18 @@ from broker.context.session import SessionContext
 from broker.core import lifecycle as lc
 from broker.core import queue_machine as m
 from ledger import logs
-from ledger.ids import now_ms
 from ledger.items import ItemInfo
 
 from . import compactor
 from . import turn_parts as parts
-from .commands import Command, is_command
+from .commands import Command, CompactRequest, is_command, split_commands
 from .ports import ActorPorts
 from .running_turn import RunningTurn
 from .session_facts import SessionFacts
-from .turn_steps import TurnSteps, too_long
+from .turn_steps import TurnSteps
 
 log = logs.get("broker.actor")
 ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]
-
-
-class CompactRequest:
-    """Manual compaction (`/compact`, `session.compact`), run between turns."""
-
-    def __init__(self, instructions: str | None) -> None:
-        self.instructions = instructions
-        self.done = anyio.Event()
-        self.turn: str | None = None
 
 
 Posted = ItemInfo | lc.Event | Command | CompactRequest
@@ -112,9 +102,7 @@ class SessionActor:
         # committed (a `/new`, a `/queue` override): load only after them.
         await self.ports.settled()
         self.facts.load(*await self.ports.load(self.label))
-        # A chat command cut off between its ack and its reply is still a command.
-        commands = [i for i in backlog if i.source == "person" and is_command(i.text or "")]
-        backlog = [i for i in backlog if i not in commands]
+        backlog, commands = split_commands(backlog)
         self.items.update((item.id, item) for item in (*backlog, *commands))
         # Items posted while loading may also be in the recovered backlog.
         self.queue = deque(
@@ -219,8 +207,7 @@ class SessionActor:
         match action:
             case lc.Begin():
                 assert turn is not None
-                turn.started_ms = now_ms()  # after any compaction it needed
-                self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
+                self.steps.begin(turn)
             case lc.Plan() | lc.CallEngine() | lc.Commit():
                 self._step = action  # the running turn's task performs it
             case lc.OpenTurn():
@@ -233,8 +220,7 @@ class SessionActor:
                     self._tg.start_soon(self._manual_compaction)
             case lc.Refuse():
                 assert turn is not None
-                turn.result, turn.reason = None, "context_overflow"
-                turn.error = too_long(turn.plan)
+                turn.refuse()
             case lc.StartNewThread():
                 self.ports.new_thread(self.label, self.facts.leave_thread())
             case lc.Retire():
@@ -262,12 +248,8 @@ class SessionActor:
             item = self.items.get(action.item.id)
         else:
             item = self.items.pop(action.item.id, None)
-        if action.reason == "stopped":
-            return  # the stopped turn's commit recorded it as cancelled
-        self.ports.drop_item(action.item.id, action.reason)
-        msg_id = item.msg_id if item else None
-        log.info("item dropped", session=self.label, item=action.item.id, reason=action.reason,
-                 msg_id=msg_id)  # fmt: skip
+        if action.reason != "stopped":  # a stopped turn's commit recorded it as cancelled
+            self.ports.drop_item(self.label, action.item.id, action.reason, item)
 
     def _open(self, start: m.StartTurn) -> None:
         inputs = [self.items[i.id] for i in start.items]

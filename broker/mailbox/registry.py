@@ -32,7 +32,8 @@ from ledger.items import ItemInfo
 from ledger.store import Ledger
 from ledger.writer import LedgerWriteFailed, WriterClosed
 
-from .actor import CompactRequest, SessionActor
+from .actor import SessionActor
+from .commands import CompactRequest
 from .session_ports import SessionPorts
 from .turn_commit import TurnCommits
 

@@ -127,6 +127,15 @@ class RunningTurn:
         }
         return True
 
+    def refuse(self) -> None:
+        """Its inputs do not fit the context window: it fails without an engine call."""
+        assert self.plan is not None
+        self.result, self.reason = None, "context_overflow"
+        self.error = (
+            f"The message is too long for this agent's context window "
+            f"({self.plan.tokens} tokens of {self.plan.budget})."
+        )
+
     def engine_scope(self, deadline: float) -> anyio.CancelScope:
         """A fresh scope for one engine call (Rule 3), cancelled already if the turn
         was aborted before the call."""

@@ -100,8 +100,10 @@ class SessionPorts:
             return False
         return True
 
-    def drop_item(self, item_id: str, reason: str) -> None:
+    def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
         self.ledger.writer.submit(lt.set_item_status, [(item_id, "dropped", reason)], now_ms())
+        msg_id = item.msg_id if item else None
+        log.info("item dropped", session=label, item=item_id, reason=reason, msg_id=msg_id)
 
     def new_thread(self, label: str, previous: str | None) -> None:
         self.ledger.writer.submit(lt.new_thread, label, previous, now_ms())

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from broker import tools
 from broker.core import lifecycle as lc
 from broker.core import queue_machine as m
-from broker.core.packing import ContextPlan
 from broker.engines.base import Engine
-from ledger.ids import new_id
+from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
 
 from . import compactor
@@ -55,6 +54,11 @@ class TurnSteps:
         msg = self.facts.ctx.msg
         turn.input_msgs = [msg("user", i.content, i.sender_name, turn.id) for i in inputs]
         return turn
+
+    def begin(self, turn: RunningTurn) -> None:
+        """The turn starts now, after any compaction it needed: its items are running."""
+        turn.started_ms = now_ms()
+        self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
 
     def plan(self, turn: RunningTurn, items: dict[str, ItemInfo]) -> lc.Planned:
         assert turn.start is not None
@@ -101,11 +105,3 @@ class TurnSteps:
         written = await self.ports.commit_turn(rec)
         parts.log_turn(rec, written, turn.channel)
         return facts.committed(rec, written, [*turn.input_msgs, *taken], reply, outcome)
-
-
-def too_long(plan: ContextPlan | None) -> str:
-    assert plan is not None
-    return (
-        f"The message is too long for this agent's context window "
-        f"({plan.tokens} tokens of {plan.budget})."
-    )

@@ -18,7 +18,8 @@ from broker.context import TokenCounter
 from broker.context.session import SessionContext
 from broker.core.engine_types import EngineResult, TurnRequest
 from broker.engines.base import Engine, TurnIO
-from broker.mailbox.actor import CompactRequest, SessionActor
+from broker.mailbox.actor import SessionActor
+from broker.mailbox.commands import CompactRequest
 from broker.mailbox.ports import CommandTarget
 from broker.mailbox.turn_commit import Written
 from ledger.items import ItemInfo
@@ -109,7 +110,7 @@ class Ports:
         self.note("saved", text)
         return True
 
-    def drop_item(self, item_id: str, reason: str) -> None:
+    def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
         self.note("dropped", item_id)
 
     def new_thread(self, label: str, previous: str | None) -> None:
