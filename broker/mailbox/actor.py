@@ -252,8 +252,7 @@ class SessionActor:
             self.ports.drop_item(self.label, action.item.id, action.reason, item)
 
     def _open(self, start: m.StartTurn) -> None:
-        inputs = [self.items[i.id] for i in start.items]
-        self.turn = self.steps.open(start, inputs, self._save)
+        self.turn = self.steps.open(start, self.items, self._save)
         self.status = "processing"
         self._next_turn = self.turn  # the loop runs it: a task switch, not a new task
         self.wake.set()
@@ -269,10 +268,10 @@ class SessionActor:
         while not isinstance(step := self._step, lc.Commit):
             self._step = None
             if isinstance(step, lc.Plan):
-                self._apply(self.steps.plan(turn, self.items))
+                self._apply(self.steps.plan(turn))
             elif isinstance(step, lc.CallEngine):
                 self.status = "streaming"
-                self._apply(await self.steps.call_engine(turn, self.items))
+                self._apply(await self.steps.call_engine(turn))
             elif isinstance(step, lc.Compact):
                 done = await self._compact(step.trigger)
                 if done is not None and turn.overflowed_call is not None:

@@ -51,6 +51,12 @@ class RunningTurn:
     started_ms: int = 0  # set when the turn begins, after any compaction (lifecycle Rule 2)
     # Engine calls before the compaction that preceded the turn's start (docs/turns.md).
     earlier_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Looked up once when the turn opens (turn_steps.py): the same for all of it.
+    engine: Engine | None = None
+    model: str | None = None
+    window: int = 0
+    system: str | None = None
+    notes: tuple[str, ...] = ()
     plan: ContextPlan | None = None
     # The outcome so far: the engine's result, or an error and its reason.
     result: EngineResult | None = None

@@ -75,22 +75,15 @@ def notes(start: m.StartTurn, items: dict[str, ItemInfo]) -> tuple[str, ...]:
     )
 
 
-def plan(
-    ctx: SessionContext,
-    settings: Settings,
-    size: int,
-    system: str | None,
-    turn: RunningTurn,
-    turn_notes: tuple[str, ...],
-) -> ContextPlan:
-    cfg = settings.engine
+def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextPlan:
+    cfg, size, system = settings.engine, turn.window, turn.system
     built = ctx.build(
         window=size,
         reserve=cfg.reserve_reply_tokens,
         threshold=cfg.compaction_threshold,
         system=ctx.fixed("system", system) if system else None,
         inputs=tuple(turn.input_msgs),
-        notes=tuple(ctx.msg("system", n) for n in turn_notes),
+        notes=tuple(ctx.msg("system", n) for n in turn.notes),
     )
     reported = ctx.last_reported
     if (
@@ -104,13 +97,7 @@ def plan(
 
 
 def request(
-    label: str,
-    turn: RunningTurn,
-    ctx: SessionContext,
-    model: str | None,
-    system: str | None,
-    turn_notes: tuple[str, ...],
-    tools: tuple[ToolSpec, ...],
+    label: str, turn: RunningTurn, ctx: SessionContext, tools: tuple[ToolSpec, ...]
 ) -> TurnRequest:
     assert turn.plan is not None
     state = ctx.state.render()
@@ -120,12 +107,12 @@ def request(
     return TurnRequest(
         session=label,
         turn_id=turn.id,
-        system_prompt=system,
-        model=model,
+        system_prompt=turn.system,
+        model=turn.model,
         tools=tools,
         history=head + turn.plan.history,
         inputs=tuple(as_chat(i) for i in turn.inputs),
-        notes=turn_notes,
+        notes=turn.notes,
     )
 
 

@@ -38,8 +38,12 @@ class TurnSteps:
         return self.ports.engine_for(self.facts.persona)
 
     def open(
-        self, start: m.StartTurn, inputs: list[ItemInfo], save: Callable[[RunningTurn], None]
+        self,
+        start: m.StartTurn,
+        items: dict[str, ItemInfo],
+        save: Callable[[RunningTurn], None],
     ) -> RunningTurn:
+        inputs = [items[i.id] for i in start.items]
         channel = next((i.channel for i in reversed(inputs) if i.channel), None)
         if channel is None and self.facts.route is not None:
             channel = self.facts.route[0]  # a turn with no inbound (a worker result) answers here
@@ -53,6 +57,14 @@ class TurnSteps:
         # Made with the turn's id: they become its history block as they are.
         msg = self.facts.ctx.msg
         turn.input_msgs = [msg("user", i.content, i.sender_name, turn.id) for i in inputs]
+        # What stays the same for the whole turn, looked up once.
+        settings, persona = ports.settings, self.facts.persona
+        chosen = parts.persona_of(settings, persona)
+        turn.engine = engine = ports.engine_for(persona)
+        turn.model = chosen.model if chosen else None
+        turn.window = parts.window(settings, persona, engine)
+        turn.system = parts.system_prompt(settings, persona, self.facts.kind)
+        turn.notes = parts.notes(start, items)
         return turn
 
     def begin(self, turn: RunningTurn) -> None:
@@ -60,26 +72,16 @@ class TurnSteps:
         turn.started_ms = now_ms()
         self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
 
-    def plan(self, turn: RunningTurn, items: dict[str, ItemInfo]) -> lc.Planned:
-        assert turn.start is not None
-        settings, facts = self.ports.settings, self.facts
-        system = parts.system_prompt(settings, facts.persona, facts.kind)
-        notes = parts.notes(turn.start, items)
-        size = parts.window(settings, facts.persona, self.engine)
-        turn.plan = parts.plan(facts.ctx, settings, size, system, turn, notes)
+    def plan(self, turn: RunningTurn) -> lc.Planned:
+        turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn)
         return lc.Planned(turn.plan.compaction_due, turn.plan.over_budget)
 
-    async def call_engine(self, turn: RunningTurn, items: dict[str, ItemInfo]) -> lc.EngineDone:
-        assert turn.start is not None
-        settings, facts, engine = self.ports.settings, self.facts, self.engine
-        persona = parts.persona_of(settings, facts.persona)
-        request = parts.request(
-            self.label, turn, facts.ctx, persona.model if persona else None,
-            parts.system_prompt(settings, facts.persona, facts.kind),
-            parts.notes(turn.start, items), tools.SPECS,
-        )  # fmt: skip
-        deadline = self.ports.clock() + settings.engine.timeout_s
-        overflowed = await turn.call(engine, request, deadline)
+    async def call_engine(self, turn: RunningTurn) -> lc.EngineDone:
+        assert turn.engine is not None
+        facts = self.facts
+        request = parts.request(self.label, turn, facts.ctx, tools.SPECS)
+        deadline = self.ports.clock() + self.ports.settings.engine.timeout_s
+        overflowed = await turn.call(turn.engine, request, deadline)
         if turn.result is not None:
             facts.ctx.last_reported = turn.result.prompt_tokens
         return lc.EngineDone(overflowed)
@@ -99,8 +101,9 @@ class TurnSteps:
 
     async def commit(self, turn: RunningTurn) -> m.Outcome:
         facts = self.facts
+        assert turn.engine is not None
         rec, outcome, taken, reply = parts.record(
-            self.label, turn, facts.head, facts.ctx, self.engine.name, facts.route
+            self.label, turn, facts.head, facts.ctx, turn.engine.name, facts.route
         )  # Rule 2: the head now is the parent
         written = await self.ports.commit_turn(rec)
         parts.log_turn(rec, written, turn.channel)
