@@ -203,13 +203,16 @@ class SessionActor:
             self._act(action)
 
     def _act(self, action: lc.Action) -> None:
+        if action is lc.CALL_ENGINE or action is lc.COMMIT or action is lc.PLAN:
+            self._step = action  # the running turn's task performs it
+            return
         turn = self.turn
         match action:
             case lc.Begin():
                 assert turn is not None
                 self.steps.begin(turn)
             case lc.Plan() | lc.CallEngine() | lc.Commit():
-                self._step = action  # the running turn's task performs it
+                self._step = action
             case lc.OpenTurn():
                 self._open(action.start)
             case lc.Compact():

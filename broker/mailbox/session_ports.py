@@ -30,12 +30,12 @@ from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.reads import ReadConnection
 from ledger.store import Ledger
-from ledger.turns import ActorStart, TurnRecord
+from ledger.turns import ActorStart
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from .chat import ChatCommands
 from .ports import CommandTarget
-from .turn_commit import TurnCommits, Written
+from .turn_commit import TurnCommits
 
 log = logs.get("broker.actor")
 
@@ -57,6 +57,7 @@ class SessionPorts:
         self.engine = engine
         self.router = router
         self.commits = commits
+        self.commit_turn = commits.commit  # bound: no second coroutine a turn
         self.chat = ChatCommands(ledger, router, deliveries)
         self.tool_context = tool_context
         self.retire = retire
@@ -107,9 +108,6 @@ class SessionPorts:
 
     def new_thread(self, label: str, previous: str | None) -> None:
         self.ledger.writer.submit(lt.new_thread, label, previous, now_ms())
-
-    async def commit_turn(self, rec: TurnRecord) -> Written:
-        return await self.commits.commit(rec)
 
     def engine_for(self, persona: str | None) -> Engine:
         """The engine of `persona`, else the default engine."""
