@@ -1,19 +1,48 @@
-"""Broker tools offered to engines: what an agent may ask the broker to do mid-turn."""
+"""Broker tools offered to engines: what an agent may ask the broker to do mid-turn.
+
+The tools see the daemon through `ToolContext` only: dispatching a task, the ledger's
+reads, the recall settings and the token counter.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
+from broker.config import Settings
+from broker.context import TokenCounter
 from broker.core.engine_types import ToolSpec
+from ledger.dispatch import Dispatched
 from ledger.errors import LedgerLookupError
+from ledger.store import Ledger
 
 from .engines.base import EngineError
 from .recall_tool import RECALL_TOOL, conversation_recall
 
-if TYPE_CHECKING:
-    from .mailbox.registry import Mailboxes
+
+class ToolContext(Protocol):
+    """What the tools need of the daemon (the mailbox registry provides it)."""
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+    @property
+    def counter(self) -> TokenCounter: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    async def dispatch(
+        self,
+        *,
+        parent: str | None,
+        parent_turn: str | None,
+        tool_call: str | None,
+        target: dict[str, Any],
+        task: str,
+    ) -> Dispatched: ...
+
 
 AGENT_SEND = ToolSpec(
     name="agent_send",
@@ -42,7 +71,7 @@ AGENT_SEND = ToolSpec(
 )
 
 
-async def agent_send(hub: Mailboxes, session: str, turn: str, arguments: dict[str, Any]) -> str:
+async def agent_send(hub: ToolContext, session: str, turn: str, arguments: dict[str, Any]) -> str:
     if arguments.get("op", "dispatch") != "dispatch":
         raise EngineError("agent_send supports only op 'dispatch'")
     task = arguments.get("task")
@@ -63,7 +92,7 @@ async def agent_send(hub: Mailboxes, session: str, turn: str, arguments: dict[st
 
 
 async def call(
-    hub: Mailboxes, session: str, turn: str, name: str, arguments: dict[str, Any]
+    hub: ToolContext, session: str, turn: str, name: str, arguments: dict[str, Any]
 ) -> str:
     if name == "agent_send":
         return await agent_send(hub, session, turn, arguments)

@@ -1,5 +1,7 @@
-"""A session's mailbox: what arriving messages do to it (queue modes) and when turns run.
+"""A session's mailbox: its actor, which runs the turns, and the registry of live actors.
 
-``broker.mailbox.machine`` is the pure, I/O-free state machine; the shell that drives it
-(clock, engine, ledger) lives beside it.
+What a message does to a session and how its turns run are decided by the pure machines
+in ``broker.core`` (``queue_machine``, ``lifecycle``); the actor (``actor``) performs
+their actions through its ports (``ports``, ``session_ports``), and the registry
+(``registry``) starts, supervises and drains the actors.
 """

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from broker.core.queue_machine import QUEUE_MODES
+from ledger.items import ItemInfo
 
 COMMANDS = ("queue", "stop", "status", "new", "compact")
 DROPS = ("old", "new", "summarize")
@@ -24,6 +27,22 @@ class Command:
     name: str
     args: str
     override: dict[str, Any] | None = None  # for /queue; {} means reset
+
+
+class CompactRequest:
+    """Manual compaction (`/compact`, `session.compact`), run between turns."""
+
+    def __init__(self, instructions: str | None) -> None:
+        self.instructions = instructions
+        self.done = anyio.Event()
+        self.turn: str | None = None  # the compaction's, once done; None: nothing to compact
+
+
+def split_commands(items: list[ItemInfo]) -> tuple[list[ItemInfo], list[ItemInfo]]:
+    """Recovered items: (the rest, the chat commands among them). A command cut off
+    between its ack and its reply is still a command."""
+    commands = [i for i in items if i.source == "person" and is_command(i.text or "")]
+    return [i for i in items if i not in commands], commands
 
 
 def is_command(text: str) -> bool:

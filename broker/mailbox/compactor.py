@@ -8,29 +8,57 @@ Rule 2: the summary comes from the engine, bounded by `compaction_timeout_s`.
         the summary budget, a deterministic summary is used instead, so a
         session can never stay in `compacting`.
 Rule 3: a compaction is committed before the turn it serves starts, whatever
-        its trigger, so their times never overlap (actor.py Rule 6,
-        docs/turns.md); its commit, like any write, waits out a disk that
-        refuses it (ledger/writer.py Rule 7).
+        its trigger, so their times never overlap (broker/core/lifecycle.py
+        Rule 2, docs/turns.md); its commit, like any write, waits out a disk
+        that refuses it (ledger/writer.py Rule 7).
+Rule 4: it changes nothing of the actor's: it returns the committed compaction
+        (`Compaction`), which the actor applies to its head and its context.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 
+from broker.config import EngineSettings
+from broker.context.session import SessionContext
 from broker.core import compaction
 from broker.core.engine_types import ChatMessage, TurnRequest
-from broker.engines.base import EngineError
+from broker.core.lifecycle import Trigger
+from broker.core.packing import TurnBlock
+from broker.engines.base import Engine, EngineError
 from ledger import logs
 from ledger.ids import new_id, now_ms
 from ledger.turns import TurnRecord
 
-if TYPE_CHECKING:
-    from .actor import SessionActor
+from .turn_commit import Written
 
 log = logs.get("broker.compaction")
-Trigger = Literal["proactive", "manual", "reactive"]
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A committed compaction: the new head, and what the context keeps (Rule 4)."""
+
+    turn_id: str
+    summary: str
+    keep: tuple[TurnBlock, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """The session being compacted, as the actor knows it."""
+
+    label: str
+    head: str | None
+    ctx: SessionContext
+    engine: Engine
+    window: int
+    cfg: EngineSettings
+    commit: Callable[[TurnRecord], Awaitable[Written]]
 
 
 class _QuietIO:
@@ -51,34 +79,33 @@ def summary_budget(window: int) -> int:
 
 
 async def compact(
-    actor: SessionActor, trigger: Trigger, instructions: str | None = None
-) -> str | None:
-    """Run one compaction turn; return its id, or None when there is nothing to summarize."""
-    ctx, engine_cfg = actor.ctx, actor.hub.settings.engine
-    window = actor.window()
+    session: Session, trigger: Trigger, instructions: str | None = None
+) -> Compaction | None:
+    """Run one compaction turn; None when there was nothing to summarize or it did not
+    make it onto the thread."""
+    ctx, engine_cfg, window = session.ctx, session.cfg, session.window
     keep = 0 if trigger == "manual" else int(window * engine_cfg.keep_recent_ratio)
     if trigger == "reactive":  # the engine overflowed though our count fit: keep less
         keep = min(keep, sum(block.tokens for block in ctx.blocks) // 2)
     plan = compaction.plan(tuple(ctx.blocks), keep)
     if plan is None:
         return None
-    previous_status, actor.status = actor.status, "compacting"
     started, turn_id = now_ms(), new_id()
     system, user = compaction.summary_request(
         plan.summarize, ctx.summary, instructions, max_message_chars=4000
     )
-    summary, fallback, usage = await _summarize(actor, turn_id, system, user, plan, window)
+    summary, fallback, usage = await _summarize(session, turn_id, system, user, plan)
     summary_tokens = ctx.counter.count(summary)
     rec = TurnRecord(
         turn_id=turn_id,
-        session=actor.label,
-        parent_id=actor.head,
+        session=session.label,
+        parent_id=session.head,
         type="compaction",
         status="completed",
         reason=trigger,
         error=None,
         output=summary,
-        engine=actor.engine.name,
+        engine=session.engine.name,
         model=usage.get("model"),
         started_at=started,
         completed_at=now_ms(),
@@ -105,16 +132,12 @@ async def compact(
         },
     )
     with anyio.CancelScope(shield=True):
-        written = await actor.hub.commit(rec)
-    actor.status = previous_status
+        written = await session.commit(rec)
     if written != "thread":
         return None
-    actor.head = turn_id
-    actor.turn_count += 1
-    ctx.compacted(summary, plan.keep)
     log.info(
         "session compacted",
-        session=actor.label,
+        session=session.label,
         turn=turn_id,
         trigger=trigger,
         turns_summarized=plan.turns_summarized,
@@ -122,28 +145,23 @@ async def compact(
         tokens_after=summary_tokens + plan.tokens_kept,
         fallback=fallback,
     )
-    return turn_id
+    return Compaction(turn_id, summary, plan.keep)
 
 
 async def _summarize(
-    actor: SessionActor,
-    turn_id: str,
-    system: str,
-    user: str,
-    plan: compaction.CompactionPlan,
-    window: int,
+    session: Session, turn_id: str, system: str, user: str, plan: compaction.CompactionPlan
 ) -> tuple[str, bool, dict[str, Any]]:
-    ctx, budget = actor.ctx, summary_budget(window)
+    ctx, budget = session.ctx, summary_budget(session.window)
     request = TurnRequest(
-        session=actor.label,
+        session=session.label,
         turn_id=turn_id,
         system_prompt=system,
         history=(),
         inputs=(ChatMessage("user", user),),
     )
     try:
-        with anyio.fail_after(actor.hub.settings.engine.compaction_timeout_s):
-            result = await actor.engine.run(request, _QuietIO())
+        with anyio.fail_after(session.cfg.compaction_timeout_s):
+            result = await session.engine.run(request, _QuietIO())
         text = result.text.strip()
         if not text or ctx.counter.count(text) > budget:
             raise EngineError("the summary was empty or too long")
@@ -156,7 +174,7 @@ async def _summarize(
     except Exception as exc:  # any failure: the deterministic summary, never a hang
         log.warning(
             "summarizer failed; using the deterministic summary",
-            session=actor.label,
+            session=session.label,
             error=str(exc) or type(exc).__name__,
         )
     text = compaction.fallback_summary(plan.summarize, ctx.summary, budget, ctx.counter)

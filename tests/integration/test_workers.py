@@ -98,7 +98,9 @@ async def test_dispatch_to_an_existing_session_and_limits(make_daemon: DaemonFac
 async def test_worker_that_times_out(make_daemon: DaemonFactory) -> None:
     d = make_daemon({"workers": {"timeout_s": 0.5}, "engine": {"chunks": 10, "delay_ms": 500}})
     parent = await parent_session(d)
-    await dispatch(d, target={"kind": "new_session"}, task="forever", parent_session=parent)
+    worker = await dispatch(
+        d, target={"kind": "new_session"}, task="forever", parent_session=parent
+    )
     found = await until(d, "SELECT status FROM dispatches WHERE status = 'timed_out'")
     assert found == [("timed_out",)]
     await until(
@@ -107,7 +109,10 @@ async def test_worker_that_times_out(make_daemon: DaemonFactory) -> None:
         " AND output LIKE '%timed_out%'",
         parent,
     )
-    await anyio.sleep(6)  # the worker's own turn ends after the timeout: no second result
+    # The worker's own turn ends after the timeout (about 5 s in); its commit, which
+    # would queue a result, queues no second one.
+    ended = "SELECT status FROM turns WHERE session_label = ? AND type != 'compaction'"
+    assert await until(d, ended, worker["session"]) == [("completed",)]
     assert len(rows(d, "SELECT 1 FROM queue_items WHERE source = 'worker'")) == 1
 
 

@@ -14,9 +14,6 @@ PACKAGES = ("broker", "ledger", "adapters", "policies")
 MAX_MODULE = 500
 MAX_CLASS = 300
 LATER = {
-    "broker/mailbox/actor.py",
-    "broker/mailbox/actor.py:SessionActor",
-    "broker/mailbox/registry.py:Mailboxes",
     "broker/core/queue_machine.py",
 }
 

@@ -1,4 +1,4 @@
-"""A turn's reply leaves from its commit's callback (Mailboxes.commit).
+"""A turn's reply leaves from its commit's callback (TurnCommits.commit).
 
 The writer reports a commit by resolving the job's `Pending`; the reply must
 be handed to Deliveries right there, not after the actor's task is scheduled
@@ -14,11 +14,8 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from broker.config import Settings
 from broker.deliveries import Deliveries
-from broker.engines.echo import EchoEngine
-from broker.mailbox.registry import Mailboxes, Written
-from broker.router import Router
+from broker.mailbox.turn_commit import TurnCommits, Written
 from ledger import turns as lt
 from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
 from ledger.store import Ledger
@@ -90,15 +87,9 @@ def record() -> TurnRecord:
     )
 
 
-def mailboxes(writer: FakeWriter, log: list[str]) -> Mailboxes:
+def commits(writer: FakeWriter, log: list[str]) -> TurnCommits:
     ledger = cast(Ledger, SimpleNamespace(writer=writer))
-    return Mailboxes(
-        Settings(),
-        ledger,
-        EchoEngine(),
-        Router((), frozenset()),
-        cast(Deliveries, Spy(log)),
-    )
+    return TurnCommits(ledger, cast(Deliveries, Spy(log)), lambda item: None)
 
 
 async def commit_with(
@@ -107,7 +98,7 @@ async def commit_with(
     """Run a turn's commit while `writer_side` plays the writer; the log of what
     Deliveries was told (and when the actor resumed), and what the commit returned."""
     writer, log, written = FakeWriter(), list[str](), list[Written]()
-    boxes = mailboxes(writer, log)
+    boxes = commits(writer, log)
 
     async def actor() -> None:
         written.append(await boxes.commit(record()))

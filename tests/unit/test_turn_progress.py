@@ -1,5 +1,5 @@
 """A running turn's partial output, saved while it streams (ledger/turns.py Rule 4,
-broker/mailbox/actor.py Rule 5)."""
+broker/mailbox/running_turn.py Rule 2)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from broker.core.identity import SessionSpec
-from broker.mailbox.actor import RunningTurn
+from broker.mailbox.running_turn import RunningTurn
 from ledger import turns as lt
 from ledger.ingest import IdentityCache, InboundRecord, ingest
 

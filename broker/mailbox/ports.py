@@ -1,0 +1,89 @@
+"""What a session actor needs from the rest of the daemon, as small interfaces.
+
+The actor (actor.py) decides nothing itself (the lifecycle machine does) and reaches
+nothing but these ports: it does not hold the registry. `session_ports.py` implements
+them over the ledger, the engines and the adapters' connections; a test implements them
+with fakes and a clock it steps.
+
+Rule 1: the synchronous ports never block: a write they make is only queued on the
+        ledger's single writer, which is FIFO, so it commits before any later write of
+        the same actor (a turn's items are marked running before its commit).
+Rule 2: the awaited ports end by themselves (a write waits out a refusing disk inside
+        the writer, ledger/writer.py Rule 7); the actor bounds only the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.config import Settings
+from broker.context import TokenCounter
+from broker.context.session import SessionContext
+from broker.core.queue_machine import QueueMode
+from broker.engines.base import Engine
+from ledger.items import ItemInfo
+from ledger.turns import ActorStart, TurnRecord
+
+from .commands import Command
+from .session_facts import SessionFacts
+from .turn_commit import Written
+
+if TYPE_CHECKING:
+    from .running_turn import RunningTurn
+
+
+class CommandTarget(Protocol):
+    """The actor as a chat command sees it (chat.py)."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def facts(self) -> SessionFacts: ...
+    @property
+    def turn(self) -> RunningTurn | None: ...
+
+    @property
+    def backlog(self) -> int: ...
+
+    def apply_command(self, command: Command) -> None: ...
+
+
+class ActorPorts(Protocol):
+    """Everything an actor does outside itself."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def counter(self) -> TokenCounter: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...  # seconds, the event loop's
+    @property
+    def send_delta(
+        self,
+    ) -> Callable[[str, str, dict[str, Any]], None]: ...  # channel, session, frame
+
+    # The session's start: recover its crashed turns, wait for an earlier actor's
+    # writes, load what it needs.
+    async def recover(self, label: str) -> list[ItemInfo]: ...
+    async def settled(self) -> None: ...
+    async def load(self, label: str) -> tuple[ActorStart, SessionContext]: ...
+
+    # Writes (Rule 1, Rule 2).
+    def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None: ...
+    def save_progress(self, turn_id: str, label: str, text: str) -> bool: ...
+    def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None: ...
+    def new_thread(self, label: str, previous: str | None) -> None: ...
+    async def commit_turn(self, rec: TurnRecord) -> Written: ...
+
+    # Engines and their tools, the adapters, chat commands.
+    def engine_for(self, persona: str | None) -> Engine: ...
+    def default_mode(self, item: ItemInfo) -> QueueMode | None: ...
+    async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str: ...
+    def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None: ...
+
+    # The registry: a turn ended (a drain may wait for it); the actor retires.
+    def turn_ended(self) -> None: ...
+    def retire(self, actor: object) -> None: ...

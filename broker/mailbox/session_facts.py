@@ -1,0 +1,97 @@
+"""What an actor knows of its session between turns, and how a turn's end changes it.
+
+Rule 1: the in-memory history follows the same rule as `broker.context.session.load`,
+        so an actor that starts later sees the same thread: a committed turn adds its
+        inputs unless it was aborted (they run again) and its reply when there is one;
+        a compaction replaces what it summarized; `/new` empties it.
+Rule 2: only what the ledger committed changes the facts: a lost commit changes none,
+        a turn committed off the thread (orphan) only the token totals and the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from broker.config import QueueSettings
+from broker.context.session import SessionContext
+from broker.core import queue_machine as m
+from broker.core.packing import Msg
+from ledger.items import ItemInfo
+from ledger.turns import ActorStart, Route, TurnRecord
+
+from .compactor import Compaction
+from .turn_commit import Written
+
+SOURCES: dict[str, m.Source] = {s: s for s in ("person", "worker", "timer", "operator")}
+
+
+@dataclass
+class SessionFacts:
+    ctx: SessionContext
+    head: str | None = None
+    persona: str | None = None
+    kind: str = "dm"
+    override: dict[str, Any] = field(default_factory=dict)  # the session's `/queue`
+    turn_count: int = 0
+    tokens: list[int] = field(default_factory=lambda: [0, 0])  # prompt, completion
+    route: Route | None = None  # where replies go when a turn has no inbound
+
+    def load(self, start: ActorStart, ctx: SessionContext) -> None:
+        self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
+        self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
+        self.override = orjson.loads(start.override) if start.override else {}
+
+    def limits(self, queue: QueueSettings) -> m.Limits:
+        return m.Limits(
+            debounce_s=self.override.get("debounce_ms", queue.debounce_ms) / 1000,
+            cap=self.override.get("cap", queue.cap),
+            drop=self.override.get("drop", queue.drop),
+        )
+
+    def machine_item(self, item: ItemInfo, default: m.QueueMode | None) -> m.Item:
+        """The item as the queue machine sees it: its mode resolved (a mode the item
+        asks for and may not have falls back as if it asked for none)."""
+        source = SOURCES.get(item.source, "operator")
+        override = self.override.get("mode")
+        try:
+            mode = m.resolve_mode(item.mode, None, override, default, source)
+        except m.ModeRefused:
+            mode = m.resolve_mode(None, None, override, default, source)
+        return m.Item(item.id, item.seq, mode, source)
+
+    def leave_thread(self) -> str | None:
+        """`/new`: the next turn has no parent; the head left behind."""
+        previous, self.head = self.head, None
+        self.ctx.reset()
+        return previous
+
+    def compacted(self, done: Compaction) -> None:
+        self.head, self.turn_count = done.turn_id, self.turn_count + 1
+        self.ctx.compacted(done.summary, done.keep)
+
+    def committed(
+        self,
+        rec: TurnRecord,
+        written: Written,
+        inputs: list[Msg],
+        reply: Msg | None,
+        outcome: m.Outcome,
+    ) -> m.Outcome:
+        """Apply a turn's commit (Rule 2); its outcome for the queue machine."""
+        if written == "lost":
+            return outcome
+        for kind, payload in rec.events:
+            self.ctx.state.apply(kind, payload)
+        self.tokens[0] += rec.prompt_tokens or 0
+        self.tokens[1] += rec.completion_tokens or 0
+        if written == "orphan":
+            return "failed"
+        self.head, self.turn_count = rec.turn_id, self.turn_count + 1
+        kept = [] if rec.status == "aborted" else list(inputs)
+        if rec.output or rec.status == "completed":
+            kept.append(reply or self.ctx.msg("assistant", rec.output, turn_id=rec.turn_id))
+        self.ctx.add_turn(rec.turn_id, kept)
+        return outcome

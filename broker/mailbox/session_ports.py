@@ -1,0 +1,150 @@
+"""The actor's ports (ports.py) over the ledger, the engines and the adapters.
+
+Rule 1: writes that nobody waits on are only queued on the ledger's writer (FIFO):
+        a turn's `mark_running` commits before its commit, a `/new` before the next
+        turn's. A progress save that cannot be queued is skipped, not an error: the
+        turn's commit holds its whole output anyway.
+Rule 2: engines of personas that name one are built when first used, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from broker import tools
+from broker.config import Settings
+from broker.context import TokenCounter
+from broker.context.session import SessionContext
+from broker.context.session import load as load_context
+from broker.core import queue_machine as m
+from broker.deliveries import Deliveries
+from broker.engines.base import Engine
+from broker.engines.factory import build_engine
+from broker.router import Router
+from ledger import logs
+from ledger import turns as lt
+from ledger.ids import now_ms
+from ledger.items import ItemInfo
+from ledger.reads import ReadConnection
+from ledger.store import Ledger
+from ledger.turns import ActorStart
+from ledger.writer import WriterClosed, WriterOverloaded
+
+from .chat import ChatCommands
+from .ports import CommandTarget
+from .turn_commit import TurnCommits
+
+log = logs.get("broker.actor")
+
+
+class SessionPorts:
+    def __init__(
+        self,
+        settings: Settings,
+        ledger: Ledger,
+        engine: Engine,
+        router: Router,
+        deliveries: Deliveries,
+        commits: TurnCommits,
+        tool_context: tools.ToolContext,
+        retire: Callable[[Any], None],
+    ) -> None:
+        self.settings = settings  # the registry replaces it on a reload
+        self.ledger = ledger
+        self.engine = engine
+        self.router = router
+        self.commits = commits
+        self.commit_turn = commits.commit  # bound: no second coroutine a turn
+        self.chat = ChatCommands(ledger, router, deliveries)
+        self.tool_context = tool_context
+        self.retire = retire
+        self.counter = TokenCounter(settings.engine.encoding)
+        self.engines: dict[str, Engine] = {}  # of personas that name one (Rule 2)
+        self.deliveries = deliveries
+        # anyio's clock; the loop's own, read without the backend lookup, once running.
+        self.clock: Callable[[], float] = anyio.current_time
+        # Made only while `drain` waits on it: a turn's end costs nothing otherwise.
+        self._turn_ended: anyio.Event | None = None
+
+    @property
+    def send_delta(self) -> Callable[[str, str, dict[str, Any]], None]:
+        return self.deliveries.delta
+
+    async def recover(self, label: str) -> list[ItemInfo]:
+        await self.ledger.write(lt.recover_crashed, now_ms(), session=label)
+        return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
+
+    async def settled(self) -> None:
+        await self.ledger.writer.settled()
+
+    async def load(self, label: str) -> tuple[ActorStart, SessionContext]:
+        counter = self.counter
+
+        def read(c: ReadConnection) -> tuple[ActorStart, SessionContext]:
+            start = lt.actor_start(c, label)
+            return start, load_context(c, start.head, counter)
+
+        # One hop to a reader thread, not two: actors start by the thousand.
+        return await self.ledger.read(read)
+
+    def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None:
+        self.ledger.writer.submit(lt.mark_running, turn_id, item_ids, started_ms)
+
+    def save_progress(self, turn_id: str, label: str, text: str) -> bool:
+        try:
+            self.ledger.writer.submit(lt.save_progress, turn_id, label, text, now_ms())
+        except (WriterOverloaded, WriterClosed) as exc:
+            log.warning("partial output not saved", session=label, turn=turn_id, error=str(exc))
+            return False
+        return True
+
+    def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
+        self.ledger.writer.submit(lt.set_item_status, [(item_id, "dropped", reason)], now_ms())
+        msg_id = item.msg_id if item else None
+        log.info("item dropped", session=label, item=item_id, reason=reason, msg_id=msg_id)
+
+    def new_thread(self, label: str, previous: str | None) -> None:
+        self.ledger.writer.submit(lt.new_thread, label, previous, now_ms())
+
+    def engine_for(self, persona: str | None) -> Engine:
+        """The engine of `persona`, else the default engine."""
+        chosen = self.settings.personas.get(persona or "")
+        name = chosen.engine if chosen is not None else None
+        if name is None or name not in self.settings.engines:
+            return self.engine
+        if name not in self.engines:
+            self.engines[name] = build_engine(self.settings.engines[name])
+        return self.engines[name]
+
+    async def aclose_engines(self) -> None:
+        for engine in (self.engine, *self.engines.values()):
+            await engine.aclose()
+
+    def default_mode(self, item: ItemInfo) -> m.QueueMode | None:
+        """The queue mode of `item` when it names none and the session has no override."""
+        queue = self.settings.queue
+        if item.source == "person" and item.channel and item.sender_id and item.peer_kind:
+            decision = self.router.decision(item.channel, item.peer_kind, item.sender_id)
+            return decision.default_mode or queue.person_mode
+        if item.source in ("worker", "timer"):
+            return queue.worker_mode
+        return None
+
+    async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str:
+        return await tools.call(self.tool_context, label, turn_id, name, args)
+
+    def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
+        self.chat.handle(actor, item)
+
+    def turn_ended(self) -> None:
+        if self._turn_ended is not None:
+            self._turn_ended.set()
+            self._turn_ended = None
+
+    async def a_turn_ends(self) -> None:
+        if self._turn_ended is None:
+            self._turn_ended = anyio.Event()
+        await self._turn_ended.wait()

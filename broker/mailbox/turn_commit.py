@@ -1,0 +1,91 @@
+"""Turn commits: a turn's record written on its thread, its reply sent from the commit.
+
+Rule 1: a reply is expected by Deliveries before its commit is queued and sent by the
+        commit's own callback (deliveries.py Rule 1): it leaves when the writer reports
+        the commit, not after the actor's task has been scheduled again. A write that
+        did not commit gives the reply up.
+Rule 2: a turn whose parent is no longer the head (a `/new` or a merge moved it) is
+        recorded as failed off the thread, never as a silent fork.
+Rule 3: a commit the ledger refuses leaves the turn's items running; crash recovery
+        records and re-runs them at the next start.
+Rule 4: worker results a commit queues for their parents go to their actors at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from broker.deliveries import Deliveries
+from ledger import logs
+from ledger import turns as lt
+from ledger.items import ItemInfo
+from ledger.jobs import LedgerWriteFailed
+from ledger.reads import ReadConnection
+from ledger.store import Ledger
+from ledger.turns import HeadMoved, TurnRecord
+
+log = logs.get("broker.mailboxes")
+Written = Literal["thread", "orphan", "lost"]
+
+
+class TurnCommits:
+    def __init__(
+        self, ledger: Ledger, deliveries: Deliveries, post: Callable[[ItemInfo], None]
+    ) -> None:
+        self.ledger = ledger
+        self.deliveries = deliveries
+        self.post = post
+
+    async def commit(self, rec: TurnRecord) -> Written:
+        """Commit a turn; where it went (Rules 1-3)."""
+        out_id = rec.outbox[0] if rec.outbox is not None else None
+        if out_id is not None:
+            self.deliveries.expect(out_id)
+        written: Written = "lost"
+        try:
+            written = await self._write_turn(rec)
+        finally:
+            if out_id is not None and written == "lost":
+                self.deliveries.abandon(out_id)
+        return written
+
+    async def _write_turn(self, rec: TurnRecord) -> Written:
+        try:
+            self._post_results(rec, await self._write(lt.commit_turn, rec))
+            return "thread"
+        except HeadMoved:
+            log.error(
+                "head moved under a running turn; recorded as failed off the thread",
+                session=rec.session,
+                turn=rec.turn_id,
+                parent=rec.parent_id,
+            )
+        except LedgerWriteFailed as exc:
+            log.error(
+                "turn commit failed; its items stay running and are recovered at the next start",
+                session=rec.session,
+                turn=rec.turn_id,
+                error=str(exc),
+            )
+            return "lost"
+        try:
+            self._post_results(rec, await self._write(lt.commit_orphan, rec))
+            return "orphan"
+        except LedgerWriteFailed:
+            return "lost"
+
+    async def _write(
+        self, job: Callable[[ReadConnection, TurnRecord], list[ItemInfo]], rec: TurnRecord
+    ) -> list[ItemInfo]:
+        pending = self.ledger.writer.submit(job, rec)
+        if rec.outbox is not None:
+            out_id, channel, frame = rec.outbox
+            session, deliveries = rec.session, self.deliveries
+            pending.after_commit(lambda _: deliveries.deliver(out_id, channel, session, frame))
+        return await pending.result()
+
+    def _post_results(self, rec: TurnRecord, results: list[ItemInfo]) -> None:
+        for item in results:
+            log.info("worker result queued", session=item.session, worker=rec.session, item=item.id)
+            self.post(item)

@@ -1,0 +1,245 @@
+"""What a turn sends to the engine and what it commits, built from the session's facts.
+
+Pure functions of their arguments (the token counter aside, which only counts): the
+actor holds the facts, these shape them.
+
+Rule 1: each message is counted once, when it is first made, and that count goes to
+        both the ledger and the in-memory history.
+Rule 2: steered items the engine took but did not use run in the next turn. Only a
+        prefix counts as used: a used item after an unused one would run ahead of it,
+        so it runs again, in order, instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Literal
+
+import orjson
+
+from broker.config import Persona, Settings
+from broker.context.session import SessionContext, summary_text
+from broker.core import queue_machine as m
+from broker.core.compaction import compaction_due
+from broker.core.engine_types import (
+    ChatMessage,
+    EngineResult,
+    HistoryMessage,
+    ToolSpec,
+    TurnRequest,
+)
+from broker.core.packing import ContextPlan, Msg
+from broker.engines.base import Engine
+from ledger import logs
+from ledger import turns as lt
+from ledger.ids import now_ms
+from ledger.items import ItemInfo
+from ledger.turns import TurnRecord
+
+from .running_turn import RunningTurn, as_chat
+
+log = logs.get("broker.actor")
+Status = Literal["completed", "aborted", "failed"]
+
+
+def route_of(item: ItemInfo) -> lt.Route:
+    assert item.channel is not None
+    return (item.channel, item.peer_kind, item.peer_id, item.thread_id)
+
+
+def persona_of(settings: Settings, persona: str | None) -> Persona | None:
+    return settings.personas.get(persona or "")
+
+
+def window(settings: Settings, persona: str | None, engine: Engine) -> int:
+    chosen = persona_of(settings, persona)
+    return chosen.context_window if chosen and chosen.context_window else engine.context_window
+
+
+def system_prompt(settings: Settings, persona: str | None, kind: str) -> str | None:
+    chosen = persona_of(settings, persona)
+    prompt = chosen.system_prompt if chosen else None
+    if prompt is None and kind == "worker":
+        prompt = settings.workers.system_prompt
+    return prompt
+
+
+def notes(start: m.StartTurn, items: dict[str, ItemInfo]) -> tuple[str, ...]:
+    if not start.dropped_note:
+        return ()
+    dropped = [items.get(i.id) for i in start.dropped_note]
+    listed = "; ".join((d.content[:80] if d else "?") for d in dropped)
+    return (
+        f"{len(start.dropped_note)} earlier message(s) were dropped because the "
+        f"queue was full: {listed}",
+    )
+
+
+def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextPlan:
+    cfg, size, system = settings.engine, turn.window, turn.system
+    built = ctx.build(
+        window=size,
+        reserve=cfg.reserve_reply_tokens,
+        threshold=cfg.compaction_threshold,
+        system=ctx.fixed("system", system) if system else None,
+        inputs=tuple(turn.input_msgs),
+        notes=tuple(ctx.msg("system", n) for n in turn.notes),
+    )
+    reported = ctx.last_reported
+    if (
+        reported is not None
+        and not built.compaction_due
+        and ctx.blocks
+        and compaction_due(built.tokens, size, cfg.compaction_threshold, reported)
+    ):
+        return replace(built, compaction_due=True)  # a copy only when it changes
+    return built
+
+
+def request(
+    label: str, turn: RunningTurn, ctx: SessionContext, tools: tuple[ToolSpec, ...]
+) -> TurnRequest:
+    assert turn.plan is not None
+    state = ctx.state.render()
+    head: tuple[HistoryMessage, ...] = (ChatMessage("system", state),) if state else ()
+    if ctx.summary:
+        head += (ChatMessage("system", summary_text(ctx.summary)),)
+    return TurnRequest(
+        session=label,
+        turn_id=turn.id,
+        system_prompt=turn.system,
+        model=turn.model,
+        tools=tools,
+        history=head + turn.plan.history,
+        inputs=tuple(as_chat(i) for i in turn.inputs),
+        notes=turn.notes,
+    )
+
+
+def turn_events(
+    result: EngineResult | None, status: str, error: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """The engine's events, then the broker's own: one `action` per tool call, one
+    `llm` for the model call, and an `error` for a failed turn."""
+    events = list(result.events) if result is not None else []
+    if result is not None:
+        events += [("action", {"tool": c.name, "status": c.status}) for c in result.tool_calls]
+        events.append(
+            (
+                "llm",
+                {
+                    "model": result.model,
+                    "prompt_tokens": result.prompt_tokens,
+                    "completion_tokens": result.completion_tokens,
+                },
+            )
+        )
+    if status == "failed":
+        events.append(("error", {"text": error or "the turn failed"}))
+    return events
+
+
+def settle(turn: RunningTurn) -> tuple[m.Outcome, Status, lt.ItemStatus]:
+    """The turn's outcome for the machine, its status and its items' (Rule 2 trims
+    `turn.taken` to what the engine used)."""
+    result = turn.result
+    if result is not None and result.steer_used is not None:
+        used = set(result.steer_used)
+        prefix = 0
+        while prefix < len(turn.taken) and turn.taken[prefix].id in used:
+            prefix += 1
+        turn.taken = turn.taken[:prefix]
+    if turn.abort_reason is not None and result is None and turn.error is None:
+        return "aborted", "aborted", "cancelled" if turn.abort_reason == "stop" else "queued"
+    if turn.error is not None:
+        return "failed", "failed", "done"
+    return "completed", "completed", "done"
+
+
+def outbox(
+    label: str,
+    turn: RunningTurn,
+    inputs: list[ItemInfo],
+    text: str,
+    status: str,
+    fallback: lt.Route | None,
+) -> tuple[str, str, str] | None:
+    latest = next((i for i in reversed(inputs) if i.channel), None)
+    route = route_of(latest) if latest is not None else fallback
+    if route is None:
+        return None  # e.g. a worker: its reply goes to its parent as a result
+    channel, peer_kind, peer_id, thread_id = route
+    frame = {
+        "type": "deliver",
+        "out_id": turn.out_id,
+        "session": label,
+        "turn": turn.id,
+        "peer_kind": peer_kind,
+        "peer_id": peer_id,
+        "thread_id": thread_id,
+        "in_reply_to": [i.msg_id for i in inputs if i.msg_id is not None],
+        "text": text,
+        "status": "final" if status == "completed" else status,
+    }
+    return turn.out_id, channel, orjson.dumps(frame).decode()
+
+
+def record(
+    label: str,
+    turn: RunningTurn,
+    parent: str | None,
+    ctx: SessionContext,
+    engine: str,
+    route: lt.Route | None,
+) -> tuple[TurnRecord, m.Outcome, list[Msg], Msg | None]:
+    """The turn's record; its outcome for the machine, the steered inputs' and the
+    reply's messages for the in-memory history (Rule 1)."""
+    assert turn.start is not None
+    all_inputs = turn.inputs + turn.taken  # every item taken: `settle` trims `taken` after
+    outcome, status, item_status = settle(turn)
+    result, error = turn.result, turn.error
+    text = result.text if result is not None else "".join(turn.parts)
+    reply = error if status == "failed" else text
+    taken_msgs = [ctx.msg("user", i.content, i.sender_name, turn.id) for i in turn.taken]
+    reply_msg = ctx.msg("assistant", text, turn_id=turn.id) if text else None
+    rec = TurnRecord(
+        turn_id=turn.id,
+        session=label,
+        parent_id=parent,
+        type=turn.start.kind,
+        status=status,
+        reason=turn.reason,
+        error=error,
+        output=text,
+        engine=engine,
+        model=result.model if result else None,
+        started_at=turn.started_ms,
+        completed_at=now_ms(),
+        prompt_tokens=result.prompt_tokens if result else None,
+        completion_tokens=result.completion_tokens if result else None,
+        inputs=all_inputs,
+        item_status=item_status,
+        item_reason="stopped" if item_status == "cancelled" else None,
+        tool_calls=result.tool_calls if result else [],
+        outbox=outbox(label, turn, all_inputs, reply or "", status, route),
+        input_tokens=[msg.tokens for msg in (*turn.input_msgs, *taken_msgs)],
+        output_tokens=reply_msg.tokens if reply_msg else None,
+        events=turn.earlier_calls + turn_events(result, status, error),
+        progress_saved=turn.progress_saved,
+    )
+    return rec, outcome, taken_msgs, reply_msg
+
+
+def log_turn(rec: TurnRecord, written: str, channel: str | None) -> None:
+    log.info(
+        "turn " + (rec.status if written != "lost" else "lost"),
+        session=rec.session,
+        turn=rec.turn_id,
+        turn_type=rec.type,
+        reason=rec.reason,
+        msg_ids=[i.msg_id for i in rec.inputs if i.msg_id],
+        channel=channel,
+        ms=rec.completed_at - rec.started_at,
+        prompt_tokens=rec.prompt_tokens,
+        completion_tokens=rec.completion_tokens,
+    )

@@ -1,0 +1,110 @@
+"""The steps of a turn, one per lifecycle action, over the session's facts and the ports.
+
+The actor calls these when the lifecycle machine says so (`OpenTurn`, `Plan`,
+`CallEngine`, `Compact`, `Commit`); each does one thing and reports what the machine
+needs to hear next. None decides what comes after it.
+
+Rule 1: a compaction, whatever its trigger, changes the session's facts only once it
+        is committed (compactor.py Rule 4).
+Rule 2: the commit's parent is the head as it is at the commit: after any compaction
+        the turn ran first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker import tools
+from broker.core import lifecycle as lc
+from broker.core import queue_machine as m
+from broker.engines.base import Engine
+from ledger.ids import new_id, now_ms
+from ledger.items import ItemInfo
+
+from . import compactor
+from . import turn_parts as parts
+from .ports import ActorPorts
+from .running_turn import RunningTurn
+from .session_facts import SessionFacts
+
+
+class TurnSteps:
+    def __init__(self, label: str, ports: ActorPorts, facts: SessionFacts) -> None:
+        self.label, self.ports, self.facts = label, ports, facts
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the session's persona, else the default engine."""
+        return self.ports.engine_for(self.facts.persona)
+
+    def open(
+        self,
+        start: m.StartTurn,
+        items: dict[str, ItemInfo],
+        save: Callable[[RunningTurn], None],
+    ) -> RunningTurn:
+        inputs = [items[i.id] for i in start.items]
+        channel = next((i.channel for i in reversed(inputs) if i.channel), None)
+        if channel is None and self.facts.route is not None:
+            channel = self.facts.route[0]  # a turn with no inbound (a worker result) answers here
+        turn_id, label, ports = new_id(), self.label, self.ports
+        turn = RunningTurn(
+            turn_id, start.turn_no, new_id(), label, channel, ports.send_delta,
+            tools=lambda name, args: ports.call_tool(label, turn_id, name, args),
+            start=start, inputs=inputs, clock=ports.clock,
+            save_every_s=ports.settings.engine.progress_save_s, save_progress=save,
+        )  # fmt: skip
+        # Made with the turn's id: they become its history block as they are.
+        msg = self.facts.ctx.msg
+        turn.input_msgs = [msg("user", i.content, i.sender_name, turn.id) for i in inputs]
+        # What stays the same for the whole turn, looked up once.
+        settings, persona = ports.settings, self.facts.persona
+        chosen = parts.persona_of(settings, persona)
+        turn.engine = engine = ports.engine_for(persona)
+        turn.model = chosen.model if chosen else None
+        turn.window = parts.window(settings, persona, engine)
+        turn.system = parts.system_prompt(settings, persona, self.facts.kind)
+        turn.notes = parts.notes(start, items)
+        return turn
+
+    def begin(self, turn: RunningTurn) -> None:
+        """The turn starts now, after any compaction it needed: its items are running."""
+        turn.started_ms = now_ms()
+        self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
+
+    def plan(self, turn: RunningTurn) -> lc.Planned:
+        turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn)
+        return lc.Planned(turn.plan.compaction_due, turn.plan.over_budget)
+
+    async def call_engine(self, turn: RunningTurn) -> lc.EngineDone:
+        assert turn.engine is not None
+        facts = self.facts
+        request = parts.request(self.label, turn, facts.ctx, tools.SPECS)
+        deadline = self.ports.clock() + self.ports.settings.engine.timeout_s
+        overflowed = await turn.call(turn.engine, request, deadline)
+        if turn.result is not None:
+            facts.ctx.last_reported = turn.result.prompt_tokens
+        return lc.EngineDone(overflowed)
+
+    async def compact(
+        self, trigger: lc.Trigger, instructions: str | None = None
+    ) -> compactor.Compaction | None:
+        settings, facts, engine = self.ports.settings, self.facts, self.engine
+        session = compactor.Session(
+            self.label, facts.head, facts.ctx, engine,
+            parts.window(settings, facts.persona, engine), settings.engine, self.ports.commit_turn,
+        )  # fmt: skip
+        done = await compactor.compact(session, trigger, instructions)
+        if done is not None:
+            facts.compacted(done)  # Rule 1
+        return done
+
+    async def commit(self, turn: RunningTurn) -> m.Outcome:
+        facts = self.facts
+        assert turn.engine is not None
+        rec, outcome, taken, reply = parts.record(
+            self.label, turn, facts.head, facts.ctx, turn.engine.name, facts.route
+        )  # Rule 2: the head now is the parent
+        written = await self.ports.commit_turn(rec)
+        parts.log_turn(rec, written, turn.channel)
+        return facts.committed(rec, written, [*turn.input_msgs, *taken], reply, outcome)
