@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 FILE_OPS = ("write", "edit", "create", "delete")
@@ -84,6 +84,14 @@ def file_event_problem(data: Mapping[str, Any] | object) -> str | None:
             base64.b64decode(b64, validate=True)
         except (binascii.Error, ValueError):
             return "a file event's content_b64 is not valid base64"
+    return None
+
+
+def bad_file_event(events: Iterable[tuple[str, Any]]) -> str | None:
+    """The first problem among a turn's `file` events (`file_event_problem`), or None."""
+    for kind, data in events:
+        if kind == "file" and (problem := file_event_problem(data)) is not None:
+            return problem
     return None
 
 

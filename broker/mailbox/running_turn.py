@@ -22,6 +22,7 @@ from broker.core import queue_machine as m
 from broker.core.engine_types import ChatMessage, EngineResult, TurnRequest
 from broker.core.lifecycle import save_due
 from broker.core.packing import ContextPlan, Msg
+from broker.core.snapshots import bad_file_event
 from broker.engines.base import Engine, EngineError
 from ledger import logs
 from ledger.ids import now_ms
@@ -123,6 +124,10 @@ class RunningTurn:
                 self.error, self.reason = TIMEOUT, "timeout"
             else:
                 self.reason = self.abort_reason  # aborted by the machine
+        elif self.result is not None and (problem := bad_file_event(self.result.events)):
+            # A change the ledger cannot record must not pass for a completed turn.
+            self.error = f"The agent reported a file change the broker cannot record: {problem}"
+            self.reason = "bad_event"
         if self.reason != "context_overflow" or self.parts:
             return False
         self.overflowed_call = {

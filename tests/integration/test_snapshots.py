@@ -124,6 +124,12 @@ async def test_file_ops_and_commands(
         bad_event = await op.op("events.query", session=session, turn=turns[5])
         [problem] = [e["payload"] for e in bad_event if e["type"] == "file"]
         assert "absolute" in problem["problem"] and "secret" not in orjson.dumps(problem).decode()
+        # The turn that reported it failed, with the reason in a plain sentence.
+        shown = await op.op("session.show", session=session)
+        failed = next(t for t in shown["turns"] if t["id"] == turns[5])
+        assert failed["status"] == "failed"
+        [error] = [e["payload"] for e in bad_event if e["type"] == "error"]
+        assert "cannot record" in error["text"] and "absolute" in error["text"]
         fork = (await op.op("session.fork", turn=turns[1]))["label"]
         for t in turns[:2]:
             mine = await op.op("file.at", session=fork, path="a.txt", turn=t)
