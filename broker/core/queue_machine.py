@@ -55,10 +55,10 @@ Choices where the protocol leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
-from itertools import islice
-from typing import Literal, NamedTuple, TypeAlias, assert_never, overload
+from collections.abc import Collection, Iterable
+from typing import Literal, NamedTuple, TypeAlias, assert_never
 
+from broker.core.backlog import Backlog
 from broker.core.records import record
 
 QueueMode: TypeAlias = Literal["interrupt", "steer", "followup", "collect", "queue"]
@@ -125,86 +125,13 @@ class Running(NamedTuple):
         return self.abort is not None
 
 
-class Backlog(Sequence[Item]):
-    """An immutable sequence of items: O(1) append and O(1) removal from the head.
-
-    A collect burst or a long queue appends to the backlog once per arrival, so
-    copying a tuple each time made a burst of n messages cost O(n²). Versions
-    share one list: each sees `buf[start:end]`, and the list only ever grows
-    past the end of the newest version, so what any version sees never changes.
-    """
-
-    __slots__ = ("_buf", "_end", "_start")
-    _COMPACT_AT = 64  # items dropped from the head before the list is copied down
-
-    def __init__(self, items: Iterable[Item] = ()) -> None:
-        self._buf = list(items)
-        self._start = 0
-        self._end = len(self._buf)
-
-    @classmethod
-    def _view(cls, buf: list[Item], start: int, end: int) -> Backlog:
-        view = cls.__new__(cls)
-        view._buf, view._start, view._end = buf, start, end
-        return view
-
-    def append(self, item: Item) -> Backlog:
-        """This backlog with `item` at the end (self is unchanged)."""
-        start, end, buf = self._start, self._end, self._buf
-        if end == start:
-            return Backlog._view([item], 0, 1)
-        if end == len(buf) and not (start > self._COMPACT_AT and start > end - start):
-            buf.append(item)  # the newest version: nobody sees past `end`
-            return Backlog._view(buf, start, end + 1)
-        fresh = buf[start:end]
-        fresh.append(item)
-        return Backlog._view(fresh, 0, len(fresh))
-
-    def __len__(self) -> int:
-        return self._end - self._start
-
-    @overload
-    def __getitem__(self, index: int) -> Item: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Backlog: ...
-
-    def __getitem__(self, index: int | slice) -> Item | Backlog:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return Backlog(tuple(self)[index])
-            stop = max(start, stop)
-            return Backlog._view(self._buf, self._start + start, self._start + stop)
-        n = len(self)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError("backlog index out of range")
-        return self._buf[self._start + index]
-
-    def __iter__(self) -> Iterator[Item]:
-        return islice(self._buf, self._start, self._end)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Backlog | tuple):
-            return tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"Backlog({tuple(self)!r})"
-
-
-_EMPTY = Backlog()
+_EMPTY: Backlog[Item] = Backlog()
 
 
 class State(NamedTuple):
     limits: Limits
     running: Running | None = None
-    backlog: Backlog = _EMPTY
+    backlog: Backlog[Item] = _EMPTY
     collect_deadline: float | None = None
     dropped_note: tuple[Item, ...] = ()
     next_turn_no: int = 1
@@ -476,7 +403,7 @@ def _dispatch(state: State) -> _Step:
     return _start(state, tuple(backlog[:n]), rest=backlog[n:])
 
 
-def _start(state: State, items: tuple[Item, ...], *, rest: Backlog) -> _Step:
+def _start(state: State, items: tuple[Item, ...], *, rest: Backlog[Item]) -> _Step:
     if state.running is not None:  # Rule 1; unreachable unless this module is wrong
         raise IllegalTransition(f"cannot start a turn while turn {state.running.turn_no} runs")
     actions: list[Action] = [WakeAt(None)] if state.collect_deadline is not None else []

@@ -7,7 +7,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.queue_machine import Arrived, Backlog, Item, Limits, Resume, State, handle
+from broker.core.backlog import Backlog
+from broker.core.queue_machine import Arrived, Item, Limits, Resume, State, handle
 
 
 def item(n: int) -> Item:
@@ -31,7 +32,7 @@ ops = st.lists(
 def test_every_version_keeps_what_it_saw(
     start: list[int], script: list[tuple[int, str, int, int]]
 ) -> None:
-    versions: list[tuple[Backlog, tuple[Item, ...]]] = [
+    versions: list[tuple[Backlog[Item], tuple[Item, ...]]] = [
         (Backlog(item(n) for n in start), tuple(item(n) for n in start))
     ]
     counter = 1000
@@ -71,7 +72,7 @@ def test_indexing_past_either_end_raises() -> None:
 
 
 def test_a_long_run_of_appends_and_head_removals_stays_small() -> None:
-    backlog = Backlog()
+    backlog: Backlog[Item] = Backlog()
     for n in range(10_000):
         backlog = backlog.append(item(n))
         if n % 2:
