@@ -18,10 +18,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyn
 CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
 
 
-async def converse(d: DaemonProcess, texts: list[str]) -> str:
+async def converse(d: DaemonProcess, texts: list[str], first: int = 0) -> str:
+    """Send `texts` one at a time, each after the last one's reply; the session's label."""
     async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c:
         session = ""
-        for n, text in enumerate(texts):
+        for n, text in enumerate(texts, start=first):
             await c.send(
                 {
                     "type": "inbound",
@@ -33,9 +34,10 @@ async def converse(d: DaemonProcess, texts: list[str]) -> str:
                     "queue_mode": "followup",
                 }
             )
-            with anyio.fail_after(10):
+            with anyio.fail_after(15):
                 while (frame := await c.recv())["type"] != "deliver":
                     session = frame.get("session", session)
+            session = frame["session"]
             await c.send({"type": "delivered", "out_id": frame["out_id"]})
     return session
 

@@ -18,6 +18,7 @@ import pytest
 from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, write_config
+from tests.integration.test_fork_export import converse
 
 pytestmark = pytest.mark.anyio
 CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
@@ -54,29 +55,6 @@ def start(make_daemon: DaemonFactory, tmp_path: Path, backend: str) -> DaemonPro
         {"engine": {"kind": "subprocess", "command": [sys.executable, str(program)]}},
         backend=backend,
     )
-
-
-async def converse(d: DaemonProcess, texts: list[str], first: int = 0) -> str:
-    session = ""
-    async with await BrokerClient.connect(d.socket, role="adapter", channel="sms") as c:
-        for n, text in enumerate(texts, start=first):
-            await c.send(
-                {
-                    "type": "inbound",
-                    "req": str(n),
-                    "msg_id": f"m{n}",
-                    "sender_id": "+1",
-                    "peer_kind": "dm",
-                    "text": text,
-                    "queue_mode": "followup",
-                }
-            )
-            with anyio.fail_after(15):
-                while (frame := await c.recv())["type"] != "deliver":
-                    pass
-            session = frame["session"]
-            await c.send({"type": "delivered", "out_id": frame["out_id"]})
-    return session
 
 
 def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
