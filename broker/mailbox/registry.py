@@ -86,7 +86,7 @@ class Mailboxes:
         while True:
             await anyio.sleep(min(SWEEP_S, self.settings.workers.timeout_s / 4))
             try:
-                results = await self.ledger.write(dispatch.sweep_timeouts, now_ms())
+                results = await self.ledger.sweep_worker_timeouts(now_ms())
             except LedgerWriteFailed as exc:
                 log.error("could not time out overdue workers", error=str(exc))
                 continue
@@ -107,8 +107,7 @@ class Mailboxes:
         w = self.settings.workers
         limits = dispatch.Limits(w.max_depth, w.max_children, int(w.timeout_s * 1000))
         now = now_ms()
-        done = await self.ledger.write(
-            dispatch.dispatch,
+        done = await self.ledger.dispatch(
             parent=parent,
             parent_turn=parent_turn,
             tool_call=tool_call,
