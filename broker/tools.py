@@ -48,8 +48,10 @@ AGENT_SEND = ToolSpec(
     name="agent_send",
     description=(
         "Dispatch a task to a worker agent. With target.kind 'new_session' a new worker "
-        "session is made; with 'session' the task is queued on that existing session. The "
-        "worker's result comes back to you later as a message; do not wait for it."
+        "session is made; with 'session' the task is queued on that existing session; with "
+        "'fork' a new session forked at target.turn (it sees the history up to that turn) "
+        "takes the task. The worker's result comes back to you later as a message; do not "
+        "wait for it."
     ),
     parameters={
         "type": "object",
@@ -58,8 +60,9 @@ AGENT_SEND = ToolSpec(
             "target": {
                 "type": "object",
                 "properties": {
-                    "kind": {"type": "string", "enum": ["session", "new_session"]},
+                    "kind": {"type": "string", "enum": ["session", "new_session", "fork"]},
                     "session": {"type": "string"},
+                    "turn": {"type": "string", "description": "fork: the turn to fork at."},
                     "label_hint": {"type": "string"},
                 },
                 "required": ["kind"],

@@ -21,7 +21,7 @@ import orjson
 from .errors import Conflict, NotFound
 from .ids import new_id
 from .items import ItemInfo, load_item
-from .sessions import label_free
+from .sessions import fork, label_free
 
 RESULT_PREVIEW = 16_000  # characters of the worker's reply carried in the result item
 
@@ -130,8 +130,10 @@ def _target_session(
                 raise NotFound(f"no session {label!r}", field="target")
             label = str(alias[0])
         return label
+    if kind == "fork":
+        return _fork_target(conn, target, now)
     if kind != "new_session":
-        raise Conflict("target.kind must be 'session' or 'new_session'", field="target")
+        raise Conflict("target.kind must be 'session', 'new_session' or 'fork'", field="target")
     hint = target.get("label_hint")
     label = f"worker:{new_id()}"
     if isinstance(hint, str) and hint and label_free(conn, f"worker:{hint}"):
@@ -143,6 +145,21 @@ def _target_session(
         (label, persona, parent, parent_turn, tool_call, task, now, now),
     )
     return label
+
+
+def _fork_target(conn: sqlite3.Connection, target: dict[str, Any], now: int) -> str:
+    """A new fork of a session at `turn` (seed 002: a fork is always a new session)."""
+    turn = target.get("turn")
+    if not isinstance(turn, str) or not turn:
+        raise Conflict("a fork target needs 'turn', the id of the turn to fork at", field="target")
+    hint = target.get("label_hint")
+    label = None
+    if isinstance(hint, str) and hint and label_free(conn, f"fork:{hint}"):
+        label = f"fork:{hint}"
+    try:
+        return fork(conn, turn, label, now)
+    except NotFound as exc:
+        raise NotFound(str(exc), field="target") from exc
 
 
 def finish(

@@ -10,6 +10,9 @@ Rule 2: first contact creates the entity and the contact in the same
 Rule 3: the caches only mirror committed-or-about-to-commit rows; the writer
         clears them whenever anything rolls back, and a merge clears the
         resolution caches because it changes where keys lead.
+Rule 4: a conversation bound to a session (ledger/bindings.py) files its messages
+        there, before any session key is built; writing a binding clears the
+        cached routes, so only a route's first message pays for the lookup.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, NamedTuple
 
+from broker.core.bindings import Conversation
 from broker.core.identity import (
     Route,
     SessionRef,
@@ -26,6 +30,7 @@ from broker.core.identity import (
     resolve_label,
 )
 
+from .bindings import bound_session
 from .ids import new_entity_id, new_id
 from .wire import pickled_as_tuple
 
@@ -127,8 +132,16 @@ def ingest(
             return first
         entity = contact_entity(conn, cache, rec.channel, rec.sender_id, rec.sender_name, now)
         root = find_root(conn, cache, entity)
-        key = build_session_key(_route(rec, root), spec.key_template)
-        session = ensure_session(conn, cache, key, rec.peer_kind, root, spec.persona, now)
+        # A conversation bound to a session (a fork, say) goes there before any key.
+        session = bound_session(conn, _conversation(rec)) or ensure_session(
+            conn,
+            cache,
+            build_session_key(_route(rec, root), spec.key_template),
+            rec.peer_kind,
+            root,
+            spec.persona,
+            now,
+        )
         cache.routes[route_key] = (entity, root, session)
     else:
         entity, root, session = cached
@@ -171,6 +184,10 @@ def ingest(
 
 def _route(rec: InboundRecord, root: str) -> Route:
     return Route(rec.channel, rec.peer_kind, rec.peer_id, rec.thread_id, rec.sender_id, root)  # type: ignore[arg-type]
+
+
+def _conversation(rec: InboundRecord) -> Conversation:
+    return Conversation(rec.channel, rec.peer_kind, rec.peer_id, rec.thread_id)
 
 
 def _first_answer(conn: sqlite3.Connection, rec: InboundRecord) -> Accepted | None:

@@ -28,9 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from broker.core.bindings import Conversation
 from broker.core.identity import SessionSpec
 from broker.core.timers import TimerSpec
 
+from .binding_jobs import BindCommand
 from .dispatch import Dispatched, Limits
 from .ingest import Accepted, InboundRecord
 from .inspect import LedgerReport
@@ -47,7 +49,9 @@ T_co = TypeVar("T_co", covariant=True)
 __all__ = [
     "Accepted",
     "ActorStart",
+    "BindCommand",
     "Committing",
+    "Conversation",
     "DeliveryPort",
     "Dispatched",
     "Found",
@@ -64,6 +68,7 @@ __all__ = [
     "OutboxRow",
     "ReadPort",
     "Request",
+    "RoutePort",
     "SessionSpec",
     "SessionStart",
     "SnapshotPort",
@@ -368,7 +373,39 @@ class SnapshotPort(Protocol):
         ...
 
 
+class RoutePort(Protocol):
+    """Route bindings (ledger/bindings.py): a conversation talks to a session of its
+    person's choosing; ingest applies them, these make and list them."""
+
+    async def route_bind(self, conversation: Conversation, session: str, now: int) -> str:
+        """Bind the conversation to `session` (a label or an alias): the label. `NotFound`
+        for an unknown session or a conversation never heard from, `Conflict` for a
+        session of another person; either way nothing is written."""
+        ...
+
+    async def route_unbind(self, conversation: Conversation) -> str:
+        """Remove the binding: the label it led to; `NotFound` when there was none."""
+        ...
+
+    async def route_list(self, session: str | None) -> list[dict[str, Any]]:
+        """The bindings, of one session or all, oldest first."""
+        ...
+
+    def submit_chat_bind(self, cmd: BindCommand, now: int) -> Committing[str]:
+        """`/fork` or `/switch`: the fork, the binding, the command item done and its
+        reply's outbox row in one transaction; the reply's frame as written."""
+        ...
+
+
 class LedgerPort(
-    IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, TimerPort, SnapshotPort, Protocol
+    IngestPort,
+    TurnPort,
+    DeliveryPort,
+    ReadPort,
+    OpsPort,
+    TimerPort,
+    SnapshotPort,
+    RoutePort,
+    Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

@@ -40,6 +40,7 @@ from .jobs import Pending, WriterDied
 from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
+from .store_routes import RouteMethods
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
 from .writer_process import ProcessLink, configure_logging
@@ -68,7 +69,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads):
+class Ledger(SqliteReads, RouteMethods):
     def __init__(
         self,
         path: Path,

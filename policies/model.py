@@ -25,8 +25,16 @@ from broker.core.queue_machine import QueueMode
 from .ratelimit import Rate
 
 PrincipalKind = Literal["owner", "known", "unknown"]
-ChatCommand = Literal["queue", "stop", "status", "new", "compact"]
-ALL_COMMANDS: tuple[ChatCommand, ...] = ("queue", "stop", "status", "new", "compact")
+ChatCommand = Literal["queue", "stop", "status", "new", "compact", "fork", "switch"]
+ALL_COMMANDS: tuple[ChatCommand, ...] = (
+    "queue",
+    "stop",
+    "status",
+    "new",
+    "compact",
+    "fork",
+    "switch",
+)
 
 
 class Match(BaseModel):

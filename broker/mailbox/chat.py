@@ -1,4 +1,5 @@
-"""Chat commands applied: `/queue`, `/stop`, `/status`, `/new`, `/compact` in inbound text.
+"""Chat commands applied: `/queue`, `/stop`, `/status`, `/new`, `/compact`, `/fork`,
+`/switch` in inbound text.
 
 Rule 1: a command never reaches the engine; it is applied to its session's actor at
         once and answered with a plain sentence, or refused (not allowed by the route
@@ -6,6 +7,10 @@ Rule 1: a command never reaches the engine; it is applied to its session's actor
 Rule 2: the item is marked done and the reply's outbox row written in one transaction
         (`command_done`); the reply is expected by Deliveries before that is queued and
         sent from its commit (turn_commit.py Rule 1).
+Rule 3: `/fork` and `/switch` change where the conversation's messages go: the fork,
+        the binding, the item done and the reply are one transaction
+        (ledger/binding_jobs.py), which also decides the reply's words, since only
+        it knows whether the target exists and whose it is.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from typing import Any
 
 import orjson
 
+from broker.core.bindings import Conversation
 from broker.deliveries import Deliveries
 from broker.router import Router
 from ledger import turns as lt
+from ledger.binding_jobs import BindCommand
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
 from ledger.store import Ledger
 
-from .commands import Command, CommandError, parse
+from .commands import BINDING, Command, CommandError, parse
 from .ports import CommandTarget
 
 
@@ -39,6 +46,9 @@ class ChatCommands:
             assert command is not None
             if not self._allowed(item, command.name):
                 text, reason = f"/{command.name} is not allowed for you here.", "command:refused"
+            elif command.name in BINDING:
+                self._bind(actor.label, item, command)
+                return
             else:
                 text, reason = self._answer(actor, command), f"command:{command.name}"
                 if command.name == "queue":
@@ -72,25 +82,34 @@ class ChatCommands:
             f"queue: {facts.override.get('mode', 'default')}"
         )
 
+    def _bind(self, label: str, item: ItemInfo, command: Command) -> None:
+        """`/fork`, `/switch` (Rule 3); `_allowed` saw the item's conversation."""
+        assert item.channel and item.peer_kind and item.peer_id
+        out_id = new_id()
+        cmd = BindCommand(
+            "fork" if command.name == "fork" else "switch",
+            item.id,
+            label,
+            Conversation(item.channel, item.peer_kind, item.peer_id, item.thread_id),
+            command.args or None,
+            out_id,
+            _frame(label, item, out_id, ""),
+        )
+        pending = self.ledger.submit_chat_bind(cmd, now_ms())
+        channel = item.channel
+        self.deliveries.expect(out_id)
+        pending.after_commit(
+            lambda sent: self.deliveries.deliver(out_id, channel, label, sent),
+            lambda _: self.deliveries.abandon(out_id),
+        )
+
     def _reply(
         self, label: str, item: ItemInfo, text: str, reason: str, override: str | bool | None
     ) -> None:
         reply: tuple[str, str, str, str] | None = None
         if item.channel is not None:
             out_id = new_id()
-            frame: dict[str, Any] = {
-                "type": "deliver",
-                "out_id": out_id,
-                "session": label,
-                "turn": None,
-                "peer_kind": item.peer_kind,
-                "peer_id": item.peer_id,
-                "thread_id": item.thread_id,
-                "in_reply_to": [item.msg_id],
-                "text": text,
-                "status": "final",
-            }
-            reply = (out_id, label, item.channel, orjson.dumps(frame).decode())
+            reply = (out_id, label, item.channel, _frame(label, item, out_id, text))
         now = now_ms()
         pending = self.ledger.writer.submit(lt.command_done, item.id, reason, reply, override, now)
         if reply is not None:
@@ -100,3 +119,19 @@ class ChatCommands:
                 lambda _: self.deliveries.deliver(out_id, channel, label, frame_json),
                 lambda _: self.deliveries.abandon(out_id),
             )
+
+
+def _frame(label: str, item: ItemInfo, out_id: str, text: str) -> str:
+    frame: dict[str, Any] = {
+        "type": "deliver",
+        "out_id": out_id,
+        "session": label,
+        "turn": None,
+        "peer_kind": item.peer_kind,
+        "peer_id": item.peer_id,
+        "thread_id": item.thread_id,
+        "in_reply_to": [item.msg_id],
+        "text": text,
+        "status": "final",
+    }
+    return orjson.dumps(frame).decode()

@@ -1,7 +1,7 @@
 """Chat commands in inbound text: parsed here, pure; applied by the actor.
 
 `/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]`, `/queue reset`,
-`/stop`, `/status`, `/new`, `/compact [instructions]`.
+`/stop`, `/status`, `/new`, `/compact [instructions]`, `/fork`, `/switch <label>`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import anyio
 from broker.core.queue_machine import QUEUE_MODES
 from ledger.items import ItemInfo
 
-COMMANDS = ("queue", "stop", "status", "new", "compact")
+COMMANDS = ("queue", "stop", "status", "new", "compact", "fork", "switch")
+BINDING = frozenset({"fork", "switch"})  # answered from their transaction (chat.py Rule 3)
 DROPS = ("old", "new", "summarize")
 
 
