@@ -106,6 +106,11 @@ class RecallSettings(_Section):
     budget_tokens: int = Field(8000, ge=256)  # of the tool's output
     # May an agent search every session's archive (session "*")? Off: its own only.
     cross_session: bool = False
+    # Turns shown before and after each search hit, within its thread (seed 003).
+    neighbours_before: int = Field(1, ge=0, le=5)
+    neighbours_after: int = Field(1, ge=0, le=5)
+    # A one-line hint to a turn whose message names something only older turns hold.
+    hint: bool = True
 
 
 class SnapshotSettings(_Section):

@@ -291,6 +291,8 @@ class Ops:
                 ArgSpec("query", str, True, 1000),
                 ArgSpec("session", str, False),
                 ArgSpec("limit", int, False, minimum=1, maximum=200),
+                ArgSpec("neighbours_before", int, False, minimum=0, maximum=5),
+                ArgSpec("neighbours_after", int, False, minimum=0, maximum=5),
             ),
             req,
         )
@@ -298,8 +300,23 @@ class Ops:
             hits = await self.ledger.recall_search(a["query"], a.get("session"), a.get("limit", 20))
         except ValueError as exc:
             raise ProtocolError("invalid", str(exc), field="query", req=req) from exc
+        cfg = self.mailboxes.settings.recall if self.mailboxes is not None else None
+        before = a.get("neighbours_before", cfg.neighbours_before if cfg else 1)
+        after = a.get("neighbours_after", cfg.neighbours_after if cfg else 1)
+        around = await self.ledger.recall_neighbours(
+            [(h.turn, h.session) for h in hits], before, after
+        )
         keys = ("session", "turn", "role", "at", "snippet", "score")
-        return [{k: getattr(h, k) for k in keys} for h in hits]
+        return [
+            {
+                **{k: getattr(h, k) for k in keys},
+                "neighbours": [
+                    {"turn": n.turn, "offset": n.offset, "said": n.said, "answered": n.answered}
+                    for n in around.get(h.turn, ())
+                ],
+            }
+            for h in hits
+        ]
 
 
 def stuck_items(

@@ -17,13 +17,13 @@ Rule 3: bad arguments raise `EngineError` with a sentence for the model; the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from broker.core.engine_types import ToolSpec
-from ledger import recall, recall_reads
+from ledger import recall, recall_reads, recall_thread
 from ledger.errors import LedgerLookupError
 from ledger.recall_answer import Found, Request, Searched
 
@@ -45,8 +45,10 @@ RECALL_TOOL = ToolSpec(
         " verbatim, including what is no longer in your context. Use it before asking the"
         " user to repeat something. Actions: 'search' finds messages by words (all words"
         ' must match; "exact phrase" in quotes; a trailing * matches a prefix, as in'
-        " auth*); 'range' shows whole turns around a turn id from search results, or"
-        " between two times; 'tool_calls' lists recent tool calls, optionally of one tool;"
+        " auth*), each hit with the turns just before and after it; 'range' shows whole"
+        " turns around a turn id from search results, by their numbers in the thread"
+        " (start_turn, end_turn: 1 is the first turn, -1 the latest), or between two"
+        " times; 'tool_calls' lists recent tool calls, optionally of one tool;"
         " 'summary' gives the latest compaction summary and the session's counts. Times"
         " are UTC. By default only this session is searched; session '*' searches all"
         " sessions."
@@ -71,6 +73,15 @@ RECALL_TOOL = ToolSpec(
                 "description": "range: a turn id; that turn and context_turns on each side.",
             },
             "context_turns": {"type": "integer", "minimum": 0, "maximum": 10, "default": 2},
+            "start_turn": {
+                "type": "integer",
+                "description": "range: the first turn by number in the thread (1: its first,"
+                " -1: the latest).",
+            },
+            "end_turn": {
+                "type": "integer",
+                "description": "range: the last turn by number, inclusive (default: 10 turns).",
+            },
             "since": {
                 "type": "string",
                 "description": "search, range: ISO 8601 time (UTC if no offset), inclusive.",
@@ -136,9 +147,13 @@ async def conversation_recall(
     budget_tokens: int = 8000,
     *,
     cross_session: bool = True,
+    neighbours: tuple[int, int] = (1, 1),
 ) -> str:
-    """Run one call of the tool for the session `session_label` (see the Rules)."""
+    """Run one call of the tool for the session `session_label` (see the Rules);
+    `neighbours`: the turns shown before and after each search hit."""
     req = parse_arguments(arguments, session_label, cross_session)
+    if req.action == "search":
+        req = replace(req, before=neighbours[0], after=neighbours[1])
     try:
         found = await ledger.recall(req)
     except (ValueError, LedgerLookupError) as exc:
@@ -171,6 +186,8 @@ def parse_arguments(args: Mapping[str, Any], own: str, cross_session: bool) -> R
         since_ms=_time(given, "since"),
         until_ms=_time(given, "until"),
         tool_name=_str(given, "tool_name", 128),
+        start_turn=_turn_number(given, "start_turn"),
+        end_turn=_turn_number(given, "end_turn"),
     )
     _check_action(req)
     return req
@@ -179,9 +196,12 @@ def parse_arguments(args: Mapping[str, Any], own: str, cross_session: bool) -> R
 def _check_action(req: Request) -> None:
     if req.action == "search" and req.query is None:
         raise _bad("search needs a query")
-    bounds = (req.around_turn, req.since_ms, req.until_ms)
-    if req.action == "range" and bounds == (None, None, None):
-        raise _bad("range needs around_turn (a turn id from search) or since/until")
+    bounds = (req.around_turn, req.since_ms, req.until_ms, req.start_turn, req.end_turn)
+    if req.action == "range" and bounds == (None,) * len(bounds):
+        raise _bad(
+            "range needs around_turn (a turn id from search), start_turn/end_turn (turn"
+            " numbers) or since/until"
+        )
 
 
 def _bad(message: str) -> EngineError:
@@ -214,6 +234,15 @@ def _int(given: Mapping[str, Any], key: str, lo: int, hi: int, default: int) -> 
     value = given.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise _bad(f"{key} must be an integer from {lo} to {hi}")
+    return value
+
+
+def _turn_number(given: Mapping[str, Any], key: str) -> int | None:
+    value = given.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value == 0:
+        raise _bad(f"{key} must be a turn number: 1 for the first turn, -1 for the latest")
     return value
 
 
@@ -265,13 +294,25 @@ def _search(req: Request, found: Searched) -> Answer:
         f"{len(hits)} messages in {scope} match {query!r}, best first.{note}"
         f" Lines: time (UTC), {'session, ' if req.session is None else ''}turn, role: snippet."
     )
-    blocks = [Block(_hit_line(h, req.session is None)) for h in hits]
+    blocks = [
+        Block(_hit_line(h, req.session is None), _around(found.around.get(h.turn, ())))
+        for h in hits
+    ]
     return Answer(header, blocks, "To read a whole turn: action 'range' with around_turn.")
 
 
 def _hit_line(hit: recall.Hit, with_session: bool) -> str:
     where = f"{hit.session} " if with_session else ""
     return f"{_when(hit.at)} {where}{hit.turn} {hit.role}: {_one_line(hit.snippet)}"
+
+
+def _around(turns: Iterable[recall_thread.Neighbour]) -> str:
+    """A hit's neighbouring turns, one line each, the one before it first."""
+    lines = []
+    for n in sorted(turns, key=lambda n: n.offset):
+        side = "before" if n.offset < 0 else "after"
+        lines.append(f"  {side} {n.turn}: user: {n.said} | reply: {n.answered}")
+    return "\n".join(lines)
 
 
 def _range(session: str, entries: list[recall_reads.Entry]) -> Answer:
@@ -282,7 +323,9 @@ def _range(session: str, entries: list[recall_reads.Entry]) -> Answer:
     for e in entries:
         at = started.setdefault(e.turn, e.at)
         status = "" if e.turn_status == "completed" else f" ({e.turn_status})"
-        blocks.append(replace(_entry_block(e), group=f"-- turn {e.turn} {_when(at)}{status}"))
+        number = "" if e.number is None else f"#{e.number} "
+        group = f"-- turn {number}{e.turn} {_when(at)}{status}"
+        blocks.append(replace(_entry_block(e), group=group))
     header = f"Session {session}, {len(entries)} entries, oldest first (times UTC):"
     return Answer(header, blocks, oldest_first=True)
 

@@ -108,6 +108,7 @@ async def call(
             hub.counter.count,
             cfg.budget_tokens,
             cross_session=cfg.cross_session,
+            neighbours=(cfg.neighbours_before, cfg.neighbours_after),
         )
     raise EngineError(f"the broker offers no tool named {name!r}")
 

@@ -41,6 +41,7 @@ from .merge import MergeResult
 from .reads import Thread
 from .recall import Hit
 from .recall_answer import Found, Request
+from .recall_thread import Neighbour
 from .timers import TimerInfo
 from .turns import ActorStart, OutboxKey, TurnRecord
 
@@ -63,6 +64,7 @@ __all__ = [
     "LedgerReport",
     "Limits",
     "MergeResult",
+    "Neighbour",
     "OpsPort",
     "OutboxKey",
     "OutboxRow",
@@ -274,6 +276,20 @@ class ReadPort(Protocol):
 
     async def recall(self, req: Request) -> Found:
         """One call of the recall tool: search, range, tool_calls or summary."""
+        ...
+
+    async def recall_hint_terms(
+        self, session: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
+    ) -> list[str]:
+        """Which of `terms` the session's archived messages hold, other than those of
+        the messages `own_msg_ids` (ledger/recall_hint.py)."""
+        ...
+
+    async def recall_neighbours(
+        self, hits: list[tuple[str, str]], before: int, after: int
+    ) -> dict[str, list[Neighbour]]:
+        """For each (turn, session) of search hits, the turns before and after it in
+        its thread, nearest first (ledger/recall_thread.py)."""
         ...
 
 

@@ -9,9 +9,9 @@ other reads `ledger/recall_reads.py`.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import recall, recall_reads
+from . import recall, recall_reads, recall_thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +28,17 @@ class Request:
     since_ms: int | None = None
     until_ms: int | None = None
     tool_name: str | None = None
+    start_turn: int | None = None  # range by turn number within the thread
+    end_turn: int | None = None
+    before: int = 0  # search: turns shown before and after each hit, within its thread
+    after: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Searched:
     hits: list[recall.Hit]
     some_words: bool  # no message has all the words; these have some of them
+    around: dict[str, list[recall_thread.Neighbour]] = field(default_factory=dict)  # by turn
 
 
 Found = Searched | list[recall_reads.Entry] | recall_reads.Summary
@@ -44,6 +49,8 @@ def answer(conn: sqlite3.Connection, req: Request) -> Found:
     if req.action == "search":
         return _searched(conn, req)
     assert req.session is not None  # only search reads all sessions
+    if req.action == "range" and (req.start_turn, req.end_turn) != (None, None):
+        return recall_thread.by_number(conn, req.session, req.start_turn, req.end_turn, req.limit)
     if req.action == "range":
         return recall_reads.range(
             conn,
@@ -77,6 +84,15 @@ def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
         )
 
     hits = run("all")
-    if hits or len(recall.terms(query)) < 2:
-        return Searched(hits, some_words=False)
-    return Searched(run("any"), some_words=True)
+    some_words = not hits and len(recall.terms(query)) >= 2
+    if some_words:
+        hits = run("any")
+    return Searched(hits, some_words, _around(conn, hits, req.before, req.after))
+
+
+def _around(
+    conn: sqlite3.Connection, hits: list[recall.Hit], before: int, after: int
+) -> dict[str, list[recall_thread.Neighbour]]:
+    if not before and not after:
+        return {}
+    return {h.turn: recall_thread.neighbours(conn, h.turn, h.session, before, after) for h in hits}

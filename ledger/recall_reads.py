@@ -32,6 +32,7 @@ class Entry:
     arguments: str | None = None
     status: str | None = None  # a tool call's ok | error
     turn_status: str = "completed"
+    number: int | None = None  # its place in the thread, for a range by number
 
 
 @dataclass(frozen=True, slots=True)

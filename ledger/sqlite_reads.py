@@ -16,7 +16,18 @@ from typing import Any, TypeVar
 
 import anyio
 
-from . import events, inspect, queries, reads, recall, recall_answer, sessions, turns
+from . import (
+    events,
+    inspect,
+    queries,
+    reads,
+    recall,
+    recall_answer,
+    recall_hint,
+    recall_thread,
+    sessions,
+    turns,
+)
 from .items import ItemInfo
 from .port import OutboxRow, SessionStart
 
@@ -135,3 +146,16 @@ class SqliteReads:
 
     async def recall(self, req: recall_answer.Request) -> recall_answer.Found:
         return await self.read(lambda c: recall_answer.answer(c, req))
+
+    async def recall_hint_terms(
+        self, session: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
+    ) -> list[str]:
+        return await self.read(lambda c: recall_hint.found_terms(c, session, terms, own_msg_ids))
+
+    async def recall_neighbours(
+        self, hits: list[tuple[str, str]], before: int, after: int
+    ) -> dict[str, list[recall_thread.Neighbour]]:
+        def run(c: sqlite3.Connection) -> dict[str, list[recall_thread.Neighbour]]:
+            return {t: recall_thread.neighbours(c, t, s, before, after) for t, s in hits}
+
+        return await self.read(run)

@@ -52,6 +52,7 @@ class RunningTurn:
     started_ms: int = 0  # set when the turn begins, after any compaction (lifecycle Rule 2)
     # Engine calls before the compaction that preceded the turn's start (docs/turns.md).
     earlier_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    hint_checked: bool = False  # the recall hint is looked for once, before the first call
     # Looked up once when the turn opens (turn_steps.py): the same for all of it.
     engine: Engine | None = None
     model: str | None = None

@@ -136,6 +136,11 @@ class SessionPorts:
     async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str:
         return await tools.call(self.tool_context, label, turn_id, name, args)
 
+    async def recall_hint(
+        self, label: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
+    ) -> list[str]:
+        return await self.ledger.recall_hint_terms(label, terms, own_msg_ids)
+
     def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
         self.chat.handle(actor, item)
 

@@ -8,15 +8,20 @@ Rule 1: a compaction, whatever its trigger, changes the session's facts only onc
         is committed (compactor.py Rule 4).
 Rule 2: the commit's parent is the head as it is at the commit: after any compaction
         the turn ran first.
+Rule 3: a turn whose context leaves older turns out looks once, before its first engine
+        call, for a recall hint (broker/core/recall_hint.py): one line among its notes,
+        counted into its plan, and only when it fits the budget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from broker import tools
 from broker.core import lifecycle as lc
 from broker.core import queue_machine as m
+from broker.core import recall_hint
 from broker.engines.base import Engine
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
@@ -79,12 +84,39 @@ class TurnSteps:
     async def call_engine(self, turn: RunningTurn) -> lc.EngineDone:
         assert turn.engine is not None
         facts = self.facts
+        if not turn.hint_checked:
+            turn.hint_checked = True
+            await self._recall_hint(turn)
         request = parts.request(self.label, turn, facts.ctx, tools.SPECS)
         deadline = self.ports.clock() + self.ports.settings.engine.timeout_s
         overflowed = await turn.call(turn.engine, request, deadline)
         if turn.result is not None:
             facts.ctx.last_reported = turn.result.prompt_tokens
         return lc.EngineDone(overflowed)
+
+    async def _recall_hint(self, turn: RunningTurn) -> None:
+        """Rule 3."""
+        plan, ctx = turn.plan, self.facts.ctx
+        if plan is None or not self.ports.settings.recall.hint:
+            return
+        if not plan.dropped_turns and ctx.summary is None:
+            return  # the whole thread is in the context: nothing to recall
+        said = "\n".join(i.content for i in turn.inputs if i.source == "person")
+        if not said:
+            return
+        shown = plan.messages[: len(plan.messages) - len(turn.input_msgs)]
+        query = recall_hint.select(said, "\n".join(m.content for m in shown).lower())
+        if query.empty:
+            return
+        own = tuple(i.msg_id for i in turn.inputs if i.msg_id is not None)
+        found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
+        line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
+        if line is None:
+            return
+        note = ctx.msg("system", line)
+        if plan.tokens + note.tokens <= plan.budget:
+            turn.notes += (line,)
+            turn.plan = replace(plan, tokens=plan.tokens + note.tokens)
 
     async def compact(
         self, trigger: lc.Trigger, instructions: str | None = None

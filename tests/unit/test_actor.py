@@ -130,6 +130,12 @@ class Ports:
     async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str:
         raise AssertionError("no tools here")
 
+    async def recall_hint(
+        self, label: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
+    ) -> list[str]:
+        self.note("recall hint", terms)
+        return []
+
     def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
         self.note("command", item.text)
 

@@ -516,7 +516,8 @@ async def test_through_the_ledger_readers(tmp_path: Path) -> None:
         ops = Ops(ledger, lambda label: "idle")
         data = await ops.recall_search(None, {"query": "deploy key"}, "r1")  # type: ignore[arg-type]
         assert [(d["session"], d["turn"], d["role"]) for d in data] == [("alice", "A1", "user")]
-        assert set(data[0]) == {"session", "turn", "role", "at", "snippet", "score"}
+        assert set(data[0]) == {"session", "turn", "role", "at", "snippet", "score", "neighbours"}
+        assert data[0]["neighbours"] == []  # A1 has no turn before or after it
         with pytest.raises(ProtocolError) as info:
             await ops.recall_search(None, {"query": "*"}, "r2")  # type: ignore[arg-type]
         assert (info.value.code, info.value.field) == ("invalid", "query")
