@@ -79,6 +79,7 @@ class Ports:
     commits: list[TurnRecord] = field(default_factory=list)
     retired: anyio.Event = field(default_factory=anyio.Event)
     began: anyio.Event = field(default_factory=anyio.Event)  # a turn's items marked running
+    hint_found: set[str] = field(default_factory=set)  # terms older messages hold
 
     def __post_init__(self) -> None:
         self.engine.note = self.note
@@ -134,7 +135,7 @@ class Ports:
         self, label: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
     ) -> list[str]:
         self.note("recall hint", terms)
-        return []
+        return [t for t in terms if t in self.hint_found]
 
     def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
         self.note("command", item.text)
@@ -279,3 +280,31 @@ async def test_a_quick_turn_never_saves() -> None:
         actor.post(item(1, "a b c"))
         await ports.retired.wait()
     assert at(ports, "saved") == [] and not ports.commits[0].progress_saved
+
+
+async def test_a_recall_hint_only_once_older_turns_are_out_of_the_context() -> None:
+    ports = ports_with(engine={"reserve_reply_tokens": 60, "keep_recent_ratio": 0.25})
+    ports.engine.context_window = 400
+    ports.hint_found = {"prod-keys.yaml"}
+    actor = SessionActor("dm:a", ports)
+    words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike"
+    said = [
+        "the key is in vault/prod-keys.yaml",
+        "where was prod-keys.yaml?",  # the whole thread still fits: no lookup
+        *[f"message {n}: {words}" for n in range(8)],
+        "where was prod-keys.yaml again?",
+        "and zebra-tools.txt?",
+    ]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor.run, [])
+        for n, text in enumerate(said, start=1):
+            actor.post(item(n, text))
+        await ports.retired.wait()
+    turns = [r for _, r in ports.engine.calls if r.inputs and "compact" not in str(r.system_prompt)]
+    notes = {r.inputs[0].content: r.notes for r in turns}
+    assert notes["where was prod-keys.yaml?"] == ()
+    (hint,) = notes["where was prod-keys.yaml again?"]
+    assert hint.startswith('[Recall hint: "prod-keys.yaml"')
+    assert notes["and zebra-tools.txt?"] == ()  # looked up, not found
+    looked_up = [d for _, w, d in ports.log if w == "recall hint"]
+    assert looked_up == [("prod-keys.yaml",), ("zebra-tools.txt",)]
