@@ -109,6 +109,8 @@ class TurnSteps:
         if query.empty:
             return
         own = tuple(i.msg_id for i in turn.inputs if i.msg_id is not None)
+        # No timeout of its own: a reader thread cannot be cancelled, and the read is
+        # bounded by its work instead (ledger/recall_hint.py Rule 1).
         found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
         line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
         if line is None:
