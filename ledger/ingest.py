@@ -10,6 +10,8 @@ Rule 2: first contact creates the entity and the contact in the same
 Rule 3: the caches only mirror committed-or-about-to-commit rows; the writer
         clears them whenever anything rolls back, and a merge clears the
         resolution caches because it changes where keys lead.
+Rule 4: whether the message starts a new thread first (the reset policies) is
+        decided in this same transaction (resets.py Rule 1).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from broker.core.identity import (
 )
 
 from .ids import new_entity_id, new_id
+from .resets import on_person_message
 from .wire import pickled_as_tuple
 
 CACHE_LIMIT = 200_000
@@ -55,6 +58,7 @@ class Accepted(NamedTuple):
     duplicate: bool
     seq: int  # arrival order of the queue item; 0 for a duplicate
     entity: str | None
+    thread: tuple[int, str] | None = None  # the new thread it starts (number, reason)
 
 
 class IdentityCache:
@@ -165,8 +169,10 @@ def ingest(
         " updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?)",
         (item, session, rec.queue_mode, cur.lastrowid, now, now),
     )
+    seq = int(cur.lastrowid or 0)
+    thread = on_person_message(conn, session, spec.reset, item, now)  # Rule 4
     cache.trim()
-    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root)
+    return Accepted(rec.msg_id, session, item, False, seq, root, thread)
 
 
 def _route(rec: InboundRecord, root: str) -> Route:

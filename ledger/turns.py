@@ -431,6 +431,7 @@ class ActorStart:
     tokens: tuple[int, int]  # running totals, kept by commit_turn
     kind: str
     route: Route | None  # the delivery context of the latest inbound message
+    pending_thread: tuple[int, str] | None = None  # decided, not begun (ledger/threads.py)
 
 
 def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
@@ -461,19 +462,18 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         (int(row[4]), int(row[5])),
         str(row[6]),
         last_route(conn, label),
+        _pending_thread(conn, label),
     )
 
 
-def new_thread(conn: sqlite3.Connection, label: str, previous: str | None, now: int) -> None:
-    """`/new`: the session starts a fresh thread; the old turns stay in the tree."""
-    conn.execute(
-        "UPDATE sessions SET head_turn_id = NULL, updated_at = ? WHERE label = ?", (now, label)
-    )
-    conn.execute(
-        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
-        " VALUES (?, NULL, ?, 'new_thread', ?)",
-        (label, previous, now),
-    )
+def _pending_thread(conn: sqlite3.Connection, label: str) -> tuple[int, str] | None:
+    """The latest thread decided for the session and not yet begun (threads.py)."""
+    row = conn.execute(
+        "SELECT n, reason FROM threads WHERE session_label = ? AND status = 'pending'"
+        " ORDER BY n DESC LIMIT 1",
+        (label,),
+    ).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
 
 
 def command_done(

@@ -8,7 +8,7 @@ and when to wake. No I/O and no clock: ``now`` (seconds) comes in with each even
 ``handle`` returns the next state and the actions the shell performs, in order; an
 event that is illegal in the current state raises ``IllegalTransition`` and changes
 nothing. Events of the queue machine (``Arrived``, ``Tick``, ``Stop``, ``Configure``,
-``Resume``) are passed through to it, and its actions other than ``StartTurn`` come
+``Resume``, ``Cancel``) are passed through to it, and its actions other than ``StartTurn`` come
 back out as they are.
 
 Rule 1. One thing at a time: at most one turn runs, and never beside a manual
@@ -149,6 +149,7 @@ Event: TypeAlias = (
     | m.Stop
     | m.Configure
     | m.Resume
+    | m.Cancel
     | CompactRequested
     | NewThread
     | Drain
@@ -244,7 +245,7 @@ def handle(state: State, event: Event, now: float) -> _Step:
             return _engine_done(state, _turn_at(state, "calling"), event)
         case TurnCommitted():
             return _committed(state, _turn_at(state, "committing"), event, now)
-        case m.Tick() | m.Stop() | m.Configure() | m.Resume():
+        case m.Tick() | m.Stop() | m.Configure() | m.Resume() | m.Cancel():
             return _queue(state, event, now)
         case Compacted():
             return _compacted(state, event, now)

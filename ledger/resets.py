@@ -1,0 +1,79 @@
+"""Deciding a new thread (migration 0009): the ledger side of `broker/core/resets.py`.
+
+Rule 1: an automatic reset is decided inside the transaction that files the
+        person's message that triggers it (`on_person_message`, called by
+        ingest.py): a crash keeps both or neither, and the message is queued
+        in the new thread, never swallowed. The session's actor begins the
+        thread before its next turn (threads.py `start_thread`).
+Rule 2: only a person's message counts as activity (`last_person_at`); timer,
+        worker and operator items are filed elsewhere and never touch it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from broker.core.resets import ResetPolicy, decide
+
+from .errors import NotFound
+
+
+@lru_cache(maxsize=64)
+def zone(name: str) -> ZoneInfo:
+    """The zone of a policy, loaded once per process (the config checked the name)."""
+    return ZoneInfo(name)
+
+
+def on_person_message(
+    conn: sqlite3.Connection, session: str, policy: ResetPolicy | None, item: str, now: int
+) -> tuple[int, str] | None:
+    """Note a person's message (Rule 2) and decide whether it starts a new thread
+    first (Rule 1): the new thread's (number, reason), or None."""
+    if policy is None or not policy.active:
+        conn.execute("UPDATE sessions SET last_person_at = ? WHERE label = ?", (now, session))
+        return None
+    row = conn.execute(
+        "SELECT thread_started_at, thread_turns_base, turns, last_person_at"
+        " FROM sessions WHERE label = ?",
+        (session,),
+    ).fetchone()
+    started, base, turns, last = row
+    since = max((t for t in (last, started) if t is not None), default=None)
+    thread_turns = 0 if base is None else turns - base  # pending: no turn yet
+    reason = decide(policy, since, thread_turns, now, zone(policy.timezone))
+    if reason is None:
+        conn.execute("UPDATE sessions SET last_person_at = ? WHERE label = ?", (now, session))
+        return None
+    return decide_thread(conn, session, reason, item, now), reason
+
+
+def decide_thread(
+    conn: sqlite3.Connection, session: str, reason: str, item: str | None, now: int
+) -> int:
+    """A new pending thread of `session`; its number. The person's message that
+    decided it (if any) is the session's latest activity."""
+    row = conn.execute(
+        "SELECT thread, thread_turns_base FROM sessions WHERE label = ?", (session,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {session!r}", field="session")
+    n = int(row[0]) + 1
+    conn.execute(
+        "INSERT INTO threads (session_label, n, reason, started_at, item_id, status, prev_base)"
+        " VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+        (session, n, reason, now, item, row[1]),
+    )
+    conn.execute(
+        "UPDATE sessions SET thread = ?, thread_started_at = ?, thread_turns_base = NULL,"
+        " last_person_at = CASE WHEN ? IS NULL THEN last_person_at ELSE ? END,"
+        " updated_at = ? WHERE label = ?",
+        (n, now, item, now, now, session),
+    )
+    return n
+
+
+def reset(conn: sqlite3.Connection, session: str, reason: str, now: int) -> int:
+    """`session.reset`: decide a new thread for the actor to begin; its number."""
+    return decide_thread(conn, session, reason, None, now)
