@@ -431,7 +431,9 @@ class ActorStart:
     tokens: tuple[int, int]  # running totals, kept by commit_turn
     kind: str
     route: Route | None  # the delivery context of the latest inbound message
-    pending_thread: tuple[int, str] | None = None  # decided, not begun (ledger/threads.py)
+    # Decided and not begun (ledger/threads.py): number, reason, the seq of the item
+    # that decided it (0: none).
+    pending_thread: tuple[int, str, int] | None = None
 
 
 def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
@@ -466,14 +468,15 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
     )
 
 
-def _pending_thread(conn: sqlite3.Connection, label: str) -> tuple[int, str] | None:
+def _pending_thread(conn: sqlite3.Connection, label: str) -> tuple[int, str, int] | None:
     """The latest thread decided for the session and not yet begun (threads.py)."""
     row = conn.execute(
-        "SELECT n, reason FROM threads WHERE session_label = ? AND status = 'pending'"
-        " ORDER BY n DESC LIMIT 1",
+        "SELECT t.n, t.reason, coalesce(q.seq, 0) FROM threads t"
+        " LEFT JOIN queue_items q ON q.id = t.item_id"
+        " WHERE t.session_label = ? AND t.status = 'pending' ORDER BY t.n DESC LIMIT 1",
         (label,),
     ).fetchone()
-    return None if row is None else (int(row[0]), str(row[1]))
+    return None if row is None else (int(row[0]), str(row[1]), int(row[2]))
 
 
 def command_done(

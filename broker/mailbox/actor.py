@@ -106,9 +106,6 @@ class SessionActor:
         await self.ports.settled()
         start, ctx = await self.ports.load(self.label)
         self.facts.load(start, ctx)
-        if start.pending_thread is not None:  # decided before a crash or this actor's start
-            self.threads.request(ThreadRequest(*start.pending_thread))
-            self._apply(lc.NewThread())
         backlog = [i for i in backlog if i.id not in self.cancelled]
         backlog, commands = split_commands(backlog)
         self.items.update((item.id, item) for item in (*backlog, *commands))
@@ -118,6 +115,8 @@ class SessionActor:
         )
         queue = m.State.initial(self.limits(), [self._machine_item(i) for i in backlog])
         self.state = self.state._replace(queue=queue)
+        if start.pending_thread is not None:  # decided before a crash or this actor's start
+            self._thread_requested(ThreadRequest(*start.pending_thread))
         async with anyio.create_task_group() as tg:
             self._tg = tg
             for command in commands:
@@ -170,8 +169,7 @@ class SessionActor:
                     self.compact_requests.append(event)
                     self._apply(lc.CompactRequested())
                 elif isinstance(event, ThreadRequest):
-                    if self.threads.request(event):
-                        self._apply(lc.NewThread())
+                    self._thread_requested(event)
                 else:
                     self._apply(event)
         finally:
@@ -204,8 +202,12 @@ class SessionActor:
             self._apply(m.Configure(self.limits()))
         elif command.name == "compact":
             self.post(CompactRequest(command.args or None))
-        elif command.name == "new" and self.threads.request(EXPLICIT_NEW):
-            self._apply(lc.NewThread())
+        elif command.name == "new":
+            self._thread_requested(EXPLICIT_NEW)
+
+    def _thread_requested(self, request: ThreadRequest) -> None:
+        if self.threads.request(request):
+            self._apply(lc.NewThread(request.from_seq))
 
     def cancel(self, item_id: str) -> str:
         """`item.cancel`, in one step of the event loop: "cancelled" (it left the queue and

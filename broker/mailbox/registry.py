@@ -153,7 +153,7 @@ class Mailboxes:
                 reason=reason,
                 msg_id=accepted.msg_id,
             )
-            self.begin_thread(accepted.session, thread, reason)
+            self.begin_thread(accepted.session, thread, reason, accepted.seq)
         # Positional: keyword arguments cost a named tuple of 16 fields twice as much.
         self.post(
             ItemInfo(
@@ -190,10 +190,11 @@ class Mailboxes:
             actor = self._start(label, None if label in self._failures else [])
         return actor
 
-    def begin_thread(self, label: str, thread: int, reason: str) -> None:
+    def begin_thread(self, label: str, thread: int, reason: str, from_seq: int = 0) -> None:
         """A thread decided in the ledger: the session's actor begins it before its next
-        turn (an actor that starts later finds it pending in the ledger too)."""
-        self._actor_for(label).post(ThreadRequest(thread, reason))
+        turn, or before the turn of the message of `from_seq` that decided it (an actor
+        that starts later finds it pending in the ledger too)."""
+        self._actor_for(label).post(ThreadRequest(thread, reason, from_seq))
 
     def cancel(self, label: str, item: str) -> str:
         """`item.cancel` as the session's actor sees it (SessionActor.cancel)."""

@@ -30,6 +30,7 @@ log = logs.get("broker.actor")
 class ThreadRequest:
     thread: int | None  # the pending thread to begin; None: a new one, decided at the cut
     reason: str  # new | operator | idle | daily | turn_limit
+    from_seq: int = 0  # the seq of the message that decided it; 0: none (lifecycle Rule 5)
 
     @property
     def carries(self) -> bool:

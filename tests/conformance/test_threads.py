@@ -37,7 +37,7 @@ async def test_an_idle_message_decides_a_thread_its_cut_begins(port: LedgerPort)
     late = await port.submit_inbound(inbound("m2"), EVERY_MESSAGE_IS_LATE, tick()).result()
     assert late.thread == (2, "idle")
     start = await port.session_start(session)
-    assert start.start.pending_thread == (2, "idle")
+    assert start.start.pending_thread == (2, "idle", (await port.open_items(session))[0].seq)
     assert start.start.head == head  # the cut waits for the actor
     listed = await port.list_threads(session)
     assert [(t["thread"], t["reason"], t["head"], t["turns"]) for t in listed] == [

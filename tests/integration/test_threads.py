@@ -147,6 +147,28 @@ async def test_idle_reset_runs_the_message_as_the_new_threads_first_turn(
     )
 
 
+async def test_messages_waiting_before_the_reset_finish_on_the_old_thread(
+    make_daemon: DaemonFactory, backend: str
+) -> None:
+    slow = {"chunks": 3, "delay_ms": 200}  # 0.6 s a turn
+    d = make_daemon({**QUIET, "engine": slow, "reset": {"idle_s": 0.3}}, backend=backend)
+    async with await Adapter.connect(d, "sms") as a:
+        busy = await a.send_inbound(uniq("m"), "a long one", "+1", mode="followup")
+        waiting = await a.send_inbound(uniq("m"), "waits behind it", "+1", mode="followup")
+        await anyio.sleep(0.35)  # idle since `waiting`, which still waits
+        late = await a.send_inbound(uniq("m"), "after a silence", "+1", mode="followup")
+        await a.deliver(msg_id=late["msg_id"], status="final")
+    busy_turn = turn_of(d, busy["item"])[0]
+    waiting_turn, waiting_parent, _, _ = turn_of(d, waiting["item"])
+    late_turn, late_parent, _, _ = turn_of(d, late["item"])
+    assert (waiting_parent, late_parent) == (busy_turn, None)
+    listed = await threads(d, busy["session"])
+    assert [(t["reason"], t["turns"], t["head"]) for t in listed] == [
+        ("first", 2, waiting_turn),
+        ("idle", 1, late_turn),
+    ]
+
+
 async def test_a_timer_turn_is_not_activity(make_daemon: DaemonFactory, backend: str) -> None:
     d = make_daemon({**QUIET, "reset": {"idle_s": 0.4}}, backend=backend)
     async with await Adapter.connect(d, "sms") as a:

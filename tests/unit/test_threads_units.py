@@ -81,6 +81,51 @@ def test_the_lifecycle_passes_cancel_through() -> None:
     assert not state.queue.backlog
 
 
+# -- a cut decided by a message waits for that message's turn (lifecycle Rule 5) ----------
+
+
+def lc_feed(state: lc.State, *events: lc.Event) -> tuple[lc.State, list[lc.Action]]:
+    actions: list[lc.Action] = []
+    for event in events:
+        state, step = lc.handle(state, event, 0.0)
+        actions.extend(step)
+    return state, actions
+
+
+def finish_turn(state: lc.State) -> tuple[lc.State, list[lc.Action]]:
+    """Run the open turn to its commit; the cut and the next opening, if any."""
+    state, actions = lc_feed(
+        state, lc.Planned(False, False), lc.EngineDone(False), lc.TurnCommitted("completed")
+    )
+    return state, [a for a in actions if isinstance(a, lc.OpenTurn | lc.StartNewThread)]
+
+
+def test_items_waiting_before_the_deciding_message_finish_on_the_old_thread() -> None:
+    state = lc.State.initial(State(Limits()), idle_s=30, now=0)
+    state, actions = lc_feed(state, Arrived(item(1)), Arrived(item(2)))  # 1 runs, 2 waits
+    state, actions = lc_feed(state, lc.NewThread(from_seq=3), Arrived(item(3)))
+    assert actions == [] and state.pending_new
+    state, actions = finish_turn(state)
+    assert actions == [lc.OpenTurn(StartTurn(2, (item(2),), "turn"))]  # no cut yet
+    state, actions = finish_turn(state)
+    assert actions == [lc.StartNewThread(), lc.OpenTurn(StartTurn(3, (item(3),), "turn"))]
+    assert not state.pending_new and state.pending_from == 0
+
+
+def test_a_deciding_message_cuts_at_once_when_nothing_older_waits() -> None:
+    state = lc.State.initial(State(Limits()), idle_s=30, now=0)
+    state, actions = lc_feed(state, lc.NewThread(from_seq=7), Arrived(item(7)))
+    assert actions == [lc.StartNewThread(), lc.OpenTurn(StartTurn(1, (item(7),), "turn"))]
+
+
+def test_an_explicit_new_meanwhile_cuts_at_the_next_turn() -> None:
+    state = lc.State.initial(State(Limits()), idle_s=30, now=0)
+    state, _ = lc_feed(state, Arrived(item(1)), Arrived(item(2)))
+    state, _ = lc_feed(state, lc.NewThread(from_seq=3), lc.NewThread())
+    state, actions = finish_turn(state)
+    assert actions == [lc.StartNewThread(), lc.OpenTurn(StartTurn(2, (item(2),), "turn"))]
+
+
 # -- [reset] and the route rules ----------------------------------------------------
 
 
