@@ -40,9 +40,18 @@ class ThreadRequest:
 EXPLICIT_NEW = ThreadRequest(None, "new")
 
 
+STATE_HEADING = "Where the previous thread left off:"
+
+
 def carry_text(summary: str | None, state: str | None) -> str | None:
-    """What an automatic rollover begins from (Rule 3), or None when there is nothing."""
-    parts = [part for part in (summary, state) if part]
+    """What an automatic rollover begins from (Rule 3), or None when there is nothing.
+
+    Kept whole: a summary that was itself carried over keeps its older state record
+    too. It cannot grow without bound, since it is context like any other: past the
+    compaction threshold a compaction summarizes it again."""
+    parts = [summary] if summary else []
+    if state:
+        parts.append(f"{STATE_HEADING}\n{state}")
     return "\n\n".join(parts) or None
 
 

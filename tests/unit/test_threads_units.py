@@ -28,7 +28,7 @@ from broker.core.queue_machine import (
 )
 from broker.core.resets import ResetPolicy
 from broker.mailbox.commands import is_command, parse
-from broker.mailbox.thread_start import ThreadRequest, carry_text
+from broker.mailbox.thread_start import STATE_HEADING, ThreadRequest, carry_text
 from policies.model import Delivery, Rule, decide
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,10 +202,9 @@ def test_reset_is_new() -> None:
 
 
 def test_the_carry_over_holds_the_summary_and_the_state() -> None:
-    assert carry_text("We agreed on tea.", "Session state:\nDecisions: tea") == (
-        "We agreed on tea.\n\nSession state:\nDecisions: tea"
-    )
-    assert carry_text(None, "Session state:\nx") == "Session state:\nx"
+    carried = carry_text("We agreed on tea.", "Session state:\nDecisions: tea")
+    assert carried == (f"We agreed on tea.\n\n{STATE_HEADING}\nSession state:\nDecisions: tea")
+    assert carry_text(None, "Session state:\nx") == f"{STATE_HEADING}\nSession state:\nx"
     assert carry_text("", None) is None
     assert ThreadRequest(2, "idle").carries and ThreadRequest(2, "daily").carries
     assert not ThreadRequest(None, "new").carries and not ThreadRequest(3, "operator").carries
