@@ -6,6 +6,7 @@ text. (The actor's side of a cancel racing its turns: tests/integration/test_thr
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,8 @@ from broker.core.queue_machine import (
 from broker.core.resets import ResetPolicy
 from broker.mailbox.commands import is_command, parse
 from broker.mailbox.thread_start import STATE_HEADING, ThreadRequest, carry_text
+from ledger import threads
+from ledger.db import load_migrations, migrate
 from policies.model import Delivery, Rule, decide
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,3 +211,30 @@ def test_the_carry_over_holds_the_summary_and_the_state() -> None:
     assert carry_text("", None) is None
     assert ThreadRequest(2, "idle").carries and ThreadRequest(2, "daily").carries
     assert not ThreadRequest(None, "new").carries and not ThreadRequest(3, "operator").carries
+
+
+# -- migration 0009 on a ledger with `/new` from before it ----------------------------
+
+
+def test_threads_from_before_the_migration_are_listed() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    for migration in load_migrations()[:8]:
+        conn.executescript(
+            f"BEGIN;\n{migration.sql}\nPRAGMA user_version = {migration.version};\nCOMMIT;"
+        )
+    conn.execute(
+        "INSERT INTO sessions (label, kind, origin, created_at, updated_at, turns, head_turn_id)"
+        " VALUES ('s', 'dm', 'inbound', 1, 1, 5, 't5')"
+    )
+    conn.executemany(
+        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+        " VALUES ('s', NULL, ?, 'new_thread', ?)",
+        [("t2", 10), ("t4", 20)],
+    )
+    assert "0009_threads" in migrate(conn)
+    listed = threads.list_threads(conn, "s")
+    assert [(t["thread"], t["reason"], t["head"], t["turns"], t["ended_at"]) for t in listed] == [
+        (1, "first", "t2", None, 10),  # how many turns it had is not known
+        (2, "new", "t4", None, 20),
+        (3, "new", "t5", 0, None),  # counted from the migration on
+    ]
