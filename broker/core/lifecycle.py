@@ -23,8 +23,8 @@ Rule 3. A turn ends for the queue machine (its ``TurnEnded``) only when its comm
         done (``TurnCommitted``): the next turn cannot overlap the last one's commit.
 Rule 4. Once ``Drain`` is seen no turn opens: the items of a ``StartTurn`` stay queued
         in the ledger for the next start.
-Rule 5. ``/new`` never cuts the thread under a running turn: between turns it applies
-        at once, else just before the next turn opens. A new thread that a message
+Rule 5. ``/new`` never cuts the thread under a running turn or compaction: between
+        them it applies at once, else just before the next turn opens. A new thread that a message
         decided (``from_seq``: its seq) waits for the turn that runs that message or a
         later one: items that waited before it finish on the old thread.
 Rule 6. A turn that streams saves its output so far at the first delta of each
@@ -324,7 +324,7 @@ def _open(state: State, start: m.StartTurn) -> _Step:
 
 def _new_thread(state: State, from_seq: int, now: float) -> _Step:
     older_waits = from_seq > 0 and any(i.seq < from_seq for i in state.queue.backlog)
-    if state.turn is None and not older_waits:
+    if state.phase == "idle" and not older_waits:  # not under a turn or a compaction
         return state._replace(pending_new=False, pending_from=0, last_activity=now), (NEW_THREAD,)
     if state.pending_new:  # two cuts asked for: the one due first
         from_seq = min(from_seq, state.pending_from)

@@ -129,6 +129,16 @@ def test_an_explicit_new_meanwhile_cuts_at_the_next_turn() -> None:
     assert actions == [lc.StartNewThread(), lc.OpenTurn(StartTurn(2, (item(2),), "turn"))]
 
 
+def test_no_cut_under_a_manual_compaction() -> None:
+    state = lc.State.initial(State(Limits()), idle_s=30, now=0)
+    state, actions = lc_feed(state, lc.CompactRequested())
+    assert actions == [lc.Compact("manual")]
+    state, actions = lc_feed(state, lc.NewThread(), Arrived(item(1)))
+    assert actions == []  # the turn waits for the compaction, the cut for the turn
+    state, actions = lc_feed(state, lc.Compacted(True))
+    assert actions == [lc.StartNewThread(), lc.OpenTurn(StartTurn(1, (item(1),), "turn"))]
+
+
 # -- [reset] and the route rules ----------------------------------------------------
 
 
