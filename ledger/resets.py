@@ -5,7 +5,7 @@ Rule 1: an automatic reset is decided inside the transaction that files the
         ingest.py): a crash keeps both or neither, and the message is queued
         in the new thread, never swallowed. The session's actor begins the
         thread before its next turn (threads.py `start_thread`).
-Rule 2: only a person's message counts as activity (`last_person_at`); timer,
+Rule 2: only a person's message counts as activity (`person_activity`); timer,
         worker and operator items are filed elsewhere and never touch it.
 """
 
@@ -31,20 +31,23 @@ def on_person_message(
 ) -> tuple[int, str] | None:
     """Note a person's message (Rule 2) and decide whether it starts a new thread
     first (Rule 1): the new thread's (number, reason), or None."""
-    if policy is None or not policy.active:
-        conn.execute("UPDATE sessions SET last_person_at = ? WHERE label = ?", (now, session))
-        return None
-    row = conn.execute(
-        "SELECT thread_started_at, thread_turns_base, turns, last_person_at"
-        " FROM sessions WHERE label = ?",
-        (session,),
-    ).fetchone()
-    started, base, turns, last = row
-    since = max((t for t in (last, started) if t is not None), default=None)
-    thread_turns = 0 if base is None else turns - base  # pending: no turn yet
-    reason = decide(policy, since, thread_turns, now, zone(policy.timezone))
+    reason = None
+    if policy is not None and policy.active:
+        row = conn.execute(
+            "SELECT s.thread_started_at, s.thread_turns_base, s.turns, a.at FROM sessions s"
+            " LEFT JOIN person_activity a ON a.session_label = s.label WHERE s.label = ?",
+            (session,),
+        ).fetchone()
+        started, base, turns, last = row
+        since = max((t for t in (last, started) if t is not None), default=None)
+        thread_turns = 0 if base is None else turns - base  # pending: no turn yet
+        reason = decide(policy, since, thread_turns, now, zone(policy.timezone))
+    conn.execute(
+        "INSERT INTO person_activity (session_label, at) VALUES (?, ?)"
+        " ON CONFLICT (session_label) DO UPDATE SET at = excluded.at",
+        (session, now),
+    )
     if reason is None:
-        conn.execute("UPDATE sessions SET last_person_at = ? WHERE label = ?", (now, session))
         return None
     return decide_thread(conn, session, reason, item, now), reason
 
@@ -52,8 +55,8 @@ def on_person_message(
 def decide_thread(
     conn: sqlite3.Connection, session: str, reason: str, item: str | None, now: int
 ) -> int:
-    """A new pending thread of `session`; its number. The person's message that
-    decided it (if any) is the session's latest activity."""
+    """A new pending thread of `session`, decided at `now` (for the message `item`, if
+    a message decided it); its number."""
     row = conn.execute(
         "SELECT thread, thread_turns_base FROM sessions WHERE label = ?", (session,)
     ).fetchone()
@@ -67,9 +70,8 @@ def decide_thread(
     )
     conn.execute(
         "UPDATE sessions SET thread = ?, thread_started_at = ?, thread_turns_base = NULL,"
-        " last_person_at = CASE WHEN ? IS NULL THEN last_person_at ELSE ? END,"
         " updated_at = ? WHERE label = ?",
-        (n, now, item, now, now, session),
+        (n, now, now, session),
     )
     return n
 

@@ -4,12 +4,19 @@
 -- tree, searchable and forkable.
 
 -- The session's current thread: its number (1 is the first), when it began
--- (NULL for thread 1: with the session), `turns` when it began (NULL while it
--- waits for its cut: see `threads.status`), and when a person last wrote.
+-- (NULL for thread 1: with the session), and `turns` when it began (NULL while
+-- it waits for its cut: see `threads.status`).
 ALTER TABLE sessions ADD COLUMN thread INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE sessions ADD COLUMN thread_started_at INTEGER;
 ALTER TABLE sessions ADD COLUMN thread_turns_base INTEGER DEFAULT 0;
-ALTER TABLE sessions ADD COLUMN last_person_at INTEGER;
+
+-- When a person last wrote to each session: only their messages count as
+-- activity. Written with every person's message, so a row of its own: about
+-- half the writer's cost of updating the wide `sessions` row (docs/performance.md).
+CREATE TABLE person_activity (
+    session_label TEXT PRIMARY KEY,
+    at            INTEGER NOT NULL
+) WITHOUT ROWID;
 
 -- Every thread after a session's first, with why and when it began. A thread
 -- decided while a turn ran is `pending` until its session's actor cuts the

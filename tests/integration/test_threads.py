@@ -199,8 +199,7 @@ async def test_daily_reset_after_the_local_time(make_daemon: DaemonFactory, back
     # The conversation was a day earlier: move its times back, as a clock would have.
     with sqlite3.connect(d.ledger) as db:
         db.execute(
-            "UPDATE sessions SET last_person_at = last_person_at - 86400000 WHERE label = ?",
-            (session,),
+            "UPDATE person_activity SET at = at - 86400000 WHERE session_label = ?", (session,)
         )
     d.start()
     async with await Adapter.connect(d, "sms") as a:
