@@ -79,3 +79,15 @@ def decide_thread(
 def reset(conn: sqlite3.Connection, session: str, reason: str, now: int) -> int:
     """`session.reset`: decide a new thread for the actor to begin; its number."""
     return decide_thread(conn, session, reason, None, now)
+
+
+def pending_thread(conn: sqlite3.Connection, label: str) -> tuple[int, str, int] | None:
+    """The latest thread decided for the session and not yet begun (threads.py):
+    (number, reason, the seq of the message that decided it or 0), or None."""
+    row = conn.execute(
+        "SELECT t.n, t.reason, coalesce(q.seq, 0) FROM threads t"
+        " LEFT JOIN queue_items q ON q.id = t.item_id"
+        " WHERE t.session_label = ? AND t.status = 'pending' ORDER BY t.n DESC LIMIT 1",
+        (label,),
+    ).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), int(row[2]))

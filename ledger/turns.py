@@ -38,6 +38,7 @@ from .dispatch import finish
 from .errors import NotFound
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
+from .resets import pending_thread
 from .snapshots import record_events
 
 ItemStatus = Literal["done", "queued", "cancelled"]
@@ -464,19 +465,8 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         (int(row[4]), int(row[5])),
         str(row[6]),
         last_route(conn, label),
-        _pending_thread(conn, label),
+        pending_thread(conn, label),
     )
-
-
-def _pending_thread(conn: sqlite3.Connection, label: str) -> tuple[int, str, int] | None:
-    """The latest thread decided for the session and not yet begun (threads.py)."""
-    row = conn.execute(
-        "SELECT t.n, t.reason, coalesce(q.seq, 0) FROM threads t"
-        " LEFT JOIN queue_items q ON q.id = t.item_id"
-        " WHERE t.session_label = ? AND t.status = 'pending' ORDER BY t.n DESC LIMIT 1",
-        (label,),
-    ).fetchone()
-    return None if row is None else (int(row[0]), str(row[1]), int(row[2]))
 
 
 def command_done(

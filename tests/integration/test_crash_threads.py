@@ -52,7 +52,7 @@ async def burst(d_socket: object, round_no: int, kill_after: float) -> None:
                             "queue_mode": "followup",
                         }
                     )
-                await anyio.sleep(1)
+                await anyio.sleep_forever()  # until the kill's moment
         except DISCONNECTED:
             pass
 
