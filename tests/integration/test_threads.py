@@ -5,6 +5,7 @@ forkable, `item.cancel` and the `brokerctl` commands."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from broker.client import BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
-from tests.integration.wire import Adapter, op, query, uniq, wait_db
+from tests.integration.wire import Adapter, add_routes, op, query, uniq, wait_db, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
@@ -185,6 +186,33 @@ async def test_a_timer_turn_is_not_activity(make_daemon: DaemonFactory, backend:
     listed = await threads(d, session)
     assert [(t["reason"], t["turns"]) for t in listed] == [("first", 2), ("idle", 1)]
     assert turn_of(d, late["item"])[1] is None
+
+
+async def test_a_route_rule_overrides_the_policy_and_a_reload_applies_it(
+    make_daemon: DaemonFactory, backend: str
+) -> None:
+    d = make_daemon({**QUIET, "log_level": "info"}, backend=backend)
+    add_routes(d, [{"name": "sms-resets", "match": {"channel": ["sms"]}, "reset": {"idle_s": 0.2}}])
+    d.restart()
+    async with await Adapter.connect(d, "sms") as sms, await Adapter.connect(d, "chat") as chat:
+        on_sms = (await say(sms, "+1", "hello"))["session"]
+        on_chat = (await say(chat, "bob", "hello"))["session"]
+        await anyio.sleep(0.25)
+        await say(sms, "+1", "later")
+        await say(chat, "bob", "later")  # [reset] sets nothing: no reset here
+        assert [t["reason"] for t in await threads(d, on_sms)] == ["first", "idle"]
+        assert [t["reason"] for t in await threads(d, on_chat)] == ["first"]
+        with d.config_path.open("a") as fh:  # [reset] for every route, on reload
+            fh.write("\n[reset]\nmax_turns = 2\n")
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        await wait_until(lambda: _logged(d, '"reloaded"'), "the reload")
+        await say(chat, "bob", "third")
+    assert [t["reason"] for t in await threads(d, on_chat)] == ["first", "turn_limit"]
+
+
+async def _logged(d: DaemonProcess, text: str) -> bool:
+    return text in d.log()
 
 
 async def test_daily_reset_after_the_local_time(make_daemon: DaemonFactory, backend: str) -> None:
