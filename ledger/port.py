@@ -193,9 +193,10 @@ class TurnPort(Protocol):
         thread: int | None = None,
         reason: str = "new",
         carry: Carry | None = None,
-    ) -> Committing[None]:
+    ) -> Committing[int | None]:
         """The cut (ledger/threads.py): begin pending thread `thread`, or with None a new
-        thread for `reason`; an automatic rollover from `carry`. Idempotent by number."""
+        thread for `reason`; an automatic rollover from `carry`. Idempotent by number:
+        the number of the thread begun, None when it was begun already."""
         ...
 
     async def settled(self) -> None:

@@ -224,7 +224,7 @@ class Ledger(SqliteReads, SqliteThreads):
         thread: int | None = None,
         reason: str = "new",
         carry: threads.Carry | None = None,
-    ) -> Pending[None]:
+    ) -> Pending[int | None]:
         return self.writer.submit(threads.start_thread, label, thread, reason, carry, now)
 
     def submit_delivered(self, out_ids: list[str], now: int) -> Pending[int]:

@@ -42,9 +42,10 @@ def start_thread(
     reason: str,
     carry: Carry | None,
     now: int,
-) -> None:
+) -> int | None:
     """The cut (Rule 3): begin pending thread `thread`, or with None a new thread
-    for `reason` (`/new`), from the carry-over if one is given (Rule 4)."""
+    for `reason` (`/new`), from the carry-over if one is given (Rule 4). The number
+    of the thread begun; None if it was begun already."""
     pending = conn.execute(
         "SELECT n, prev_base FROM threads WHERE session_label = ? AND status = 'pending'"
         " ORDER BY n",
@@ -52,7 +53,7 @@ def start_thread(
     ).fetchall()
     waiting = [int(n) for n, _ in pending]
     if thread is not None and thread not in waiting:
-        return  # begun already
+        return None  # begun already
     row = conn.execute(
         "SELECT head_turn_id, turns, thread_turns_base, thread FROM sessions WHERE label = ?",
         (session,),
@@ -100,13 +101,14 @@ def start_thread(
             " WHERE session_label = ? AND n = ?",
             (session, session, later[0]),
         )
-        return
+        return thread
     conn.execute(
         "UPDATE sessions SET thread = ?, thread_started_at ="
         " (SELECT started_at FROM threads WHERE session_label = ? AND n = ?),"
         " thread_turns_base = turns WHERE label = ?",
         (thread, session, thread, session),
     )
+    return thread
 
 
 def _carry_turn(session: str, carry: Carry, previous: str | None, now: int) -> TurnRecord:

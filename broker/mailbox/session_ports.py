@@ -110,7 +110,24 @@ class SessionPorts:
     def new_thread(
         self, label: str, previous: str | None, thread: int | None, reason: str, carry: Carry | None
     ) -> None:
-        self.ledger.submit_new_thread(label, now_ms(), thread, reason, carry)
+        pending = self.ledger.submit_new_thread(label, now_ms(), thread, reason, carry)
+
+        def begun(number: int | None) -> None:
+            if number is not None:
+                log.info(
+                    "thread started",
+                    session=label,
+                    thread=number,
+                    previous=number - 1,
+                    reason=reason,
+                    previous_head=previous,
+                    carried=carry is not None,
+                )
+
+        def failed(exc: BaseException) -> None:
+            log.error("thread not started", session=label, reason=reason, error=str(exc))
+
+        pending.after_commit(begun, failed)
 
     def engine_for(self, persona: str | None) -> Engine:
         """The engine of `persona`, else the default engine."""

@@ -16,14 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.core.resets import AUTOMATIC
-from ledger import logs
 from ledger.ids import new_id
 from ledger.threads import Carry
 
 from .ports import ActorPorts
 from .session_facts import SessionFacts
-
-log = logs.get("broker.actor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +79,3 @@ class ThreadCuts:
         self.ports.new_thread(self.label, previous, request.thread, request.reason, carry)
         if carry is not None:
             self.facts.carried(carry.turn_id, carry.summary)
-        log.info(
-            "thread started",
-            session=self.label,
-            thread=request.thread,
-            reason=request.reason,
-            previous_head=previous,
-            carried=carry is not None,
-        )

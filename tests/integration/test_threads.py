@@ -64,7 +64,7 @@ async def threads(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
 
 
 async def test_new_and_reset_start_empty_threads(make_daemon: DaemonFactory, backend: str) -> None:
-    d = make_daemon(QUIET, backend=backend)
+    d = make_daemon({**QUIET, "log_level": "info"}, backend=backend)
     async with await Adapter.connect(d, "sms") as a:
         first = await say(a, "+1", "one")
         session = first["session"]
@@ -86,6 +86,11 @@ async def test_new_and_reset_start_empty_threads(make_daemon: DaemonFactory, bac
     assert listed[2]["ended_at"] is None
     [row] = [s for s in await op(d, "sessions.list") if s["label"] == session]
     assert row["thread"] == 3
+    started = [orjson.loads(line) for line in d.log_lines() if "thread started" in line]
+    assert [(e["session"], e["previous"], e["thread"], e["reason"]) for e in started] == [
+        (session, 1, 2, "new"),
+        (session, 2, 3, "new"),
+    ]
     shown = await op(d, "session.show", session=session)
     assert [t["id"] for t in shown["turns"]][-1] == turn3
 
