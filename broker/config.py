@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from broker.core.queue_machine import QueueMode
+from broker.core.resets import ResetPolicy, parse_daily_at
 from policies.model import Owner, Rule, RulesFile
 
 EX_CONFIG = 78
@@ -119,6 +120,41 @@ class SnapshotSettings(_Section):
     max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
 
 
+# -- [reset]: when a session's thread rolls over (broker/core/resets.py) ---------------
+
+
+def check_timezone(name: str) -> str:
+    """An IANA zone name the zone database knows, else ValueError."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown timezone {name!r} (an IANA name: 'Europe/Berlin')") from exc
+    return name
+
+
+class ResetSettings(_Section):
+    idle_s: float = Field(0.0, ge=0)  # > 0: a message after this much silence starts a thread
+    daily_at: str = ""  # "HH:MM": the first message after this local time each day does
+    timezone: str = "UTC"  # of `daily_at`
+    max_turns: int = Field(0, ge=0)  # > 0: a thread that reached this many turns rolls over
+
+    @field_validator("daily_at")
+    @classmethod
+    def _hh_mm(cls, value: str) -> str:
+        parse_daily_at(value)
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        return check_timezone(value)
+
+    def policy(self) -> ResetPolicy:
+        return ResetPolicy(self.idle_s, self.daily_at, self.timezone, self.max_turns)
+
+
 class Persona(_Section):
     engine: str | None = None  # a name in [engines]; None: the default [engine]
     system_prompt: str | None = None
@@ -159,6 +195,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
     snapshots: SnapshotSettings = SnapshotSettings()
+    reset: ResetSettings = ResetSettings()
 
     @field_validator("socket_path")
     @classmethod
@@ -269,6 +306,14 @@ def load_rules(settings: Settings) -> tuple[Rule, ...]:
         rules = _read_rules_file(settings.policies_file)
         where = str(settings.policies_file)
     for rule in rules:
+        zone = rule.reset.timezone if rule.reset is not None else None
+        if zone is not None:
+            try:
+                check_timezone(zone)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"invalid policies in {where}: rule {rule.name!r}: reset.timezone: {exc}"
+                ) from exc
         persona = rule.session.persona
         if persona is not None and persona not in settings.personas:
             known = ", ".join(sorted(settings.personas)) or "none configured"

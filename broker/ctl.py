@@ -24,7 +24,7 @@ from ledger.sessions import ImportError_
 from ledger.transfer import backup as backup_ledger
 from ledger.transfer import export_session, import_session
 
-from . import ctl_files, ctl_routes, ctl_timers  # noqa: F401 - their commands register on `app`
+from . import ctl_files, ctl_routes, ctl_threads, ctl_timers  # noqa: F401 - their commands register on `app`
 from .client import BrokerClient, BrokerError
 from .config import ConfigError, LedgerSettings, load_settings
 from .ctl_app import app, call, console, current_socket, opts, print_table
@@ -50,9 +50,17 @@ def sessions(
     def render(rows: list[dict[str, Any]]) -> None:
         print_table(
             "sessions",
-            ["label", "status", "state", "turns", "queued", "parent"],
+            ["label", "status", "state", "thread", "turns", "queued", "parent"],
             [
-                [r["label"], r["status"], r["state"], r["turns"], r["queued"], r["parent"]]
+                [
+                    r["label"],
+                    r["status"],
+                    r["state"],
+                    r.get("thread"),
+                    r["turns"],
+                    r["queued"],
+                    r["parent"],
+                ]
                 for r in rows
             ],
         )

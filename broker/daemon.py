@@ -100,7 +100,11 @@ class Daemon:
         rules = load_rules(merged)  # validated by _load_config already
         self.settings = merged
         if self.router is not None:
-            self.router.update(rules, frozenset((o.channel, o.sender_id) for o in merged.owners))
+            self.router.update(
+                rules,
+                frozenset((o.channel, o.sender_id) for o in merged.owners),
+                merged.reset.policy(),
+            )
         if self.server is not None:
             self.server.apply_auth(merged)
         if self.ingress is not None:
@@ -172,7 +176,11 @@ class Daemon:
                 log.info(
                     "ledger migrated", applied=ledger.migrations_applied, path=str(s.ledger.path)
                 )
-            router = Router(load_rules(s), frozenset((o.channel, o.sender_id) for o in s.owners))
+            router = Router(
+                load_rules(s),
+                frozenset((o.channel, o.sender_id) for o in s.owners),
+                resets=s.reset.policy(),
+            )
             self.router = router
             deliveries = Deliveries(ledger)
             engine = build_engine(s.engine)

@@ -21,6 +21,7 @@ from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
 from .ops_routes import RouteOps
+from .ops_threads import ThreadOps
 from .ops_timers import TimerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .timers import TimerWheel
@@ -61,6 +62,7 @@ class Ops:
             **TimerOps(ledger, timers).table,
             **FileOps(ledger).table,
             **RouteOps(ledger).table,
+            **ThreadOps(ledger, mailboxes).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:

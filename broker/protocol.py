@@ -32,6 +32,7 @@ ErrorCode = Literal[
     "unauthorized",
     "unsupported_version",
     "not_found",
+    "conflict",  # the target is in a state the op cannot act on (item.cancel of a running item)
     "overloaded",
     "internal",
 ]

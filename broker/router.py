@@ -14,6 +14,7 @@ from typing import Literal
 import orjson
 
 from broker.core.identity import SessionSpec
+from broker.core.resets import NO_RESETS, ResetPolicy
 from ledger.ingest import InboundRecord
 from policies.model import Decision, Delivery, Rule, decide
 from policies.ratelimit import RateLimiter
@@ -36,17 +37,24 @@ class Router:
         rules: tuple[Rule, ...],
         owners: frozenset[tuple[str, str]],
         clock: Callable[[], float] = time.monotonic,
+        resets: ResetPolicy = NO_RESETS,
     ) -> None:
         self.rules = rules
         self.owners = owners
+        self.resets = resets  # `[reset]`, which a rule's own `reset` keys override
         self.clock = clock
         self.limiter = RateLimiter()
         # Decisions depend only on (channel, peer kind, sender) and the rules.
         self._decisions: dict[tuple[str, str, str], Decision] = {}
 
-    def update(self, rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]) -> None:
+    def update(
+        self,
+        rules: tuple[Rule, ...],
+        owners: frozenset[tuple[str, str]],
+        resets: ResetPolicy = NO_RESETS,
+    ) -> None:
         """New rules (a reload): forget cached decisions and rate buckets."""
-        self.rules, self.owners = rules, owners
+        self.rules, self.owners, self.resets = rules, owners, resets
         self._decisions.clear()
         self.limiter.clear()
 
@@ -57,7 +65,10 @@ class Router:
             if len(self._decisions) >= DECISION_CACHE:
                 self._decisions.clear()
             found = decide(
-                self.rules, Delivery(channel, msg_kind(peer_kind), sender_id), self.owners
+                self.rules,
+                Delivery(channel, msg_kind(peer_kind), sender_id),
+                self.owners,
+                self.resets,
             )
             self._decisions[key] = found
         return found

@@ -13,6 +13,8 @@ Rule 3: the caches only mirror committed-or-about-to-commit rows; the writer
 Rule 4: a conversation bound to a session (ledger/bindings.py) files its messages
         there, before any session key is built; writing a binding clears the
         cached routes, so only a route's first message pays for the lookup.
+Rule 5: whether the message starts a new thread first (the reset policies) is
+        decided in this same transaction (resets.py Rule 1).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from broker.core.identity import (
 
 from .bindings import bound_session
 from .ids import new_entity_id, new_id
+from .resets import on_person_message
 from .wire import pickled_as_tuple
 
 CACHE_LIMIT = 200_000
@@ -60,6 +63,7 @@ class Accepted(NamedTuple):
     duplicate: bool
     seq: int  # arrival order of the queue item; 0 for a duplicate
     entity: str | None
+    thread: tuple[int, str] | None = None  # the new thread it starts (number, reason)
 
 
 class IdentityCache:
@@ -178,8 +182,10 @@ def ingest(
         " updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?)",
         (item, session, rec.queue_mode, cur.lastrowid, now, now),
     )
+    seq = int(cur.lastrowid or 0)
+    thread = on_person_message(conn, session, spec.reset, item, now)  # Rule 4
     cache.trim()
-    return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root)
+    return Accepted(rec.msg_id, session, item, False, seq, root, thread)
 
 
 def _route(rec: InboundRecord, root: str) -> Route:

@@ -42,6 +42,7 @@ from .reads import Thread
 from .recall import Hit
 from .recall_answer import Found, Request
 from .recall_thread import Neighbour
+from .threads import Carry
 from .timers import TimerInfo
 from .turns import ActorStart, OutboxKey, TurnRecord
 
@@ -51,6 +52,7 @@ __all__ = [
     "Accepted",
     "ActorStart",
     "BindCommand",
+    "Carry",
     "Committing",
     "Conversation",
     "DeliveryPort",
@@ -75,6 +77,7 @@ __all__ = [
     "SessionStart",
     "SnapshotPort",
     "Thread",
+    "ThreadPort",
     "TimerInfo",
     "TimerPort",
     "TurnPort",
@@ -190,7 +193,18 @@ class TurnPort(Protocol):
         now: int,
     ) -> Committing[None]: ...
 
-    def submit_new_thread(self, label: str, previous: str | None, now: int) -> Committing[None]: ...
+    def submit_new_thread(
+        self,
+        label: str,
+        now: int,
+        thread: int | None = None,
+        reason: str = "new",
+        carry: Carry | None = None,
+    ) -> Committing[int | None]:
+        """The cut (ledger/threads.py): begin pending thread `thread`, or with None a new
+        thread for `reason`; an automatic rollover from `carry`. Idempotent by number:
+        the number of the thread begun, None when it was begun already."""
+        ...
 
     async def settled(self) -> None:
         """Return once every write submitted before the call is resolved (Rule 3)."""
@@ -363,6 +377,26 @@ class TimerPort(Protocol):
         ...
 
 
+class ThreadPort(Protocol):
+    """Threads and resets (ledger/threads.py, ledger/resets.py) and cancelling a
+    waiting item, as the ops ask for them."""
+
+    async def reset_session(self, session: str, reason: str, now: int) -> int:
+        """Decide a new thread of `session` (a label), pending until its actor's cut;
+        its number. `NotFound` for an unknown session."""
+        ...
+
+    async def list_threads(self, session: str) -> list[dict[str, Any]]:
+        """`session.threads` of a label: `{"thread","head","turns","started_at",
+        "ended_at","reason"}` oldest first."""
+        ...
+
+    async def cancel_item(self, session: str, item: str, now: int) -> None:
+        """Mark a waiting item `cancelled` (reason `cancelled`): `NotFound` for an item
+        not of `session`, `Conflict` for one that is not waiting."""
+        ...
+
+
 class SnapshotPort(Protocol):
     """File snapshots by content (ledger/snapshots.py): a turn's `file` events are
     stored with it by `submit_turn`; these read them back and collect blobs."""
@@ -422,6 +456,7 @@ class LedgerPort(
     TimerPort,
     SnapshotPort,
     RoutePort,
+    ThreadPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

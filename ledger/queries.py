@@ -24,7 +24,7 @@ def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> l
     sql = (
         "SELECT s.label, s.status, s.turns, s.parent_session, s.kind,"
         " (SELECT count(*) FROM queue_items q"
-        f" WHERE q.session_label = s.label AND q.status IN {OPEN})"
+        f" WHERE q.session_label = s.label AND q.status IN {OPEN}), s.thread"
         " FROM sessions s"
     )
     args: list[Any] = []
@@ -34,7 +34,15 @@ def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> l
     sql += " ORDER BY s.updated_at DESC, s.label LIMIT ?"
     args.append(limit)
     return [
-        {"label": r[0], "status": r[1], "turns": r[2], "parent": r[3], "kind": r[4], "queued": r[5]}
+        {
+            "label": r[0],
+            "status": r[1],
+            "turns": r[2],
+            "parent": r[3],
+            "kind": r[4],
+            "queued": r[5],
+            "thread": r[6],  # the current thread's number (ledger/threads.py)
+        }
         for r in conn.execute(sql, args)
     ]
 

@@ -24,7 +24,7 @@ from broker.core.identity import SessionSpec
 from broker.core.timers import TimerSpec
 
 from . import dispatch as dispatches
-from . import events, sessions, snapshots, timers, turns
+from . import events, sessions, snapshots, threads, timers, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -40,6 +40,7 @@ from .jobs import Pending, WriterDied
 from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
+from .sqlite_threads import SqliteThreads
 from .store_routes import RouteMethods
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
@@ -69,7 +70,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads, RouteMethods):
+class Ledger(SqliteReads, SqliteThreads, RouteMethods):
     def __init__(
         self,
         path: Path,
@@ -217,8 +218,15 @@ class Ledger(SqliteReads, RouteMethods):
     ) -> Pending[None]:
         return self.writer.submit(turns.command_done, item_id, reason, reply, override, now)
 
-    def submit_new_thread(self, label: str, previous: str | None, now: int) -> Pending[None]:
-        return self.writer.submit(turns.new_thread, label, previous, now)
+    def submit_new_thread(
+        self,
+        label: str,
+        now: int,
+        thread: int | None = None,
+        reason: str = "new",
+        carry: threads.Carry | None = None,
+    ) -> Pending[int | None]:
+        return self.writer.submit(threads.start_thread, label, thread, reason, carry, now)
 
     def submit_delivered(self, out_ids: list[str], now: int) -> Pending[int]:
         # Lazy (writer.py Rule 6): nobody waits on it, and it commutes with every job.

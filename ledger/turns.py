@@ -38,6 +38,7 @@ from .dispatch import finish
 from .errors import NotFound
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
+from .resets import pending_thread
 from .snapshots import record_events
 
 ItemStatus = Literal["done", "queued", "cancelled"]
@@ -431,6 +432,9 @@ class ActorStart:
     tokens: tuple[int, int]  # running totals, kept by commit_turn
     kind: str
     route: Route | None  # the delivery context of the latest inbound message
+    # Decided and not begun (ledger/threads.py): number, reason, the seq of the item
+    # that decided it (0: none).
+    pending_thread: tuple[int, str, int] | None = None
 
 
 def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
@@ -461,18 +465,7 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         (int(row[4]), int(row[5])),
         str(row[6]),
         last_route(conn, label),
-    )
-
-
-def new_thread(conn: sqlite3.Connection, label: str, previous: str | None, now: int) -> None:
-    """`/new`: the session starts a fresh thread; the old turns stay in the tree."""
-    conn.execute(
-        "UPDATE sessions SET head_turn_id = NULL, updated_at = ? WHERE label = ?", (now, label)
-    )
-    conn.execute(
-        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
-        " VALUES (?, NULL, ?, 'new_thread', ?)",
-        (label, previous, now),
+        pending_thread(conn, label),
     )
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from broker.core.identity import TEMPLATE_FIELDS, SessionSpec
 from broker.core.queue_machine import QueueMode
+from broker.core.resets import NO_RESETS, ResetPolicy, parse_daily_at
 
 from .ratelimit import Rate
 
@@ -78,6 +79,28 @@ class QueueRule(BaseModel):
     allowed: list[QueueMode] | None = None  # None: the sender may choose any mode
 
 
+class ResetRule(BaseModel):
+    """A route's own reset policy: each key set here replaces `[reset]`'s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    idle_s: float | None = Field(None, ge=0)
+    daily_at: str | None = None
+    timezone: str | None = None  # checked against the zone database by broker/config.py
+    max_turns: int | None = Field(None, ge=0)
+
+    @field_validator("daily_at")
+    @classmethod
+    def _hh_mm(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_daily_at(value)  # its ValueError names the form
+        return value
+
+    def over(self, default: ResetPolicy) -> ResetPolicy:
+        """`default` with this rule's keys in place of its own."""
+        return default._replace(**self.model_dump(exclude_none=True))
+
+
 class RateRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -94,6 +117,7 @@ class Rule(BaseModel):
     queue: QueueRule = QueueRule()
     commands: list[ChatCommand] | None = None  # None: every chat command
     rate: RateRule | None = None  # per sender; None: no limit
+    reset: ResetRule | None = None  # None: the `[reset]` policy
 
 
 class RulesFile(BaseModel):
@@ -131,10 +155,12 @@ class Decision:
     allowed_modes: frozenset[str] | None
     commands: frozenset[str]
     rate: Rate | None = None
+    reset: ResetPolicy = NO_RESETS
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "spec", SessionSpec(self.key_template, self.persona))
+        reset = self.reset if self.reset.active else None
+        object.__setattr__(self, "spec", SessionSpec(self.key_template, self.persona, reset))
 
 
 def principal_of(delivery: Delivery, owners: frozenset[tuple[str, str]]) -> PrincipalKind:
@@ -155,7 +181,10 @@ def _matches(match: Match, delivery: Delivery, principal: PrincipalKind) -> bool
 
 
 def decide(
-    rules: tuple[Rule, ...], delivery: Delivery, owners: frozenset[tuple[str, str]]
+    rules: tuple[Rule, ...],
+    delivery: Delivery,
+    owners: frozenset[tuple[str, str]],
+    resets: ResetPolicy = NO_RESETS,
 ) -> Decision:
     principal = principal_of(delivery, owners)
     for rule in (*rules, *DEFAULT_RULES):
@@ -169,5 +198,6 @@ def decide(
                 allowed_modes=None if rule.queue.allowed is None else frozenset(rule.queue.allowed),
                 commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
                 rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
+                reset=resets if rule.reset is None else rule.reset.over(resets),
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover

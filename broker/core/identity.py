@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
+
+from broker.core.resets import ResetPolicy
 
 PeerKind = Literal["dm", "group"]
 
@@ -57,10 +59,11 @@ class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process w
 
     key_template: str | None
     persona: str | None
+    reset: ResetPolicy | None = None  # None: no reset policy applies
 
-    def __reduce__(self) -> tuple[type[SessionSpec], tuple[str | None, str | None]]:
+    def __reduce__(self) -> tuple[type[SessionSpec], tuple[Any, ...]]:
         # Pickled as class and plain tuple, like the ledger's records (why: ledger/wire.py).
-        return SessionSpec, (self.key_template, self.persona)
+        return SessionSpec, tuple(self)
 
 
 DM_TEMPLATE = "dm:{entity}"

@@ -8,7 +8,7 @@ and when to wake. No I/O and no clock: ``now`` (seconds) comes in with each even
 ``handle`` returns the next state and the actions the shell performs, in order; an
 event that is illegal in the current state raises ``IllegalTransition`` and changes
 nothing. Events of the queue machine (``Arrived``, ``Tick``, ``Stop``, ``Configure``,
-``Resume``) are passed through to it, and its actions other than ``StartTurn`` come
+``Resume``, ``Cancel``) are passed through to it, and its actions other than ``StartTurn`` come
 back out as they are.
 
 Rule 1. One thing at a time: at most one turn runs, and never beside a manual
@@ -23,8 +23,10 @@ Rule 3. A turn ends for the queue machine (its ``TurnEnded``) only when its comm
         done (``TurnCommitted``): the next turn cannot overlap the last one's commit.
 Rule 4. Once ``Drain`` is seen no turn opens: the items of a ``StartTurn`` stay queued
         in the ledger for the next start.
-Rule 5. ``/new`` never cuts the thread under a running turn: between turns it applies
-        at once, else just before the next turn opens.
+Rule 5. ``/new`` never cuts the thread under a running turn or compaction: between
+        them it applies at once, else just before the next turn opens. A new thread that a message
+        decided (``from_seq``: its seq) waits for the turn that runs that message or a
+        later one: items that waited before it finish on the old thread.
 Rule 6. A turn that streams saves its output so far at the first delta of each
         ``progress_save_s`` after it began (``save_due``): a quick turn never saves.
 Rule 7. The actor retires (``Retire``) only when quiet (no turn, no compaction, no
@@ -70,6 +72,7 @@ class State(NamedTuple):
     # The last event that could leave the actor quiet. A turn's own steps are not
     # counted one by one: the turn ends in its commit, which is.
     last_activity: float = 0.0
+    pending_from: int = 0  # a pending cut waits for a turn with an item of this seq (Rule 5)
 
     @classmethod
     def initial(cls, queue: m.State, idle_s: float, now: float) -> State:
@@ -102,7 +105,10 @@ class CompactRequested:
 
 @record
 class NewThread:
-    """``/new``: the next turn starts a fresh thread."""
+    """``/new``: the next turn starts a fresh thread; with ``from_seq``, the next turn
+    that runs an item of that seq or later does (Rule 5)."""
+
+    from_seq: int = 0
 
 
 @record
@@ -149,6 +155,7 @@ Event: TypeAlias = (
     | m.Stop
     | m.Configure
     | m.Resume
+    | m.Cancel
     | CompactRequested
     | NewThread
     | Drain
@@ -244,7 +251,7 @@ def handle(state: State, event: Event, now: float) -> _Step:
             return _engine_done(state, _turn_at(state, "calling"), event)
         case TurnCommitted():
             return _committed(state, _turn_at(state, "committing"), event, now)
-        case m.Tick() | m.Stop() | m.Configure() | m.Resume():
+        case m.Tick() | m.Stop() | m.Configure() | m.Resume() | m.Cancel():
             return _queue(state, event, now)
         case Compacted():
             return _compacted(state, event, now)
@@ -253,9 +260,7 @@ def handle(state: State, event: Event, now: float) -> _Step:
             state = state._replace(compact_waiting=waiting, last_activity=now)
             return _compact_if_free(state) if state.phase == "idle" else (state, ())
         case NewThread():
-            if state.turn is not None:
-                return state._replace(pending_new=True, last_activity=now), ()
-            return state._replace(pending_new=False, last_activity=now), (NEW_THREAD,)
+            return _new_thread(state, event.from_seq, now)
         case Drain():
             return state._replace(draining=True, last_activity=now), ()
         case Woke():
@@ -286,7 +291,7 @@ def _with(state: State, turn: Turn | None, queue: m.State, now: float) -> State:
     five times, and this machine runs per message on the daemon's hot path."""
     s = state
     return State(queue, s.idle_s, turn, s.compacting, s.deferred, s.compact_waiting,
-                 s.pending_new, s.draining, now)  # fmt: skip
+                 s.pending_new, s.draining, now, s.pending_from)  # fmt: skip
 
 
 def _queue(state: State, event: m.Event, now: float) -> _Step:
@@ -312,9 +317,22 @@ def _open(state: State, start: m.StartTurn) -> _Step:
     if state.compacting:
         return state._replace(deferred=start), ()
     opened = _with(state, Turn(start), state.queue, state.last_activity)
-    if state.pending_new:
-        return opened._replace(pending_new=False), (NEW_THREAD, OpenTurn(start))
+    if state.pending_new and _cuts_before(start, state.pending_from):
+        return opened._replace(pending_new=False, pending_from=0), (NEW_THREAD, OpenTurn(start))
     return opened, (OpenTurn(start),)
+
+
+def _new_thread(state: State, from_seq: int, now: float) -> _Step:
+    older_waits = from_seq > 0 and any(i.seq < from_seq for i in state.queue.backlog)
+    if state.phase == "idle" and not older_waits:  # not under a turn or a compaction
+        return state._replace(pending_new=False, pending_from=0, last_activity=now), (NEW_THREAD,)
+    if state.pending_new:  # two cuts asked for: the one due first
+        from_seq = min(from_seq, state.pending_from)
+    return state._replace(pending_new=True, pending_from=from_seq, last_activity=now), ()
+
+
+def _cuts_before(start: m.StartTurn, from_seq: int) -> bool:
+    return from_seq == 0 or any(i.seq >= from_seq for i in start.items)
 
 
 def _turn_at(state: State, step: Step) -> Turn:

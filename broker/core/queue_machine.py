@@ -185,7 +185,15 @@ class Resume:
     """Start work on whatever waits, now (after rehydration); no-op while a turn runs."""
 
 
-Event: TypeAlias = Arrived | TurnEnded | Tick | Stop | Configure | Resume
+@record
+class Cancel:
+    """``item.cancel``: a waiting item leaves the backlog (``Drop`` "cancelled"); an
+    item that is not waiting (running, steered, gone) is left alone."""
+
+    item_id: str
+
+
+Event: TypeAlias = Arrived | TurnEnded | Tick | Stop | Configure | Resume | Cancel
 
 
 # Actions
@@ -214,7 +222,7 @@ class Steer:
 @record
 class Drop:
     item: Item
-    reason: str  # "cap:old" | "cap:new" | "cap:summarize" | "stopped"
+    reason: str  # "cap:old" | "cap:new" | "cap:summarize" | "stopped" | "cancelled"
 
 
 @record
@@ -246,6 +254,8 @@ def handle(state: State, event: Event, now: float) -> tuple[State, tuple[Action,
             new, actions = state._replace(limits=event.limits), []
         case Resume():
             new, actions = _resume(state) if state.running is None else (state, [])
+        case Cancel():
+            new, actions = _cancel(state, event.item_id)
         case _:
             assert_never(event)
     return new, tuple(actions)
@@ -380,6 +390,19 @@ def _stop(state: State) -> _Step:
     return state._replace(running=running._replace(abort="stop")), [
         AbortTurn(running.turn_no, "stop")
     ]
+
+
+def _cancel(state: State, item_id: str) -> _Step:
+    backlog = state.backlog
+    found = next((n for n, i in enumerate(backlog) if i.id == item_id), None)
+    if found is None:
+        return state, []
+    rest = Backlog((*backlog[:found], *backlog[found + 1 :]))
+    actions: list[Action] = [Drop(backlog[found], "cancelled")]
+    if not rest and state.collect_deadline is not None:  # nothing left to wait for (Rule 6)
+        actions.append(WakeAt(None))
+        return state._replace(backlog=rest, collect_deadline=None), actions
+    return state._replace(backlog=rest), actions
 
 
 def _resume(state: State) -> _Step:

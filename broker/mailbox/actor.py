@@ -38,13 +38,14 @@ from .commands import Command, CompactRequest, is_command, split_commands
 from .ports import ActorPorts
 from .running_turn import RunningTurn
 from .session_facts import SessionFacts
+from .thread_start import EXPLICIT_NEW, ThreadCuts, ThreadRequest
 from .turn_steps import TurnSteps
 
 log = logs.get("broker.actor")
 ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]
 
 
-Posted = ItemInfo | lc.Event | Command | CompactRequest
+Posted = ItemInfo | lc.Event | Command | CompactRequest | ThreadRequest
 
 
 class SessionActor:
@@ -58,6 +59,8 @@ class SessionActor:
         self.turn: RunningTurn | None = None
         self.facts = SessionFacts(SessionContext(ports.counter))
         self.steps = TurnSteps(label, ports, self.facts)
+        self.threads = ThreadCuts(label, ports, self.facts)
+        self.cancelled: set[str] = set()  # items cancelled before this actor held them
         queue = m.State(limits=self.limits())
         self.state = lc.State.initial(queue, ports.settings.queue.idle_stop_s, self.clock())
         self.state = self.state._replace(draining=draining)
@@ -101,7 +104,9 @@ class SessionActor:
         # An earlier actor of this session may have retired with writes not yet
         # committed (a `/new`, a `/queue` override): load only after them.
         await self.ports.settled()
-        self.facts.load(*await self.ports.load(self.label))
+        start, ctx = await self.ports.load(self.label)
+        self.facts.load(start, ctx)
+        backlog = [i for i in backlog if i.id not in self.cancelled]
         backlog, commands = split_commands(backlog)
         self.items.update((item.id, item) for item in (*backlog, *commands))
         # Items posted while loading may also be in the recovered backlog.
@@ -110,6 +115,8 @@ class SessionActor:
         )
         queue = m.State.initial(self.limits(), [self._machine_item(i) for i in backlog])
         self.state = self.state._replace(queue=queue)
+        if start.pending_thread is not None:  # decided before a crash or this actor's start
+            self._thread_requested(ThreadRequest(*start.pending_thread))
         async with anyio.create_task_group() as tg:
             self._tg = tg
             for command in commands:
@@ -161,6 +168,8 @@ class SessionActor:
                 elif isinstance(event, CompactRequest):
                     self.compact_requests.append(event)
                     self._apply(lc.CompactRequested())
+                elif isinstance(event, ThreadRequest):
+                    self._thread_requested(event)
                 else:
                     self._apply(event)
         finally:
@@ -178,8 +187,11 @@ class SessionActor:
         if item.source == "person" and is_command(item.text or ""):
             self.ports.chat_command(self, item)
             return
+        if item.id in self.cancelled:
+            return
         self.items[item.id] = item
-        steerable = self.steps.engine.accepts_steering
+        # Not into a turn of the thread a pending cut leaves behind.
+        steerable = self.steps.engine.accepts_steering and not self.state.pending_new
         self._apply(m.Arrived(self._machine_item(item), steerable=steerable))
 
     def apply_command(self, command: Command) -> None:
@@ -191,7 +203,25 @@ class SessionActor:
         elif command.name == "compact":
             self.post(CompactRequest(command.args or None))
         elif command.name == "new":
-            self._apply(lc.NewThread())
+            self._thread_requested(EXPLICIT_NEW)
+
+    def _thread_requested(self, request: ThreadRequest) -> None:
+        if self.threads.request(request):
+            self._apply(lc.NewThread(request.from_seq))
+
+    def cancel(self, item_id: str) -> str:
+        """`item.cancel`, in one step of the event loop: "cancelled" (it left the queue and
+        can never run), "running" (a turn holds it), or "absent" (not held here: the
+        ledger knows; should it still arrive or load, it is skipped)."""
+        queue = self.state.queue
+        if any(i.id == item_id for i in queue.backlog):
+            self._apply(m.Cancel(item_id))
+            return "cancelled"
+        running = queue.running
+        if running is not None and any(i.id == item_id for i in running.items + running.steered):
+            return "running"
+        self.cancelled.add(item_id)
+        return "absent"
 
     def _apply(self, event: lc.Event) -> None:
         try:
@@ -225,7 +255,7 @@ class SessionActor:
                 assert turn is not None
                 turn.refuse()
             case lc.StartNewThread():
-                self.ports.new_thread(self.label, self.facts.leave_thread())
+                self.threads.cut()
             case lc.Retire():
                 self._retiring = True
             case _:
@@ -251,7 +281,8 @@ class SessionActor:
             item = self.items.get(action.item.id)
         else:
             item = self.items.pop(action.item.id, None)
-        if action.reason != "stopped":  # a stopped turn's commit recorded it as cancelled
+        # A stopped turn's commit recorded it as cancelled; `item.cancel` records its own.
+        if action.reason not in ("stopped", "cancelled"):
             self.ports.drop_item(self.label, action.item.id, action.reason, item)
 
     def _open(self, start: m.StartTurn) -> None:

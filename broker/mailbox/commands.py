@@ -1,7 +1,8 @@
 """Chat commands in inbound text: parsed here, pure; applied by the actor.
 
 `/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]`, `/queue reset`,
-`/stop`, `/status`, `/new`, `/compact [instructions]`, `/fork`, `/switch <label>`.
+`/stop`, `/status`, `/new` (and its alias `/reset`), `/compact [instructions]`,
+`/fork`, `/switch <label>`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import anyio
 from broker.core.queue_machine import QUEUE_MODES
 from ledger.items import ItemInfo
 
-COMMANDS = ("queue", "stop", "status", "new", "compact", "fork", "switch")
+COMMANDS = ("queue", "stop", "status", "new", "reset", "compact", "fork", "switch")
+ALIASES = {"reset": "new"}  # allowed, answered and applied as the command it names
 BINDING = frozenset({"fork", "switch"})  # answered from their transaction (chat.py Rule 3)
 DROPS = ("old", "new", "summarize")
 
@@ -63,6 +65,7 @@ def parse(text: str) -> Command | None:
     name = head.lower()
     if name not in COMMANDS:
         return None
+    name = ALIASES.get(name, name)
     rest = rest.strip()
     if name == "queue":
         return Command(name, rest, parse_queue(rest))

@@ -36,6 +36,7 @@ from ledger.writer import WriterClosed
 from .actor import SessionActor
 from .commands import CompactRequest
 from .session_ports import SessionPorts
+from .thread_start import ThreadRequest
 from .turn_commit import TurnCommits
 
 log = logs.get("broker.mailboxes")
@@ -142,6 +143,17 @@ class Mailboxes:
 
         The record comes from the daemon, which holds it: the writer does not send it back.
         """
+        if accepted.thread is not None:  # the message starts a new thread (ledger/resets.py)
+            thread, reason = accepted.thread
+            log.info(
+                "thread reset",
+                session=accepted.session,
+                thread=thread,
+                previous=thread - 1,
+                reason=reason,
+                msg_id=accepted.msg_id,
+            )
+            self.begin_thread(accepted.session, thread, reason, accepted.seq)
         # Positional: keyword arguments cost a named tuple of 16 fields twice as much.
         self.post(
             ItemInfo(
@@ -165,15 +177,29 @@ class Mailboxes:
         )
 
     def post(self, item: ItemInfo) -> None:
-        actor = self.actors.get(item.session)
+        self._actor_for(item.session).post(item)
+
+    def _actor_for(self, label: str) -> SessionActor:
+        actor = self.actors.get(label)
         if actor is None:
             # A live item is an arrival, not rehydrated backlog: it must go
             # through the machine as one (a collect item waits its quiet period).
             # But after an actor of this session failed, its items wait in the ledger
             # (some still marked running): recover them first, or they are stranded
             # and this item runs ahead of them.
-            actor = self._start(item.session, None if item.session in self._failures else [])
-        actor.post(item)
+            actor = self._start(label, None if label in self._failures else [])
+        return actor
+
+    def begin_thread(self, label: str, thread: int, reason: str, from_seq: int = 0) -> None:
+        """A thread decided in the ledger: the session's actor begins it before its next
+        turn, or before the turn of the message of `from_seq` that decided it (an actor
+        that starts later finds it pending in the ledger too)."""
+        self._actor_for(label).post(ThreadRequest(thread, reason, from_seq))
+
+    def cancel(self, label: str, item: str) -> str:
+        """`item.cancel` as the session's actor sees it (SessionActor.cancel)."""
+        actor = self.actors.get(label)
+        return "absent" if actor is None else actor.cancel(item)
 
     def _start(self, label: str, backlog: list[ItemInfo] | None) -> SessionActor:
         assert self._tg is not None, "mailboxes are not running"

@@ -68,6 +68,11 @@ class SessionFacts:
         self.ctx.reset()
         return previous
 
+    def carried(self, turn_id: str, summary: str) -> None:
+        """An automatic rollover began the thread from a carry-over compaction turn."""
+        self.head, self.turn_count = turn_id, self.turn_count + 1
+        self.ctx.compacted(summary, ())
+
     def compacted(self, done: Compaction) -> None:
         self.head, self.turn_count = done.turn_id, self.turn_count + 1
         self.ctx.compacted(done.summary, done.keep)

@@ -30,6 +30,7 @@ from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.reads import ReadConnection
 from ledger.store import Ledger
+from ledger.threads import Carry
 from ledger.turns import ActorStart
 from ledger.writer import WriterClosed, WriterOverloaded
 
@@ -106,8 +107,27 @@ class SessionPorts:
         msg_id = item.msg_id if item else None
         log.info("item dropped", session=label, item=item_id, reason=reason, msg_id=msg_id)
 
-    def new_thread(self, label: str, previous: str | None) -> None:
-        self.ledger.writer.submit(lt.new_thread, label, previous, now_ms())
+    def new_thread(
+        self, label: str, previous: str | None, thread: int | None, reason: str, carry: Carry | None
+    ) -> None:
+        pending = self.ledger.submit_new_thread(label, now_ms(), thread, reason, carry)
+
+        def begun(number: int | None) -> None:
+            if number is not None:
+                log.info(
+                    "thread started",
+                    session=label,
+                    thread=number,
+                    previous=number - 1,
+                    reason=reason,
+                    previous_head=previous,
+                    carried=carry is not None,
+                )
+
+        def failed(exc: BaseException) -> None:
+            log.error("thread not started", session=label, reason=reason, error=str(exc))
+
+        pending.after_commit(begun, failed)
 
     def engine_for(self, persona: str | None) -> Engine:
         """The engine of `persona`, else the default engine."""

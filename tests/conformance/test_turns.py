@@ -147,7 +147,7 @@ async def test_a_new_thread_starts_with_no_head_and_keeps_the_old_turns(
     acc = await ingest(port, inbound("m1"))
     rec = turn(acc.session, None, await port.open_items(acc.session))
     await port.submit_turn(rec).result()
-    await port.submit_new_thread(acc.session, rec.turn_id, tick()).result()
+    await port.submit_new_thread(acc.session, tick()).result()
     start = await port.session_start(acc.session)
     assert (start.start.head, start.thread) == (None, None)
     assert [h.turn for h in await port.recall_search("reply", acc.session, 5)] == [rec.turn_id]

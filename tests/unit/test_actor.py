@@ -23,6 +23,7 @@ from broker.mailbox.commands import CompactRequest
 from broker.mailbox.ports import CommandTarget
 from broker.mailbox.turn_commit import Written
 from ledger.items import ItemInfo
+from ledger.threads import Carry
 from ledger.turns import ActorStart, TurnRecord
 
 pytestmark = pytest.mark.anyio
@@ -114,7 +115,9 @@ class Ports:
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
         self.note("dropped", item_id)
 
-    def new_thread(self, label: str, previous: str | None) -> None:
+    def new_thread(
+        self, label: str, previous: str | None, thread: int | None, reason: str, carry: Carry | None
+    ) -> None:
         self.note("new thread")
 
     async def commit_turn(self, rec: TurnRecord) -> Written:

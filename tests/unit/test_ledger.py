@@ -673,6 +673,7 @@ def test_sessions_list(conn: sqlite3.Connection, reader: sqlite3.Connection) -> 
         "parent": None,
         "kind": "dm",
         "queued": 2,
+        "thread": 1,
     }
     assert [s["queued"] for s in listed] == [1, 2, 1]
     assert len(queries.sessions_list(reader, None, 2)) == 2

@@ -1,0 +1,81 @@
+"""New threads as a session's actor begins them: `/new`, `/reset`, `session.reset` and
+the automatic rollovers decided at ingest (ledger/resets.py).
+
+Rule 1: a request becomes the lifecycle's `NewThread`, so the cut never runs under a
+        turn (lifecycle Rule 5); `cut` performs its `StartNewThread`.
+Rule 2: a request for a numbered thread is taken once: the registry's post and the
+        actor's start (a pending thread in the ledger) may both bring it. While a cut
+        waits, a later request replaces it (the latest is what was asked for last).
+Rule 3: an automatic rollover carries the old thread's latest compaction summary and
+        its state record (as the state-record code renders it) into a compaction turn
+        at the new thread's root; an explicit reset starts empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.core.resets import AUTOMATIC
+from ledger.ids import new_id
+from ledger.threads import Carry
+
+from .ports import ActorPorts
+from .session_facts import SessionFacts
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRequest:
+    thread: int | None  # the pending thread to begin; None: a new one, decided at the cut
+    reason: str  # new | operator | idle | daily | turn_limit
+    from_seq: int = 0  # the seq of the message that decided it; 0: none (lifecycle Rule 5)
+
+    @property
+    def carries(self) -> bool:
+        return self.reason in AUTOMATIC
+
+
+EXPLICIT_NEW = ThreadRequest(None, "new")
+
+
+STATE_HEADING = "Where the previous thread left off:"
+
+
+def carry_text(summary: str | None, state: str | None) -> str | None:
+    """What an automatic rollover begins from (Rule 3), or None when there is nothing.
+
+    Kept whole: a summary that was itself carried over keeps its older state record
+    too. It cannot grow without bound, since it is context like any other: past the
+    compaction threshold a compaction summarizes it again."""
+    parts = [summary] if summary else []
+    if state:
+        parts.append(f"{STATE_HEADING}\n{state}")
+    return "\n\n".join(parts) or None
+
+
+class ThreadCuts:
+    def __init__(self, label: str, ports: ActorPorts, facts: SessionFacts) -> None:
+        self.label, self.ports, self.facts = label, ports, facts
+        self.waiting: ThreadRequest | None = None
+        self._taken: set[int] = set()
+
+    def request(self, request: ThreadRequest) -> bool:
+        """Note a request (Rule 2); True when the lifecycle must see `NewThread`."""
+        if request.thread is not None:
+            if request.thread in self._taken:
+                return False
+            self._taken.add(request.thread)
+        self.waiting = request
+        return True
+
+    def cut(self) -> None:
+        """Leave the current thread; the next turn begins the new one."""
+        request, self.waiting = self.waiting or EXPLICIT_NEW, None
+        carry = None
+        if request.carries:
+            ctx = self.facts.ctx
+            text = carry_text(ctx.summary, ctx.state.render())
+            carry = Carry(new_id(), text) if text else None
+        previous = self.facts.leave_thread()
+        self.ports.new_thread(self.label, previous, request.thread, request.reason, carry)
+        if carry is not None:
+            self.facts.carried(carry.turn_id, carry.summary)

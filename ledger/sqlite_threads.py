@@ -1,0 +1,32 @@
+"""The port's thread operations (`ledger/port.py` ThreadPort) on the SQLite ledger.
+
+A part of `Ledger` (ledger/store.py) of its own, so the class stays small: writes go
+through its one writer, reads to a reader, as for every other operation there.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from . import resets, threads
+from .writer import LedgerWriter
+
+T = TypeVar("T")
+
+
+class SqliteThreads:
+    writer: LedgerWriter
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        raise NotImplementedError  # SqliteReads.read, earlier in Ledger's bases
+
+    async def reset_session(self, session: str, reason: str, now: int) -> int:
+        return await self.writer.call(resets.reset, session, reason, now)
+
+    async def list_threads(self, session: str) -> list[dict[str, Any]]:
+        return await self.read(lambda c: threads.list_threads(c, session))
+
+    async def cancel_item(self, session: str, item: str, now: int) -> None:
+        await self.writer.call(threads.cancel_item, session, item, now)
