@@ -20,6 +20,7 @@ from .connection import Connection
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
+from .ops_state import StateOps, hand_bridges
 from .ops_timers import TimerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .timers import TimerWheel
@@ -59,6 +60,7 @@ class Ops:
             "recall.search": self.recall_search,
             **TimerOps(ledger, timers).table,
             **FileOps(ledger).table,
+            **StateOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -268,6 +270,7 @@ class Ops:
     async def entity_merge(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(args, (ArgSpec("from", str, True, 64), ArgSpec("into", str, True, 64)), req)
         result = await self.ledger.merge_entities(a["from"], a["into"], now_ms())
+        hand_bridges(self.mailboxes, result.primary, result.bridges)
         log.info(
             "entities merged",
             src=a["from"],

@@ -25,10 +25,11 @@ Rule 4: a lookup that misses raises `LedgerLookupError` (`ledger/errors.py`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from broker.core.identity import SessionSpec
+from broker.core.session_state import SessionState
 from broker.core.timers import TimerSpec
 
 from .dispatch import Dispatched, Limits
@@ -66,6 +67,7 @@ __all__ = [
     "Request",
     "SessionSpec",
     "SessionStart",
+    "SessionState",
     "SnapshotPort",
     "Thread",
     "TimerInfo",
@@ -106,10 +108,13 @@ class OutboxRow:
 @dataclass(frozen=True, slots=True)
 class SessionStart:
     """What an actor needs when it starts: its session's row and its thread (Rule 1
-    of ledger/reads.py), read in one go; `thread` is None for a session with no head."""
+    of ledger/reads.py), read in one go; `thread` is None for a session with no head.
+    `bridges`: the bridge notes waiting for its next turn (ledger/bridges.py), by id,
+    for `SessionContext.add_bridges`."""
 
     start: ActorStart
     thread: Thread | None
+    bridges: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +267,16 @@ class ReadPort(Protocol):
     ) -> list[dict[str, Any]]: ...
 
     async def scratchpad_get(self, session: str) -> Any: ...
+
+    async def state_record(self, turn: str | None) -> SessionState:
+        """The state record of the thread ending at `turn` (None: an empty thread);
+        `NotFound` for an unknown turn (ledger/state_records.py)."""
+        ...
+
+    async def session_state(self, session: str) -> dict[str, Any]:
+        """`session.state`: the record of the session's current thread, with its
+        session section (id, head, model, counts)."""
+        ...
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:
         """Full-text search, best first; a query that cannot be searched: ValueError."""

@@ -16,7 +16,20 @@ from typing import Any, TypeVar
 
 import anyio
 
-from . import events, inspect, queries, reads, recall, recall_answer, sessions, turns
+from broker.core.session_state import SessionState
+
+from . import (
+    events,
+    inspect,
+    queries,
+    reads,
+    recall,
+    recall_answer,
+    sessions,
+    state_records,
+    turns,
+)
+from .bridges import pending_bridges
 from .items import ItemInfo
 from .port import OutboxRow, SessionStart
 
@@ -67,7 +80,7 @@ class SqliteReads:
         def both(c: sqlite3.Connection) -> SessionStart:
             start = turns.actor_start(c, label)
             thread = reads.load_thread(c, start.head) if start.head is not None else None
-            return SessionStart(start, thread)
+            return SessionStart(start, thread, pending_bridges(c, label))
 
         # One hop to a reader thread, not two: actors start by the thousand.
         return await self.read(both)
@@ -125,6 +138,12 @@ class SqliteReads:
 
     async def scratchpad_get(self, session: str) -> Any:
         return await self.read(lambda c: events.scratchpad_get(c, session))
+
+    async def state_record(self, turn: str | None) -> SessionState:
+        return await self.read(lambda c: state_records.state_at(c, turn))
+
+    async def session_state(self, session: str) -> dict[str, Any]:
+        return await self.read(lambda c: state_records.session_state_json(c, session))
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[recall.Hit]:
         def run(c: sqlite3.Connection) -> list[recall.Hit]:

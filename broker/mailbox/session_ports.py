@@ -26,6 +26,7 @@ from broker.engines.factory import build_engine
 from broker.router import Router
 from ledger import logs
 from ledger import turns as lt
+from ledger.bridges import pending_bridges
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.reads import ReadConnection
@@ -85,7 +86,9 @@ class SessionPorts:
 
         def read(c: ReadConnection) -> tuple[ActorStart, SessionContext]:
             start = lt.actor_start(c, label)
-            return start, load_context(c, start.head, counter)
+            ctx = load_context(c, start.head, counter)
+            ctx.add_bridges(pending_bridges(c, label))
+            return start, ctx
 
         # One hop to a reader thread, not two: actors start by the thousand.
         return await self.ledger.read(read)
