@@ -4,9 +4,11 @@ Nothing in the ledger is ever deleted or summarized away; this tool is how a
 model gets back what has left its context window. It answers in compact text,
 not JSON: one line a search hit, one block a message.
 
-Rule 1: the default scope is the calling session. `session: "*"` searches all
-        sessions; another label reads that session. Both only when the broker
-        allows it (`cross_session=True`, the default).
+Rule 1: the default scope is the calling session and the other DM sessions of
+        the same person (its canonical entity, after merges: ledger/recall_scope.py),
+        never another person's. `session: "*"` searches all sessions; another
+        label reads that session. Both only when the broker allows it
+        (`cross_session=True`, the default).
 Rule 2: the answer fits `budget_tokens` as measured by `count_tokens`: long
         tool results are cut first (longest first), then messages (oldest, or
         for search the lowest ranked, first), then whole entries are left out,
@@ -23,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from broker.core.engine_types import ToolSpec
+from broker.core.session_state import render
 from ledger import recall, recall_reads
 from ledger.errors import LedgerLookupError
 from ledger.recall_answer import Found, Request, Searched
@@ -47,9 +50,10 @@ RECALL_TOOL = ToolSpec(
         ' must match; "exact phrase" in quotes; a trailing * matches a prefix, as in'
         " auth*); 'range' shows whole turns around a turn id from search results, or"
         " between two times; 'tool_calls' lists recent tool calls, optionally of one tool;"
-        " 'summary' gives the latest compaction summary and the session's counts. Times"
-        " are UTC. By default only this session is searched; session '*' searches all"
-        " sessions."
+        " 'summary' gives the latest compaction summary, the session's counts and its state"
+        " record (focus, files, decisions, errors). Times are UTC. By default this session"
+        " and this person's other sessions (from other channels, after their identities"
+        " were merged) are read; session '*' searches all sessions."
     ),
     parameters={
         "type": "object",
@@ -171,6 +175,7 @@ def parse_arguments(args: Mapping[str, Any], own: str, cross_session: bool) -> R
         since_ms=_time(given, "since"),
         until_ms=_time(given, "until"),
         tool_name=_str(given, "tool_name", 128),
+        person=session == own,
     )
     _check_action(req)
     return req
@@ -257,15 +262,18 @@ def _search(req: Request, found: Searched) -> Answer:
     query = req.query
     assert query is not None  # parse_arguments checked
     scope = "all sessions" if req.session is None else f"session {req.session}"
+    if found.also:
+        scope += f" and this person's other sessions ({', '.join(found.also)})"
     hits = found.hits
     note = " No message has all the words; these have some of them." if found.some_words else ""
     if not hits:
         return Answer(f"No messages in {scope} match {query!r}.", [])
+    where = "session (if not this one), " if req.session is None or found.also else ""
     header = (
         f"{len(hits)} messages in {scope} match {query!r}, best first.{note}"
-        f" Lines: time (UTC), {'session, ' if req.session is None else ''}turn, role: snippet."
+        f" Lines: time (UTC), {where}turn, role: snippet."
     )
-    blocks = [Block(_hit_line(h, req.session is None)) for h in hits]
+    blocks = [Block(_hit_line(h, h.session != req.session)) for h in hits]
     return Answer(header, blocks, "To read a whole turn: action 'range' with around_turn.")
 
 
@@ -282,7 +290,10 @@ def _range(session: str, entries: list[recall_reads.Entry]) -> Answer:
     for e in entries:
         at = started.setdefault(e.turn, e.at)
         status = "" if e.turn_status == "completed" else f" ({e.turn_status})"
-        blocks.append(replace(_entry_block(e), group=f"-- turn {e.turn} {_when(at)}{status}"))
+        other = f" of {e.session}" if e.session != session else ""
+        blocks.append(
+            replace(_entry_block(e), group=f"-- turn {e.turn}{other} {_when(at)}{status}")
+        )
     header = f"Session {session}, {len(entries)} entries, oldest first (times UTC):"
     return Answer(header, blocks, oldest_first=True)
 
@@ -332,6 +343,12 @@ def _summary(s: recall_reads.Summary) -> Answer:
         )
     if s.scratchpad is not None:
         blocks.append(Block("Scratchpad:", s.scratchpad))
+    state = render(s.state, s.session)
+    if state is not None:
+        blocks.append(Block("State record of the current thread:", state))
+    if s.related:
+        others = ", ".join(f"{label} ({turns} turns)" for label, turns in s.related)
+        lines.append(f"This person's other sessions, also searched: {others}.")
     return Answer("\n".join(lines), blocks)
 
 

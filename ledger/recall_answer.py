@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from . import recall, recall_reads
+from .recall_scope import entity_sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +29,14 @@ class Request:
     since_ms: int | None = None
     until_ms: int | None = None
     tool_name: str | None = None
+    person: bool = False  # cover every session of the session's entity (recall_scope.py)
 
 
 @dataclass(frozen=True, slots=True)
 class Searched:
     hits: list[recall.Hit]
     some_words: bool  # no message has all the words; these have some of them
+    also: tuple[str, ...] = ()  # the person's other sessions, searched too
 
 
 Found = Searched | list[recall_reads.Entry] | recall_reads.Summary
@@ -41,8 +44,9 @@ Found = Searched | list[recall_reads.Entry] | recall_reads.Summary
 
 def answer(conn: sqlite3.Connection, req: Request) -> Found:
     """What one call of the recall tool reads (`Ledger.recall` runs it)."""
+    also = tuple(entity_sessions(conn, req.session)[1:]) if req.person and req.session else ()
     if req.action == "search":
-        return _searched(conn, req)
+        return _searched(conn, req, also)
     assert req.session is not None  # only search reads all sessions
     if req.action == "range":
         return recall_reads.range(
@@ -53,22 +57,24 @@ def answer(conn: sqlite3.Connection, req: Request) -> Found:
             req.until_ms,
             req.limit,
             context_turns=req.context_turns,
+            also=also,
         )
     if req.action == "tool_calls":
-        return recall_reads.tool_calls(conn, req.session, req.tool_name, req.limit)
-    return recall_reads.summary(conn, req.session)
+        return recall_reads.tool_calls(conn, req.session, req.tool_name, req.limit, also)
+    return recall_reads.summary(conn, req.session, also)
 
 
-def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
+def _searched(conn: sqlite3.Connection, req: Request, also: tuple[str, ...] = ()) -> Searched:
     """Messages with all the words; if none has them all, those with some of them."""
     assert req.query is not None
     query = req.query
+    scope = None if req.session is None else (req.session, *also)
 
     def run(match: recall.Match) -> list[recall.Hit]:
         return recall.search(
             conn,
             query,
-            req.session,
+            scope,
             req.limit,
             before_ms=req.until_ms,
             after_ms=req.since_ms,
@@ -78,5 +84,5 @@ def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
 
     hits = run("all")
     if hits or len(recall.terms(query)) < 2:
-        return Searched(hits, some_words=False)
-    return Searched(run("any"), some_words=True)
+        return Searched(hits, some_words=False, also=also)
+    return Searched(run("any"), some_words=True, also=also)

@@ -26,6 +26,7 @@ from . import (
     recall,
     recall_answer,
     sessions,
+    state_reads,
     state_records,
     turns,
 )
@@ -143,7 +144,7 @@ class SqliteReads:
         return await self.read(lambda c: state_records.state_at(c, turn))
 
     async def session_state(self, session: str) -> dict[str, Any]:
-        return await self.read(lambda c: state_records.session_state_json(c, session))
+        return await self.read(lambda c: state_reads.session_state_json(c, session))
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[recall.Hit]:
         def run(c: sqlite3.Connection) -> list[recall.Hit]:

@@ -30,11 +30,9 @@ from broker.core.session_state import (
     advance,
     dumps,
     loads,
-    to_json,
 )
 
 from .errors import NotFound
-from .queries import resolve_for_show
 
 
 class _Input(Protocol):
@@ -180,21 +178,3 @@ def stored_facts(conn: sqlite3.Connection, turn_id: str) -> TurnFacts | None:
         prompt_tokens=int(row[4] or 0),
         completion_tokens=int(row[5] or 0),
     )
-
-
-def session_state(conn: sqlite3.Connection, name: str) -> tuple[str, str | None, SessionState]:
-    """`session.state`: the session's label (`name` is a label or an alias), its head
-    and the record of its current thread."""
-    label = resolve_for_show(conn, name)
-    row = conn.execute("SELECT head_turn_id FROM sessions WHERE label = ?", (label,)).fetchone()
-    if row is None:
-        raise NotFound(f"no session {name!r}", field="session")
-    return label, row[0], state_at(conn, row[0])
-
-
-def session_state_json(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
-    """`session.state`'s data: the record with its session section (id, head, model, counts)."""
-    label, head, state = session_state(conn, name)
-    data = to_json(state)
-    data["session"] = {"id": label, "head": head, "model": state.model, **data["counts"]}
-    return data
