@@ -16,7 +16,9 @@ p99 under 2 ms for each op.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -29,6 +31,7 @@ import orjson
 from broker.client import BrokerClient
 from broker.core.engine_types import ToolCall
 from broker.core.identity import SessionSpec
+from ledger import events, state_reads
 from ledger.ids import new_id
 from ledger.ingest import InboundRecord
 from ledger.items import ItemInfo
@@ -134,8 +137,30 @@ async def measure(d: DaemonProcess, labels: list[str], calls: int) -> None:
             print(
                 f"{name}: {calls} calls at {len(labels)} sessions:"
                 f" p50 {statistics.median(took):.3f} ms, p99 {p99:.3f} ms,"
-                f" max {max(took):.3f} ms"
+                f" max {max(took):.3f} ms (load average {os.getloadavg()[0]:.2f})"
             )
+
+
+def direct_reads(path: Path, labels: list[str], calls: int) -> None:
+    """The reads themselves, on one connection in this process: what an op costs the
+    ledger, without the socket, the event loop and the reader thread's hop."""
+    rng = random.Random(8)
+    conn = sqlite3.connect(path)
+    try:
+        for name, fn in (
+            ("session.state", state_reads.session_state_json),
+            ("scratchpad.get", events.scratchpad_get),
+        ):
+            took = []
+            for _ in range(calls):
+                label = rng.choice(labels)
+                started = time.perf_counter()
+                fn(conn, label)
+                took.append((time.perf_counter() - started) * 1000)
+            p99 = statistics.quantiles(took, n=100)[98]
+            print(f"{name} read alone: p50 {statistics.median(took):.3f} ms, p99 {p99:.3f} ms")
+    finally:
+        conn.close()
 
 
 def main() -> None:
@@ -154,6 +179,8 @@ def main() -> None:
             f"built {len(labels)} sessions of {args.turns} turns in"
             f" {time.monotonic() - started:.1f} s"
         )
+        direct_reads(work / "ledger.db", labels, args.calls)
+        print(f"load average (1 min) before the daemon: {os.getloadavg()[0]:.2f}")
         with DaemonProcess(work, config()) as daemon:
 
             async def body() -> None:

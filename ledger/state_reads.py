@@ -1,31 +1,40 @@
 """`session.state`: the state record of a session's current thread, with its session
-section (ledger/state_records.py keeps the record per turn)."""
+section (ledger/state_records.py keeps the record per turn).
+
+Rule 1: the stored row is already the record as JSON (`session_state.to_json`): the op
+        sends it on as it is read, with the session section added, and builds no
+        record objects (a turn from before the table is worked out as the port's
+        `state_record` does).
+"""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any
 
-from broker.core.session_state import SessionState, to_json
+import orjson
+
+from broker.core.session_state import to_json
 
 from .errors import NotFound
 from .queries import resolve_for_show
 from .state_records import state_at
 
 
-def session_state(conn: sqlite3.Connection, name: str) -> tuple[str, str | None, SessionState]:
-    """`session.state`: the session's label (`name` is a label or an alias), its head
-    and the record of its current thread."""
+def session_state_json(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
+    """`session.state`'s data: the record of the current thread of the session `name`
+    (a label or an alias), with its session section (id, head, model, counts)."""
     label = resolve_for_show(conn, name)
-    row = conn.execute("SELECT head_turn_id FROM sessions WHERE label = ?", (label,)).fetchone()
+    row = conn.execute(
+        "SELECT s.head_turn_id, t.state FROM sessions s"
+        " LEFT JOIN turn_state t ON t.turn_id = s.head_turn_id WHERE s.label = ?",
+        (label,),
+    ).fetchone()
     if row is None:
         raise NotFound(f"no session {name!r}", field="session")
-    return label, row[0], state_at(conn, row[0])
-
-
-def session_state_json(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
-    """`session.state`'s data: the record with its session section (id, head, model, counts)."""
-    label, head, state = session_state(conn, name)
-    data = to_json(state)
-    data["session"] = {"id": label, "head": head, "model": state.model, **data["counts"]}
+    head, stored = row
+    data: dict[str, Any] = (
+        orjson.loads(stored) if stored is not None else to_json(state_at(conn, head))
+    )
+    data["session"] = {"id": label, "head": head, "model": data["model"], **data["counts"]}
     return data
