@@ -11,7 +11,7 @@ Rule 2: a turn committed before the table existed has no row: its record is
         a row, at most `MAX_WALK` turns up. The next turn committed on the thread
         stores its own row, so this happens at most once per old thread.
 Rule 3: the facts read back from the stored rows are those the commit had, so
-        the two ways give the same record (tests/conformance/test_state.py).
+        the two ways give the same record (tests/unit/test_state_records.py).
 """
 
 from __future__ import annotations
