@@ -12,6 +12,8 @@ from broker.core.engine_types import ToolCall
 from broker.core.session_state import EMPTY
 from ledger.errors import NotFound
 from ledger.port import ItemInfo, LedgerPort, TurnRecord
+from ledger.recall_answer import Request, Searched
+from ledger.recall_reads import Summary
 
 from .records import inbound, ingest, tick, turn
 
@@ -133,3 +135,36 @@ async def test_a_merge_leaves_one_bridge_note_that_a_completed_turn_consumes(
     assert (await port.session_state(chat.session))["session"]["head"] == done.turn_id
     again = await port.merge_entities(b, a, tick())  # idempotent: no second note
     assert again.bridges == {}
+
+
+async def test_recall_covers_the_persons_sessions_and_never_another_persons(
+    port: LedgerPort,
+) -> None:
+    sessions = {}
+    for sender, channel, text in (
+        ("mom", "chat", "hello from chat"),
+        ("mom@x", "mail", "the cat is called Tom"),
+        ("zed", "chat", "Tom is my secret too"),
+    ):
+        acc = await ingest(port, inbound(f"{sender}-1", sender=sender, text=text, channel=channel))
+        [item] = await port.open_items(acc.session)
+        await port.submit_turn(turn(acc.session, None, [item], "noted")).result()
+        sessions[sender] = acc.session
+    a = (await port.contact_show("chat", "mom"))["entity"]
+    b = (await port.contact_show("mail", "mom@x"))["entity"]
+
+    async def tom(session: str, person: bool = True) -> set[str]:
+        found = await port.recall(Request("search", session, 10, query="Tom", person=person))
+        assert isinstance(found, Searched)
+        return {h.session for h in found.hits}
+
+    assert await tom(sessions["mom"]) == set()  # not the same person yet
+    await port.merge_entities(b, a, tick())
+    assert await tom(sessions["mom"]) == {sessions["mom@x"]}
+    assert await tom(sessions["mom@x"]) == {sessions["mom@x"]}  # merged: still its person's
+    assert await tom(sessions["mom"], person=False) == set()  # the session alone
+    assert await tom(sessions["zed"]) == {sessions["zed"]}
+    summary = await port.recall(Request("summary", sessions["mom"], 1, person=True))
+    assert isinstance(summary, Summary)
+    assert summary.related == ((sessions["mom@x"], 1),)
+    assert summary.state.focus == "hello from chat"
