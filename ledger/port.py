@@ -110,11 +110,13 @@ class SessionStart:
     """What an actor needs when it starts: its session's row and its thread (Rule 1
     of ledger/reads.py), read in one go; `thread` is None for a session with no head.
     `bridges`: the bridge notes waiting for its next turn (ledger/bridges.py), by id,
-    for `SessionContext.add_bridges`."""
+    for `SessionContext.add_bridges`; `seed`: the state record a session with no head
+    starts from (what a rollover carried over: ledger/state_records.py Rule 4)."""
 
     start: ActorStart
     thread: Thread | None
     bridges: dict[str, str] = field(default_factory=dict)
+    seed: SessionState | None = None
 
 
 @dataclass(frozen=True, slots=True)

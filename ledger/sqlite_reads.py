@@ -81,7 +81,8 @@ class SqliteReads:
         def both(c: sqlite3.Connection) -> SessionStart:
             start = turns.actor_start(c, label)
             thread = reads.load_thread(c, start.head) if start.head is not None else None
-            return SessionStart(start, thread, pending_bridges(c, label))
+            seed = state_records.thread_seed(c, label) if thread is None else None
+            return SessionStart(start, thread, pending_bridges(c, label), seed)
 
         # One hop to a reader thread, not two: actors start by the thousand.
         return await self.read(both)

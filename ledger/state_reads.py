@@ -18,7 +18,7 @@ from broker.core.session_state import to_json
 
 from .errors import NotFound
 from .queries import resolve_for_show
-from .state_records import state_at
+from .state_records import state_at, thread_seed
 
 
 def session_state_json(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
@@ -33,8 +33,9 @@ def session_state_json(conn: sqlite3.Connection, name: str) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"no session {name!r}", field="session")
     head, stored = row
-    data: dict[str, Any] = (
-        orjson.loads(stored) if stored is not None else to_json(state_at(conn, head))
-    )
+    if stored is not None:
+        data: dict[str, Any] = orjson.loads(stored)
+    else:  # an empty thread (what a rollover carried over), or a turn from before 0009
+        data = to_json(thread_seed(conn, label) if head is None else state_at(conn, head))
     data["session"] = {"id": label, "head": head, "model": data["model"], **data["counts"]}
     return data

@@ -12,6 +12,10 @@ Rule 2: a turn committed before the table existed has no row: its record is
         stores its own row, so this happens at most once per old thread.
 Rule 3: the facts read back from the stored rows are those the commit had, so
         the two ways give the same record (tests/unit/test_state_records.py).
+Rule 4: a thread's first turn starts from the empty record, or from the record an
+        automatic rollover carried over (`seed_thread`, in the rollover's own
+        transaction); the first turn takes the seed and removes it. (An explicit
+        `/new` does not remove a seed: the rollover's own message runs first.)
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class TurnRecord(Protocol):
 
     @property
     def turn_id(self) -> str: ...
+    @property
+    def session(self) -> str: ...
     @property
     def parent_id(self) -> str | None: ...
     @property
@@ -92,7 +98,11 @@ def facts_of(rec: TurnRecord) -> TurnFacts:
 def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState:
     """Store the record after `rec`, a turn committed on its thread now (Rule 1); if it
     completed, the bridge notes its context showed are consumed (ledger/bridges.py)."""
-    before = EMPTY if rec.parent_id is None else state_at(conn, rec.parent_id)
+    if rec.parent_id is None:
+        before = thread_seed(conn, rec.session)
+        conn.execute("DELETE FROM thread_seeds WHERE session_label = ?", (rec.session,))
+    else:
+        before = state_at(conn, rec.parent_id)
     after = advance(before, facts_of(rec))
     conn.execute(
         "INSERT OR REPLACE INTO turn_state (turn_id, state) VALUES (?, ?)",
@@ -105,6 +115,24 @@ def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState
             [(rec.turn_id, bridge) for bridge in rec.bridges],
         )
     return after
+
+
+def seed_thread(conn: sqlite3.Connection, label: str, state: SessionState, now: int) -> None:
+    """The session's next thread starts from `state` (Rule 4): for an automatic
+    rollover, which carries the old thread's record (`state_at` its head) over."""
+    conn.execute(
+        "INSERT OR REPLACE INTO thread_seeds (session_label, state, created_at) VALUES (?, ?, ?)",
+        (label, dumps(state).decode(), now),
+    )
+
+
+def thread_seed(conn: sqlite3.Connection, label: str) -> SessionState:
+    """The record the session's next thread starts from (Rule 4): EMPTY but after a
+    rollover that carried one over."""
+    row = conn.execute(
+        "SELECT state FROM thread_seeds WHERE session_label = ?", (label,)
+    ).fetchone()
+    return EMPTY if row is None else loads(row[0])
 
 
 def state_at(conn: sqlite3.Connection, turn_id: str | None) -> SessionState:

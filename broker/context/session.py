@@ -137,12 +137,14 @@ class SessionContext:
         self.blocks, self._whole_blocks = list(keep), -1
         self.last_reported = None
 
-    def reset(self) -> None:
-        """`/new`: a fresh thread has no history, no summary and no state (bridge notes
-        stay: they are about the person, not the thread)."""
+    def reset(self, carried: SessionState = EMPTY) -> None:
+        """`/new`: a fresh thread has no history, no summary and no state, but for the
+        record an automatic rollover carries over (`carried`, as it stored it with
+        `ledger.state_records.seed_thread`). Bridge notes stay: they are about the
+        person, not the thread."""
         self.blocks, self.summary, self.summary_tokens, self.last_reported = [], None, 0, None
         self._whole_blocks = -1
-        self.state = EMPTY
+        self.state = carried
 
 
 def bridge_text(bridges: dict[str, str]) -> str | None:

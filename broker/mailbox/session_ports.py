@@ -30,6 +30,7 @@ from ledger.bridges import pending_bridges
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.reads import ReadConnection
+from ledger.state_records import thread_seed
 from ledger.store import Ledger
 from ledger.turns import ActorStart
 from ledger.writer import WriterClosed, WriterOverloaded
@@ -88,6 +89,8 @@ class SessionPorts:
             start = lt.actor_start(c, label)
             ctx = load_context(c, start.head, counter)
             ctx.add_bridges(pending_bridges(c, label))
+            if start.head is None:  # a new thread: what a rollover carried over, if any
+                ctx.state = thread_seed(c, label)
             return start, ctx
 
         # One hop to a reader thread, not two: actors start by the thousand.

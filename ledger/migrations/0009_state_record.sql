@@ -24,3 +24,12 @@ CREATE TABLE bridge_notes (
 CREATE UNIQUE INDEX bridge_notes_pair ON bridge_notes(session_label, merged_session)
     WHERE consumed_turn_id IS NULL;
 CREATE INDEX bridge_notes_pending ON bridge_notes(session_label) WHERE consumed_turn_id IS NULL;
+
+-- The record a new thread starts from, when an automatic rollover carries the old
+-- thread's record over (an explicit reset leaves none): taken, and removed, by
+-- the new thread's first turn (ledger/state_records.py Rule 4).
+CREATE TABLE thread_seeds (
+    session_label TEXT PRIMARY KEY,
+    state         TEXT NOT NULL,
+    created_at    INTEGER NOT NULL
+) WITHOUT ROWID;

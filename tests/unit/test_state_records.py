@@ -101,3 +101,37 @@ async def test_a_ledger_without_rows_gets_them_again_from_its_next_turn(tmp_path
     assert loads(raw) == after
     assert after.counts.turns == before.counts.turns + 1 and after.focus == "one more"
     assert after.decisions == before.decisions
+
+
+async def test_a_rollover_seed_starts_the_next_thread_and_only_that_one(tmp_path: Path) -> None:
+    """Rule 4: what an automatic rollover carries over is the new thread's starting
+    record; its first turn takes it, and a later new thread starts empty again."""
+    async with Ledger.open(tmp_path / "l.db", writer="thread", check_s=0) as ledger:
+        label, done = await a_thread(ledger)
+        carried = await ledger.state_record(done[-1].turn_id)
+
+        def roll_over(conn: sqlite3.Connection) -> None:  # as a rollover's transaction would
+            conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))
+            state_records.seed_thread(conn, label, carried, 1)
+
+        await ledger.write(roll_over)
+        empty_thread = await ledger.session_state(label)
+        assert empty_thread["session"]["head"] is None
+        assert empty_thread["decisions"][0]["text"] == "hand-written parser"
+        assert (await ledger.session_start(label)).seed == carried
+
+        await ingest(ledger, inbound("n1", text="a new day"))
+        items = [i for i in await ledger.open_items(label) if i.status == "queued"]
+        first = turn(label, None, items)
+        await ledger.submit_turn(first).result()
+        state = await ledger.state_record(first.turn_id)
+        assert state.focus == "a new day" and state.decisions == carried.decisions
+        assert state.counts.turns == carried.counts.turns + 1
+
+        await ledger.submit_new_thread(label, first.turn_id, 2).result()  # an explicit /new
+        assert (await ledger.session_state(label))["decisions"] == []
+        await ingest(ledger, inbound("n2", text="clean"))
+        items = [i for i in await ledger.open_items(label) if i.status == "queued"]
+        clean = turn(label, None, items)
+        await ledger.submit_turn(clean).result()
+        assert (await ledger.state_record(clean.turn_id)).decisions == ()
