@@ -21,6 +21,7 @@ from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
 from .ops_routes import RouteOps
+from .ops_state import StateOps, hand_bridges
 from .ops_threads import ThreadOps
 from .ops_timers import TimerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
@@ -63,6 +64,7 @@ class Ops:
             **FileOps(ledger).table,
             **RouteOps(ledger).table,
             **ThreadOps(ledger, mailboxes).table,
+            **StateOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -272,6 +274,7 @@ class Ops:
     async def entity_merge(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(args, (ArgSpec("from", str, True, 64), ArgSpec("into", str, True, 64)), req)
         result = await self.ledger.merge_entities(a["from"], a["into"], now_ms())
+        hand_bridges(self.mailboxes, result.primary, result.bridges)
         log.info(
             "entities merged",
             src=a["from"],

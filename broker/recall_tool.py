@@ -4,9 +4,11 @@ Nothing in the ledger is ever deleted or summarized away; this tool is how a
 model gets back what has left its context window. It answers in compact text,
 not JSON: one line a search hit, one block a message.
 
-Rule 1: the default scope is the calling session. `session: "*"` searches all
-        sessions; another label reads that session. Both only when the broker
-        allows it (`cross_session=True`, the default).
+Rule 1: the default scope is the calling session and the other DM sessions of
+        the same person (its canonical entity, after merges: ledger/recall_scope.py),
+        never another person's. `session: "*"` searches all sessions; another
+        label reads that session. Both only when the broker allows it
+        (`cross_session=True`, the default).
 Rule 2: the answer fits `budget_tokens` as measured by `count_tokens`: long
         tool results are cut first (longest first), then messages (oldest, or
         for search the lowest ranked, first), then whole entries are left out,
@@ -23,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from broker.core.engine_types import ToolSpec
+from broker.core.session_state import render
 from ledger import recall, recall_reads, recall_thread
 from ledger.errors import LedgerLookupError
 from ledger.recall_answer import Found, Request, Searched
@@ -49,9 +52,10 @@ RECALL_TOOL = ToolSpec(
         " turns around a turn id from search results, by their numbers in the thread"
         " (start_turn, end_turn: 1 is the first turn, -1 the latest), or between two"
         " times; 'tool_calls' lists recent tool calls, optionally of one tool;"
-        " 'summary' gives the latest compaction summary and the session's counts. Times"
-        " are UTC. By default only this session is searched; session '*' searches all"
-        " sessions."
+        " 'summary' gives the latest compaction summary, the session's counts and its state"
+        " record (focus, files, decisions, errors). Times are UTC. By default this session"
+        " and this person's other sessions (from other channels, after their identities"
+        " were merged) are read; session '*' searches all sessions."
     ),
     parameters={
         "type": "object",
@@ -188,6 +192,7 @@ def parse_arguments(args: Mapping[str, Any], own: str, cross_session: bool) -> R
         tool_name=_str(given, "tool_name", 128),
         start_turn=_turn_number(given, "start_turn"),
         end_turn=_turn_number(given, "end_turn"),
+        person=session == own,
     )
     _check_action(req)
     return req
@@ -286,16 +291,19 @@ def _search(req: Request, found: Searched) -> Answer:
     query = req.query
     assert query is not None  # parse_arguments checked
     scope = "all sessions" if req.session is None else f"session {req.session}"
+    if found.also:
+        scope += f" and this person's other sessions ({', '.join(found.also)})"
     hits = found.hits
     note = " No message has all the words; these have some of them." if found.some_words else ""
     if not hits:
         return Answer(f"No messages in {scope} match {query!r}.", [])
+    where = "session (if not this one), " if req.session is None or found.also else ""
     header = (
         f"{len(hits)} messages in {scope} match {query!r}, best first.{note}"
-        f" Lines: time (UTC), {'session, ' if req.session is None else ''}turn, role: snippet."
+        f" Lines: time (UTC), {where}turn, role: snippet."
     )
     blocks = [
-        Block(_hit_line(h, req.session is None), _around(found.around.get(h.turn, ())))
+        Block(_hit_line(h, h.session != req.session), _around(found.around.get(h.turn, ())))
         for h in hits
     ]
     return Answer(header, blocks, "To read a whole turn: action 'range' with around_turn.")
@@ -324,7 +332,8 @@ def _range(session: str, entries: list[recall_reads.Entry]) -> Answer:
         at = started.setdefault(e.turn, e.at)
         status = "" if e.turn_status == "completed" else f" ({e.turn_status})"
         number = "" if e.number is None else f"#{e.number} "
-        group = f"-- turn {number}{e.turn} {_when(at)}{status}"
+        other = f" of {e.session}" if e.session != session else ""
+        group = f"-- turn {number}{e.turn}{other} {_when(at)}{status}"
         blocks.append(replace(_entry_block(e), group=group))
     header = f"Session {session}, {len(entries)} entries, oldest first (times UTC):"
     return Answer(header, blocks, oldest_first=True)
@@ -375,6 +384,12 @@ def _summary(s: recall_reads.Summary) -> Answer:
         )
     if s.scratchpad is not None:
         blocks.append(Block("Scratchpad:", s.scratchpad))
+    state = render(s.state, s.session)
+    if state is not None:
+        blocks.append(Block("State record of the current thread:", state))
+    if s.related:
+        others = ", ".join(f"{label} ({turns} turns)" for label, turns in s.related)
+        lines.append(f"This person's other sessions, also searched: {others}.")
     return Answer("\n".join(lines), blocks)
 
 

@@ -11,15 +11,18 @@ Rule 3: every entity of the set gets the alias `dm:<entity>` pointing at the
         so any contact of the set reaches the primary on its next message.
 Rule 4: a merge is idempotent: merging two entities already in one set only
         re-asserts the aliases.
+Rule 5: each session it demotes leaves the primary a bridge note (ledger/bridges.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from dataclasses import dataclass
 
 from broker.core.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
 
+from .bridges import record_bridges
 from .errors import NotFound
 from .ingest import IdentityCache, find_root, identity_of
 
@@ -29,6 +32,7 @@ class MergeResult:
     canonical: str
     primary: str | None
     aliases: list[tuple[str, str]]  # (alias, session)
+    bridges: dict[str, str] = dataclasses.field(default_factory=dict)  # notes for the primary
 
 
 def merge_job(conn: sqlite3.Connection, src: str, into: str, now: int) -> MergeResult:
@@ -50,9 +54,10 @@ def merge_entities(
         conn.execute("UPDATE entities SET merged_into = ? WHERE id = ?", (root, child))
         cache.clear_resolution()
     members = set_members(conn, root)
-    primary = _propagate(conn, members, now)
-    aliases = []
+    primary, demoted = _propagate(conn, members, now)
+    aliases, bridges = [], {}
     if primary is not None:
+        bridges = record_bridges(conn, primary, demoted, now)
         aliases = [
             (str(r[0]), str(r[1]))
             for r in conn.execute(
@@ -61,7 +66,7 @@ def merge_entities(
                 (primary,),
             )
         ]
-    return MergeResult(root, primary, aliases)
+    return MergeResult(root, primary, aliases, bridges)
 
 
 def set_members(conn: sqlite3.Connection, root: str) -> list[str]:
@@ -73,7 +78,10 @@ def set_members(conn: sqlite3.Connection, root: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
-def _propagate(conn: sqlite3.Connection, members: list[str], now: int) -> str | None:
+def _propagate(
+    conn: sqlite3.Connection, members: list[str], now: int
+) -> tuple[str | None, list[str]]:
+    """The primary DM session of the set, and the sessions demoted into it now."""
     marks = ",".join("?" * len(members))
     rows = conn.execute(
         f"SELECT s.label, s.turns, max(s.updated_at, coalesce((SELECT q.created_at FROM"
@@ -84,11 +92,10 @@ def _propagate(conn: sqlite3.Connection, members: list[str], now: int) -> str | 
         members,
     ).fetchall()
     if not rows:
-        return None
+        return None, []
     primary = pick_primary(DmCandidate(str(r[0]), int(r[1]), int(r[2])) for r in rows)
-    for label, *_rest in rows:
-        if label == primary:
-            continue
+    demoted = [str(r[0]) for r in rows if r[0] != primary]
+    for label in demoted:
         conn.execute(
             "UPDATE sessions SET status = 'merged', merged_into = ?, updated_at = ?"
             " WHERE label = ?",
@@ -113,4 +120,4 @@ def _propagate(conn: sqlite3.Connection, members: list[str], now: int) -> str | 
             if DM_TEMPLATE.format(entity=e) != primary
         ],
     )
-    return primary
+    return primary, demoted

@@ -25,11 +25,12 @@ Rule 4: a lookup that misses raises `LedgerLookupError` (`ledger/errors.py`):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from broker.core.bindings import Conversation
 from broker.core.identity import SessionSpec
+from broker.core.session_state import SessionState
 from broker.core.timers import TimerSpec
 
 from .binding_jobs import BindCommand
@@ -75,6 +76,7 @@ __all__ = [
     "RoutePort",
     "SessionSpec",
     "SessionStart",
+    "SessionState",
     "SnapshotPort",
     "Thread",
     "ThreadPort",
@@ -116,10 +118,15 @@ class OutboxRow:
 @dataclass(frozen=True, slots=True)
 class SessionStart:
     """What an actor needs when it starts: its session's row and its thread (Rule 1
-    of ledger/reads.py), read in one go; `thread` is None for a session with no head."""
+    of ledger/reads.py), read in one go; `thread` is None for a session with no head.
+    `bridges`: the bridge notes waiting for its next turn (ledger/bridges.py), by id,
+    for `SessionContext.add_bridges`; `seed`: the state record a session with no head
+    starts from (what a rollover carried over: ledger/state_records.py Rule 4)."""
 
     start: ActorStart
     thread: Thread | None
+    bridges: dict[str, str] = field(default_factory=dict)
+    seed: SessionState | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +290,16 @@ class ReadPort(Protocol):
     ) -> list[dict[str, Any]]: ...
 
     async def scratchpad_get(self, session: str) -> Any: ...
+
+    async def state_record(self, turn: str | None) -> SessionState:
+        """The state record of the thread ending at `turn` (None: an empty thread);
+        `NotFound` for an unknown turn (ledger/state_records.py)."""
+        ...
+
+    async def session_state(self, session: str) -> dict[str, Any]:
+        """`session.state`: the record of the session's current thread, with its
+        session section (id, head, model, counts)."""
+        ...
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:
         """Full-text search, best first; a query that cannot be searched: ValueError."""

@@ -11,23 +11,23 @@ Rule 1: the thread loaded is exactly the turns after the latest compaction
         most `MAX_LOAD_TURNS` of them, with the same rule as the rest of the
         ledger: inputs of aborted turns run again elsewhere and are left out;
         an aborted turn's partial reply stays.
-Rule 2: the state events are the session's newest `STATE_EVENTS` of the kinds
-        the state record is built from, oldest first.
+Rule 2: the state record is the head's (ledger/state_records.py): the
+        thread's own, never another thread's of the same session.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, NamedTuple, TypeAlias
-
-import orjson
+from typing import NamedTuple, TypeAlias
 
 from broker.core.engine_types import Role
+from broker.core.session_state import SessionState
+
+from .state_records import state_at
 
 ReadConnection: TypeAlias = sqlite3.Connection
 
 MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
-STATE_EVENTS = 500  # the newest events of a session that its state record is built from
 
 
 class StoredTurn(NamedTuple):
@@ -38,11 +38,11 @@ class StoredTurn(NamedTuple):
 class Thread(NamedTuple):
     summary: str | None  # of the latest compaction
     turns: list[StoredTurn]  # oldest first
-    events: list[tuple[str, dict[str, Any]]]  # state events (Rule 2), oldest first
+    state: SessionState  # the thread's state record (Rule 2)
 
 
 def load_thread(conn: ReadConnection, head: str) -> Thread:
-    events = _state_events(conn, head)
+    state = state_at(conn, head)
     chain = conn.execute(
         "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
         " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
@@ -65,7 +65,7 @@ def load_thread(conn: ReadConnection, head: str) -> Thread:
             break
         turns.append((str(turn_id), str(status)))
     stored = [StoredTurn(t, _messages(conn, t, status)) for t, status in reversed(turns)]
-    return Thread(summary, stored, events)
+    return Thread(summary, stored, state)
 
 
 def _kept_turns(
@@ -97,16 +97,3 @@ def _messages(
             continue  # those inputs ran again in a later turn
         out.append((role, content, int(tokens) if tokens is not None else None))
     return out
-
-
-def _state_events(conn: ReadConnection, head: str) -> list[tuple[str, dict[str, Any]]]:
-    row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (head,)).fetchone()
-    if row is None:
-        return []
-    rows = conn.execute(
-        "SELECT type, payload FROM turn_events WHERE session_label = ?"
-        " AND type IN ('intent', 'file', 'decision', 'error', 'feedback')"
-        " ORDER BY created_at DESC, turn_id DESC, seq DESC LIMIT ?",
-        (row[0], STATE_EVENTS),
-    ).fetchall()
-    return [(str(kind), orjson.loads(payload)) for kind, payload in reversed(rows)]

@@ -14,7 +14,8 @@ Rule 1: user text never reaches FTS5 as syntax. `fts_query` turns it into
         terms remain ("what did we decide about auth" is `decide auth`).
 Rule 2: a session's history is every turn with its label, on every thread
         (after `/new`, after a lost head race), aborted turns included:
-        nothing is hidden.
+        nothing is hidden. A search may cover several sessions at once (the
+        sessions of one person: ledger/recall_scope.py).
 Rule 3: ranking is FTS5's bm25 over the newest matching messages: the newest
         CANDIDATES of all, or the newest FILTERED that pass a filter (a
         session, times, roles); all of them when there are fewer. So a very
@@ -110,7 +111,7 @@ def _bare(word: str) -> tuple[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class _Filter:
-    session: str | None
+    sessions: tuple[str, ...] | None
     where: str  # conditions on m (messages) and t (turns), each starting with " AND"
     args: tuple[Any, ...]
 
@@ -118,7 +119,7 @@ class _Filter:
 def search(
     conn: sqlite3.Connection,
     query: str,
-    session: str | None,
+    session: str | Sequence[str] | None,
     limit: int,
     before_ms: int | None = None,
     after_ms: int | None = None,
@@ -126,11 +127,15 @@ def search(
     *,
     match: Match = "all",
 ) -> list[Hit]:
-    """The best `limit` messages for `query`, best first; `session` None: all sessions."""
+    """The best `limit` messages for `query`, best first; `session` None: all sessions,
+    a list: those sessions."""
     fts = fts_query(query, match)
-    flt = _filter(session, before_ms, after_ms, roles)
-    if session is not None:
-        require_session(conn, session)
+    sessions = (
+        (session,) if isinstance(session, str) else None if session is None else tuple(session)
+    )
+    flt = _filter(sessions, before_ms, after_ms, roles)
+    if sessions:
+        require_session(conn, sessions[0])
     try:
         ranked = _rank(conn, fts, flt, limit)[:limit]
         return _hits(conn, fts, ranked)
@@ -141,14 +146,17 @@ def search(
 
 
 def _filter(
-    session: str | None,
+    sessions: tuple[str, ...] | None,
     before_ms: int | None,
     after_ms: int | None,
     roles: Sequence[str] | None,
 ) -> _Filter:
-    where, args = "", []
+    where = ""
+    args: list[Any] = []
+    if sessions:
+        where += f" AND t.session_label IN ({','.join('?' * len(sessions))})"
+        args.extend(sessions)
     for cond, value in (
-        (" AND t.session_label = ?", session),
         (" AND m.created_at < ?", before_ms),
         (" AND m.created_at >= ?", after_ms),
     ):
@@ -161,7 +169,7 @@ def _filter(
             raise ValueError(f"unknown role {sorted(unknown)[0]!r}; roles are {sorted(ROLES)}")
         where += f" AND m.role IN ({','.join('?' * len(roles))})"
         args.extend(roles)
-    return _Filter(session, where, tuple(args))
+    return _Filter(sessions, where, tuple(args))
 
 
 def _rank(conn: sqlite3.Connection, fts: str, flt: _Filter, limit: int) -> list[tuple[int, float]]:
@@ -201,11 +209,14 @@ def _small(conn: sqlite3.Connection, flt: _Filter, k: int) -> bool:
     matches through the join (about 3 µs each) until k of them are the session's:
     about k * N / M matches of a common word when the session has M of N messages.
     Listing wins when M * M < 1.4 * k * N (M = 2 per turn; at N = 1e6, k = 50: 8,000)."""
-    if flt.session is None:
+    if not flt.sessions:
         return False
-    row = conn.execute("SELECT turns FROM sessions WHERE label = ?", (flt.session,)).fetchone()
+    marks = ",".join("?" * len(flt.sessions))
+    (turns,) = conn.execute(
+        f"SELECT coalesce(sum(turns), 0) FROM sessions WHERE label IN ({marks})", flt.sessions
+    ).fetchone()
     total = conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
-    msgs = 2 * int(row[0]) if row is not None else 0
+    msgs = 2 * int(turns)
     return msgs * msgs < 1.4 * k * total
 
 

@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from . import recall, recall_reads, recall_thread
+from .recall_scope import entity_sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class Request:
     end_turn: int | None = None
     before: int = 0  # search: turns shown before and after each hit, within its thread
     after: int = 0
+    person: bool = False  # cover every session of the session's entity (recall_scope.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class Searched:
     hits: list[recall.Hit]
     some_words: bool  # no message has all the words; these have some of them
     around: dict[str, list[recall_thread.Neighbour]] = field(default_factory=dict)  # by turn
+    also: tuple[str, ...] = ()  # the person's other sessions, searched too
 
 
 Found = Searched | list[recall_reads.Entry] | recall_reads.Summary
@@ -46,8 +49,9 @@ Found = Searched | list[recall_reads.Entry] | recall_reads.Summary
 
 def answer(conn: sqlite3.Connection, req: Request) -> Found:
     """What one call of the recall tool reads (`Ledger.recall` runs it)."""
+    also = tuple(entity_sessions(conn, req.session)[1:]) if req.person and req.session else ()
     if req.action == "search":
-        return _searched(conn, req)
+        return _searched(conn, req, also)
     assert req.session is not None  # only search reads all sessions
     if req.action == "range" and (req.start_turn, req.end_turn) != (None, None):
         return recall_thread.by_number(conn, req.session, req.start_turn, req.end_turn, req.limit)
@@ -60,22 +64,24 @@ def answer(conn: sqlite3.Connection, req: Request) -> Found:
             req.until_ms,
             req.limit,
             context_turns=req.context_turns,
+            also=also,
         )
     if req.action == "tool_calls":
-        return recall_reads.tool_calls(conn, req.session, req.tool_name, req.limit)
-    return recall_reads.summary(conn, req.session)
+        return recall_reads.tool_calls(conn, req.session, req.tool_name, req.limit, also)
+    return recall_reads.summary(conn, req.session, also)
 
 
-def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
+def _searched(conn: sqlite3.Connection, req: Request, also: tuple[str, ...] = ()) -> Searched:
     """Messages with all the words; if none has them all, those with some of them."""
     assert req.query is not None
     query = req.query
+    scope = None if req.session is None else (req.session, *also)
 
     def run(match: recall.Match) -> list[recall.Hit]:
         return recall.search(
             conn,
             query,
-            req.session,
+            scope,
             req.limit,
             before_ms=req.until_ms,
             after_ms=req.since_ms,
@@ -87,7 +93,7 @@ def _searched(conn: sqlite3.Connection, req: Request) -> Searched:
     some_words = not hits and len(recall.terms(query)) >= 2
     if some_words:
         hits = run("any")
-    return Searched(hits, some_words, _around(conn, hits, req.before, req.after))
+    return Searched(hits, some_words, _around(conn, hits, req.before, req.after), also)
 
 
 def _around(

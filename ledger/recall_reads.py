@@ -15,7 +15,10 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from broker.core.session_state import EMPTY, SessionState
+
 from .errors import NotFound
+from .state_records import state_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ class Summary:
     totals: dict[str, int]  # the sessions.total_* columns, without the prefix
     compaction: Compaction | None
     scratchpad: str | None  # the JSON object, verbatim
+    state: SessionState = EMPTY  # of the session's current thread
+    related: tuple[tuple[str, int], ...] = ()  # the person's other sessions: (label, turns)
 
 
 # -- ranges, tool calls, summary -------------------------------------------------
@@ -74,6 +79,7 @@ def range(  # shadows the builtin on purpose: the tool action is called range
     limit: int = 50,
     *,
     context_turns: int = 2,
+    also: tuple[str, ...] = (),
 ) -> list[Entry]:
     """Messages and tool calls of a run of the session's turns, oldest first.
 
@@ -83,16 +89,18 @@ def range(  # shadows the builtin on purpose: the tool action is called range
     (for `around_turn`, the end farther from it).
     """
     require_session(conn, session)
+    labels = (session, *also)
     if around_turn is not None:
-        turn_ids = _turns_around(conn, session, around_turn, context_turns)
+        turn_ids = _turns_around(conn, labels, around_turn, context_turns)
         entries = _entries(conn, turn_ids)
         return _trim_around(entries, around_turn, limit)
     latest = to_ms is not None and from_ms is None
     rows = conn.execute(
-        "SELECT id FROM turns WHERE session_label = ? AND started_at >= ? AND started_at <= ?"
+        f"SELECT id FROM turns WHERE session_label IN ({_marks(labels)})"
+        " AND started_at >= ? AND started_at <= ?"
         f" ORDER BY started_at {'DESC' if latest else 'ASC'}, id LIMIT ?",
         (
-            session,
+            *labels,
             -(2**62) if from_ms is None else from_ms,
             2**62 if to_ms is None else to_ms,
             limit,
@@ -107,13 +115,22 @@ def require_session(conn: sqlite3.Connection, session: str) -> None:
         raise NotFound(f"no session {session!r}", field="session")
 
 
-def _turns_around(conn: sqlite3.Connection, session: str, turn: str, span: int) -> list[str]:
+def _marks(labels: tuple[str, ...]) -> str:
+    return ",".join("?" * len(labels))
+
+
+def _turns_around(
+    conn: sqlite3.Connection, labels: tuple[str, ...], turn: str, span: int
+) -> list[str]:
+    """`turn` (of one of `labels`) and `span` turns of its own session on each side."""
     row = conn.execute(
-        "SELECT started_at FROM turns WHERE id = ? AND session_label = ?", (turn, session)
+        f"SELECT started_at, session_label FROM turns WHERE id = ?"
+        f" AND session_label IN ({_marks(labels)})",
+        (turn, *labels),
     ).fetchone()
     if row is None:
-        raise NotFound(f"no turn {turn!r} in session {session!r}", field="around_turn")
-    key = (session, row[0], turn, span)
+        raise NotFound(f"no turn {turn!r} in session {labels[0]!r}", field="around_turn")
+    key = (row[1], row[0], turn, span)
     before = conn.execute(
         "SELECT id FROM turns WHERE session_label = ? AND (started_at, id) < (?, ?)"
         " ORDER BY started_at DESC, id DESC LIMIT ?",
@@ -169,16 +186,21 @@ def _trim_around(entries: list[Entry], turn: str, limit: int) -> list[Entry]:
 
 
 def tool_calls(
-    conn: sqlite3.Connection, session: str, name: str | None = None, limit: int = 20
+    conn: sqlite3.Connection,
+    session: str,
+    name: str | None = None,
+    limit: int = 20,
+    also: tuple[str, ...] = (),
 ) -> list[Entry]:
-    """The session's latest tool calls (of tool `name`, if given), newest first."""
+    """The session's (and `also`'s) latest tool calls (of tool `name`), newest first."""
     require_session(conn, session)
+    labels = (session, *also)
     sql = (
         "SELECT t.session_label, c.turn_id, c.seq, 'tool', c.created_at, coalesce(c.result, ''),"
         " c.name, c.arguments, c.status, t.status FROM turns t JOIN tool_calls c"
-        " ON c.turn_id = t.id WHERE t.session_label = ?"
+        f" ON c.turn_id = t.id WHERE t.session_label IN ({_marks(labels)})"
     )
-    args: list[Any] = [session]
+    args: list[Any] = [*labels]
     if name is not None:
         sql += " AND c.name = ?"
         args.append(name)
@@ -198,11 +220,13 @@ TOTALS = (
 )
 
 
-def summary(conn: sqlite3.Connection, session: str) -> Summary:
-    """The latest compaction summary, the counts and the running totals of a session."""
+def summary(conn: sqlite3.Connection, session: str, also: tuple[str, ...] = ()) -> Summary:
+    """The latest compaction summary, the counts, the running totals and the current
+    thread's state record of a session; the turns of each of `also` (Rule 2)."""
     cols = ", ".join(f"total_{t}" for t in TOTALS)
     row = conn.execute(
-        f"SELECT kind, status, created_at, {cols} FROM sessions WHERE label = ?", (session,)
+        f"SELECT kind, status, created_at, head_turn_id, {cols} FROM sessions WHERE label = ?",
+        (session,),
     ).fetchone()
     if row is None:
         raise NotFound(f"no session {session!r}", field="session")
@@ -230,9 +254,15 @@ def summary(conn: sqlite3.Connection, session: str) -> Summary:
         tool_calls=int(calls),
         first_at=first_at,
         last_at=last_at,
-        totals=dict(zip(TOTALS, (int(v) for v in row[3:]), strict=True)),
+        totals=dict(zip(TOTALS, (int(v) for v in row[4:]), strict=True)),
         compaction=_latest_compaction(conn, session),
         scratchpad=None if state is None else str(state[0]),
+        state=state_at(conn, row[3]),
+        related=tuple(
+            (str(r[0]), int(r[1]))
+            for label in also
+            for r in conn.execute("SELECT label, turns FROM sessions WHERE label = ?", (label,))
+        ),
     )
 
 

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from broker.core.session_state import SessionState
+
 from . import (
     events,
     inspect,
@@ -26,8 +28,11 @@ from . import (
     recall_hint,
     recall_thread,
     sessions,
+    state_reads,
+    state_records,
     turns,
 )
+from .bridges import pending_bridges
 from .items import ItemInfo
 from .port import OutboxRow, SessionStart
 
@@ -78,7 +83,8 @@ class SqliteReads:
         def both(c: sqlite3.Connection) -> SessionStart:
             start = turns.actor_start(c, label)
             thread = reads.load_thread(c, start.head) if start.head is not None else None
-            return SessionStart(start, thread)
+            seed = state_records.thread_seed(c, label) if thread is None else None
+            return SessionStart(start, thread, pending_bridges(c, label), seed)
 
         # One hop to a reader thread, not two: actors start by the thousand.
         return await self.read(both)
@@ -136,6 +142,12 @@ class SqliteReads:
 
     async def scratchpad_get(self, session: str) -> Any:
         return await self.read(lambda c: events.scratchpad_get(c, session))
+
+    async def state_record(self, turn: str | None) -> SessionState:
+        return await self.read(lambda c: state_records.state_at(c, turn))
+
+    async def session_state(self, session: str) -> dict[str, Any]:
+        return await self.read(lambda c: state_reads.session_state_json(c, session))
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[recall.Hit]:
         def run(c: sqlite3.Connection) -> list[recall.Hit]:

@@ -11,10 +11,11 @@ Rule 2: `threads` rows are never deleted, nor any turn of an old thread.
 Rule 3: the cut never runs under a turn (the actor applies it before its next
         turn opens) and is idempotent by thread number: a pending row is begun
         once; a cut that finds its row begun already changes nothing.
-Rule 4: an automatic rollover may begin from a carry-over: a compaction turn at
-        the root of the new thread holding the old thread's latest summary and
-        state record, so the context of the new thread's first turn has them.
-        An explicit reset begins empty. Nothing of the old thread is deleted.
+Rule 4: an automatic rollover begins from what the old thread knew: its state
+        record seeds the new thread's (state_records.py Rule 4), and its latest
+        summary, if any, becomes a compaction turn at the new thread's root. An
+        explicit reset begins empty, dropping a seed no turn has used yet.
+        Nothing of the old thread is deleted.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, NamedTuple
 
+from broker.core.resets import AUTOMATIC
+
 from .errors import Conflict, NotFound
+from .state_records import drop_seed, seed_thread, state_at
 from .turns import TurnRecord, commit_turn
 from .wire import pickled_as_tuple
 
@@ -88,6 +92,10 @@ def start_thread(
         " VALUES (?, NULL, ?, 'new_thread', ?)",
         (session, head, now),
     )
+    if reason in AUTOMATIC:
+        seed_thread(conn, session, state_at(conn, head), now)
+    else:
+        drop_seed(conn, session)
     if carry is not None:
         commit_turn(conn, _carry_turn(session, carry, head, now))
         conn.execute(

@@ -40,6 +40,7 @@ from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
 from .resets import pending_thread
 from .snapshots import record_events
+from .state_records import record_turn_state
 
 ItemStatus = Literal["done", "queued", "cancelled"]
 
@@ -125,6 +126,7 @@ class TurnRecord:
     compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
+    bridges: tuple[str, ...] = ()  # bridge notes its context showed (ledger/bridges.py)
 
 
 def commit_turn(
@@ -165,6 +167,7 @@ def commit_turn(
     if moved.rowcount != 1:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
     results = _write_turn(conn, rec, snapshot_max_bytes)
+    record_turn_state(conn, rec)  # the thread's state record (ledger/state_records.py)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
         " VALUES (?, ?, ?, 'turn', ?)",

@@ -7,6 +7,13 @@ Rule 2: the history kept in memory is the thread the ledger loads
         (`LedgerPort.session_start`, `ledger.reads.load_thread`): the turns
         after the latest compaction boundary, without the inputs of aborted
         turns.
+Rule 3: the state record is the thread's (ledger/state_records.py): loaded with
+        the thread, then moved on by each turn committed on it with the same pure
+        `advance` the ledger stores, so what a turn's context shows is what
+        `session.state` shows. It goes into the context only within the budget
+        (packing Rule 2a): whole, else short, else not at all.
+Rule 4: bridge notes (what a merged-in session was about) wait here until a
+        turn that showed them completes; the ledger keeps them until then too.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
-from broker.core.session_state import SessionState, state_from
+from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, render
 from ledger.port import Thread
 from ledger.reads import ReadConnection, load_thread
 
@@ -29,12 +36,18 @@ class SessionContext:
     summary: str | None = None
     summary_tokens: int = 0
     last_reported: int | None = None  # the prompt tokens the engine last reported
-    state: SessionState = field(default_factory=SessionState)
+    state: SessionState = EMPTY
+    bridges: dict[str, str] = field(default_factory=dict)  # id -> note (Rule 4)
+    planned_bridges: tuple[str, ...] = ()  # those the latest plan showed
     _fixed: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     # `blocks` flattened and summed (packing Rule 6) and how many blocks that covers;
     # -1: stale, made again (once) by the next `build`; `add_turn` grows it in place.
     _whole: WholeHistory = field(default_factory=WholeHistory, repr=False)
     _whole_blocks: int = field(default=-1, repr=False)
+    # The state record's texts (whole, short) as last rendered, and for which record.
+    _rendered: tuple[SessionState, str | None, str | None, str | None] | None = field(
+        default=None, repr=False
+    )
 
     def fixed(self, role: str, content: str) -> Msg:
         """A message that recurs turn after turn (the system prompt, the state record):
@@ -61,25 +74,48 @@ class SessionContext:
         system: Msg | None,
         inputs: tuple[Msg, ...],
         notes: tuple[Msg, ...],
+        label: str | None = None,
     ) -> ContextPlan:
         summary = None
         if self.summary:
             summary = Msg("system", summary_text(self.summary), self.summary_tokens)
-        rendered = self.state.render()
-        return assemble(
+        whole, short = self._state_texts(label)
+        bridge = bridge_text(self.bridges)
+        plan = assemble(
             ContextInput(
                 window=window,
                 reserve_reply=min(reserve, window - 1),
                 system=system,
-                state=self.fixed("system", rendered) if rendered else None,
+                state=self.fixed("system", whole) if whole else None,
+                state_short=self.fixed("system", short) if short else None,
                 summary=summary,
                 history=tuple(self.blocks),
                 inputs=inputs,
                 notes=notes,
                 threshold=threshold,
                 whole=self._whole_history(),
+                bridge=self.msg("system", bridge) if bridge else None,
             )
         )
+        self.planned_bridges = tuple(self.bridges) if plan.bridge is not None else ()
+        return plan
+
+    def _state_texts(self, label: str | None) -> tuple[str | None, str | None]:
+        done = self._rendered
+        if done is None or done[0] is not self.state or done[1] != label:
+            whole, short = render(self.state, label), render(self.state, label, short=True)
+            done = self._rendered = (self.state, label, whole, short)
+        return done[2], done[3]
+
+    def turn_committed(self, facts: TurnFacts, bridges_shown: tuple[str, ...]) -> None:
+        """A turn committed on this thread (Rules 3 and 4)."""
+        self.state = advance(self.state, facts)
+        if facts.status == "completed":
+            for bridge in bridges_shown:
+                self.bridges.pop(bridge, None)
+
+    def add_bridges(self, notes: dict[str, str]) -> None:
+        self.bridges.update(notes)
 
     def _whole_history(self) -> WholeHistory:
         if self._whole_blocks != len(self.blocks):
@@ -101,11 +137,20 @@ class SessionContext:
         self.blocks, self._whole_blocks = list(keep), -1
         self.last_reported = None
 
-    def reset(self) -> None:
-        """`/new`: a fresh thread has no history, no summary and no state."""
+    def reset(self, carried: SessionState = EMPTY) -> None:
+        """`/new`: a fresh thread has no history, no summary and no state, but for the
+        record an automatic rollover carries over (`carried`, as it stored it with
+        `ledger.state_records.seed_thread`). Bridge notes stay: they are about the
+        person, not the thread."""
         self.blocks, self.summary, self.summary_tokens, self.last_reported = [], None, 0, None
         self._whole_blocks = -1
-        self.state = SessionState()
+        self.state = carried
+
+
+def bridge_text(bridges: dict[str, str]) -> str | None:
+    if not bridges:
+        return None
+    return "\n\n".join(bridges.values())
 
 
 def summary_text(summary: str) -> str:
@@ -123,7 +168,7 @@ def from_thread(thread: Thread | None, counter: TokenCounter) -> SessionContext:
     ctx = SessionContext(counter)
     if thread is None:
         return ctx
-    ctx.state = state_from(thread.events)
+    ctx.state = thread.state
     if thread.summary is not None:
         ctx.summary = thread.summary
         ctx.summary_tokens = counter.count_message("system", summary_text(thread.summary))

@@ -10,6 +10,6 @@ Rule 2: nothing here imports the project outside `broker.core`. The ledger and
 Modules: `ids` (ULID encoding), `identity` (union-find roots, session keys, label
 resolution), `queue_machine` (queue modes of one session), `packing` and
 `compaction` (what goes into a turn's context), `session_state` (the state record
-from turn events), `engine_types` (the request, message and result values shared
+a thread keeps of its turns), `engine_types` (the request, message and result values shared
 with engines and the ledger), `records` (the immutable value decorator).
 """

@@ -3,11 +3,16 @@
 No I/O, no tokenizer: every ``Msg`` carries its token count (the caller counts once,
 with ``TokenCounter.count_message``, and caches it). ``budget = window - reserve_reply``.
 
-Rule 1. Order: system, state, summary (each if present), then history, then notes, then
-        the inputs, each input a message of its own, in the given order.
-Rule 2. The fixed parts (system, state, summary, notes, inputs) always go in. If they
+Rule 1. Order: system, state, summary, bridge (each if present), then history, then
+        notes, then the inputs, each input a message of its own, in the given order.
+Rule 2. The fixed parts (system, summary, notes, inputs) always go in. If they
         alone exceed the budget the plan is ``over_budget``, carries no history, and the
         caller fails the turn with a clear message instead of sending too much.
+Rule 2a. The state record and the bridge note are wanted but never forced: the state
+        goes in whole if it fits beside the fixed parts, else its short form if that
+        fits, else not at all; then the bridge note if it fits too. They take their room
+        before history does, and never make a plan ``over_budget`` (``plan.state`` and
+        ``plan.bridge`` say what went in).
 Rule 3. Otherwise ``tokens <= budget``. History is walked from the newest turn back;
         whole turns are kept while they fit, and the walk stops at the first turn that
         does not fit, so the kept turns are always a suffix of the history, in order.
@@ -96,6 +101,8 @@ class ContextInput:
     notes: tuple[Msg, ...] = ()
     threshold: float = 0.85
     whole: WholeHistory | None = None  # `history` flattened and summed, if the caller has it
+    state_short: Msg | None = None  # the state's short form, for a tight budget (Rule 2a)
+    bridge: Msg | None = None  # what a merged-in session was about (Rule 2a)
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -121,15 +128,18 @@ class ContextPlan:
     compaction_due: bool
     cut_messages: int = 0  # messages left out of the oldest kept turn (a cut newest turn)
     history: tuple[Msg, ...] = ()  # the part of `messages` that is history
+    state: Msg | None = None  # the state record's message that went in, if any (Rule 2a)
+    bridge: Msg | None = None  # the bridge note, if it went in (Rule 2a)
 
 
 def assemble(ctx: ContextInput) -> ContextPlan:
     """Pack the context for one turn (see the module rules)."""
-    head = tuple(m for m in (ctx.system, ctx.state, ctx.summary) if m is not None)
     tail = ctx.notes + ctx.inputs
-    fixed = sum(m.tokens for m in head) + sum(m.tokens for m in tail)
+    fixed = sum(m.tokens for m in (ctx.system, ctx.summary) if m is not None)
+    fixed += sum(m.tokens for m in tail)
     budget = ctx.budget
     if fixed > budget:
+        head = tuple(m for m in (ctx.system, ctx.summary) if m is not None)
         return ContextPlan(
             messages=head + tail,
             tokens=fixed,
@@ -139,6 +149,11 @@ def assemble(ctx: ContextInput) -> ContextPlan:
             over_budget=True,
             compaction_due=bool(ctx.history),  # fixed > budget >= the limit of Rule 5
         )
+    state = next((m for m in (ctx.state, ctx.state_short) if _fits(m, fixed, budget)), None)
+    fixed += state.tokens if state is not None else 0
+    bridge = ctx.bridge if _fits(ctx.bridge, fixed, budget) else None
+    fixed += bridge.tokens if bridge is not None else 0
+    head = tuple(m for m in (ctx.system, state, ctx.summary, bridge) if m is not None)
     whole = ctx.whole
     if whole is not None and fixed + whole.tokens <= budget:
         fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # Rule 6
@@ -156,7 +171,13 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         compaction_due=due,
         cut_messages=fill.cut,
         history=fill.messages,
+        state=state,
+        bridge=bridge,
     )
+
+
+def _fits(m: Msg | None, used: int, budget: int) -> bool:
+    return m is not None and used + m.tokens <= budget
 
 
 class _Fill(NamedTuple):

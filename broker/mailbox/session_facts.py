@@ -5,7 +5,8 @@ Rule 1: the in-memory history follows the same rule as `broker.context.session.l
         inputs unless it was aborted (they run again) and its reply when there is one;
         a compaction replaces what it summarized; `/new` empties it.
 Rule 2: only what the ledger committed changes the facts: a lost commit changes none,
-        a turn committed off the thread (orphan) only the token totals and the state.
+        a turn committed off the thread (orphan) only the token totals (the state
+        record is the thread's: ledger/state_records.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from broker.context.session import SessionContext
 from broker.core import queue_machine as m
 from broker.core.packing import Msg
 from ledger.items import ItemInfo
+from ledger.state_records import facts_of
 from ledger.turns import ActorStart, Route, TurnRecord
 
 from .compactor import Compaction
@@ -40,6 +42,7 @@ class SessionFacts:
     route: Route | None = None  # where replies go when a turn has no inbound
 
     def load(self, start: ActorStart, ctx: SessionContext) -> None:
+        ctx.add_bridges(self.ctx.bridges)  # bridge notes handed over while it loaded
         self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
         self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
         self.override = orjson.loads(start.override) if start.override else {}
@@ -88,13 +91,12 @@ class SessionFacts:
         """Apply a turn's commit (Rule 2); its outcome for the queue machine."""
         if written == "lost":
             return outcome
-        for kind, payload in rec.events:
-            self.ctx.state.apply(kind, payload)
         self.tokens[0] += rec.prompt_tokens or 0
         self.tokens[1] += rec.completion_tokens or 0
         if written == "orphan":
             return "failed"
         self.head, self.turn_count = rec.turn_id, self.turn_count + 1
+        self.ctx.turn_committed(facts_of(rec), rec.bridges)
         kept = [] if rec.status == "aborted" else list(inputs)
         if rec.output or rec.status == "completed":
             kept.append(reply or self.ctx.msg("assistant", rec.output, turn_id=rec.turn_id))

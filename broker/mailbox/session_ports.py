@@ -26,9 +26,11 @@ from broker.engines.factory import build_engine
 from broker.router import Router
 from ledger import logs
 from ledger import turns as lt
+from ledger.bridges import pending_bridges
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.reads import ReadConnection
+from ledger.state_records import thread_seed
 from ledger.store import Ledger
 from ledger.threads import Carry
 from ledger.turns import ActorStart
@@ -86,7 +88,11 @@ class SessionPorts:
 
         def read(c: ReadConnection) -> tuple[ActorStart, SessionContext]:
             start = lt.actor_start(c, label)
-            return start, load_context(c, start.head, counter)
+            ctx = load_context(c, start.head, counter)
+            ctx.add_bridges(pending_bridges(c, label))
+            if start.head is None:  # a new thread: what a rollover carried over, if any
+                ctx.state = thread_seed(c, label)
+            return start, ctx
 
         # One hop to a reader thread, not two: actors start by the thousand.
         return await self.ledger.read(read)

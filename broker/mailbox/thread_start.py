@@ -6,9 +6,9 @@ Rule 1: a request becomes the lifecycle's `NewThread`, so the cut never runs und
 Rule 2: a request for a numbered thread is taken once: the registry's post and the
         actor's start (a pending thread in the ledger) may both bring it. While a cut
         waits, a later request replaces it (the latest is what was asked for last).
-Rule 3: an automatic rollover carries the old thread's latest compaction summary and
-        its state record (as the state-record code renders it) into a compaction turn
-        at the new thread's root; an explicit reset starts empty.
+Rule 3: an automatic rollover carries the old thread's latest compaction summary into
+        a compaction turn at the new thread's root (its state record is carried by the
+        ledger: ledger/threads.py Rule 4); an explicit reset starts empty.
 """
 
 from __future__ import annotations
@@ -37,21 +37,6 @@ class ThreadRequest:
 EXPLICIT_NEW = ThreadRequest(None, "new")
 
 
-STATE_HEADING = "Where the previous thread left off:"
-
-
-def carry_text(summary: str | None, state: str | None) -> str | None:
-    """What an automatic rollover begins from (Rule 3), or None when there is nothing.
-
-    Kept whole: a summary that was itself carried over keeps its older state record
-    too. It cannot grow without bound, since it is context like any other: past the
-    compaction threshold a compaction summarizes it again."""
-    parts = [summary] if summary else []
-    if state:
-        parts.append(f"{STATE_HEADING}\n{state}")
-    return "\n\n".join(parts) or None
-
-
 class ThreadCuts:
     def __init__(self, label: str, ports: ActorPorts, facts: SessionFacts) -> None:
         self.label, self.ports, self.facts = label, ports, facts
@@ -72,9 +57,8 @@ class ThreadCuts:
         request, self.waiting = self.waiting or EXPLICIT_NEW, None
         carry = None
         if request.carries:
-            ctx = self.facts.ctx
-            text = carry_text(ctx.summary, ctx.state.render())
-            carry = Carry(new_id(), text) if text else None
+            summary = self.facts.ctx.summary
+            carry = Carry(new_id(), summary) if summary else None
         previous = self.facts.leave_thread()
         self.ports.new_thread(self.label, previous, request.thread, request.reason, carry)
         if carry is not None:

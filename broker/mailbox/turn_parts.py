@@ -84,6 +84,7 @@ def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextP
         system=ctx.fixed("system", system) if system else None,
         inputs=tuple(turn.input_msgs),
         notes=tuple(ctx.msg("system", n) for n in turn.notes),
+        label=turn.session,
     )
     reported = ctx.last_reported
     if (
@@ -100,10 +101,14 @@ def request(
     label: str, turn: RunningTurn, ctx: SessionContext, tools: tuple[ToolSpec, ...]
 ) -> TurnRequest:
     assert turn.plan is not None
-    state = ctx.state.render()
-    head: tuple[HistoryMessage, ...] = (ChatMessage("system", state),) if state else ()
+    plan = turn.plan  # the state record and the bridge note go in only as planned
+    head: tuple[HistoryMessage, ...] = ()
+    if plan.state is not None:
+        head += (ChatMessage("system", plan.state.content),)
     if ctx.summary:
         head += (ChatMessage("system", summary_text(ctx.summary)),)
+    if plan.bridge is not None:
+        head += (ChatMessage("system", plan.bridge.content),)
     return TurnRequest(
         session=label,
         turn_id=turn.id,
@@ -226,6 +231,7 @@ def record(
         output_tokens=reply_msg.tokens if reply_msg else None,
         events=turn.earlier_calls + turn_events(result, status, error),
         progress_saved=turn.progress_saved,
+        bridges=ctx.planned_bridges if turn.plan is not None and turn.plan.bridge else (),
     )
     return rec, outcome, taken_msgs, reply_msg
 

@@ -65,8 +65,12 @@ async def test_a_rollover_begins_from_its_carry_over(port: LedgerPort) -> None:
     head = await run_open_items(port, session, head)
     third = await port.submit_inbound(inbound("c3"), TWO_TURNS, tick()).result()
     assert third.thread == (2, "turn_limit")
-    carry = Carry(new_id(), "Summary: alice likes tea.\n\nSession state: tea")
+    before = await port.session_state(session)
+    carry = Carry(new_id(), "Summary: alice likes tea.")
     await port.submit_new_thread(session, tick(), 2, "turn_limit", carry).result()
+    after = await port.session_state(session)  # the old thread's record, carried over
+    assert before["focus"] is not None and after["focus"] == before["focus"]
+    assert after["session"]["turns"] == before["session"]["turns"]
     start = await port.session_start(session)
     assert start.start.head == carry.turn_id
     assert start.thread is not None and start.thread.summary == carry.summary

@@ -66,9 +66,9 @@ async def test_events_totals_state_and_scratchpad(
     d = make_daemon({"engine": {"kind": "subprocess", "command": [sys.executable, str(program)]}})
     first, second = await chat(d.socket, ["work", "what now?"])
     session = first["session"]
-    assert "Current focus: fix the login bug" in second["text"]
-    assert "Files touched: login.py" in second["text"]
-    assert "Errors resolved: tests fail" in second["text"]
+    assert "current focus: fix the login bug" in second["text"]
+    assert "- login.py (edit, turn 1)" in second["text"]
+    assert "- tests fail (turn 1, resolved)" in second["text"]
     async with await BrokerClient.connect(d.socket) as op:
         everything = await op.op("events.query", session=session)
         decisions = await op.op("events.query", type="decision")
@@ -99,6 +99,7 @@ async def test_events_totals_state_and_scratchpad(
     assert totals["events"] == 6 and totals["files_modified"] == 1
     assert totals["errors"] == 1 and totals["errors_resolved"] == 1
     assert totals["model_calls"] == 2
-    d.restart()  # the state record is rebuilt from the ledger by a fresh actor
+    d.restart()  # the state record is read from the ledger by a fresh actor
     again = await chat(d.socket, ["and now?"], prefix="after-restart-")
-    assert "Current focus: fix the login bug" in again[0]["text"]
+    assert "current focus: what now?" in again[0]["text"]  # the person's latest message
+    assert "- use argon2 (turn 1)" in again[0]["text"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from broker.core.session_state import loads, render
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, write_config
 from tests.integration.wire import (
@@ -49,6 +50,16 @@ def impatient() -> Iterator[DaemonProcess]:
         yield d
 
 
+def state_words(d: DaemonProcess, session: str, turn_id: str | None) -> int:
+    """Words of the state record the echo engine counted in a turn after `turn_id`: the
+    record after that turn, in the context as a system message (ledger/state_records.py)."""
+    if turn_id is None:
+        return 0
+    [(raw,)] = query(d, "SELECT state FROM turn_state WHERE turn_id = ?", turn_id)
+    text = render(loads(raw), session)
+    return len(text.split()) if text else 0
+
+
 # -- committing -------------------------------------------------------------------
 
 
@@ -72,8 +83,11 @@ async def test_each_turn_commits_on_the_previous_head(any_backend_daemon: Daemon
         ("turn", "completed", "echo", "echo")
     }
     # Tokens as the echo engine counts them: words of the reply; words of the
-    # history (earlier inputs and replies) plus this turn's inputs.
-    assert [(t["prompt_tokens"], t["completion_tokens"]) for t in rows] == [
+    # history (the state record, earlier inputs and replies) plus this turn's inputs.
+    state = [state_words(d, session, t["parent_id"]) for t in rows]
+    assert [
+        (t["prompt_tokens"] - w, t["completion_tokens"]) for t, w in zip(rows, state, strict=True)
+    ] == [
         (2, 2),
         (2 + 2 + 1, 1),
         (2 + 2 + 1 + 1 + 3, 3),
@@ -91,7 +105,7 @@ async def test_each_turn_commits_on_the_previous_head(any_backend_daemon: Daemon
     assert [t["parent"] for t in shown["turns"]] == [None, *ids[:-1]]
     assert [t["inputs"] for t in shown["turns"]] == [[m] for m in msgs]
     assert [t["output"] for t in shown["turns"]] == texts
-    assert [t["prompt_tokens"] for t in shown["turns"]] == [2, 5, 9]
+    assert [t["prompt_tokens"] for t in shown["turns"]] == [t["prompt_tokens"] for t in rows]
     listed = {s["label"]: s for s in await op(d, "sessions.list")}
     assert listed[session]["turns"] == 3 and listed[session]["queued"] == 0
 
@@ -309,7 +323,8 @@ async def test_a_session_goes_on_after_its_actor_retires(impatient: DaemonProces
         await a.deliver(session=session)
     one, two = turns(impatient, session)
     assert two["parent_id"] == one["id"]
-    assert two["prompt_tokens"] == 1 + 1 + 1  # "x", "x", then "y"
+    # "x", "x", then "y", and the state record after the first turn
+    assert two["prompt_tokens"] == 1 + 1 + 1 + state_words(impatient, session, one["id"])
     assert_run_once_in_order(impatient, session, [first, later])
 
 
@@ -327,7 +342,10 @@ async def test_history_is_the_same_before_and_after_the_actor_retires(
         await all_actors_retired(impatient)  # the next actor loads the history
         await a.send_inbound(uniq("m"), "x", sender)
         await a.deliver(session=session)
-    prompts = [t["prompt_tokens"] for t in turns(impatient, session)[1:]]
+    prompts = [
+        t["prompt_tokens"] - state_words(impatient, session, t["parent_id"])
+        for t in turns(impatient, session)[1:]
+    ]
     # Each turn adds its input and its reply ("x", "x") to the history.
     assert prompts[1] - prompts[0] == 2
     assert prompts[2] - prompts[1] == 2, prompts

@@ -28,6 +28,7 @@ from broker.core.compaction import (
 )
 from broker.core.engine_types import Role
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
+from broker.core.session_state import SessionState
 from ledger.reads import StoredTurn, Thread
 
 # --- helpers and strategies -------------------------------------------------------
@@ -100,6 +101,8 @@ def context_inputs(draw: st.DrawFn) -> ContextInput:
         reserve_reply=draw(st.integers(0, window - 1) | st.integers(0, window // 4)),
         system=draw(optional_msg("system")),
         state=draw(optional_msg("system")),
+        state_short=draw(optional_msg("system")),
+        bridge=draw(optional_msg("system")),
         summary=draw(optional_msg("user")),
         history=draw(histories()),
         inputs=tuple(
@@ -114,9 +117,29 @@ def context_inputs(draw: st.DrawFn) -> ContextInput:
     )
 
 
-def fixed_parts(c: ContextInput) -> tuple[tuple[Msg, ...], tuple[Msg, ...]]:
-    head = tuple(m for m in (c.system, c.state, c.summary) if m is not None)
+def fixed_parts(c: ContextInput, p: ContextPlan) -> tuple[tuple[Msg, ...], tuple[Msg, ...]]:
+    """What always goes in, with the state record and bridge note the plan took."""
+    head = tuple(m for m in (c.system, p.state, c.summary, p.bridge) if m is not None)
     return head, c.notes + c.inputs
+
+
+def check_state_and_bridge_never_forced(c: ContextInput, p: ContextPlan) -> None:
+    """Rule 2a: the state (whole, else short) and the bridge go in exactly when they
+    fit beside the fixed parts, and never make a plan over budget."""
+    forced = sum(m.tokens for m in (c.system, c.summary, *c.notes, *c.inputs) if m is not None)
+    assert p.over_budget == (forced > p.budget)
+    if p.over_budget:
+        assert p.state is None and p.bridge is None
+        return
+    room = p.budget - forced
+    if c.state is not None and c.state.tokens <= room:
+        assert p.state == c.state
+    elif c.state_short is not None and c.state_short.tokens <= room:
+        assert p.state == c.state_short
+    else:
+        assert p.state is None
+    room -= p.state.tokens if p.state is not None else 0
+    assert p.bridge == (c.bridge if c.bridge is not None and c.bridge.tokens <= room else None)
 
 
 def flatten(turns: tuple[TurnBlock, ...]) -> tuple[Msg, ...]:
@@ -130,6 +153,7 @@ def flatten(turns: tuple[TurnBlock, ...]) -> tuple[Msg, ...]:
 @given(context_inputs())
 def test_assemble_properties(c: ContextInput) -> None:
     p = assemble(c)
+    check_state_and_bridge_never_forced(c, p)
     check_order_budget_and_suffix(c, p)
     check_groups_whole(c, p)
     check_greedy_and_compaction(c, p)
@@ -139,13 +163,11 @@ def test_assemble_properties(c: ContextInput) -> None:
 
 
 def check_order_budget_and_suffix(c: ContextInput, p: ContextPlan) -> None:
-    head, tail = fixed_parts(c)
-    fixed = sum(m.tokens for m in head + tail)
+    head, tail = fixed_parts(c, p)
     assert p.budget == c.window - c.reserve_reply
     assert p.tokens == sum(m.tokens for m in p.messages)
-    assert p.over_budget == (fixed > p.budget)
     assert p.over_budget or p.tokens <= p.budget
-    # system/state/summary first, then history, then notes and inputs last, in order
+    # system/state/summary/bridge first, then history, then notes and inputs last, in order
     assert p.messages[: len(head)] == head
     assert p.messages[len(p.messages) - len(tail) :] == tail
     kept = p.messages[len(head) : len(p.messages) - len(tail)]
@@ -171,7 +193,7 @@ def check_groups_whole(c: ContextInput, p: ContextPlan) -> None:
 
 
 def check_greedy_and_compaction(c: ContextInput, p: ContextPlan) -> None:
-    head, tail = fixed_parts(c)
+    head, tail = fixed_parts(c, p)
     fixed = sum(m.tokens for m in head + tail)
     total = fixed + sum(t.tokens for t in c.history)
     limit = min(c.threshold * c.window, p.budget)
@@ -589,7 +611,7 @@ def test_a_context_from_the_loaded_thread_keeps_stored_counts_and_counts_the_res
             StoredTurn("t1", [("user", "hello", 7), ("assistant", "hi there", None)]),
             StoredTurn("t2", [("user", "bye", 3)]),
         ],
-        [("intent", {"text": "say goodbye"})],
+        SessionState(focus="say goodbye"),
     )
     ctx = from_thread(thread, counter)
     assert [b.turn_id for b in ctx.blocks] == ["t1", "t2"]

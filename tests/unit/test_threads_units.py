@@ -29,7 +29,7 @@ from broker.core.queue_machine import (
 )
 from broker.core.resets import ResetPolicy
 from broker.mailbox.commands import is_command, parse
-from broker.mailbox.thread_start import STATE_HEADING, ThreadRequest, carry_text
+from broker.mailbox.thread_start import ThreadRequest
 from ledger import threads
 from ledger.db import load_migrations, migrate
 from policies.model import Delivery, Rule, decide
@@ -214,11 +214,7 @@ def test_reset_is_new() -> None:
     assert is_command("  /reset")
 
 
-def test_the_carry_over_holds_the_summary_and_the_state() -> None:
-    carried = carry_text("We agreed on tea.", "Session state:\nDecisions: tea")
-    assert carried == (f"We agreed on tea.\n\n{STATE_HEADING}\nSession state:\nDecisions: tea")
-    assert carry_text(None, "Session state:\nx") == f"{STATE_HEADING}\nSession state:\nx"
-    assert carry_text("", None) is None
+def test_only_an_automatic_rollover_carries_over() -> None:
     assert ThreadRequest(2, "idle").carries and ThreadRequest(2, "daily").carries
     assert not ThreadRequest(None, "new").carries and not ThreadRequest(3, "operator").carries
 

@@ -1,0 +1,213 @@
+"""The session-state record of a thread (broker/core/session_state.py), stored per turn.
+
+Rule 1: every turn committed on a thread gets a `turn_state` row in its own
+        transaction: `advance(record of its parent, facts of the turn)`. The record
+        of a thread is its head's row, so a fork inherits exactly its ancestors'
+        part and a new thread (`/new`: no parent) starts empty. Reading it is one
+        indexed lookup, whatever the thread's length.
+Rule 2: a turn committed before the table existed has no row: its record is
+        worked out from its stored rows (the turn, its input messages and their
+        items' source, its tool calls and events), from the nearest ancestor with
+        a row, at most `MAX_WALK` turns up. The next turn committed on the thread
+        stores its own row, so this happens at most once per old thread.
+Rule 3: the facts read back from the stored rows are those the commit had, so
+        the two ways give the same record (tests/unit/test_state_records.py).
+Rule 4: a thread's first turn starts from the empty record, or from the record an
+        automatic rollover carried over (`seed_thread`, in the rollover's own
+        transaction); the first turn takes the seed and removes it. (An explicit
+        `/new` does not remove a seed: the rollover's own message runs first.)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from broker.core.engine_types import ToolCall
+from broker.core.session_state import (
+    EMPTY,
+    SessionState,
+    TurnFacts,
+    advance,
+    dumps,
+    loads,
+)
+
+from .errors import NotFound
+
+
+class _Input(Protocol):
+    @property
+    def source(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
+class TurnRecord(Protocol):
+    """What this module reads of `ledger.turns.TurnRecord` (which imports this one)."""
+
+    @property
+    def turn_id(self) -> str: ...
+    @property
+    def session(self) -> str: ...
+    @property
+    def parent_id(self) -> str | None: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def inputs(self) -> Sequence[_Input]: ...
+    @property
+    def tool_calls(self) -> Sequence[ToolCall]: ...
+    @property
+    def events(self) -> Sequence[tuple[str, dict[str, Any]]]: ...
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def completion_tokens(self) -> int | None: ...
+    @property
+    def bridges(self) -> tuple[str, ...]: ...
+
+
+MAX_WALK = 5000  # turns without a row worked out in one go (Rule 2)
+
+
+def facts_of(rec: TurnRecord) -> TurnFacts:
+    """What the record takes of a turn about to be committed."""
+    return TurnFacts(
+        type=rec.type,
+        status=rec.status,
+        error=rec.error,
+        model=rec.model,
+        inputs=tuple((i.source, i.content) for i in rec.inputs),
+        tool_calls=tuple(rec.tool_calls),
+        events=tuple(rec.events),
+        prompt_tokens=rec.prompt_tokens or 0,
+        completion_tokens=rec.completion_tokens or 0,
+    )
+
+
+def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState:
+    """Store the record after `rec`, a turn committed on its thread now (Rule 1); if it
+    completed, the bridge notes its context showed are consumed (ledger/bridges.py)."""
+    if rec.parent_id is None:
+        before = thread_seed(conn, rec.session)
+        conn.execute("DELETE FROM thread_seeds WHERE session_label = ?", (rec.session,))
+    else:
+        before = state_at(conn, rec.parent_id)
+    after = advance(before, facts_of(rec))
+    conn.execute(
+        "INSERT OR REPLACE INTO turn_state (turn_id, state) VALUES (?, ?)",
+        (rec.turn_id, dumps(after).decode()),
+    )
+    if rec.bridges and rec.status == "completed":
+        conn.executemany(
+            "UPDATE bridge_notes SET consumed_turn_id = ? WHERE id = ?"
+            " AND consumed_turn_id IS NULL",
+            [(rec.turn_id, bridge) for bridge in rec.bridges],
+        )
+    return after
+
+
+def seed_thread(conn: sqlite3.Connection, label: str, state: SessionState, now: int) -> None:
+    """The session's next thread starts from `state` (Rule 4): for an automatic
+    rollover, which carries the old thread's record (`state_at` its head) over."""
+    conn.execute(
+        "INSERT OR REPLACE INTO thread_seeds (session_label, state, created_at) VALUES (?, ?, ?)",
+        (label, dumps(state).decode(), now),
+    )
+
+
+def drop_seed(conn: sqlite3.Connection, label: str) -> None:
+    """An explicit reset begins empty (threads.py Rule 4), whatever was seeded."""
+    conn.execute("DELETE FROM thread_seeds WHERE session_label = ?", (label,))
+
+
+def thread_seed(conn: sqlite3.Connection, label: str) -> SessionState:
+    """The record the session's next thread starts from (Rule 4): EMPTY but after a
+    rollover that carried one over."""
+    row = conn.execute(
+        "SELECT state FROM thread_seeds WHERE session_label = ?", (label,)
+    ).fetchone()
+    return EMPTY if row is None else loads(row[0])
+
+
+def state_at(conn: sqlite3.Connection, turn_id: str | None) -> SessionState:
+    """The record of the thread whose head is `turn_id` (None: an empty thread)."""
+    if turn_id is None:
+        return EMPTY
+    row = conn.execute("SELECT state FROM turn_state WHERE turn_id = ?", (turn_id,)).fetchone()
+    if row is not None:
+        return loads(row[0])
+    return _worked_out(conn, turn_id)
+
+
+def _worked_out(conn: sqlite3.Connection, turn_id: str) -> SessionState:
+    """Rule 2: from the nearest ancestor with a row (or the root) down to `turn_id`."""
+    if conn.execute("SELECT 1 FROM turns WHERE id = ?", (turn_id,)).fetchone() is None:
+        raise NotFound(f"no turn {turn_id!r}", field="turn")
+    chain = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL AND c.depth < ?"
+        " AND NOT EXISTS (SELECT 1 FROM turn_state s WHERE s.turn_id = c.id))"
+        " SELECT c.id, s.state FROM chain c LEFT JOIN turn_state s ON s.turn_id = c.id"
+        " ORDER BY c.depth DESC",
+        (turn_id, MAX_WALK),
+    ).fetchall()
+    state = EMPTY
+    for tid, stored in chain:
+        if stored is not None:
+            state = loads(stored)
+            continue
+        facts = stored_facts(conn, str(tid))
+        if facts is not None:
+            state = advance(state, facts)
+    return state
+
+
+def stored_facts(conn: sqlite3.Connection, turn_id: str) -> TurnFacts | None:
+    """The facts of a committed turn, read back from its rows (Rule 3)."""
+    row = conn.execute(
+        "SELECT type, status, error, model, prompt_tokens, completion_tokens FROM turns"
+        " WHERE id = ?",
+        (turn_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    inputs = conn.execute(
+        "SELECT coalesce(q.source, 'person'), m.content FROM messages m"
+        " LEFT JOIN queue_items q ON q.id = m.item_id"
+        " WHERE m.turn_id = ? AND m.role = 'user' ORDER BY m.seq",
+        (turn_id,),
+    ).fetchall()
+    calls = conn.execute(
+        "SELECT id, name, coalesce(arguments, ''), coalesce(result, ''), status"
+        " FROM tool_calls WHERE turn_id = ? ORDER BY seq",
+        (turn_id,),
+    ).fetchall()
+    events = conn.execute(
+        "SELECT type, payload FROM turn_events WHERE turn_id = ? ORDER BY seq", (turn_id,)
+    ).fetchall()
+    return TurnFacts(
+        type=str(row[0]),
+        status=str(row[1]),
+        error=row[2],
+        model=row[3],
+        inputs=tuple((str(s), str(c)) for s, c in inputs),
+        tool_calls=tuple(
+            ToolCall(str(i), str(n), str(a), str(r), "error" if s == "error" else "ok")
+            for i, n, a, r, s in calls
+        ),
+        events=tuple((str(k), orjson.loads(p)) for k, p in events),
+        prompt_tokens=int(row[4] or 0),
+        completion_tokens=int(row[5] or 0),
+    )
