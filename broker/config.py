@@ -56,6 +56,9 @@ class EngineSettings(_Section):
     compaction_threshold: float = Field(0.85, gt=0, le=1)  # of the window
     keep_recent_ratio: float = Field(0.3, ge=0, lt=1)  # of the window, kept verbatim
     compaction_timeout_s: float = Field(60.0, gt=0)  # then the deterministic summary
+    # The model compactions ask for (a cheaper one, say); None: the turns' model.
+    # A persona's own `compaction_model` wins (broker/mailbox/turn_parts.py).
+    compaction_model: str | None = None
     command: list[str] = Field(default_factory=list)
     base_url: str | None = None
     model: str = "gpt-4o-mini"
@@ -119,6 +122,7 @@ class Persona(_Section):
     system_prompt: str | None = None
     model: str | None = None  # passed to the engine; None: the engine's own
     context_window: int | None = Field(None, ge=256)
+    compaction_model: str | None = None  # None: its engine's `compaction_model`
 
 
 class Settings(BaseSettings):

@@ -24,7 +24,7 @@ from ledger.sessions import ImportError_
 from ledger.transfer import backup as backup_ledger
 from ledger.transfer import export_session, import_session
 
-from . import ctl_files, ctl_timers  # noqa: F401 - their commands register on `app`
+from . import ctl_context, ctl_files, ctl_timers, ctl_workers  # noqa: F401 - commands on `app`
 from .client import BrokerClient, BrokerError
 from .config import ConfigError, LedgerSettings, load_settings
 from .ctl_app import app, call, console, current_socket, opts, print_table

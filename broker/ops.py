@@ -21,6 +21,7 @@ from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
 from .ops_timers import TimerOps
+from .ops_workers import WorkerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .timers import TimerWheel
 
@@ -59,6 +60,7 @@ class Ops:
             "recall.search": self.recall_search,
             **TimerOps(ledger, timers).table,
             **FileOps(ledger).table,
+            **WorkerOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -249,7 +251,10 @@ class Ops:
     ) -> Any:
         a = check_args(args, (ArgSpec("session", str, True), ArgSpec("patch", dict, True)), req)
         now = now_ms()
-        return await self.ledger.scratchpad_merge(a["session"], a["patch"], now)
+        merged = await self.ledger.scratchpad_merge(a["session"], a["patch"], now)
+        if self.mailboxes is not None:  # the session's next turn shows it
+            self.mailboxes.scratchpad_merged(a["session"], merged, now)
+        return merged
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

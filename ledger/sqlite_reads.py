@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from . import events, inspect, queries, reads, recall, recall_answer, sessions, turns
+from . import events, inspect, queries, reads, recall, recall_answer, sessions, turns, workers
 from .items import ItemInfo
 from .port import OutboxRow, SessionStart
 
@@ -100,6 +100,9 @@ class SqliteReads:
 
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.read(lambda c: queries.sessions_list(c, status, limit))
+
+    async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
+        return await self.read(lambda c: workers.list_workers(c, session, turn))
 
     async def resolve_session(self, name: str) -> str:
         return await self.read(lambda c: queries.resolve_for_show(c, name))

@@ -61,6 +61,7 @@ class SessionContext:
         system: Msg | None,
         inputs: tuple[Msg, ...],
         notes: tuple[Msg, ...],
+        scratchpad: tuple[Msg, ...] = (),
     ) -> ContextPlan:
         summary = None
         if self.summary:
@@ -78,6 +79,7 @@ class SessionContext:
                 notes=notes,
                 threshold=threshold,
                 whole=self._whole_history(),
+                scratchpad=scratchpad,
             )
         )
 

@@ -23,6 +23,14 @@ Rule 6. ``whole``, when given, must be ``history``'s messages in order and their
         (``WholeHistory().plus(block)`` for each block). A history that fits whole is
         then taken from it as it is: the plan is the same as without it, only cheaper.
 
+Rule 7. The scratchpad (the agent's own notes) comes in renderings, best first (the
+        whole pad, then a short pointer to it). It goes in after the state as the first
+        rendering that fits both in what the fixed parts leave of the budget and in
+        ``SCRATCHPAD_SHARE`` of the budget; if none fits, it is left out. So it never
+        makes a plan ``over_budget``, and a large pad cannot crowd out the history
+        (which it would do turn after turn, compaction or not). Once in, it counts as
+        fixed for Rules 2, 3 and 5.
+
 Choice where the brief leaves room (partial turns): a turn is cut only when it is the
 newest turn and does not fit whole. Then its newest messages that fit are kept, cut at
 a group boundary from its oldest side (``cut_messages`` says how many were left out),
@@ -44,6 +52,8 @@ from typing import NamedTuple
 
 from broker.core.engine_types import Role
 from broker.core.records import record
+
+SCRATCHPAD_SHARE = 0.25  # of the budget, at most, for the scratchpad (Rule 7)
 
 
 @record
@@ -96,6 +106,7 @@ class ContextInput:
     notes: tuple[Msg, ...] = ()
     threshold: float = 0.85
     whole: WholeHistory | None = None  # `history` flattened and summed, if the caller has it
+    scratchpad: tuple[Msg, ...] = ()  # renderings of the agent's notes, best first (Rule 7)
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -121,14 +132,21 @@ class ContextPlan:
     compaction_due: bool
     cut_messages: int = 0  # messages left out of the oldest kept turn (a cut newest turn)
     history: tuple[Msg, ...] = ()  # the part of `messages` that is history
+    scratchpad: Msg | None = None  # the rendering of the scratchpad that went in (Rule 7)
 
 
 def assemble(ctx: ContextInput) -> ContextPlan:
     """Pack the context for one turn (see the module rules)."""
-    head = tuple(m for m in (ctx.system, ctx.state, ctx.summary) if m is not None)
     tail = ctx.notes + ctx.inputs
-    fixed = sum(m.tokens for m in head) + sum(m.tokens for m in tail)
+    fixed = sum(m.tokens for m in (ctx.system, ctx.state, ctx.summary) if m is not None)
+    fixed += sum(m.tokens for m in tail)
     budget = ctx.budget
+    pad = None
+    if ctx.scratchpad and fixed <= budget:  # Rule 7
+        room = min(budget - fixed, int(budget * SCRATCHPAD_SHARE))
+        pad = next((m for m in ctx.scratchpad if m.tokens <= room), None)
+        fixed += pad.tokens if pad is not None else 0
+    head = tuple(m for m in (ctx.system, ctx.state, pad, ctx.summary) if m is not None)
     if fixed > budget:
         return ContextPlan(
             messages=head + tail,
@@ -156,6 +174,7 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         compaction_due=due,
         cut_messages=fill.cut,
         history=fill.messages,
+        scratchpad=pad,
     )
 
 

@@ -127,7 +127,9 @@ class Ports:
     def default_mode(self, item: ItemInfo) -> Any:
         return None
 
-    async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str:
+    async def call_tool(
+        self, label: str, turn_id: str, name: str, args: dict[str, Any], call_id: str
+    ) -> str:
         raise AssertionError("no tools here")
 
     def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
