@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-POINTER_KEYS = 20
+POINTER_KEYS = 5
 KEY_CHARS = 40  # of each key named in the pointer
 
 
@@ -27,6 +27,5 @@ def renderings(pad: Any) -> tuple[str, ...]:
     more = f" and {len(keys) - POINTER_KEYS} more" if len(keys) > POINTER_KEYS else ""
     return (
         "Your scratchpad (your own notes; change them with scratchpad_merge):\n" + whole,
-        f"Your scratchpad has {len(keys)} entries ({named}{more}), too large to show here;"
-        " read them with scratchpad_get.",
+        f"Your scratchpad has {len(keys)} entries ({named}{more}): read them with scratchpad_get.",
     )

@@ -1,11 +1,13 @@
 """A subprocess engine scripted by its inputs, for the agent-tool and worker tests.
 
 Each line of a turn's inputs that reads `call NAME {json}` makes the program call
-that broker tool; `sleep S` sleeps; `mark PATH` creates a file (a test waits for
-it). The reply is the tool results, one a line (`NAME:status:content`), else the
-inputs. Every request it gets (a turn's or a summarizer's) is appended to the log
-file named by its first argument as one JSON line: session, model, system prompt,
-history, inputs and the tools offered.
+that broker tool; `event KIND {json}` reports a typed event; `mark PATH` creates a
+file (a test waits for it); `sleeponce PATH S` sleeps S seconds unless PATH exists,
+which it creates (a turn run again after a kill does not sleep again). The reply
+is the tool results, one a line (`NAME:status:content`), else the inputs. Every
+request it gets (a turn's or a summarizer's) is appended to the log file named by
+its first argument as one JSON line: session, model, system prompt, history, inputs
+and the tools offered.
 """
 
 from __future__ import annotations
@@ -41,10 +43,17 @@ PROGRAM = textwrap.dedent("""
             print(json.dumps(call), flush=True)
             answer = json.loads(sys.stdin.readline())
             results.append("%s:%s:%s" % (name, answer["status"], answer["content"]))
-        elif line.startswith("sleep "):
-            time.sleep(float(line[6:]))
+        elif line.startswith("event "):
+            kind, _, data = line[6:].partition(" ")
+            event = {"type": "event", "event": kind, "data": json.loads(data)}
+            print(json.dumps(event), flush=True)
         elif line.startswith("mark "):
             pathlib.Path(line[5:]).touch()
+        elif line.startswith("sleeponce "):
+            path, _, seconds = line[10:].rpartition(" ")
+            if not pathlib.Path(path).exists():
+                pathlib.Path(path).touch()
+                time.sleep(float(seconds))
     print(json.dumps({"type": "final", "text": "\\n".join(results) or text}), flush=True)
 """)
 
