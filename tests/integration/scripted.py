@@ -3,9 +3,10 @@
 Each line of a turn's inputs that reads `call NAME {json}` makes the program call
 that broker tool; `event KIND {json}` reports a typed event; `mark PATH` creates a
 file (a test waits for it); `sleeponce PATH S` sleeps S seconds unless PATH exists,
-which it creates (a turn run again after a kill does not sleep again). The reply
-is the tool results, one a line (`NAME:status:content`), else the inputs. Every
-request it gets (a turn's or a summarizer's) is appended to the log file named by
+which it creates (a turn run again after a kill does not sleep again). A worker's
+result (text from `[worker `) quotes its task: of its lines only `sleeponce` runs.
+The reply is the tool results, one a line (`NAME:status:content`), else the inputs.
+Every request it gets (a turn's or a summarizer's) is appended to the log file named by
 its first argument as one JSON line: session, model, system prompt, history, inputs
 and the tools offered.
 """
@@ -35,7 +36,10 @@ PROGRAM = textwrap.dedent("""
         }) + "\\n")
     text = "\\n".join(m["content"] for m in turn["inputs"])
     results = []
+    quoted = text.startswith("[worker ")
     for line in text.splitlines():
+        if quoted and not line.startswith("sleeponce "):
+            continue
         if line.startswith("call "):
             name, _, args = line[5:].partition(" ")
             call = {"type": "tool_call", "id": "c%d" % (len(results) + 1), "name": name,
