@@ -65,8 +65,9 @@ class RunningTurn:
     error: str | None = None
     reason: str | None = None
     overflowed_call: dict[str, Any] | None = None  # kept if a reactive compaction follows
-    # The engine's id of each broker tool call -> the broker's (broker/tools.py Rule 1).
-    call_ids: dict[str, str] = field(default_factory=dict)
+    # The engine's id of each broker tool call -> the broker's (broker/tools.py Rule 1);
+    # made at the first call: most turns call no tool.
+    call_ids: dict[str, str] | None = None
     # Rule 2: `save_progress` runs at the first delta of each `save_every_s` after the
     # turn starts; `progress_saved` tells the commit a saved row may exist.
     clock: Callable[[], float] = anyio.current_time
@@ -104,6 +105,8 @@ class RunningTurn:
             raise EngineError(f"the broker offers no tool named {name!r}")
         ours = new_id()
         if call_id:
+            if self.call_ids is None:
+                self.call_ids = {}
             self.call_ids[call_id] = ours
         return await self.tools(name, arguments, ours)
 

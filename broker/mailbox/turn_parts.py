@@ -248,7 +248,7 @@ def record(
     return rec, outcome, taken_msgs, reply_msg
 
 
-def _broker_ids(calls: list[ToolCall], ours: dict[str, str]) -> list[ToolCall]:
+def _broker_ids(calls: list[ToolCall], ours: dict[str, str] | None) -> list[ToolCall]:
     """The calls under the broker's ids where it ran them (broker/tools.py Rule 1)."""
     if not ours:
         return calls

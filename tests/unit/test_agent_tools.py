@@ -88,4 +88,4 @@ async def test_a_tool_call_runs_and_is_recorded_under_the_brokers_id(anyio_backe
     calls = [ToolCall("engine-1", "agent_send", "{}", "ok", "ok"),
              ToolCall("own", "other", "{}", "ok", "ok")]  # fmt: skip
     assert [c.id for c in turn_parts._broker_ids(calls, turn.call_ids)] == [seen[0], "own"]
-    assert turn_parts._broker_ids(calls, {}) is calls
+    assert turn_parts._broker_ids(calls, None) is calls
