@@ -122,10 +122,13 @@ async def call(
             cfg.budget_tokens,
             cross_session=cfg.cross_session,
         )
-    if name in tools_session.BY_NAME:
-        return await tools_session.BY_NAME[name](hub, session, arguments)
-    if name == tools_workers.WORKER_DONE.name:
-        return await tools_workers.worker_done(hub, session, arguments)
+    try:
+        if name in tools_session.BY_NAME:
+            return await tools_session.BY_NAME[name](hub, session, arguments)
+        if name == tools_workers.WORKER_DONE.name:
+            return await tools_workers.worker_done(hub, session, arguments)
+    except LedgerLookupError as exc:  # a refusal is the tool's answer, not a failed turn
+        raise EngineError(f"{name} refused: {exc}") from exc
     raise EngineError(f"the broker offers no tool named {name!r}")
 
 
