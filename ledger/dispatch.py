@@ -274,6 +274,8 @@ def report(conn: sqlite3.Connection, session: str, result: str, now: int) -> Rep
         ).fetchone()
         if row is None:
             raise Conflict(f"{session} was dispatched no task to report on", field="result")
+        if row[0] == "running":
+            raise Conflict(f"{session} has not taken its task yet", field="result")
         raise Conflict(f"{session}'s task has already ended ({row[0]})", field="result")
     items = [finish(conn, d, "completed", result, now) for d in ended]
     return Reported(tuple(ended), tuple(i for i in items if i is not None))

@@ -72,7 +72,7 @@ async def test_a_waiting_worker_reports_once_with_worker_done(port: LedgerPort) 
         parent=parent, parent_turn=None, tool_call=None, target={"kind": "new_session"},
         task="research", persona=None, limits=LIMITS, now=tick(),
     )  # fmt: skip
-    with pytest.raises(Conflict):  # it has not taken its task yet
+    with pytest.raises(Conflict, match="not taken its task yet"):
         await port.report_worker_done(done.session, "too early", tick())
     [task] = await port.open_items(done.session)
     first = turn(done.session, None, [task], "scheduled a check")
