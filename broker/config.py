@@ -101,7 +101,9 @@ class WorkerSettings(_Section):
     persona: str | None = None  # a persona for workers; None: `system_prompt` below
     system_prompt: str = (
         "You are a worker agent. Another agent dispatched the task below to you. Do it, "
-        "then reply with the result only: it goes back to the agent that asked."
+        "then reply with the result only: it goes back to the agent that asked. If the "
+        "task takes you several turns (you wait for workers of your own or a timer), "
+        "give the result with the worker_done tool when it is ready."
     )
 
 
