@@ -57,6 +57,9 @@ class EngineSettings(_Section):
     compaction_threshold: float = Field(0.85, gt=0, le=1)  # of the window
     keep_recent_ratio: float = Field(0.3, ge=0, lt=1)  # of the window, kept verbatim
     compaction_timeout_s: float = Field(60.0, gt=0)  # then the deterministic summary
+    # The model compactions ask for (a cheaper one, say); None: the turns' model.
+    # A persona's own `compaction_model` wins (broker/mailbox/turn_parts.py).
+    compaction_model: str | None = None
     command: list[str] = Field(default_factory=list)
     base_url: str | None = None
     model: str = "gpt-4o-mini"
@@ -99,7 +102,9 @@ class WorkerSettings(_Section):
     persona: str | None = None  # a persona for workers; None: `system_prompt` below
     system_prompt: str = (
         "You are a worker agent. Another agent dispatched the task below to you. Do it, "
-        "then reply with the result only: it goes back to the agent that asked."
+        "then reply with the result only: it goes back to the agent that asked. If the "
+        "task takes you several turns (you wait for workers of your own or a timer), "
+        "give the result with the worker_done tool when it is ready."
     )
 
 
@@ -160,6 +165,7 @@ class Persona(_Section):
     system_prompt: str | None = None
     model: str | None = None  # passed to the engine; None: the engine's own
     context_window: int | None = Field(None, ge=256)
+    compaction_model: str | None = None  # None: its engine's `compaction_model`
 
 
 class Settings(BaseSettings):

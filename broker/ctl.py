@@ -24,7 +24,15 @@ from ledger.sessions import ImportError_
 from ledger.transfer import backup as backup_ledger
 from ledger.transfer import export_session, import_session
 
-from . import ctl_files, ctl_routes, ctl_state, ctl_threads, ctl_timers  # noqa: F401 - their commands register on `app`
+from . import (  # noqa: F401 - their commands register on `app`
+    ctl_context,
+    ctl_files,
+    ctl_routes,
+    ctl_state,
+    ctl_threads,
+    ctl_timers,
+    ctl_workers,
+)
 from .client import BrokerClient, BrokerError
 from .config import ConfigError, LedgerSettings, load_settings
 from .ctl_app import app, call, console, current_socket, opts, print_table

@@ -190,6 +190,7 @@ class Daemon:
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
             timers = TimerWheel(ledger, mailboxes.post)
+            mailboxes.timers_changed = timers.changed  # the agents' `schedule` tool
             ops = Ops(ledger, self.state_of, mailboxes, timers)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:

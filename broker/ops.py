@@ -24,6 +24,7 @@ from .ops_routes import RouteOps
 from .ops_state import StateOps, hand_bridges
 from .ops_threads import ThreadOps
 from .ops_timers import TimerOps
+from .ops_workers import WorkerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .timers import TimerWheel
 
@@ -65,6 +66,7 @@ class Ops:
             **RouteOps(ledger).table,
             **ThreadOps(ledger, mailboxes).table,
             **StateOps(ledger).table,
+            **WorkerOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -255,7 +257,10 @@ class Ops:
     ) -> Any:
         a = check_args(args, (ArgSpec("session", str, True), ArgSpec("patch", dict, True)), req)
         now = now_ms()
-        return await self.ledger.scratchpad_merge(a["session"], a["patch"], now)
+        merged = await self.ledger.scratchpad_merge(a["session"], a["patch"], now)
+        if self.mailboxes is not None:  # the session's next turn shows it
+            self.mailboxes.scratchpad_merged(a["session"], merged, now)
+        return merged
 
     async def logs_follow(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(

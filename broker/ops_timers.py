@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.core.timers import TimerSpecError, parse_spec
+from broker.core.timers import TimerSpec, TimerSpecError, parse_spec
 from ledger import logs
 from ledger.ids import now_ms
 from ledger.port import LedgerPort
@@ -14,6 +14,17 @@ from .protocol import ArgSpec, ProtocolError, check_args
 from .timers import TimerWheel
 
 log = logs.get("broker.ops")
+TEXT = ArgSpec("text", str, True, 100_000)
+
+
+def spec_of(args: dict[str, Any], now: int, req: str | None) -> TimerSpec:
+    """The timer `args` ask for (`text`, `in_s` or `at`, `every_s?`), or `invalid` naming
+    the field: the one validation of `timer.add` and of the agents' `schedule` tool."""
+    text = check_args(args, (TEXT,), req)["text"]
+    try:
+        return parse_spec(text, args.get("in_s"), args.get("at"), args.get("every_s"), now)
+    except TimerSpecError as exc:
+        raise ProtocolError("invalid", str(exc), field=exc.field, req=req) from exc
 
 
 class TimerOps:
@@ -29,14 +40,9 @@ class TimerOps:
         }
 
     async def timer_add(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
-        a = check_args(
-            args, (ArgSpec("session", str, True), ArgSpec("text", str, True, 100_000)), req
-        )
+        a = check_args(args, (ArgSpec("session", str, True),), req)
         now = now_ms()
-        try:
-            spec = parse_spec(a["text"], args.get("in_s"), args.get("at"), args.get("every_s"), now)
-        except TimerSpecError as exc:
-            raise ProtocolError("invalid", str(exc), field=exc.field, req=req) from exc
+        spec = spec_of(args, now, req)
         timer = await self.ledger.add_timer(a["session"], spec, now)
         if self.timers is not None:
             self.timers.changed()

@@ -1,48 +1,34 @@
 """Broker tools offered to engines: what an agent may ask the broker to do mid-turn.
 
 The tools see the daemon through `ToolContext` only: dispatching a task, the ledger's
-reads, the recall settings and the token counter.
+reads, the recall settings and the token counter, a compaction after the turn, the
+session-state record, the scratchpad's live copy and the timer wheel. The scratchpad,
+compaction and timer tools are `tools_session.py`; `worker_done` is `tools_workers.py`.
+
+Rule 1: a tool call the broker runs has the broker's own id (a ULID, made by the
+        running turn): a dispatch records it as its `tool_call`, and the turn's commit
+        stores the call under it, so a worker links back to the call that spawned it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
-from broker.config import Settings
-from broker.context import TokenCounter
 from broker.core.engine_types import ToolSpec
-from ledger.dispatch import Dispatched
+from ledger.dispatch import Handoff
 from ledger.errors import LedgerLookupError
-from ledger.store import Ledger
 
+from . import tools_session, tools_workers
 from .engines.base import EngineError
 from .recall_tool import RECALL_TOOL, conversation_recall
+from .tools_context import ToolContext
+
+__all__ = ["SPECS", "WORKER_SPECS", "ToolContext", "call", "specs_for"]
 
 
-class ToolContext(Protocol):
-    """What the tools need of the daemon (the mailbox registry provides it)."""
-
-    @property
-    def ledger(self) -> Ledger: ...
-
-    @property
-    def counter(self) -> TokenCounter: ...
-
-    @property
-    def settings(self) -> Settings: ...
-
-    async def dispatch(
-        self,
-        *,
-        parent: str | None,
-        parent_turn: str | None,
-        tool_call: str | None,
-        target: dict[str, Any],
-        task: str,
-    ) -> Dispatched: ...
-
+MAX_HANDOFF_KEYS = 50
 
 AGENT_SEND = ToolSpec(
     name="agent_send",
@@ -68,13 +54,21 @@ AGENT_SEND = ToolSpec(
                 "required": ["kind"],
             },
             "task": {"type": "string", "description": "What the worker should do."},
+            "scratchpad_keys": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Entries of your scratchpad to hand the worker with the task"
+                " (your session-state record goes along anyway).",
+            },
         },
         "required": ["task"],
     },
 )
 
 
-async def agent_send(hub: ToolContext, session: str, turn: str, arguments: dict[str, Any]) -> str:
+async def agent_send(
+    hub: ToolContext, session: str, turn: str, arguments: dict[str, Any], call_id: str | None
+) -> str:
     if arguments.get("op", "dispatch") != "dispatch":
         raise EngineError("agent_send supports only op 'dispatch'")
     task = arguments.get("task")
@@ -83,9 +77,24 @@ async def agent_send(hub: ToolContext, session: str, turn: str, arguments: dict[
     target = arguments.get("target") or {"kind": "new_session"}
     if not isinstance(target, dict):
         raise EngineError("agent_send 'target' must be an object")
+    keys = arguments.get("scratchpad_keys") or []
+    if (
+        not isinstance(keys, list)
+        or len(keys) > MAX_HANDOFF_KEYS
+        or not all(isinstance(k, str) and k for k in keys)
+    ):
+        raise EngineError(
+            f"agent_send 'scratchpad_keys' must be a list of at most {MAX_HANDOFF_KEYS} names"
+        )
+    handoff = Handoff(hub.state_record(session), tuple(dict.fromkeys(keys)))
     try:
         done = await hub.dispatch(
-            parent=session, parent_turn=turn, tool_call=None, target=target, task=task
+            parent=session,
+            parent_turn=turn,
+            tool_call=call_id,
+            target=target,
+            task=task,
+            handoff=handoff,
         )
     except LedgerLookupError as exc:
         raise EngineError(f"agent_send refused: {exc}") from exc
@@ -95,10 +104,17 @@ async def agent_send(hub: ToolContext, session: str, turn: str, arguments: dict[
 
 
 async def call(
-    hub: ToolContext, session: str, turn: str, name: str, arguments: dict[str, Any]
+    hub: ToolContext,
+    session: str,
+    turn: str,
+    name: str,
+    arguments: dict[str, Any],
+    call_id: str | None = None,
 ) -> str:
+    """Run the tool `name` for `session`'s running `turn`; `call_id` is the broker's id
+    of the call (Rule 1)."""
     if name == "agent_send":
-        return await agent_send(hub, session, turn, arguments)
+        return await agent_send(hub, session, turn, arguments, call_id)
     if name == RECALL_TOOL.name:
         cfg = hub.settings.recall
         return await conversation_recall(
@@ -110,7 +126,20 @@ async def call(
             cross_session=cfg.cross_session,
             neighbours=(cfg.neighbours_before, cfg.neighbours_after),
         )
+    try:
+        if name in tools_session.BY_NAME:
+            return await tools_session.BY_NAME[name](hub, session, arguments)
+        if name == tools_workers.WORKER_DONE.name:
+            return await tools_workers.worker_done(hub, session, arguments)
+    except LedgerLookupError as exc:  # a refusal is the tool's answer, not a failed turn
+        raise EngineError(f"{name} refused: {exc}") from exc
     raise EngineError(f"the broker offers no tool named {name!r}")
 
 
-SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL)
+SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL, *tools_session.SPECS)
+WORKER_SPECS: tuple[ToolSpec, ...] = (*SPECS, tools_workers.WORKER_DONE)
+
+
+def specs_for(kind: str) -> tuple[ToolSpec, ...]:
+    """The tools offered to a session of `kind`: a worker may also report (worker_done)."""
+    return WORKER_SPECS if kind == "worker" else SPECS

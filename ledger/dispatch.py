@@ -2,12 +2,28 @@
 
 Rule 1: a dispatch is one transaction: the dispatch row, the worker session
         when the target is new, and the task item in the target's queue.
-Rule 2: a dispatch ends in the transaction of the turn that consumed its task
-        (completed or failed), or when its deadline passes (timed out). Ending
-        it puts one `worker_result` item into the parent's queue and records
-        that item on the dispatch; a dispatch that already has a result item
-        is never ended again. So each dispatch yields exactly one result,
-        whatever crashes, retries or late finishes happen.
+Rule 2: a dispatch ends once, in one of these transactions, and ending it puts
+        one `worker_result` item into the parent's queue and records that item on
+        the dispatch; a dispatch that already has a result item is never ended
+        again. So each dispatch yields exactly one result, whatever crashes,
+        retries or late finishes happen.
+        - its worker's `worker_done` (`report`): every dispatch whose task the worker
+          has taken ends, completed, with the result it gives;
+        - the commit of a turn that took its task (`settle_turn`), completed or
+          failed with the turn, unless the session is a worker (`worker:` label) and
+          that completed turn waits for something: it dispatched workers of its own
+          or set a timer (`WAITS_ON`). Then the dispatch stays open, and the commit
+          of each later turn of the worker settles it the same way (Rule 3);
+        - its deadline passing (`sweep_timeouts`): timed out.
+Rule 3: a worker that never calls `worker_done` (a single-turn engine) reports the
+        reply of its first turn that waits for nothing, as before `worker_done`
+        existed; one that waits runs on, turn after turn, until it reports, stops
+        waiting, or times out. A task queued on a session that is not a worker ends
+        with the turn that took it.
+Rule 4: a handoff (`Handoff`) goes with the task in the task item's text: the parent's
+        session-state record and the entries of its scratchpad it names, read in the
+        dispatch's own transaction; a name the scratchpad lacks refuses the dispatch
+        whole. The dispatch row keeps the task alone.
 """
 
 from __future__ import annotations
@@ -24,6 +40,23 @@ from .items import ItemInfo, load_item
 from .sessions import fork, label_free
 
 RESULT_PREVIEW = 16_000  # characters of the worker's reply carried in the result item
+WAITS_ON = frozenset({"agent_send", "schedule"})  # tools whose outcome wakes the worker
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """What a parent hands its worker beside the task (Rule 4)."""
+
+    state: str | None  # the parent's session-state record, rendered
+    scratchpad_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """`worker_done`'s outcome: the dispatches it ended and their result items."""
+
+    dispatches: tuple[str, ...]
+    items: tuple[ItemInfo, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +92,14 @@ def dispatch(
     persona: str | None,
     limits: Limits,
     now: int,
+    handoff: Handoff | None = None,
 ) -> Dispatched:
     depth = (depth_of(conn, parent) + 1) if parent else 1
     if parent is not None:
         _check_parent(conn, parent, depth, limits)
+    payload = (
+        task if handoff is None or parent is None else _with_handoff(conn, task, parent, handoff)
+    )
     session = _target_session(conn, target, parent, parent_turn, tool_call, task, persona, now)
     dispatch_id = new_id()
     item_id = new_id()
@@ -85,9 +122,35 @@ def dispatch(
     conn.execute(
         "INSERT INTO queue_items (id, session_label, source, mode, payload, dispatch_id,"
         " created_at, updated_at) VALUES (?, ?, 'operator', 'followup', ?, ?, ?, ?)",
-        (item_id, session, task, dispatch_id, now, now),
+        (item_id, session, payload, dispatch_id, now, now),
     )
     return Dispatched(dispatch_id, session, load_item(conn, item_id))
+
+
+def _with_handoff(conn: sqlite3.Connection, task: str, parent: str, handoff: Handoff) -> str:
+    """The task item's payload with the handoff (Rule 4): its text, task and handoff."""
+    entries: dict[str, Any] = {}
+    if handoff.scratchpad_keys:
+        row = conn.execute(
+            "SELECT state FROM scratchpad WHERE session_label = ?", (parent,)
+        ).fetchone()
+        pad = orjson.loads(row[0]) if row else {}
+        missing = [k for k in handoff.scratchpad_keys if k not in pad]
+        if missing:
+            raise Conflict(
+                f"the scratchpad of {parent} has no entry {', '.join(map(repr, missing))}",
+                field="scratchpad_keys",
+            )
+        entries = {k: pad[k] for k in handoff.scratchpad_keys}
+    if handoff.state is None and not entries:
+        return task
+    parts = [task, f"--- Handoff from {parent} ---"]
+    if handoff.state is not None:
+        parts.append(handoff.state)
+    if entries:
+        parts.append("Scratchpad entries handed over:\n" + orjson.dumps(entries).decode())
+    handed = {"from": parent, "state": handoff.state, "scratchpad": entries}
+    return orjson.dumps({"text": "\n\n".join(parts), "task": task, "handoff": handed}).decode()
 
 
 def _check_parent(conn: sqlite3.Connection, parent: str, depth: int, limits: Limits) -> None:
@@ -202,6 +265,70 @@ def finish(
         (status, now, item_id, dispatch_id),
     )
     return load_item(conn, item_id)
+
+
+def _taken(conn: sqlite3.Connection, session: str) -> list[str]:
+    """The open dispatches on `session` whose task item the session has taken."""
+    return [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT d.id FROM dispatches d JOIN queue_items q ON q.dispatch_id = d.id"
+            " WHERE d.target_session = ? AND d.status = 'running'"
+            " AND q.status IN ('running', 'done') ORDER BY d.created_at",
+            (session,),
+        )
+    ]
+
+
+def report(conn: sqlite3.Connection, session: str, result: str, now: int) -> Reported:
+    """`worker_done` (Rule 2): end every dispatch whose task `session` has taken."""
+    ended = _taken(conn, session)
+    if not ended:
+        row = conn.execute(
+            "SELECT status FROM dispatches WHERE target_session = ?"
+            " ORDER BY created_at DESC LIMIT 1",
+            (session,),
+        ).fetchone()
+        if row is None:
+            raise Conflict(f"{session} was dispatched no task to report on", field="result")
+        if row[0] == "running":
+            raise Conflict(f"{session} has not taken its task yet", field="result")
+        raise Conflict(f"{session}'s task has already ended ({row[0]})", field="result")
+    items = [finish(conn, d, "completed", result, now) for d in ended]
+    return Reported(tuple(ended), tuple(i for i in items if i is not None))
+
+
+def settle_turn(
+    conn: sqlite3.Connection,
+    session: str,
+    status: str,
+    reply: str,
+    task_dispatches: list[str],
+    tools_called: list[str],
+    now: int,
+) -> list[ItemInfo]:
+    """A turn of `session` that took its inputs committed (Rules 2 and 3): end the
+    dispatches it settles; the result items queued for their parents."""
+    if not session.startswith("worker:"):
+        ended = task_dispatches
+    elif status == "completed" and WAITS_ON.intersection(tools_called):
+        return []  # it waits for its own workers or a timer: the task goes on
+    else:
+        ended = _taken(conn, session)
+    results = []
+    for dispatch_id in ended:
+        item = finish(conn, dispatch_id, status, reply, now)
+        if item is not None:
+            results.append(item)
+    return results
+
+
+def spawned_by(conn: sqlite3.Connection, tool_call: str) -> str | None:
+    """The worker session a tool call made (issue 21's `tool_calls.spawned_session`)."""
+    row = conn.execute(
+        "SELECT label FROM sessions WHERE spawn_tool_call_id = ?", (tool_call,)
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def sweep_timeouts(conn: sqlite3.Connection, now: int) -> list[ItemInfo]:

@@ -1,4 +1,9 @@
-"""Turn events across sessions, and the scratchpad."""
+"""Turn events across sessions, and the scratchpad.
+
+Rule 1: a scratchpad merge that would leave the pad over `SCRATCHPAD_MAX_BYTES` (as
+        JSON) is refused whole (`invalid` on `patch`) and changes nothing: the limit of
+        the `scratchpad.merge` op and of the agents' `scratchpad_merge` tool alike.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import orjson
 
 from broker.core.session_state import merge_patch
 
-from .errors import NotFound
+from .errors import Conflict, NotFound
 from .recall_reads import TOTALS
+
+SCRATCHPAD_MAX_BYTES = 64 << 10
 
 
 def query(
@@ -66,12 +73,27 @@ def scratchpad_get(conn: sqlite3.Connection, label: str) -> Any:
     return orjson.loads(row[0]) if row else {}
 
 
+def stored_scratchpad(conn: sqlite3.Connection, label: str) -> tuple[str, int] | tuple[()]:
+    """The scratchpad's JSON as stored and when it was merged, or () if never written."""
+    row = conn.execute(
+        "SELECT state, updated_at FROM scratchpad WHERE session_label = ?", (label,)
+    ).fetchone()
+    return (str(row[0]), int(row[1])) if row else ()
+
+
 def scratchpad_merge(conn: sqlite3.Connection, label: str, patch: dict[str, Any], now: int) -> Any:
     merged = merge_patch(scratchpad_get(conn, label), patch)
+    state = orjson.dumps(merged)
+    if len(state) > SCRATCHPAD_MAX_BYTES:  # Rule 1
+        raise Conflict(
+            f"the scratchpad would be {len(state)} bytes as JSON; at most"
+            f" {SCRATCHPAD_MAX_BYTES} (remove entries with null)",
+            field="patch",
+        )
     conn.execute(
         "INSERT INTO scratchpad (session_label, state, updated_at) VALUES (?, ?, ?)"
         " ON CONFLICT (session_label) DO UPDATE SET state = excluded.state,"
         " updated_at = excluded.updated_at",
-        (label, orjson.dumps(merged).decode(), now),
+        (label, state.decode(), now),
     )
     return merged

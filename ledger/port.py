@@ -34,7 +34,7 @@ from broker.core.session_state import SessionState
 from broker.core.timers import TimerSpec
 
 from .binding_jobs import BindCommand
-from .dispatch import Dispatched, Limits
+from .dispatch import Dispatched, Handoff, Limits, Reported
 from .ingest import Accepted, InboundRecord
 from .inspect import LedgerReport
 from .items import ItemInfo
@@ -59,6 +59,7 @@ __all__ = [
     "DeliveryPort",
     "Dispatched",
     "Found",
+    "Handoff",
     "Hit",
     "InboundRecord",
     "IngestPort",
@@ -72,6 +73,7 @@ __all__ = [
     "OutboxKey",
     "OutboxRow",
     "ReadPort",
+    "Reported",
     "Request",
     "RoutePort",
     "SessionSpec",
@@ -239,7 +241,16 @@ class TurnPort(Protocol):
         persona: str | None,
         limits: Limits,
         now: int,
-    ) -> Dispatched: ...
+        handoff: Handoff | None = None,
+    ) -> Dispatched:
+        """`agent_send`: queue `task` on a session or a new worker session, with the
+        parent's `handoff` (ledger/dispatch.py Rule 4); one transaction."""
+        ...
+
+    async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
+        """`worker_done`: end the dispatches whose task `session` took, each with one
+        result item for its parent; `Conflict` if none is open (ledger/dispatch.py)."""
+        ...
 
     async def sweep_worker_timeouts(self, now: int) -> list[ItemInfo]:
         """End the dispatches past their deadline; the result items queued for parents."""
@@ -299,6 +310,11 @@ class ReadPort(Protocol):
     async def session_state(self, session: str) -> dict[str, Any]:
         """`session.state`: the record of the session's current thread, with its
         session section (id, head, model, counts)."""
+        ...
+
+    async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
+        """`workers.list`: the dispatches `session` (a label or an alias) made, of one of
+        its turns if `turn`, oldest first; NotFound for an unknown session or turn."""
         ...
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:

@@ -31,6 +31,7 @@ from . import (
     state_reads,
     state_records,
     turns,
+    workers,
 )
 from .bridges import pending_bridges
 from .items import ItemInfo
@@ -117,6 +118,9 @@ class SqliteReads:
 
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.read(lambda c: queries.sessions_list(c, status, limit))
+
+    async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
+        return await self.read(lambda c: workers.list_workers(c, session, turn))
 
     async def resolve_session(self, name: str) -> str:
         return await self.read(lambda c: queries.resolve_for_show(c, name))

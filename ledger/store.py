@@ -249,6 +249,7 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods):
         persona: str | None,
         limits: dispatches.Limits,
         now: int,
+        handoff: dispatches.Handoff | None = None,
     ) -> dispatches.Dispatched:
         return await self.writer.call(
             dispatches.dispatch,
@@ -260,7 +261,11 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods):
             persona=persona,
             limits=limits,
             now=now,
+            handoff=handoff,
         )
+
+    async def report_worker_done(self, session: str, result: str, now: int) -> dispatches.Reported:
+        return await self.writer.call(dispatches.report, session, result, now)
 
     async def sweep_worker_timeouts(self, now: int) -> list[ItemInfo]:
         return await self.writer.call(dispatches.sweep_timeouts, now)

@@ -34,8 +34,9 @@ import orjson
 from broker.core.engine_types import ToolCall
 from broker.core.session_state import totals_of
 
-from .dispatch import finish
+from .dispatch import settle_turn, spawned_by
 from .errors import NotFound
+from .events import stored_scratchpad
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
 from .resets import pending_thread
@@ -257,8 +258,8 @@ def _write_turn(
             tuple(row.values()),
         )
     conn.executemany(
-        "INSERT INTO tool_calls (id, turn_id, seq, name, arguments, result, status, created_at)"
-        " VALUES (?,?,?,?,?,?,?,?)",
+        "INSERT INTO tool_calls (id, turn_id, seq, name, arguments, result, status,"
+        " spawned_session, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
         [
             (
                 tc.id or new_id(),
@@ -268,6 +269,7 @@ def _write_turn(
                 tc.arguments,
                 tc.result,
                 tc.status,
+                spawned_by(conn, tc.id) if tc.name == "agent_send" and tc.id else None,
                 rec.completed_at,
             )
             for n, tc in enumerate(rec.tool_calls)
@@ -319,21 +321,17 @@ def _write_turn(
 
 
 def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
-    """A task item consumed by a finished turn ends its dispatch (ledger/dispatch.py).
-
-    Returns the result items queued for the parent sessions.
-    """
-    results: list[ItemInfo] = []
+    """A turn that took its inputs may end dispatches (ledger/dispatch.py Rules 2, 3);
+    the result items it queued for parent sessions."""
     if rec.item_status != "done":
-        return results
+        return []
+    tasks = [item.dispatch_id for item in rec.inputs if item.dispatch_id is not None]
+    if not tasks and not rec.session.startswith("worker:"):
+        return []  # the hot path: a person's turn carries no task
     status = "completed" if rec.status == "completed" else "failed"
     reply = rec.output if status == "completed" else (rec.error or rec.output)
-    for item in rec.inputs:
-        if item.dispatch_id is not None:
-            result = finish(conn, item.dispatch_id, status, reply, rec.completed_at)
-            if result is not None:
-                results.append(result)
-    return results
+    called = [tc.name for tc in rec.tool_calls if tc.status == "ok"]
+    return settle_turn(conn, rec.session, status, reply, tasks, called, rec.completed_at)
 
 
 def add_outbox(
@@ -438,6 +436,8 @@ class ActorStart:
     # Decided and not begun (ledger/threads.py): number, reason, the seq of the item
     # that decided it (0: none).
     pending_thread: tuple[int, str, int] | None = None
+    scratchpad: str | None = None  # its JSON, as stored; None: never written
+    scratchpad_at: int = -1  # when it was last merged (ms): a newer merge seen live wins
 
 
 def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
@@ -469,6 +469,7 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         str(row[6]),
         last_route(conn, label),
         pending_thread(conn, label),
+        *stored_scratchpad(conn, label),
     )
 
 

@@ -75,6 +75,7 @@ class SessionContext:
         inputs: tuple[Msg, ...],
         notes: tuple[Msg, ...],
         label: str | None = None,
+        scratchpad: tuple[Msg, ...] = (),
     ) -> ContextPlan:
         summary = None
         if self.summary:
@@ -95,6 +96,7 @@ class SessionContext:
                 threshold=threshold,
                 whole=self._whole_history(),
                 bridge=self.msg("system", bridge) if bridge else None,
+                scratchpad=scratchpad,
             )
         )
         self.planned_bridges = tuple(self.bridges) if plan.bridge is not None else ()

@@ -3,7 +3,7 @@
 No I/O, no tokenizer: every ``Msg`` carries its token count (the caller counts once,
 with ``TokenCounter.count_message``, and caches it). ``budget = window - reserve_reply``.
 
-Rule 1. Order: system, state, summary, bridge (each if present), then history, then
+Rule 1. Order: system, state, scratchpad, summary, bridge (each if present), then history, then
         notes, then the inputs, each input a message of its own, in the given order.
 Rule 2. The fixed parts (system, summary, notes, inputs) always go in. If they
         alone exceed the budget the plan is ``over_budget``, carries no history, and the
@@ -28,6 +28,14 @@ Rule 6. ``whole``, when given, must be ``history``'s messages in order and their
         (``WholeHistory().plus(block)`` for each block). A history that fits whole is
         then taken from it as it is: the plan is the same as without it, only cheaper.
 
+Rule 7. The scratchpad (the agent's own notes) comes in renderings, best first (the
+        whole pad, then a short pointer to it). It goes in after the state as the first
+        rendering that fits both in what the fixed parts leave of the budget and in
+        ``SCRATCHPAD_SHARE`` of the budget; if none fits, it is left out. So it never
+        makes a plan ``over_budget``, and a large pad cannot crowd out the history
+        (which it would do turn after turn, compaction or not). Once in, it counts as
+        fixed for Rules 2, 3 and 5.
+
 Choice where the brief leaves room (partial turns): a turn is cut only when it is the
 newest turn and does not fit whole. Then its newest messages that fit are kept, cut at
 a group boundary from its oldest side (``cut_messages`` says how many were left out),
@@ -49,6 +57,8 @@ from typing import NamedTuple
 
 from broker.core.engine_types import Role
 from broker.core.records import record
+
+SCRATCHPAD_SHARE = 0.25  # of the budget, at most, for the scratchpad (Rule 7)
 
 
 @record
@@ -103,6 +113,7 @@ class ContextInput:
     whole: WholeHistory | None = None  # `history` flattened and summed, if the caller has it
     state_short: Msg | None = None  # the state's short form, for a tight budget (Rule 2a)
     bridge: Msg | None = None  # what a merged-in session was about (Rule 2a)
+    scratchpad: tuple[Msg, ...] = ()  # renderings of the agent's notes, best first (Rule 7)
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -130,6 +141,7 @@ class ContextPlan:
     history: tuple[Msg, ...] = ()  # the part of `messages` that is history
     state: Msg | None = None  # the state record's message that went in, if any (Rule 2a)
     bridge: Msg | None = None  # the bridge note, if it went in (Rule 2a)
+    scratchpad: Msg | None = None  # the rendering of the scratchpad that went in (Rule 7)
 
 
 def assemble(ctx: ContextInput) -> ContextPlan:
@@ -151,9 +163,14 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         )
     state = next((m for m in (ctx.state, ctx.state_short) if _fits(m, fixed, budget)), None)
     fixed += state.tokens if state is not None else 0
+    pad = None
+    if ctx.scratchpad:  # Rule 7
+        room = min(budget - fixed, int(budget * SCRATCHPAD_SHARE))
+        pad = next((m for m in ctx.scratchpad if m.tokens <= room), None)
+        fixed += pad.tokens if pad is not None else 0
     bridge = ctx.bridge if _fits(ctx.bridge, fixed, budget) else None
     fixed += bridge.tokens if bridge is not None else 0
-    head = tuple(m for m in (ctx.system, state, ctx.summary, bridge) if m is not None)
+    head = tuple(m for m in (ctx.system, state, pad, ctx.summary, bridge) if m is not None)
     whole = ctx.whole
     if whole is not None and fixed + whole.tokens <= budget:
         fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # Rule 6
@@ -173,6 +190,7 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         history=fill.messages,
         state=state,
         bridge=bridge,
+        scratchpad=pad,
     )
 
 

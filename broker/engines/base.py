@@ -39,8 +39,12 @@ class TurnIO(Protocol):
     def take_steer(self) -> list[ChatMessage]:
         """User messages steered into this turn since the last call (non-blocking)."""
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run a broker tool; raises EngineError for an unknown tool."""
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], call_id: str | None = None
+    ) -> str:
+        """Run a broker tool; raises EngineError for an unknown tool. `call_id` is the
+        id the engine gives the call in its `EngineResult.tool_calls`: the broker then
+        records the call under its own id, which a worker it spawns links back to."""
 
 
 class Engine(Protocol):

@@ -369,16 +369,18 @@ class _Turn:
         content = "".join(reply.text) or None
         self.messages.append({"role": "assistant", "content": content, "tool_calls": wire})
         for call_id, name, arguments in calls:
-            result, status = await self._call_tool(name, arguments)
+            result, status = await self._call_tool(name, arguments, call_id)
             self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
             self.tool_calls.append(ToolCall(call_id, name, arguments, result, status))
 
-    async def _call_tool(self, name: str, arguments: str) -> tuple[str, Literal["ok", "error"]]:
+    async def _call_tool(
+        self, name: str, arguments: str, call_id: str
+    ) -> tuple[str, Literal["ok", "error"]]:
         parsed = parse_arguments(arguments)
         if parsed is None:
             return f"The arguments for {name!r} are not a JSON object.", "error"
         try:
-            return await self.io.call_tool(name, parsed), "ok"
+            return await self.io.call_tool(name, parsed, call_id), "ok"
         except EngineError as exc:
             return str(exc), "error"
 

@@ -198,7 +198,7 @@ class _Conversation:
         arguments: dict[str, Any] = _field(message, "arguments", dict, {})
         status: Literal["ok", "error"] = "ok"
         try:
-            content = await self.io.call_tool(name, arguments)
+            content = await self.io.call_tool(name, arguments, call_id)
         except EngineError as exc:
             content, status = str(exc), "error"
         arguments_json = orjson.dumps(arguments).decode()

@@ -59,6 +59,7 @@ class Session:
     window: int
     cfg: EngineSettings
     commit: Callable[[TurnRecord], Awaitable[Written]]
+    model: str | None = None  # the summarizer's (`engine.compaction_model`); None: the engine's
 
 
 class _QuietIO:
@@ -70,7 +71,9 @@ class _QuietIO:
     def take_steer(self) -> list[ChatMessage]:
         return []
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], call_id: str | None = None
+    ) -> str:
         raise EngineError("no tools while summarizing")
 
 
@@ -158,6 +161,7 @@ async def _summarize(
         system_prompt=system,
         history=(),
         inputs=(ChatMessage("user", user),),
+        model=session.model,
     )
     try:
         with anyio.fail_after(session.cfg.compaction_timeout_s):

@@ -12,6 +12,7 @@ Rule 3: at start, turns cut off by a crash are recorded as aborted and their
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -61,6 +62,8 @@ class Mailboxes:
         self.started_actors = 0
         self._failures: dict[str, int] = {}
         self.draining = False
+        # The timer wheel's `changed` (the daemon sets it): a tool added a timer.
+        self.timers_changed: Callable[[], None] = lambda: None
         commits = TurnCommits(ledger, deliveries, self.post)
         # What the actors see of the daemon; `self` is what the tools see (broker/tools.py).
         self.ports = SessionPorts(
@@ -103,6 +106,7 @@ class Mailboxes:
         tool_call: str | None,
         target: dict[str, Any],
         task: str,
+        handoff: dispatch.Handoff | None = None,
     ) -> dispatch.Dispatched:
         """agent_send(op="dispatch"): queue a task on a session or a new worker session."""
         w = self.settings.workers
@@ -117,6 +121,7 @@ class Mailboxes:
             persona=w.persona,
             limits=limits,
             now=now,
+            handoff=handoff,
         )
         self.post(done.item)
         log.info("dispatched", session=parent, worker=done.session, dispatch=done.dispatch)
@@ -287,6 +292,23 @@ class Mailboxes:
         with anyio.fail_after(self.settings.engine.compaction_timeout_s + 60):
             await request.done.wait()
         return request.turn
+
+    # -- what the tools see besides `dispatch` (broker/tools.py ToolContext) ------------
+
+    def compact_later(self, label: str, focus: str | None) -> None:
+        """`session_compact`: a manual compaction of `label` after its running turn."""
+        (self.actors.get(label) or self._start(label, [])).post(CompactRequest(focus))
+
+    def state_record(self, label: str) -> str | None:
+        """The session-state record the session's live actor would put in its context."""
+        actor = self.actors.get(label)
+        return actor.facts.ctx.state.render() if actor is not None else None
+
+    def scratchpad_merged(self, label: str, pad: Any, at: int) -> None:
+        """A merge committed: the session's live actor shows it from its next turn on."""
+        actor = self.actors.get(label)
+        if actor is not None:
+            actor.facts.scratchpad_merged(pad, at)
 
     async def aclose_engines(self) -> None:
         await self.ports.aclose_engines()

@@ -25,7 +25,7 @@ from broker.core.packing import ContextPlan, Msg
 from broker.core.snapshots import bad_file_event
 from broker.engines.base import Engine, EngineError
 from ledger import logs
-from ledger.ids import now_ms
+from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
 
 log = logs.get("broker.actor")
@@ -40,7 +40,7 @@ class RunningTurn:
     session: str
     channel: str | None
     send_delta: Callable[[str, str, dict[str, Any]], None]
-    tools: Callable[[str, dict[str, Any]], Awaitable[str]] | None = None
+    tools: Callable[[str, dict[str, Any], str], Awaitable[str]] | None = None
     start: m.StartTurn | None = None
     inputs: list[ItemInfo] = field(default_factory=list)
     scope: anyio.CancelScope | None = None  # the engine call in progress, if any
@@ -59,12 +59,16 @@ class RunningTurn:
     window: int = 0
     system: str | None = None
     notes: tuple[str, ...] = ()
+    scratchpad: tuple[str, ...] = ()  # its renderings (broker/core/scratchpad.py)
     plan: ContextPlan | None = None
     # The outcome so far: the engine's result, or an error and its reason.
     result: EngineResult | None = None
     error: str | None = None
     reason: str | None = None
     overflowed_call: dict[str, Any] | None = None  # kept if a reactive compaction follows
+    # The engine's id of each broker tool call -> the broker's (broker/tools.py Rule 1);
+    # made at the first call: most turns call no tool.
+    call_ids: dict[str, str] | None = None
     # Rule 2: `save_progress` runs at the first delta of each `save_every_s` after the
     # turn starts; `progress_saved` tells the commit a saved row may exist.
     clock: Callable[[], float] = anyio.current_time
@@ -95,10 +99,17 @@ class RunningTurn:
         self.taken.extend(taken)
         return [as_chat(it) for it in taken]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], call_id: str | None = None
+    ) -> str:
         if self.tools is None:
             raise EngineError(f"the broker offers no tool named {name!r}")
-        return await self.tools(name, arguments)
+        ours = new_id()
+        if call_id:
+            if self.call_ids is None:
+                self.call_ids = {}
+            self.call_ids[call_id] = ours
+        return await self.tools(name, arguments, ours)
 
     def abort(self, reason: str) -> None:
         self.abort_reason = reason

@@ -20,6 +20,7 @@ from broker.config import QueueSettings
 from broker.context.session import SessionContext
 from broker.core import queue_machine as m
 from broker.core.packing import Msg
+from broker.core.scratchpad import renderings
 from ledger.items import ItemInfo
 from ledger.state_records import facts_of
 from ledger.turns import ActorStart, Route, TurnRecord
@@ -40,12 +41,22 @@ class SessionFacts:
     turn_count: int = 0
     tokens: list[int] = field(default_factory=lambda: [0, 0])  # prompt, completion
     route: Route | None = None  # where replies go when a turn has no inbound
+    # The scratchpad's renderings for the context, and when it was merged (ms).
+    scratchpad: tuple[str, ...] = ()
+    scratchpad_at: int = -1
 
     def load(self, start: ActorStart, ctx: SessionContext) -> None:
         ctx.add_bridges(self.ctx.bridges)  # bridge notes handed over while it loaded
         self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
         self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
         self.override = orjson.loads(start.override) if start.override else {}
+        if start.scratchpad is not None:
+            self.scratchpad_merged(orjson.loads(start.scratchpad), start.scratchpad_at)
+
+    def scratchpad_merged(self, pad: Any, at: int) -> None:
+        """A merge committed at `at`; one seen live while the actor loaded stays."""
+        if at >= self.scratchpad_at:
+            self.scratchpad, self.scratchpad_at = renderings(pad), at
 
     def limits(self, queue: QueueSettings) -> m.Limits:
         return m.Limits(

@@ -159,8 +159,10 @@ class SessionPorts:
             return queue.worker_mode
         return None
 
-    async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str:
-        return await tools.call(self.tool_context, label, turn_id, name, args)
+    async def call_tool(
+        self, label: str, turn_id: str, name: str, args: dict[str, Any], call_id: str
+    ) -> str:
+        return await tools.call(self.tool_context, label, turn_id, name, args, call_id)
 
     async def recall_hint(
         self, label: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]

@@ -25,6 +25,7 @@ from broker.core.engine_types import (
     ChatMessage,
     EngineResult,
     HistoryMessage,
+    ToolCall,
     ToolSpec,
     TurnRequest,
 )
@@ -56,6 +57,20 @@ def window(settings: Settings, persona: str | None, engine: Engine) -> int:
     return chosen.context_window if chosen and chosen.context_window else engine.context_window
 
 
+def compaction_model(settings: Settings, persona: str | None) -> str | None:
+    """The model a compaction asks for: the persona's `compaction_model`, its engine's,
+    else the model its turns ask for (None: the engine's own)."""
+    chosen = persona_of(settings, persona)
+    if chosen is not None and chosen.compaction_model is not None:
+        return chosen.compaction_model
+    engine = settings.engine
+    if chosen is not None and chosen.engine is not None:
+        engine = settings.engines.get(chosen.engine, engine)
+    if engine.compaction_model is not None:
+        return engine.compaction_model
+    return chosen.model if chosen else None
+
+
 def system_prompt(settings: Settings, persona: str | None, kind: str) -> str | None:
     chosen = persona_of(settings, persona)
     prompt = chosen.system_prompt if chosen else None
@@ -85,6 +100,7 @@ def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextP
         inputs=tuple(turn.input_msgs),
         notes=tuple(ctx.msg("system", n) for n in turn.notes),
         label=turn.session,
+        scratchpad=tuple(ctx.fixed("system", text) for text in turn.scratchpad),
     )
     reported = ctx.last_reported
     if (
@@ -101,10 +117,12 @@ def request(
     label: str, turn: RunningTurn, ctx: SessionContext, tools: tuple[ToolSpec, ...]
 ) -> TurnRequest:
     assert turn.plan is not None
-    plan = turn.plan  # the state record and the bridge note go in only as planned
+    plan = turn.plan  # the state record, the scratchpad and the bridge note go in only as planned
     head: tuple[HistoryMessage, ...] = ()
     if plan.state is not None:
         head += (ChatMessage("system", plan.state.content),)
+    if plan.scratchpad is not None:
+        head += (plan.scratchpad,)
     if ctx.summary:
         head += (ChatMessage("system", summary_text(ctx.summary)),)
     if plan.bridge is not None:
@@ -225,7 +243,7 @@ def record(
         inputs=all_inputs,
         item_status=item_status,
         item_reason="stopped" if item_status == "cancelled" else None,
-        tool_calls=result.tool_calls if result else [],
+        tool_calls=_broker_ids(result.tool_calls, turn.call_ids) if result else [],
         outbox=outbox(label, turn, all_inputs, reply or "", status, route),
         input_tokens=[msg.tokens for msg in (*turn.input_msgs, *taken_msgs)],
         output_tokens=reply_msg.tokens if reply_msg else None,
@@ -234,6 +252,13 @@ def record(
         bridges=ctx.planned_bridges if turn.plan is not None and turn.plan.bridge else (),
     )
     return rec, outcome, taken_msgs, reply_msg
+
+
+def _broker_ids(calls: list[ToolCall], ours: dict[str, str] | None) -> list[ToolCall]:
+    """The calls under the broker's ids where it ran them (broker/tools.py Rule 1)."""
+    if not ours:
+        return calls
+    return [replace(c, id=ours[c.id]) if c.id in ours else c for c in calls]
 
 
 def log_turn(rec: TurnRecord, written: str, channel: str | None) -> None:

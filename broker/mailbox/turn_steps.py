@@ -55,7 +55,7 @@ class TurnSteps:
         turn_id, label, ports = new_id(), self.label, self.ports
         turn = RunningTurn(
             turn_id, start.turn_no, new_id(), label, channel, ports.send_delta,
-            tools=lambda name, args: ports.call_tool(label, turn_id, name, args),
+            tools=lambda name, args, call: ports.call_tool(label, turn_id, name, args, call),
             start=start, inputs=inputs, clock=ports.clock,
             save_every_s=ports.settings.engine.progress_save_s, save_progress=save,
         )  # fmt: skip
@@ -70,6 +70,7 @@ class TurnSteps:
         turn.window = parts.window(settings, persona, engine)
         turn.system = parts.system_prompt(settings, persona, self.facts.kind)
         turn.notes = parts.notes(start, items)
+        turn.scratchpad = self.facts.scratchpad
         return turn
 
     def begin(self, turn: RunningTurn) -> None:
@@ -87,7 +88,7 @@ class TurnSteps:
         if not turn.hint_checked:
             turn.hint_checked = True
             await self._recall_hint(turn)
-        request = parts.request(self.label, turn, facts.ctx, tools.SPECS)
+        request = parts.request(self.label, turn, facts.ctx, tools.specs_for(facts.kind))
         deadline = self.ports.clock() + self.ports.settings.engine.timeout_s
         overflowed = await turn.call(turn.engine, request, deadline)
         if turn.result is not None:
@@ -127,6 +128,7 @@ class TurnSteps:
         session = compactor.Session(
             self.label, facts.head, facts.ctx, engine,
             parts.window(settings, facts.persona, engine), settings.engine, self.ports.commit_turn,
+            parts.compaction_model(settings, facts.persona),
         )  # fmt: skip
         done = await compactor.compact(session, trigger, instructions)
         if done is not None:

@@ -131,7 +131,9 @@ class Ports:
     def default_mode(self, item: ItemInfo) -> Any:
         return None
 
-    async def call_tool(self, label: str, turn_id: str, name: str, args: dict[str, Any]) -> str:
+    async def call_tool(
+        self, label: str, turn_id: str, name: str, args: dict[str, Any], call_id: str
+    ) -> str:
         raise AssertionError("no tools here")
 
     async def recall_hint(

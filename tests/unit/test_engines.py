@@ -68,7 +68,9 @@ class FakeIO:
         taken, self.steer = self.steer, []
         return taken
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], call_id: str | None = None
+    ) -> str:
         self.tool_calls.append((name, arguments))
         if name not in self.tools:
             raise EngineError(f"There is no tool named {name!r}.")
