@@ -168,6 +168,20 @@ class TurnPort(Protocol):
         self, turn_id: str, session: str, output: str, now: int
     ) -> Committing[None]: ...
 
+    def submit_events(
+        self,
+        turn_id: str,
+        session: str,
+        parent_id: str | None,
+        first_seq: int,
+        events: list[tuple[str, dict[str, Any]]],
+        now: int,
+    ) -> Committing[None]:
+        """Write a running turn's events from `first_seq` on, before its turn row
+        (ledger/events.py Rule 1); `parent_id` is the head its `file` events' before-
+        hashes are looked up from. Its commit, or crash recovery, attaches them."""
+        ...
+
     def submit_item_status(
         self, items: list[tuple[str, str, str | None]], now: int
     ) -> Committing[None]:

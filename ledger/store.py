@@ -37,6 +37,7 @@ from .db import (
 from .ingest import Accepted, InboundRecord, ingest_job
 from .items import ItemInfo
 from .jobs import Pending, WriterDied
+from .live_events import write_events
 from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
@@ -200,6 +201,17 @@ class Ledger(SqliteReads):
 
     def submit_progress(self, turn_id: str, session: str, output: str, now: int) -> Pending[None]:
         return self.writer.submit(turns.save_progress, turn_id, session, output, now)
+
+    def submit_events(
+        self,
+        turn_id: str,
+        session: str,
+        parent_id: str | None,
+        first_seq: int,
+        events: list[tuple[str, dict[str, Any]]],
+        now: int,
+    ) -> Pending[None]:
+        return self.writer.submit(write_events, turn_id, session, parent_id, first_seq, events, now)
 
     def submit_item_status(
         self, items: list[tuple[str, str, str | None]], now: int

@@ -17,6 +17,11 @@ Rule 4: a turn that streams for a while has its partial output saved now and
         output last saved, and started when its items were marked running, or
         when the session's latest committed turn ended if that is later (no two
         turns of a session overlap in time: docs/turns.md).
+Rule 6: every turn row has a title and an outcome (broker/core/titles.py): the
+        record's, or the mechanical ones when it brings none. Its events written
+        while it ran are in the ledger already (ledger/events.py Rule 1); the
+        running totals count them all, with model calls and distinct files
+        modified as broker/core/turn_events.py Rule 4 says.
 Rule 5: a job here may run again after the storage refused its COMMIT
         (writer.py Rule 7): nothing of the failed run was kept, so the head
         compare-and-swap, the outbox row and the item updates see the same
@@ -29,16 +34,16 @@ import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import orjson
-
+from broker.core import titles
 from broker.core.engine_types import ToolCall
 from broker.core.session_state import totals_of
+from broker.core.turn_events import model_calls
 
+from . import live_events as ev
 from .dispatch import finish
 from .errors import NotFound
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
-from .snapshots import record_events
 
 ItemStatus = Literal["done", "queued", "cancelled"]
 
@@ -124,6 +129,10 @@ class TurnRecord:
     compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
+    events_written: int = 0  # events[:events_written] were written while it ran (Rule 6)
+    title: str | None = None  # None: the mechanical title (Rule 6)
+    title_source: str | None = None
+    outcome: str | None = None
 
 
 def commit_turn(
@@ -136,6 +145,8 @@ def commit_turn(
     setting) are kept by hash only (ledger/snapshots.py).
     """
     totals = totals_of(rec.events)
+    paths = ev.modified(rec.events)
+    files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
     # The head moves and the running totals grow in one statement.
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
@@ -151,11 +162,11 @@ def commit_turn(
             rec.completed_at,
             rec.prompt_tokens or 0,
             rec.completion_tokens or 0,
-            0 if rec.status == "aborted" else 1,
+            model_calls(rec.events),
             len(rec.tool_calls),
             totals["errors"],
-            totals["events"],
-            totals["files_modified"],
+            totals["events"] + bool(paths),  # and its snapshot event
+            files,
             totals["errors_resolved"],
             rec.session,
             rec.parent_id,
@@ -184,10 +195,15 @@ def commit_orphan(
 def _write_turn(
     conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
+    title, source = rec.title, rec.title_source
+    if title is None:
+        inputs = [it.content for it in rec.inputs]
+        title, source = titles.turn_title(inputs, rec.output, rec.events, rec.type)
+    outcome = rec.outcome or titles.outcome_line(rec.status, rec.reason, rec.error)
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
-        " engine, model, started_at, completed_at, prompt_tokens, completion_tokens)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " engine, model, started_at, completed_at, prompt_tokens, completion_tokens, title,"
+        " title_source, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             rec.turn_id,
             rec.session,
@@ -203,6 +219,9 @@ def _write_turn(
             rec.completed_at,
             rec.prompt_tokens,
             rec.completion_tokens,
+            title,
+            source,
+            outcome,
         ),
     )
     counts = rec.input_tokens or []
@@ -285,30 +304,10 @@ def _write_turn(
             (out_id, rec.session, rec.turn_id, channel, frame, rec.completed_at),
         )
     # File contents go to their blobs; the event rows keep path, op and hashes.
-    events = record_events(
-        conn,
-        rec.turn_id,
-        rec.session,
-        rec.parent_id,
-        rec.events,
-        snapshot_max_bytes,
-        rec.completed_at,
-    )
-    conn.executemany(
-        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (
-                rec.turn_id,
-                n,
-                rec.session,
-                kind,
-                orjson.dumps(payload, default=str).decode(),
-                rec.completed_at,
-            )
-            for n, (kind, payload) in enumerate(events)
-        ],
-    )
+    ev.commit_events(
+        conn, rec.turn_id, rec.session, rec.parent_id, rec.events, rec.events_written,
+        rec.completed_at, snapshot_max_bytes,
+    )  # fmt: skip
     if rec.progress_saved:
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (rec.turn_id,))
     return _finish_dispatches(conn, rec)
@@ -355,6 +354,7 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
         saved = conn.execute(
             "SELECT output FROM turn_progress WHERE turn_id = ?", (turn_id,)
         ).fetchone()
+        written = ev.written_events(conn, turn_id) if turn_id else []
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
         # mark_running stamped the turn's items with its start (Rule 4); never
         # before the end of a turn it waited for.
@@ -380,6 +380,8 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             completion_tokens=None,
             inputs=items,
             item_status="queued",
+            events=written,  # written while it ran: attached already, counted now
+            events_written=len(written),
         )
         if conn.execute("SELECT 1 FROM turns WHERE id = ?", (rec.turn_id,)).fetchone():
             rec.turn_id = new_id()  # the id was used by a committed turn: never reuse it

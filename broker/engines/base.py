@@ -42,6 +42,11 @@ class TurnIO(Protocol):
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         """Run a broker tool; raises EngineError for an unknown tool."""
 
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        """A typed event of the turn as it happens (one of `EVENT_TYPES`), written to
+        the ledger while the turn runs. An `llm` event stands for a model call: an
+        engine that reports its calls this way gets no `llm` event of the broker's."""
+
 
 class Engine(Protocol):
     name: str

@@ -23,6 +23,7 @@ from broker.context.session import SessionContext
 from broker.core.queue_machine import QueueMode
 from broker.engines.base import Engine
 from ledger.items import ItemInfo
+from ledger.port import Committing
 from ledger.turns import ActorStart, TurnRecord
 
 from .commands import Command
@@ -77,6 +78,16 @@ class ActorPorts(Protocol):
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None: ...
     def new_thread(self, label: str, previous: str | None) -> None: ...
     async def commit_turn(self, rec: TurnRecord) -> Written: ...
+    def write_events(
+        self,
+        turn_id: str,
+        label: str,
+        parent: str | None,
+        first_seq: int,
+        events: list[tuple[str, dict[str, Any]]],
+    ) -> Committing[None] | None:
+        """Queue a running turn's events (None: the writer refused them, for now)."""
+        ...
 
     # Engines and their tools, the adapters, chat commands.
     def engine_for(self, persona: str | None) -> Engine: ...

@@ -52,6 +52,7 @@ class FakeIO:
         self.steer = list(steer)
         self.steer_after = steer_after  # offer the steered messages after this many deltas
         self.steer_polls = 0
+        self.events: list[tuple[str, dict[str, Any]]] = []
         self.tools = tools or {}
         self.tool_calls: list[tuple[str, dict[str, Any]]] = []
         self.got_delta = anyio.Event()
@@ -73,6 +74,9 @@ class FakeIO:
         if name not in self.tools:
             raise EngineError(f"There is no tool named {name!r}.")
         return self.tools[name](arguments)
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, data))
 
 
 def make_request(*texts: str, **extra: Any) -> TurnRequest:
