@@ -227,6 +227,10 @@ class Inbound(_Frame):
     ts: str | None = Field(None, max_length=64)
     queue_mode: QueueMode | None = None
     meta: dict[str, Any] | None = None
+    # A person's reaction to a reply (a 👍, "approve"): with `reply_to`, the reply's
+    # `out_id`, it is recorded as a `feedback` event of the turn that made the reply.
+    reaction: str | None = Field(None, min_length=1, max_length=64)
+    reply_to: str | None = Field(None, min_length=1, max_length=64)
 
     @field_validator("ts")
     @classmethod
@@ -264,7 +268,7 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
             field, text = _first_error(exc)
             raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
         # Reached with a valid frame only by Python callers (a str subclass, say).
-        msg = InboundMessage(**model.model_dump(exclude={"type"}))
+        msg = InboundMessage(**model.model_dump(exclude={"type", "reaction", "reply_to"}))
     if msg.peer_kind == "group" and msg.peer_id is None:
         raise ProtocolError(
             "invalid", "peer_id is required for a group message", field="peer_id", req=req
@@ -274,6 +278,24 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
             "invalid", f"text is longer than {max_text_bytes} bytes", field="text", req=req
         )
     return msg
+
+
+def parse_reaction(frame: dict[str, Any]) -> tuple[str, str]:
+    """(reaction, reply_to) of an inbound frame that carries a `reaction`."""
+    req = frame.get("req")
+    reaction, reply_to = frame.get("reaction"), frame.get("reply_to")
+    if type(reaction) is not str or not 0 < len(reaction) <= 64:
+        raise ProtocolError(
+            "invalid", "reaction must be a string of 1 to 64 characters", field="reaction", req=req
+        )
+    if type(reply_to) is not str or not 0 < len(reply_to) <= 64:
+        raise ProtocolError(
+            "invalid",
+            "a reaction needs reply_to: the out_id of the reply it reacts to",
+            field="reply_to",
+            req=req,
+        )
+    return reaction, reply_to
 
 
 def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:

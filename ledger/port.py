@@ -146,6 +146,21 @@ class IngestPort(Protocol):
 
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult: ...
 
+    def submit_feedback(
+        self,
+        channel: str,
+        out_id: str,
+        msg_id: str,
+        sender_id: str,
+        reaction: str,
+        text: str,
+        now: int,
+    ) -> Committing[tuple[str, str, bool]]:
+        """A reaction to the reply `out_id` of `channel` as a `feedback` event of the turn
+        that made it: (session, turn, duplicate); NotFound (field `reply_to`) when no
+        turn made that reply, writing nothing."""
+        ...
+
 
 class TurnPort(Protocol):
     """What the actors, the registry and the compactor write and read."""

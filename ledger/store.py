@@ -37,7 +37,7 @@ from .db import (
 from .ingest import Accepted, InboundRecord, ingest_job
 from .items import ItemInfo
 from .jobs import Pending, WriterDied
-from .live_events import write_events
+from .live_events import add_feedback, write_events
 from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
@@ -189,6 +189,20 @@ class Ledger(SqliteReads):
 
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
         return await self.writer.call(merge_job, src, into, now)
+
+    def submit_feedback(
+        self,
+        channel: str,
+        out_id: str,
+        msg_id: str,
+        sender_id: str,
+        reaction: str,
+        text: str,
+        now: int,
+    ) -> Pending[tuple[str, str, bool]]:
+        return self.writer.submit(
+            add_feedback, channel, out_id, msg_id, sender_id, reaction, text, now
+        )
 
     def submit_mark_running(self, turn_id: str, item_ids: list[str], now: int) -> Pending[None]:
         return self.writer.submit(turns.mark_running, turn_id, item_ids, now)

@@ -81,6 +81,7 @@ def outcome_line(status: str, reason: str | None, error: str | None) -> str:
     """Rule 3."""
     if status == "completed":
         return "completed"
+    reason = one_line(reason or "", 40)
     line = f"{status} ({reason})" if reason else status
     detail = one_line(error or "", MAX_OUTCOME - len(line) - 2)
     return f"{line}: {detail}" if detail else line
