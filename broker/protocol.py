@@ -227,10 +227,7 @@ class Inbound(_Frame):
     ts: str | None = Field(None, max_length=64)
     queue_mode: QueueMode | None = None
     meta: dict[str, Any] | None = None
-    # A person's reaction to a reply (a 👍, "approve"): with `reply_to`, the reply's
-    # `out_id`, it is recorded as a `feedback` event of the turn that made the reply.
-    reaction: str | None = Field(None, min_length=1, max_length=64)
-    reply_to: str | None = Field(None, min_length=1, max_length=64)
+    # `reaction` and `reply_to` (a reaction to a reply) are checked by `parse_reaction`.
 
     @field_validator("ts")
     @classmethod
@@ -268,7 +265,7 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
             field, text = _first_error(exc)
             raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
         # Reached with a valid frame only by Python callers (a str subclass, say).
-        msg = InboundMessage(**model.model_dump(exclude={"type", "reaction", "reply_to"}))
+        msg = InboundMessage(**model.model_dump(exclude={"type"}))
     if msg.peer_kind == "group" and msg.peer_id is None:
         raise ProtocolError(
             "invalid", "peer_id is required for a group message", field="peer_id", req=req
@@ -281,7 +278,9 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
 
 
 def parse_reaction(frame: dict[str, Any]) -> tuple[str, str]:
-    """(reaction, reply_to) of an inbound frame that carries a `reaction`."""
+    """(reaction, reply_to) of an inbound frame that carries a `reaction`: a person's
+    reaction to a reply (a 👍, "approve") and the reply's `out_id`, recorded as a
+    `feedback` event of the turn that made the reply (broker/reactions.py)."""
     req = frame.get("req")
     reaction, reply_to = frame.get("reaction"), frame.get("reply_to")
     if type(reaction) is not str or not 0 < len(reaction) <= 64:

@@ -37,10 +37,10 @@ from .db import (
 from .ingest import Accepted, InboundRecord, ingest_job
 from .items import ItemInfo
 from .jobs import Pending, WriterDied
-from .live_events import add_feedback, write_events
 from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
+from .store_events import EventWrites
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
 from .writer_process import ProcessLink, configure_logging
@@ -69,7 +69,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads):
+class Ledger(SqliteReads, EventWrites):
     def __init__(
         self,
         path: Path,
@@ -190,20 +190,6 @@ class Ledger(SqliteReads):
     async def merge_entities(self, src: str, into: str, now: int) -> MergeResult:
         return await self.writer.call(merge_job, src, into, now)
 
-    def submit_feedback(
-        self,
-        channel: str,
-        out_id: str,
-        msg_id: str,
-        sender_id: str,
-        reaction: str,
-        text: str,
-        now: int,
-    ) -> Pending[tuple[str, str, bool]]:
-        return self.writer.submit(
-            add_feedback, channel, out_id, msg_id, sender_id, reaction, text, now
-        )
-
     def submit_mark_running(self, turn_id: str, item_ids: list[str], now: int) -> Pending[None]:
         return self.writer.submit(turns.mark_running, turn_id, item_ids, now)
 
@@ -215,17 +201,6 @@ class Ledger(SqliteReads):
 
     def submit_progress(self, turn_id: str, session: str, output: str, now: int) -> Pending[None]:
         return self.writer.submit(turns.save_progress, turn_id, session, output, now)
-
-    def submit_events(
-        self,
-        turn_id: str,
-        session: str,
-        parent_id: str | None,
-        first_seq: int,
-        events: list[tuple[str, dict[str, Any]]],
-        now: int,
-    ) -> Pending[None]:
-        return self.writer.submit(write_events, turn_id, session, parent_id, first_seq, events, now)
 
     def submit_item_status(
         self, items: list[tuple[str, str, str | None]], now: int
