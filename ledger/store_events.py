@@ -6,12 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from .jobs import Pending
-from .live_events import add_feedback, write_events
+from .live_events import add_feedback, begin_turn, write_events
 from .writer import LedgerWriter
 
 
 class EventWrites:
     writer: LedgerWriter
+
+    def submit_begin(
+        self,
+        turn_id: str,
+        item_ids: list[str],
+        now: int,
+        session: str,
+        events: list[tuple[str, dict[str, Any]]],
+    ) -> Pending[None]:
+        return self.writer.submit(begin_turn, turn_id, item_ids, now, session, events)
 
     def submit_events(
         self,

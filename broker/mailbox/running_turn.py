@@ -114,9 +114,13 @@ class RunningTurn:
         if self.write_events is None or not te.flush_due(log_):
             return
         first = log_.sent
-        batch = log_.events[first:]
-        writing = self.write_events(first, batch)
-        if writing is None:  # the writer refused it: they go with the next write
+        self.sending(self.write_events(first, log_.events[first:]), first)
+
+    def sending(self, writing: Committing[None] | None, first: int) -> None:
+        """The events from `first` on are on their way in `writing` (None: the writer
+        refused them; they go with the next write)."""
+        log_ = self.events
+        if writing is None:
             return
         log_.sent, log_.in_flight = len(log_.events), True
 

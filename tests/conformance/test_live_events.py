@@ -104,3 +104,17 @@ async def test_a_reaction_is_feedback_once_and_an_unknown_reply_is_not_found(
         kind="feedback", session=None, turn=None, text=None, limit=10
     )
     assert [(e["turn"], e["payload"]["reaction"]) for e in feedback] == [(rec.turn_id, "+1")]
+
+
+async def test_a_turn_begins_with_its_items_running_and_its_intent_in_one_write(
+    port: LedgerPort,
+) -> None:
+    acc = await ingest(port, inbound("m1"))
+    items = await port.open_items(acc.session)
+    turn_id = new_id()
+    intent = ("intent", {"by": "broker", "inputs": [{"msg_id": "m1"}]})
+    await port.submit_begin(turn_id, [i.id for i in items], tick(), acc.session, [intent]).result()
+    [running] = await port.open_items(acc.session)
+    assert (running.status, running.turn_id) == ("running", turn_id)
+    [event] = await port.events_query(kind=None, session=None, turn=turn_id, text=None, limit=5)
+    assert (event["seq"], event["type"], event["payload"]) == (0, "intent", intent[1])
