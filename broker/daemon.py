@@ -40,6 +40,7 @@ from .protocol import Hello
 from .router import Router
 from .server import AlreadyRunning, Server
 from .timers import TimerWheel
+from .titler import Titler
 
 log = logs.get("broker.daemon")
 _E = TypeVar("_E", bound=BaseException)
@@ -182,6 +183,8 @@ class Daemon:
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
             timers = TimerWheel(ledger, mailboxes.post)
+            titler = Titler.build(s.titles, s.engines, ledger)
+            mailboxes.ports.commits.on_written = titler.offer
             ops = Ops(ledger, self.state_of, mailboxes, timers)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
@@ -205,6 +208,7 @@ class Daemon:
                 await tg.start(mailboxes.run)
                 # After the backlog: due times missed while down fire first thing.
                 await tg.start(timers.run)
+                await tg.start(titler.run)
                 await tg.start(server.serve, listener)
                 log.info(
                     "ready",

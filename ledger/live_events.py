@@ -99,6 +99,16 @@ def begin_turn(
     write_events(conn, turn_id, session, None, 0, events, now)
 
 
+def set_title(conn: sqlite3.Connection, turn_id: str, title: str, source: str) -> bool:
+    """A title written after the turn replaces only a mechanical one."""
+    cur = conn.execute(
+        "UPDATE turns SET title = ?, title_source = ? WHERE id = ?"
+        " AND coalesce(title_source, 'mechanical') = 'mechanical'",
+        (title, source, turn_id),
+    )
+    return cur.rowcount == 1
+
+
 def written_events(conn: sqlite3.Connection, turn_id: str) -> list[Event]:
     """The events of a turn in the ledger, in order (for crash recovery's totals)."""
     return [

@@ -70,6 +70,7 @@ __all__ = [
     "Thread",
     "TimerInfo",
     "TimerPort",
+    "TitlePort",
     "TurnPort",
     "TurnRecord",
     "WriterStats",
@@ -408,7 +409,24 @@ class SnapshotPort(Protocol):
         ...
 
 
+class TitlePort(Protocol):
+    """Titles written after a turn (broker/titler.py)."""
+
+    async def set_title(self, turn_id: str, title: str, source: str) -> bool:
+        """Replace a committed turn's mechanical title; False (nothing written) when the
+        turn is unknown or its title is not mechanical."""
+        ...
+
+
 class LedgerPort(
-    IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, TimerPort, SnapshotPort, Protocol
+    IngestPort,
+    TurnPort,
+    DeliveryPort,
+    ReadPort,
+    OpsPort,
+    TimerPort,
+    SnapshotPort,
+    TitlePort,
+    Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from .jobs import Pending
-from .live_events import add_feedback, begin_turn, write_events
+from .live_events import add_feedback, begin_turn, set_title, write_events
 from .writer import LedgerWriter
 
 
 class EventWrites:
     writer: LedgerWriter
+
+    async def set_title(self, turn_id: str, title: str, source: str) -> bool:
+        return await self.writer.call(set_title, turn_id, title, source)
 
     def submit_begin(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -94,3 +95,12 @@ def test_an_outcome_is_one_bounded_line(status: str, reason: str | None, error: 
     line = outcome_line(status, reason, error)
     assert line.startswith(status) and len(line.splitlines()) == 1
     assert len(line) <= MAX_OUTCOME
+
+
+def test_titles_engine_must_be_a_configured_engine() -> None:
+    from broker.config import ConfigError, Settings, check_personas
+
+    assert Settings().titles.engine == ""  # off by default
+    with pytest.raises(ConfigError, match=r"titles\.engine names 'cheap'"):
+        check_personas(Settings(titles={"engine": "cheap"}))
+    check_personas(Settings(titles={"engine": "cheap"}, engines={"cheap": {"kind": "echo"}}))
