@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from ledger.errors import NotFound
@@ -118,3 +119,18 @@ async def test_a_turn_begins_with_its_items_running_and_its_intent_in_one_write(
     assert (running.status, running.turn_id) == ("running", turn_id)
     [event] = await port.events_query(kind=None, session=None, turn=turn_id, text=None, limit=5)
     assert (event["seq"], event["type"], event["payload"]) == (0, "intent", intent[1])
+
+
+async def test_export_and_import_carry_titles_and_outcomes(port: LedgerPort) -> None:
+    acc = await ingest(port, inbound("m1", text="Plan the trip\nto Rome"))
+    [item] = await port.open_items(acc.session)
+    await port.submit_turn(turn(acc.session, None, [item])).result()
+    lines = await port.export_session(acc.session, tick())
+    label, count = await port.import_session([orjson.dumps(line) for line in lines], None, tick())
+    [copied] = (await port.session_show(label, 10))["turns"]
+    assert (count, copied["title"], copied["outcome"]) == (1, "Plan the trip", "completed")
+    # An export from before titles: the turns come in, their title unknown.
+    old = [{k: v for k, v in line.items() if k not in ("title", "outcome")} for line in lines]
+    label, _ = await port.import_session([orjson.dumps(line) for line in old], None, tick())
+    [bare] = (await port.session_show(label, 10))["turns"]
+    assert (bare["title"], bare["outcome"]) == (None, None)
