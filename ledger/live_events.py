@@ -81,24 +81,6 @@ def commit_events(
         write_events(conn, turn_id, session, None, len(events), [("snapshot", snapshot)], now)
 
 
-def begin_turn(
-    conn: sqlite3.Connection,
-    turn_id: str,
-    item_ids: list[str],
-    now: int,
-    session: str,
-    events: Sequence[Event],
-) -> None:
-    """A turn's start and its first events in one job: its items running, stamped with
-    its id and start (the update of ledger/turns.py `mark_running`), and its events
-    from seq 0 (its `intent`). One job, not two: every turn begins this way."""
-    conn.executemany(
-        "UPDATE queue_items SET status = 'running', turn_id = ?, updated_at = ? WHERE id = ?",
-        [(turn_id, now, i) for i in item_ids],
-    )
-    write_events(conn, turn_id, session, None, 0, events, now)
-
-
 def set_title(conn: sqlite3.Connection, turn_id: str, title: str, source: str) -> bool:
     """A title written after the turn replaces only a mechanical one."""
     cur = conn.execute(

@@ -184,17 +184,6 @@ class TurnPort(Protocol):
         self, turn_id: str, session: str, output: str, now: int
     ) -> Committing[None]: ...
 
-    def submit_begin(
-        self,
-        turn_id: str,
-        item_ids: list[str],
-        now: int,
-        session: str,
-        events: list[tuple[str, dict[str, Any]]],
-    ) -> Committing[None]:
-        """`submit_mark_running` and the turn's first events (from seq 0) in one write."""
-        ...
-
     def submit_events(
         self,
         turn_id: str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .jobs import Pending
-from .live_events import add_feedback, begin_turn, set_title, write_events
+from .live_events import add_feedback, set_title, write_events
 from .writer import LedgerWriter
 
 
@@ -15,16 +15,6 @@ class EventWrites:
 
     async def set_title(self, turn_id: str, title: str, source: str) -> bool:
         return await self.writer.call(set_title, turn_id, title, source)
-
-    def submit_begin(
-        self,
-        turn_id: str,
-        item_ids: list[str],
-        now: int,
-        session: str,
-        events: list[tuple[str, dict[str, Any]]],
-    ) -> Pending[None]:
-        return self.writer.submit(begin_turn, turn_id, item_ids, now, session, events)
 
     def submit_events(
         self,

@@ -17,11 +17,8 @@ Rule 4: a turn that streams for a while has its partial output saved now and
         output last saved, and started when its items were marked running, or
         when the session's latest committed turn ended if that is later (no two
         turns of a session overlap in time: docs/turns.md).
-Rule 6: every turn row has a title and an outcome (broker/core/titles.py): the
-        record's, or the mechanical ones when it brings none. Its events written
-        while it ran are in the ledger already (ledger/events.py Rule 1); the
-        running totals count them all, with model calls and distinct files
-        modified as broker/core/turn_events.py Rule 4 says.
+Rule 6: a turn row has a title and an outcome (broker/core/titles.py); the totals
+        count its events written while it ran too (ledger/live_events.py Rule 1).
 Rule 5: a job here may run again after the storage refused its COMMIT
         (writer.py Rule 7): nothing of the failed run was kept, so the head
         compare-and-swap, the outbox row and the item updates see the same
@@ -37,7 +34,7 @@ from typing import Any, Literal
 from broker.core import titles
 from broker.core.engine_types import ToolCall
 from broker.core.session_state import totals_of
-from broker.core.turn_events import model_calls
+from broker.core.turn_events import intent_payload, model_calls
 
 from . import live_events as ev
 from .dispatch import finish
@@ -355,6 +352,9 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             "SELECT output FROM turn_progress WHERE turn_id = ?", (turn_id,)
         ).fetchone()
         written = ev.written_events(conn, turn_id) if turn_id else []
+        if not written:  # its intent was not written yet: rebuilt from its inputs
+            inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in items]
+            intent = ("intent", intent_payload(inputs))
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
         # mark_running stamped the turn's items with its start (Rule 4); never
         # before the end of a turn it waited for.
@@ -380,7 +380,7 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             completion_tokens=None,
             inputs=items,
             item_status="queued",
-            events=written,  # written while it ran: attached already, counted now
+            events=written or [intent],  # written while it ran: attached, counted now
             events_written=len(written),
         )
         if conn.execute("SELECT 1 FROM turns WHERE id = ?", (rec.turn_id,)).fetchone():

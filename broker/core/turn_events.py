@@ -10,8 +10,13 @@ Rule 2: group commit per turn: a turn has at most one write of events on its way
         then puts many turns' writes into one transaction. So a quiet turn's
         event is written at once, and a busy turn costs one write per commit of
         the writer, not one per event.
-Rule 3: the events made as the turn ends (its last `llm`, its `error`) are not
-        sent on their own: they go with the turn's commit, in its transaction.
+Rule 3: the events made as the turn begins (its `intent`) and ends (its last `llm`,
+        its `error`) are not sent on their own: the intent goes with the next
+        event, or with the commit, and the last ones with the commit, in its
+        transaction. So a turn that reports nothing while it runs costs no write
+        of its own for its events (docs/performance.md); its intent, built from
+        its inputs, which are durable before it begins, is rebuilt by crash
+        recovery if a crash comes first.
 Rule 4: totals count what happened: model calls are `llm` events (a deterministic
         compaction fallback records none), files modified are distinct paths.
 """

@@ -78,18 +78,6 @@ class ActorPorts(Protocol):
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None: ...
     def new_thread(self, label: str, previous: str | None) -> None: ...
     async def commit_turn(self, rec: TurnRecord) -> Written: ...
-    def begin_turn(
-        self,
-        turn_id: str,
-        label: str,
-        item_ids: list[str],
-        started_ms: int,
-        events: list[tuple[str, dict[str, Any]]],
-    ) -> Committing[None] | None:
-        """`mark_running` and the turn's first events in one write (None: the events
-        were not written; the items were marked running all the same)."""
-        ...
-
     def write_events(
         self,
         turn_id: str,

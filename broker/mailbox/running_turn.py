@@ -8,11 +8,12 @@ Rule 2: a turn that streams for longer than `engine.progress_save_s` saves its o
 Rule 3: every engine call gets its own cancel scope, bounded by the engine timeout; an
         abort cancels the call in progress, or the next one before it starts.
 Rule 4: the turn's events are numbered as they happen and written while it runs, at
-        most one write of them under way (broker/core/turn_events.py Rule 2): its
-        `intent` when it begins, the engine's events as it reports them, an `action`
-        for each tool call. Each engine call ends with an `llm` event, unless the
-        engine reported its own model calls; those and the turn's `error` go with
-        the commit.
+        most one write of them under way (broker/core/turn_events.py Rule 2): the
+        engine's events as it reports them, an `action` for each tool call, and
+        with the first of them its `intent`, made when it began. Each engine call
+        ends with an `llm` event, unless the engine reported its own model calls;
+        those and the turn's `error` go with the commit, so a quick turn writes
+        all its events in its commit's transaction.
 """
 
 from __future__ import annotations

@@ -102,16 +102,6 @@ class SessionPorts:
             return False
         return True
 
-    def begin_turn(
-        self,
-        turn_id: str,
-        label: str,
-        item_ids: list[str],
-        started_ms: int,
-        events: list[tuple[str, dict[str, Any]]],
-    ) -> Committing[None] | None:
-        return self.ledger.submit_begin(turn_id, item_ids, started_ms, label, events)
-
     def write_events(
         self,
         turn_id: str,

@@ -76,15 +76,12 @@ class TurnSteps:
         """The turn starts now, after any compaction it needed: its items are running,
         and its inputs are its first event (running_turn.py Rule 4)."""
         turn.started_ms = now_ms()
-        ids, ports = [i.id for i in turn.inputs], self.ports
-        if turn.events.events:  # it begins anew after a compaction: its intent is written
-            ports.mark_running(turn.id, ids, turn.started_ms)
-            return
-        inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in turn.inputs]
-        turn.events.events.append(("intent", te.intent_payload(inputs)))
-        turn.sending(
-            ports.begin_turn(turn.id, self.label, ids, turn.started_ms, turn.events.events[:]), 0
-        )
+        self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
+        if not turn.events.events:  # not again when it begins anew after a compaction
+            # Not written on its own (running_turn.py Rule 4): with the turn's next
+            # event, or its commit; after a crash the recovery writes it.
+            inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in turn.inputs]
+            turn.events.events.append(("intent", te.intent_payload(inputs)))
 
     def plan(self, turn: RunningTurn) -> lc.Planned:
         turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn)

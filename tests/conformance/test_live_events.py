@@ -107,20 +107,6 @@ async def test_a_reaction_is_feedback_once_and_an_unknown_reply_is_not_found(
     assert [(e["turn"], e["payload"]["reaction"]) for e in feedback] == [(rec.turn_id, "+1")]
 
 
-async def test_a_turn_begins_with_its_items_running_and_its_intent_in_one_write(
-    port: LedgerPort,
-) -> None:
-    acc = await ingest(port, inbound("m1"))
-    items = await port.open_items(acc.session)
-    turn_id = new_id()
-    intent = ("intent", {"by": "broker", "inputs": [{"msg_id": "m1"}]})
-    await port.submit_begin(turn_id, [i.id for i in items], tick(), acc.session, [intent]).result()
-    [running] = await port.open_items(acc.session)
-    assert (running.status, running.turn_id) == ("running", turn_id)
-    [event] = await port.events_query(kind=None, session=None, turn=turn_id, text=None, limit=5)
-    assert (event["seq"], event["type"], event["payload"]) == (0, "intent", intent[1])
-
-
 async def test_export_and_import_carry_titles_and_outcomes(port: LedgerPort) -> None:
     acc = await ingest(port, inbound("m1", text="Plan the trip\nto Rome"))
     [item] = await port.open_items(acc.session)
@@ -134,3 +120,18 @@ async def test_export_and_import_carry_titles_and_outcomes(port: LedgerPort) -> 
     label, _ = await port.import_session([orjson.dumps(line) for line in old], None, tick())
     [bare] = (await port.session_show(label, 10))["turns"]
     assert (bare["title"], bare["outcome"]) == (None, None)
+
+
+async def test_a_turn_cut_off_before_any_event_was_written_gets_its_intent(
+    port: LedgerPort,
+) -> None:
+    acc = await ingest(port, inbound("m1", text="hello there"))
+    items = await port.open_items(acc.session)
+    turn_id = new_id()
+    await port.submit_mark_running(turn_id, [i.id for i in items], tick()).result()
+    assert await port.recover_crashed(tick(), acc.session) == [turn_id]
+    [intent] = await port.events_query(kind=None, session=None, turn=turn_id, text=None, limit=5)
+    assert (intent["seq"], intent["type"]) == (0, "intent")
+    assert intent["payload"]["inputs"] == [
+        {"msg_id": "m1", "sender": "Alice", "text": "hello there"}
+    ]

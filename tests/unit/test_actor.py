@@ -110,17 +110,6 @@ class Ports:
         self.note("saved", text)
         return True
 
-    def begin_turn(
-        self,
-        turn_id: str,
-        label: str,
-        item_ids: list[str],
-        started_ms: int,
-        events: list[tuple[str, dict[str, Any]]],
-    ) -> None:
-        self.mark_running(turn_id, item_ids, started_ms)
-        return None  # the events go with the commit
-
     def write_events(
         self,
         turn_id: str,
