@@ -44,10 +44,16 @@ class EventLog:
     sent: int = 0
     in_flight: bool = False
     closed: bool = False  # the turn's record is built: nothing more is sent alone
+    engine_calls: int = 0  # `llm` events the engine reported (not the broker's own)
 
     @property
     def waiting(self) -> int:
         return len(self.events) - self.sent
+
+    def add(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, data))
+        if kind == "llm" and data.get("by") != "broker":
+            self.engine_calls += 1
 
 
 def flush_due(log: EventLog) -> bool:

@@ -107,7 +107,7 @@ class RunningTurn:
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
         """An event of the turn, written soon (Rule 4)."""
-        self.events.events.append((kind, data))
+        self.events.add(kind, data)
         self.flush_events()
 
     def flush_events(self) -> None:
@@ -162,7 +162,7 @@ class RunningTurn:
         """Call the engine once (Rule 3) and keep its outcome; did the context overflow
         before any output (a reactive compaction may help)?"""
         self.result, self.error, self.reason = None, None, None
-        began, calls_before = now_ms(), self._engine_calls()
+        began, calls_before = now_ms(), self.events.engine_calls
         # One scope for both the timeout and an abort: cheaper than nesting fail_after.
         with self.engine_scope(deadline) as scope:
             try:
@@ -175,7 +175,8 @@ class RunningTurn:
                 log.exception("engine crashed", session=self.session, turn=self.id)
                 self.error, self.reason = f"the agent failed ({type(exc).__name__})", "engine"
         if self.result is not None:
-            self.events.events.extend(self.result.events)  # an engine that reports at the end
+            for kind, data in self.result.events:  # an engine that reports at the end
+                self.events.add(kind, data)
         if scope.cancelled_caught:
             if self.abort_reason is None:  # cancelled, but not by an abort: the deadline
                 self.error, self.reason = TIMEOUT, "timeout"
@@ -187,7 +188,7 @@ class RunningTurn:
             self.reason = "bad_event"
         ended = now_ms()
         if self.reason != "context_overflow" or self.parts:
-            if self._engine_calls() == calls_before:  # Rule 4: the broker's record of it
+            if self.events.engine_calls == calls_before:  # Rule 4: the broker's record of it
                 self.events.events.append(("llm", self._call_payload(ended - began)))
             return False
         self.overflowed_call = {
@@ -198,11 +199,6 @@ class RunningTurn:
             "ended_at": ended,
         }
         return True
-
-    def _engine_calls(self) -> int:
-        return sum(
-            1 for kind, data in self.events.events if kind == "llm" and data.get("by") != "broker"
-        )
 
     def _call_payload(self, duration_ms: int) -> dict[str, Any]:
         result = self.result

@@ -97,3 +97,11 @@ def test_the_payloads() -> None:
         "duration_ms": 5,
         "error": "boom",
     }
+
+
+def test_the_log_counts_the_model_calls_the_engine_reported() -> None:
+    log = te.EventLog([])
+    log.add("llm", {"model": "m", "round": 1})
+    log.add("llm", {"by": "broker"})
+    log.add("action", {"tool": "x"})
+    assert (log.engine_calls, log.waiting) == (1, 3)
