@@ -185,7 +185,7 @@ def commit_orphan(
 ) -> list[ItemInfo]:
     """Record a turn that lost the head race: failed, off the thread, head untouched."""
     error = f"the session's head moved while the turn ran (from {rec.parent_id})"
-    failed = replace(rec, status="failed", reason="head_moved", error=error)
+    failed = replace(rec, status="failed", reason="head_moved", error=error, outcome=None)
     return _write_turn(conn, failed, snapshot_max_bytes)
 
 

@@ -3,7 +3,7 @@
 Rule 1: a title is one line of at most `MAX_TITLE` characters, never empty: the
         first words of the person's message, then, when the turn had no message
         of its own (a worker result, a timer), the first line of the reply; a
-        turn with neither is named by its type.
+        turn with neither is named by its type, and a compaction is one.
 Rule 2: an engine's `intent` event with a `title` names the turn; the latest
         such event wins over the mechanical title. A model's title, written after
         the turn (broker/titler.py), wins over both.
@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 MAX_TITLE = 80
 MAX_OUTCOME = 160
+COMPACTION = "Compaction of earlier turns"
 TitleSource = Literal["mechanical", "engine", "model"]
 
 
@@ -38,6 +39,8 @@ def one_line(text: str, limit: int) -> str:
 
 def mechanical_title(inputs: Sequence[str], reply: str, kind: str = "turn") -> str:
     """Rule 1. `inputs`: the texts of the turn's messages, in arrival order."""
+    if kind == "compaction":  # its output is a summary of other turns, not its subject
+        return COMPACTION
     for text in inputs:
         line = one_line(text, MAX_TITLE)
         if line:
@@ -49,7 +52,7 @@ def mechanical_title(inputs: Sequence[str], reply: str, kind: str = "turn") -> s
     line = one_line(reply, MAX_TITLE)
     if line:
         return line
-    return {"compaction": "Compaction of earlier turns"}.get(kind, f"A {kind} with no text")
+    return f"A {kind} with no text"
 
 
 def engine_title(events: Iterable[tuple[str, dict[str, Any]]]) -> str | None:

@@ -53,7 +53,7 @@ def test_a_turn_without_a_message_is_named_by_its_reply() -> None:
 
 
 def test_a_turn_with_neither_is_named_by_its_type() -> None:
-    assert mechanical_title([], "", "compaction") == "Compaction of earlier turns"
+    assert mechanical_title([], "The summary: …", "compaction") == "Compaction of earlier turns"
     assert mechanical_title([], "", "worker_result") == "A worker_result with no text"
 
 
