@@ -4,6 +4,8 @@ turn with their fields, and reactions to replies as `feedback` events."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,6 +21,7 @@ from tests.integration.wire import Adapter, operator
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 BACKENDS = pytest.mark.parametrize("backend", ["asyncio", "trio"])
+CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
 
 # One program, what it does chosen by the message's first word.
 ENGINE = textwrap.dedent("""
@@ -62,6 +65,16 @@ def engine_config(tmp_path: Path) -> dict[str, Any]:
     }
 
 
+def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CTL, "--config", str(d.config_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "250"},  # room for the table's columns
+    )
+
+
 async def turn_of(a: Adapter, msg_id: str, text: str) -> dict[str, Any]:
     """Send a message and wait for its reply, confirmed."""
     await a.send_inbound(msg_id, text, "+1", mode="followup")
@@ -93,6 +106,11 @@ async def test_every_turn_has_a_title_and_an_outcome(
         ("fail now", "failed (engine): the model is down"),
     ]
     assert [t["title_source"] for t in turns] == ["mechanical", "engine", "mechanical"]
+    shown = brokerctl(d, "show", first["session"])
+    assert shown.returncode == 0, shown.stderr
+    for title, outcome in [("Fix the login bug", "completed"), ("Rename the module", "completed")]:
+        assert any(title in line and outcome in line for line in shown.stdout.splitlines())
+    assert "failed (engine)" in shown.stdout
 
 
 @BACKENDS
