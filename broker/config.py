@@ -160,6 +160,15 @@ class ResetSettings(_Section):
         return ResetPolicy(self.idle_s, self.daily_at, self.timezone, self.max_turns)
 
 
+class TitleSettings(_Section):
+    # A cheap model writes each turn's title after the turn, off its path
+    # (broker/titler.py): the name of an engine in [engines]. "": off, the title
+    # stays the mechanical one (or the engine's, from an `intent` event).
+    engine: str = ""
+    timeout_s: float = Field(10.0, gt=0, le=600)  # per title; past it the title stays
+    queue: int = Field(1000, ge=1, le=100_000)  # turns waiting for a title; past it, skipped
+
+
 class Persona(_Section):
     engine: str | None = None  # a name in [engines]; None: the default [engine]
     system_prompt: str | None = None
@@ -202,6 +211,8 @@ class Settings(BaseSettings):
     recall: RecallSettings = RecallSettings()
     snapshots: SnapshotSettings = SnapshotSettings()
     reset: ResetSettings = ResetSettings()
+
+    titles: TitleSettings = TitleSettings()
 
     @field_validator("socket_path")
     @classmethod
@@ -288,6 +299,12 @@ def _rule_name(loc: tuple[int | str, ...], data: dict[str, Any] | None) -> str:
 
 
 def check_personas(settings: Settings) -> None:
+    if settings.titles.engine and settings.titles.engine not in settings.engines:
+        known = ", ".join(sorted(settings.engines)) or "none configured"
+        raise ConfigError(
+            f"invalid configuration: titles.engine names {settings.titles.engine!r},"
+            f" which is not in [engines] ({known})"
+        )
     for name, persona in settings.personas.items():
         if persona.engine is not None and persona.engine not in settings.engines:
             known = ", ".join(sorted(settings.engines)) or "none configured"

@@ -100,9 +100,18 @@ def show(
         )
         print_table(
             "turns",
-            ["id", "type", "status", "inputs", "output"],
+            ["id", "type", "title", "outcome", "inputs", "output"],
             [
-                [t["id"], t["type"], t["status"], ",".join(t["inputs"]), (t["output"] or "")[:60]]
+                [
+                    t["id"],
+                    t["type"],
+                    t.get("title") or "",
+                    t.get("outcome") or t["status"],  # a running turn has none yet
+                    ",".join(t["inputs"]),
+                    (t["output"] or "")[-60:]
+                    if t["status"] == "running"
+                    else (t["output"] or "")[:60],
+                ]
                 for t in d["turns"]
             ],
         )

@@ -40,6 +40,7 @@ from .protocol import Hello
 from .router import Router
 from .server import AlreadyRunning, Server
 from .timers import TimerWheel
+from .titler import Titler
 
 log = logs.get("broker.daemon")
 _E = TypeVar("_E", bound=BaseException)
@@ -191,6 +192,8 @@ class Daemon:
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
             timers = TimerWheel(ledger, mailboxes.post)
             mailboxes.timers_changed = timers.changed  # the agents' `schedule` tool
+            titler = Titler.build(s.titles, s.engines, ledger)
+            mailboxes.ports.commits.on_written = titler.offer
             ops = Ops(ledger, self.state_of, mailboxes, timers)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
@@ -214,6 +217,7 @@ class Daemon:
                 await tg.start(mailboxes.run)
                 # After the backlog: due times missed while down fire first thing.
                 await tg.start(timers.run)
+                await tg.start(titler.run)
                 await tg.start(server.serve, listener)
                 log.info(
                     "ready",

@@ -32,6 +32,7 @@ from ledger.writer import WriterClosed, WriterOverloaded
 from .config import Settings
 from .connection import Connection
 from .protocol import ProtocolError, encode, parse_inbound
+from .reactions import submit_reaction
 from .router import Router
 
 log = logs.get("broker.ingress")
@@ -89,6 +90,9 @@ class Ingress:
                 "overloaded", "the broker is shutting down; send it again later", req=req
             )
         msg = parse_inbound(frame, self.settings.max_text_bytes)
+        if "reaction" in frame:  # feedback on a reply, not a message (reactions.py)
+            submit_reaction(self.ledger, conn, msg, frame)
+            return
         state = self.adapters[conn.id]
         if state.inflight >= self.settings.max_inflight:
             raise ProtocolError(

@@ -228,6 +228,7 @@ class Inbound(_Frame):
     ts: str | None = Field(None, max_length=64)
     queue_mode: QueueMode | None = None
     meta: dict[str, Any] | None = None
+    # `reaction` and `reply_to` (a reaction to a reply) are checked by `parse_reaction`.
 
     @field_validator("ts")
     @classmethod
@@ -275,6 +276,26 @@ def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
             "invalid", f"text is longer than {max_text_bytes} bytes", field="text", req=req
         )
     return msg
+
+
+def parse_reaction(frame: dict[str, Any]) -> tuple[str, str]:
+    """(reaction, reply_to) of an inbound frame that carries a `reaction`: a person's
+    reaction to a reply (a 👍, "approve") and the reply's `out_id`, recorded as a
+    `feedback` event of the turn that made the reply (broker/reactions.py)."""
+    req = frame.get("req")
+    reaction, reply_to = frame.get("reaction"), frame.get("reply_to")
+    if type(reaction) is not str or not 0 < len(reaction) <= 64:
+        raise ProtocolError(
+            "invalid", "reaction must be a string of 1 to 64 characters", field="reaction", req=req
+        )
+    if type(reply_to) is not str or not 0 < len(reply_to) <= 64:
+        raise ProtocolError(
+            "invalid",
+            "a reaction needs reply_to: the out_id of the reply it reacts to",
+            field="reply_to",
+            req=req,
+        )
+    return reaction, reply_to
 
 
 def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:

@@ -10,6 +10,7 @@ from broker.core.identity import DM_TEMPLATE, chain_to_root, resolve_label
 from .errors import NotFound
 from .events import session_totals
 from .ingest import get_alias, get_session_ref
+from .live_turns import running_turn
 
 OPEN = "('queued', 'running')"
 
@@ -73,7 +74,10 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
         "aliases": aliases_of(conn, label),
         "head": row["head_turn_id"],
         "queued": queued_items(conn, label, limit),
-        "turns": thread_turns(conn, row["head_turn_id"], limit),
+        "turns": [
+            *thread_turns(conn, row["head_turn_id"], limit),
+            *filter(None, [running_turn(conn, label, row["head_turn_id"])]),  # listed last
+        ],
         "totals": session_totals(conn, label),
     }
 
@@ -149,7 +153,8 @@ def thread_turns(conn: sqlite3.Connection, head: str | None, limit: int) -> list
         " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
         " WHERE t.parent_id IS NOT NULL AND c.depth < ?)"
         " SELECT t.id, t.parent_id, t.type, t.status, t.reason, t.output, t.started_at,"
-        " t.completed_at, t.prompt_tokens, t.completion_tokens, t.session_label"
+        " t.completed_at, t.prompt_tokens, t.completion_tokens, t.session_label, t.title,"
+        " t.title_source, t.outcome"
         " FROM chain c JOIN turns t ON t.id = c.id ORDER BY c.depth DESC",
         (head, limit - 1),
     ).fetchall()
@@ -178,6 +183,9 @@ def thread_turns(conn: sqlite3.Connection, head: str | None, limit: int) -> list
             "prompt_tokens": r[8],
             "completion_tokens": r[9],
             "session": r[10],
+            "title": r[11],
+            "title_source": r[12],
+            "outcome": r[13],
         }
         for r in rows
     ]

@@ -125,6 +125,9 @@ TURN_COLUMNS = (
     "completed_at",
     "prompt_tokens",
     "completion_tokens",
+    "title",  # these three: absent from exports older than titles, and then NULL
+    "title_source",
+    "outcome",
 )
 MESSAGE_COLUMNS = ("role", "channel", "msg_id", "sender_id", "content", "tokens", "created_at")
 TOOL_COLUMNS = ("name", "arguments", "result", "status", "created_at")
@@ -221,7 +224,9 @@ def _insert_turn(
 ) -> str:
     turn_id = new_id()
     try:
-        values = [turn[c] for c in TURN_COLUMNS[1:]]
+        values = [
+            turn[c] if c in turn or c not in TURN_COLUMNS[-3:] else None for c in TURN_COLUMNS[1:]
+        ]
         conn.execute(
             f"INSERT INTO turns (id, session_label, parent_id, {', '.join(TURN_COLUMNS[1:])})"
             f" VALUES (?, ?, ?, {', '.join('?' * (len(TURN_COLUMNS) - 1))})",

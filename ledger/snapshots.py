@@ -80,14 +80,16 @@ def record_events(
     events: Iterable[tuple[str, dict[str, Any]]],
     max_bytes: int | None,
     now: int,
+    first_seq: int = 0,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The events as their rows keep them: each `file` event's content goes to
     `blobs` and its snapshot row; its payload keeps path, op and hashes (Rule 1).
-    `max_bytes` None: the limit `configure` set."""
+    `max_bytes` None: the limit `configure` set. `first_seq` > 0: the turn's
+    earlier events were written already, while it ran (ledger/events.py)."""
     limit = _max_bytes if max_bytes is None else max_bytes
     out: list[tuple[str, dict[str, Any]]] = []
     after: dict[str, str | None] = {}  # a path's hash after this turn's earlier events
-    for seq, (kind, data) in enumerate(events):
+    for seq, (kind, data) in enumerate(events, first_seq):
         if kind != "file":
             out.append((kind, data))
             continue
@@ -98,6 +100,8 @@ def record_events(
         path = normal_path(data["path"])
         if path in after:
             before = after[path]
+        elif first_seq and (mine := _own_latest(conn, turn_id, path)) is not None:
+            before = mine[0]
         else:
             found = latest(conn, parent_id, path) if parent_id is not None else None
             before = found["sha256"] if found is not None else None
@@ -123,6 +127,16 @@ def record_events(
             payload["note"] = note
         out.append(("file", payload))
     return out
+
+
+def _own_latest(conn: sqlite3.Connection, turn_id: str, path: str) -> tuple[str | None] | None:
+    """The hash after the latest of the turn's own events already written, if any."""
+    row = conn.execute(
+        "SELECT sha256 FROM file_snapshots WHERE turn_id = ? AND path = ? ORDER BY seq DESC"
+        " LIMIT 1",
+        (turn_id, path),
+    ).fetchone()
+    return None if row is None else (row[0],)
 
 
 def _bad_event(data: Any, problem: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
 from .sqlite_threads import SqliteThreads
+from .store_events import EventWrites
 from .store_routes import RouteMethods
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
@@ -70,7 +71,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads, SqliteThreads, RouteMethods):
+class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites):
     def __init__(
         self,
         path: Path,

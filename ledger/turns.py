@@ -17,6 +17,8 @@ Rule 4: a turn that streams for a while has its partial output saved now and
         output last saved, and started when its items were marked running, or
         when the session's latest committed turn ended if that is later (no two
         turns of a session overlap in time: docs/turns.md).
+Rule 6: a turn row has a title and an outcome (broker/core/titles.py); the totals
+        count its events written while it ran too (ledger/live_events.py Rule 1).
 Rule 5: a job here may run again after the storage refused its COMMIT
         (writer.py Rule 7): nothing of the failed run was kept, so the head
         compare-and-swap, the outbox row and the item updates see the same
@@ -29,18 +31,18 @@ import sqlite3
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import orjson
-
+from broker.core import titles
 from broker.core.engine_types import ToolCall
 from broker.core.session_state import totals_of
+from broker.core.turn_events import intent_payload, model_calls
 
+from . import live_events as ev
 from .dispatch import settle_turn, spawned_by
 from .errors import NotFound
 from .events import stored_scratchpad
 from .ids import new_id
 from .items import ITEM_COLUMNS, ItemInfo, item_from_row
 from .resets import pending_thread
-from .snapshots import record_events
 from .state_records import record_turn_state
 
 ItemStatus = Literal["done", "queued", "cancelled"]
@@ -128,6 +130,10 @@ class TurnRecord:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
     bridges: tuple[str, ...] = ()  # bridge notes its context showed (ledger/bridges.py)
+    events_written: int = 0  # events[:events_written] were written while it ran (Rule 6)
+    title: str | None = None  # None: the mechanical title (Rule 6)
+    title_source: str | None = None
+    outcome: str | None = None
 
 
 def commit_turn(
@@ -140,6 +146,8 @@ def commit_turn(
     setting) are kept by hash only (ledger/snapshots.py).
     """
     totals = totals_of(rec.events)
+    paths = ev.modified(rec.events)
+    files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
     # The head moves and the running totals grow in one statement.
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
@@ -155,11 +163,11 @@ def commit_turn(
             rec.completed_at,
             rec.prompt_tokens or 0,
             rec.completion_tokens or 0,
-            0 if rec.status == "aborted" else 1,
+            model_calls(rec.events),
             len(rec.tool_calls),
             totals["errors"],
-            totals["events"],
-            totals["files_modified"],
+            totals["events"] + bool(paths),  # and its snapshot event
+            files,
             totals["errors_resolved"],
             rec.session,
             rec.parent_id,
@@ -182,17 +190,22 @@ def commit_orphan(
 ) -> list[ItemInfo]:
     """Record a turn that lost the head race: failed, off the thread, head untouched."""
     error = f"the session's head moved while the turn ran (from {rec.parent_id})"
-    failed = replace(rec, status="failed", reason="head_moved", error=error)
+    failed = replace(rec, status="failed", reason="head_moved", error=error, outcome=None)
     return _write_turn(conn, failed, snapshot_max_bytes)
 
 
 def _write_turn(
     conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
+    title, source = rec.title, rec.title_source
+    if title is None:
+        inputs = [it.content for it in rec.inputs]
+        title, source = titles.turn_title(inputs, rec.output, rec.events, rec.type)
+    outcome = rec.outcome or titles.outcome_line(rec.status, rec.reason, rec.error)
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
-        " engine, model, started_at, completed_at, prompt_tokens, completion_tokens)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " engine, model, started_at, completed_at, prompt_tokens, completion_tokens, title,"
+        " title_source, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             rec.turn_id,
             rec.session,
@@ -208,6 +221,9 @@ def _write_turn(
             rec.completed_at,
             rec.prompt_tokens,
             rec.completion_tokens,
+            title,
+            source,
+            outcome,
         ),
     )
     counts = rec.input_tokens or []
@@ -291,30 +307,10 @@ def _write_turn(
             (out_id, rec.session, rec.turn_id, channel, frame, rec.completed_at),
         )
     # File contents go to their blobs; the event rows keep path, op and hashes.
-    events = record_events(
-        conn,
-        rec.turn_id,
-        rec.session,
-        rec.parent_id,
-        rec.events,
-        snapshot_max_bytes,
-        rec.completed_at,
-    )
-    conn.executemany(
-        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (
-                rec.turn_id,
-                n,
-                rec.session,
-                kind,
-                orjson.dumps(payload, default=str).decode(),
-                rec.completed_at,
-            )
-            for n, (kind, payload) in enumerate(events)
-        ],
-    )
+    ev.commit_events(
+        conn, rec.turn_id, rec.session, rec.parent_id, rec.events, rec.events_written,
+        rec.completed_at, snapshot_max_bytes,
+    )  # fmt: skip
     if rec.progress_saved:
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (rec.turn_id,))
     return _finish_dispatches(conn, rec)
@@ -357,6 +353,10 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
         saved = conn.execute(
             "SELECT output FROM turn_progress WHERE turn_id = ?", (turn_id,)
         ).fetchone()
+        written = ev.written_events(conn, turn_id) if turn_id else []
+        if not written:  # its intent was not written yet: rebuilt from its inputs
+            inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in items]
+            intent = ("intent", intent_payload(inputs))
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
         # mark_running stamped the turn's items with its start (Rule 4); never
         # before the end of a turn it waited for.
@@ -382,6 +382,8 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             completion_tokens=None,
             inputs=items,
             item_status="queued",
+            events=written or [intent],  # written while it ran: attached, counted now
+            events_written=len(written),
         )
         if conn.execute("SELECT 1 FROM turns WHERE id = ?", (rec.turn_id,)).fetchone():
             rec.turn_id = new_id()  # the id was used by a committed turn: never reuse it

@@ -46,6 +46,11 @@ class TurnIO(Protocol):
         id the engine gives the call in its `EngineResult.tool_calls`: the broker then
         records the call under its own id, which a worker it spawns links back to."""
 
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        """A typed event of the turn as it happens (one of `EVENT_TYPES`), written to
+        the ledger while the turn runs. An `llm` event stands for a model call: an
+        engine that reports its calls this way gets no `llm` event of the broker's."""
+
 
 class Engine(Protocol):
     name: str

@@ -179,6 +179,7 @@ class RoundReply:
     model: str | None = None
     done: bool = False  # [DONE] seen; the rest of the body is drained unread
     error: dict[str, Any] | None = None  # an error event in the stream
+    finish_reason: str | None = None
 
     def absorb(self, chunk: dict[str, Any]) -> str:
         """Take one chunk in; return its new reply text ("" if none)."""
@@ -193,6 +194,8 @@ class RoundReply:
             delta = choice.get("delta")
             if choice.get("index", 0) != 0 or not isinstance(delta, dict):
                 continue
+            finish = choice.get("finish_reason")
+            self.finish_reason = finish if isinstance(finish, str) else self.finish_reason
             content = delta.get("content")
             text += content if isinstance(content, str) else ""
             for call in _dicts(delta.get("tool_calls")):
@@ -300,8 +303,20 @@ class _Turn:
 
     async def run(self) -> EngineResult:
         for round_number in range(self.max_tool_rounds + 1):
+            started = anyio.current_time()
             reply = await self._complete(last=round_number == self.max_tool_rounds)
             self.usage.append((reply.prompt_tokens, reply.completion_tokens))
+            self.io.event(  # each round is a model call of its own (base.py TurnIO.event)
+                "llm",
+                {
+                    "model": reply.model or self.model,
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "duration_ms": round((anyio.current_time() - started) * 1000),
+                    "stop_reason": reply.finish_reason,
+                    "round": round_number + 1,
+                },
+            )
             self.answered_by = reply.model or self.answered_by
             if not reply.calls:
                 return self._result()

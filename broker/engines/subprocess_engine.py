@@ -105,7 +105,6 @@ class _Conversation:
         self.deltas: list[str] = []
         self.tool_calls: list[ToolCall] = []
         self.steered: list[ChatMessage] = []  # forwarded to the program
-        self.events: list[tuple[str, dict[str, Any]]] = []
         self.steer_used: set[str] = set()  # item ids the program said it used
         self.steer_scope = anyio.CancelScope()
         self.outbox, self.inbox = anyio.create_memory_object_stream[bytes](16)
@@ -215,7 +214,7 @@ class _Conversation:
                 f"The engine program sent a bad event line (event {kind!r}); "
                 f"events are {', '.join(EVENT_TYPES)} with an object 'data'."
             )
-        self.events.append((str(kind), data))
+        self.io.event(str(kind), data)  # written as it happens, not at the end
 
     def _steer_taken(self, message: Message) -> None:
         msg_ids = set(_field(message, "msg_ids", list, []))
@@ -235,7 +234,6 @@ class _Conversation:
             model=model if isinstance(model, str) else None,
             tool_calls=self.tool_calls,
             steer_used=tuple(sorted(self.steer_used)),
-            events=self.events,
         )
 
     async def _finish(self, result: EngineResult) -> EngineResult:

@@ -309,7 +309,7 @@ class SessionActor:
             elif isinstance(step, lc.Compact):
                 done = await self._compact(step.trigger)
                 if done is not None and turn.overflowed_call is not None:
-                    turn.earlier_calls.append(("llm", turn.overflowed_call))
+                    turn.event("llm", turn.overflowed_call)
                 turn.overflowed_call = None
                 self._apply(lc.Compacted(done is not None))
             else:

@@ -26,6 +26,7 @@ import anyio
 from broker.config import EngineSettings
 from broker.context.session import SessionContext
 from broker.core import compaction
+from broker.core import turn_events as te
 from broker.core.engine_types import ChatMessage, TurnRequest
 from broker.core.lifecycle import Trigger
 from broker.core.packing import TurnBlock
@@ -76,6 +77,15 @@ class _QuietIO:
     ) -> str:
         raise EngineError("no tools while summarizing")
 
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        return None  # the compaction turn records its one model call itself
+
+
+def _call(usage: dict[str, Any], duration_ms: int) -> dict[str, Any]:
+    return te.llm_payload(
+        usage.get("model"), usage.get("prompt"), usage.get("completion"), duration_ms, "end_turn"
+    )
+
 
 def summary_budget(window: int) -> int:
     return max(64, min(2000, window // 8))
@@ -117,6 +127,8 @@ async def compact(
         inputs=[],
         item_status="done",
         output_tokens=summary_tokens,
+        # A deterministic fallback is not a model call (turn_events.py Rule 4).
+        events=[] if fallback else [("llm", _call(usage, now_ms() - started))],
         compaction={
             "summary": summary,
             "summarized_through_turn_id": plan.summarized_through,

@@ -23,6 +23,7 @@ from broker.context.session import SessionContext
 from broker.core.queue_machine import QueueMode
 from broker.engines.base import Engine
 from ledger.items import ItemInfo
+from ledger.port import Committing
 from ledger.threads import Carry
 from ledger.turns import ActorStart, TurnRecord
 
@@ -80,6 +81,16 @@ class ActorPorts(Protocol):
         self, label: str, previous: str | None, thread: int | None, reason: str, carry: Carry | None
     ) -> None: ...
     async def commit_turn(self, rec: TurnRecord) -> Written: ...
+    def write_events(
+        self,
+        turn_id: str,
+        label: str,
+        parent: str | None,
+        first_seq: int,
+        events: list[tuple[str, dict[str, Any]]],
+    ) -> Committing[None] | None:
+        """Queue a running turn's events (None: the writer refused them, for now)."""
+        ...
 
     # Engines and their tools, the adapters, chat commands.
     def engine_for(self, persona: str | None) -> Engine: ...

@@ -7,6 +7,13 @@ Rule 2: a turn that streams for longer than `engine.progress_save_s` saves its o
         Rule 4); a quick turn never saves.
 Rule 3: every engine call gets its own cancel scope, bounded by the engine timeout; an
         abort cancels the call in progress, or the next one before it starts.
+Rule 4: the turn's events are numbered as they happen and written while it runs, at
+        most one write of them under way (broker/core/turn_events.py Rule 2): the
+        engine's events as it reports them, an `action` for each tool call, and
+        with the first of them its `intent`, made when it began. Each engine call
+        ends with an `llm` event, unless the engine reported its own model calls;
+        those and the turn's `error` go with the commit, so a quick turn writes
+        all its events in its commit's transaction.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 import anyio
 
 from broker.core import queue_machine as m
+from broker.core import turn_events as te
 from broker.core.engine_types import ChatMessage, EngineResult, TurnRequest
 from broker.core.lifecycle import save_due
 from broker.core.packing import ContextPlan, Msg
@@ -27,8 +35,10 @@ from broker.engines.base import Engine, EngineError
 from ledger import logs
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
+from ledger.port import Committing
 
 log = logs.get("broker.actor")
+WriteEvents = Callable[[int, list[te.Event]], "Committing[None] | None"]
 TIMEOUT = "the agent took too long to answer and was stopped"
 
 
@@ -50,8 +60,6 @@ class RunningTurn:
     taken: list[ItemInfo] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     started_ms: int = 0  # set when the turn begins, after any compaction (lifecycle Rule 2)
-    # Engine calls before the compaction that preceded the turn's start (docs/turns.md).
-    earlier_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     hint_checked: bool = False  # the recall hint is looked for once, before the first call
     # Looked up once when the turn opens (turn_steps.py): the same for all of it.
     engine: Engine | None = None
@@ -76,6 +84,9 @@ class RunningTurn:
     save_progress: Callable[[RunningTurn], None] | None = None
     progress_saved: bool = False
     save_due: float = field(init=False)
+    # Rule 4: every event of the turn, and how to write some (None: only at the commit).
+    events: te.EventLog = field(default_factory=lambda: te.EventLog([]))
+    write_events: WriteEvents | None = None
 
     def __post_init__(self) -> None:
         self.save_due = self.clock() + self.save_every_s
@@ -99,17 +110,60 @@ class RunningTurn:
         self.taken.extend(taken)
         return [as_chat(it) for it in taken]
 
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        """An event of the turn, written soon (Rule 4)."""
+        self.events.add(kind, data)
+        self.flush_events()
+
+    def flush_events(self) -> None:
+        log_ = self.events
+        if self.write_events is None or not te.flush_due(log_):
+            return
+        first = log_.sent
+        self.sending(self.write_events(first, log_.events[first:]), first)
+
+    def sending(self, writing: Committing[None] | None, first: int) -> None:
+        """The events from `first` on are on their way in `writing` (None: the writer
+        refused them; they go with the next write)."""
+        log_ = self.events
+        if writing is None:
+            return
+        log_.sent, log_.in_flight = len(log_.events), True
+
+        def written(_: object) -> None:
+            log_.in_flight = False
+            self.flush_events()
+
+        def failed(exc: BaseException) -> None:
+            log_.in_flight = False
+            if not log_.closed:
+                log_.sent = first  # one write at a time: these are the only ones unwritten
+            log.warning(
+                "turn events not written", session=self.session, turn=self.id, error=str(exc)
+            )
+
+        writing.after_commit(written, failed)
+
     async def call_tool(
         self, name: str, arguments: dict[str, Any], call_id: str | None = None
     ) -> str:
-        if self.tools is None:
-            raise EngineError(f"the broker offers no tool named {name!r}")
-        ours = new_id()
-        if call_id:
-            if self.call_ids is None:
-                self.call_ids = {}
-            self.call_ids[call_id] = ours
-        return await self.tools(name, arguments, ours)
+        started = self.clock()
+        status, error = "ok", None
+        try:
+            if self.tools is None:
+                raise EngineError(f"the broker offers no tool named {name!r}")
+            ours = new_id()
+            if call_id:
+                if self.call_ids is None:
+                    self.call_ids = {}
+                self.call_ids[call_id] = ours
+            return await self.tools(name, arguments, ours)
+        except EngineError as exc:
+            status, error = "error", str(exc)
+            raise
+        finally:
+            ms = round((self.clock() - started) * 1000)
+            self.event("action", te.action_payload(name, status, ms, error))
 
     def abort(self, reason: str) -> None:
         self.abort_reason = reason
@@ -120,6 +174,7 @@ class RunningTurn:
         """Call the engine once (Rule 3) and keep its outcome; did the context overflow
         before any output (a reactive compaction may help)?"""
         self.result, self.error, self.reason = None, None, None
+        began, calls_before = now_ms(), self.events.engine_calls
         # One scope for both the timeout and an abort: cheaper than nesting fail_after.
         with self.engine_scope(deadline) as scope:
             try:
@@ -131,24 +186,41 @@ class RunningTurn:
             except Exception as exc:
                 log.exception("engine crashed", session=self.session, turn=self.id)
                 self.error, self.reason = f"the agent failed ({type(exc).__name__})", "engine"
+        if self.result is not None:
+            for kind, data in self.result.events:  # an engine that reports at the end
+                self.events.add(kind, data)
         if scope.cancelled_caught:
             if self.abort_reason is None:  # cancelled, but not by an abort: the deadline
                 self.error, self.reason = TIMEOUT, "timeout"
             else:
                 self.reason = self.abort_reason  # aborted by the machine
-        elif self.result is not None and (problem := bad_file_event(self.result.events)):
+        elif self.result is not None and (problem := bad_file_event(self.events.events)):
             # A change the ledger cannot record must not pass for a completed turn.
             self.error = f"The agent reported a file change the broker cannot record: {problem}"
             self.reason = "bad_event"
+        ended = now_ms()
         if self.reason != "context_overflow" or self.parts:
+            if self.events.engine_calls == calls_before:  # Rule 4: the broker's record of it
+                self.events.events.append(("llm", self._call_payload(ended - began)))
             return False
         self.overflowed_call = {
+            **self._call_payload(ended - began),
             "outcome": "context_overflow",
             "error": self.error,
             "started_at": self.started_ms,
-            "ended_at": now_ms(),
+            "ended_at": ended,
         }
         return True
+
+    def _call_payload(self, duration_ms: int) -> dict[str, Any]:
+        result = self.result
+        return te.llm_payload(
+            (result.model if result is not None else None) or self.model,
+            result.prompt_tokens if result is not None else None,
+            result.completion_tokens if result is not None else None,
+            duration_ms,
+            te.stop_reason("completed" if self.error is None and result else "failed", self.reason),
+        )
 
     def refuse(self) -> None:
         """Its inputs do not fit the context window: it fails without an engine call."""

@@ -29,6 +29,7 @@ from ledger import turns as lt
 from ledger.bridges import pending_bridges
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
+from ledger.port import Committing
 from ledger.reads import ReadConnection
 from ledger.state_records import thread_seed
 from ledger.store import Ledger
@@ -107,6 +108,19 @@ class SessionPorts:
             log.warning("partial output not saved", session=label, turn=turn_id, error=str(exc))
             return False
         return True
+
+    def write_events(
+        self,
+        turn_id: str,
+        label: str,
+        parent: str | None,
+        first_seq: int,
+        events: list[tuple[str, dict[str, Any]]],
+    ) -> Committing[None] | None:
+        try:
+            return self.ledger.submit_events(turn_id, label, parent, first_seq, events, now_ms())
+        except (WriterOverloaded, WriterClosed):
+            return None  # Rule 1: they go with the turn's next write, or its commit
 
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
         self.ledger.writer.submit(lt.set_item_status, [(item_id, "dropped", reason)], now_ms())

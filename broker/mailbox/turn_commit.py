@@ -36,6 +36,8 @@ class TurnCommits:
         self.ledger = ledger
         self.deliveries = deliveries
         self.post = post
+        # Told of each turn written (the titler, broker/titler.py); must not block.
+        self.on_written: Callable[[TurnRecord], None] | None = None
 
     async def commit(self, rec: TurnRecord) -> Written:
         """Commit a turn; where it went (Rules 1-3)."""
@@ -48,6 +50,8 @@ class TurnCommits:
         finally:
             if out_id is not None and written == "lost":
                 self.deliveries.abandon(out_id)
+        if written != "lost" and self.on_written is not None:
+            self.on_written(rec)
         return written
 
     async def _write_turn(self, rec: TurnRecord) -> Written:

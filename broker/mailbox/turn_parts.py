@@ -13,23 +13,24 @@ Rule 2: steered items the engine took but did not use run in the next turn. Only
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Literal
 
 import orjson
 
 from broker.config import Persona, Settings
 from broker.context.session import SessionContext, summary_text
 from broker.core import queue_machine as m
+from broker.core import turn_events as te
 from broker.core.compaction import compaction_due
 from broker.core.engine_types import (
     ChatMessage,
-    EngineResult,
     HistoryMessage,
     ToolCall,
     ToolSpec,
     TurnRequest,
 )
 from broker.core.packing import ContextPlan, Msg
+from broker.core.titles import outcome_line, turn_title
 from broker.engines.base import Engine
 from ledger import logs
 from ledger import turns as lt
@@ -139,27 +140,13 @@ def request(
     )
 
 
-def turn_events(
-    result: EngineResult | None, status: str, error: str | None
-) -> list[tuple[str, dict[str, Any]]]:
-    """The engine's events, then the broker's own: one `action` per tool call, one
-    `llm` for the model call, and an `error` for a failed turn."""
-    events = list(result.events) if result is not None else []
-    if result is not None:
-        events += [("action", {"tool": c.name, "status": c.status}) for c in result.tool_calls]
-        events.append(
-            (
-                "llm",
-                {
-                    "model": result.model,
-                    "prompt_tokens": result.prompt_tokens,
-                    "completion_tokens": result.completion_tokens,
-                },
-            )
-        )
+def turn_events(turn: RunningTurn, status: str, error: str | None) -> list[te.Event]:
+    """Every event of the turn, the turn's `error` last for a failed turn; no more are
+    written while it runs (running_turn.py Rule 4: the rest go with the commit)."""
+    turn.events.closed = True
     if status == "failed":
-        events.append(("error", {"text": error or "the turn failed"}))
-    return events
+        turn.events.events.append(("error", {"by": "broker", "text": error or "the turn failed"}))
+    return turn.events.events
 
 
 def settle(turn: RunningTurn) -> tuple[m.Outcome, Status, lt.ItemStatus]:
@@ -247,9 +234,14 @@ def record(
         outbox=outbox(label, turn, all_inputs, reply or "", status, route),
         input_tokens=[msg.tokens for msg in (*turn.input_msgs, *taken_msgs)],
         output_tokens=reply_msg.tokens if reply_msg else None,
-        events=turn.earlier_calls + turn_events(result, status, error),
+        events=turn_events(turn, status, error),
         progress_saved=turn.progress_saved,
         bridges=ctx.planned_bridges if turn.plan is not None and turn.plan.bridge else (),
+        events_written=turn.events.sent,
+        outcome=outcome_line(status, turn.reason, error),
+    )
+    rec.title, rec.title_source = turn_title(
+        [i.content for i in all_inputs], text, rec.events, turn.start.kind
     )
     return rec, outcome, taken_msgs, reply_msg
 

@@ -22,6 +22,7 @@ from broker import tools
 from broker.core import lifecycle as lc
 from broker.core import queue_machine as m
 from broker.core import recall_hint
+from broker.core import turn_events as te
 from broker.engines.base import Engine
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
@@ -71,12 +72,22 @@ class TurnSteps:
         turn.system = parts.system_prompt(settings, persona, self.facts.kind)
         turn.notes = parts.notes(start, items)
         turn.scratchpad = self.facts.scratchpad
+        facts = self.facts
+        turn.write_events = lambda first, events: ports.write_events(
+            turn_id, label, facts.head, first, events
+        )  # the head as it is when they are written: after any compaction
         return turn
 
     def begin(self, turn: RunningTurn) -> None:
-        """The turn starts now, after any compaction it needed: its items are running."""
+        """The turn starts now, after any compaction it needed: its items are running,
+        and its inputs are its first event (running_turn.py Rule 4)."""
         turn.started_ms = now_ms()
         self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
+        if not turn.events.events:  # not again when it begins anew after a compaction
+            # Not written on its own (running_turn.py Rule 4): with the turn's next
+            # event, or its commit; after a crash the recovery writes it.
+            inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in turn.inputs]
+            turn.events.events.append(("intent", te.intent_payload(inputs)))
 
     def plan(self, turn: RunningTurn) -> lc.Planned:
         turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn)

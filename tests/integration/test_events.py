@@ -84,19 +84,23 @@ async def test_events_totals_state_and_scratchpad(
         assert merged == {"plan": {"step": 1, "done": True}}
         assert await op.op("scratchpad.get", session=session) == merged
     first_turn = [e for e in everything if e["turn"] == everything[-1]["turn"]]
+    # The broker's intent (the inputs), the engine's events as they came, the broker's
+    # record of the model call, and the snapshot of the files the turn left.
     assert [e["type"] for e in reversed(first_turn)] == [
+        "intent",
         "intent",
         "file",
         "error",
         "decision",
         "llm",
+        "snapshot",
     ]
-    assert [e["seq"] for e in reversed(first_turn)] == [0, 1, 2, 3, 4]
+    assert [e["seq"] for e in reversed(first_turn)] == [0, 1, 2, 3, 4, 5, 6]
     assert [e["payload"]["text"] for e in decisions] == ["use argon2"]
     assert [e["type"] for e in by_text] == ["decision"]
     assert bad.value.code == "invalid" and bad.value.field == "type"
     totals = shown["totals"]
-    assert totals["events"] == 6 and totals["files_modified"] == 1
+    assert totals["events"] == 9 and totals["files_modified"] == 1
     assert totals["errors"] == 1 and totals["errors_resolved"] == 1
     assert totals["model_calls"] == 2
     d.restart()  # the state record is read from the ledger by a fresh actor

@@ -112,6 +112,17 @@ class Ports:
         self.note("saved", text)
         return True
 
+    def write_events(
+        self,
+        turn_id: str,
+        label: str,
+        parent: str | None,
+        first_seq: int,
+        events: list[tuple[str, dict[str, Any]]],
+    ) -> None:
+        self.note("events", [kind for kind, _ in events])
+        return None  # refused: they go with the commit
+
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
         self.note("dropped", item_id)
 

@@ -52,6 +52,7 @@ class FakeIO:
         self.steer = list(steer)
         self.steer_after = steer_after  # offer the steered messages after this many deltas
         self.steer_polls = 0
+        self.events: list[tuple[str, dict[str, Any]]] = []
         self.tools = tools or {}
         self.tool_calls: list[tuple[str, dict[str, Any]]] = []
         self.got_delta = anyio.Event()
@@ -75,6 +76,9 @@ class FakeIO:
         if name not in self.tools:
             raise EngineError(f"There is no tool named {name!r}.")
         return self.tools[name](arguments)
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, data))
 
 
 def make_request(*texts: str, **extra: Any) -> TurnRequest:
@@ -433,6 +437,16 @@ async def test_openai_tool_round_trip(api: FakeOpenAI) -> None:
     assert io.tool_calls == [("add", {"a": 2, "b": 3}), ("nope", {})]
     assert result.text == "It is 5."
     assert (result.prompt_tokens, result.completion_tokens) == (30, 12)
+    # Each round is a model call of its own, reported as it ends.
+    calls = [
+        (k, d["model"], d["prompt_tokens"], d["completion_tokens"], d["stop_reason"], d["round"])
+        for k, d in io.events
+    ]
+    assert calls == [
+        ("llm", "fake-model", 20, 7, "tool_calls", 1),
+        ("llm", "fake-model", 10, 5, "stop", 2),
+    ]
+    assert all(isinstance(d["duration_ms"], int) and d["duration_ms"] >= 0 for _, d in io.events)
     assert [(c.id, c.name, c.arguments, c.result, c.status) for c in result.tool_calls] == [
         ("call_1", "add", '{"a": 2, "b": 3}', "5", "ok"),
         ("call_2", "nope", "{}", "There is no tool named 'nope'.", "error"),

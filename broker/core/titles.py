@@ -1,0 +1,90 @@
+"""A turn's title (what it was about) and outcome (how it ended), as short lines. Pure.
+
+Rule 1: a title is one line of at most `MAX_TITLE` characters, never empty: the
+        first words of the person's message, then, when the turn had no message
+        of its own (a worker result, a timer), the first line of the reply; a
+        turn with neither is named by its type, and a compaction is one.
+Rule 2: an engine's `intent` event with a `title` names the turn; the latest
+        such event wins over the mechanical title. A model's title, written after
+        the turn (broker/titler.py), wins over both.
+Rule 3: an outcome says the status, and for an aborted or failed turn its reason
+        and, when known, the error in a few words: `completed`, `aborted
+        (interrupt)`, `failed (timeout): the agent took too long…`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+MAX_TITLE = 80
+MAX_OUTCOME = 160
+COMPACTION = "Compaction of earlier turns"
+TitleSource = Literal["mechanical", "engine", "model"]
+
+
+def one_line(text: str, limit: int) -> str:
+    """The first non-blank line of `text`, whitespace collapsed, cut at a word
+    boundary to at most `limit` characters (an ellipsis marks a cut)."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    words = " ".join(line.split())
+    if len(words) <= limit:
+        return words
+    cut = words[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:  # a word boundary not too far back
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:-") + "…"
+
+
+def mechanical_title(inputs: Sequence[str], reply: str, kind: str = "turn") -> str:
+    """Rule 1. `inputs`: the texts of the turn's messages, in arrival order."""
+    if kind == "compaction":  # its output is a summary of other turns, not its subject
+        return COMPACTION
+    for text in inputs:
+        line = one_line(text, MAX_TITLE)
+        if line:
+            more = len([t for t in inputs if t.strip()]) - 1
+            if more > 0:
+                suffix = f" (+{more} more)"
+                return one_line(text, MAX_TITLE - len(suffix)) + suffix
+            return line
+    line = one_line(reply, MAX_TITLE)
+    if line:
+        return line
+    return f"A {kind} with no text"
+
+
+def engine_title(events: Iterable[tuple[str, dict[str, Any]]]) -> str | None:
+    """Rule 2: the title of the latest `intent` event that gives one."""
+    found = None
+    for kind, payload in events:
+        title = payload.get("title") if kind == "intent" else None
+        if isinstance(title, str) and title.strip():
+            found = title
+    if found is None:
+        return None
+    return one_line(found, MAX_TITLE) or None
+
+
+def turn_title(
+    inputs: Sequence[str],
+    reply: str,
+    events: Iterable[tuple[str, dict[str, Any]]],
+    kind: str = "turn",
+) -> tuple[str, TitleSource]:
+    """The title a turn is committed with, and where it came from (Rules 1 and 2)."""
+    given = engine_title(events)
+    if given:
+        return given, "engine"
+    return mechanical_title(inputs, reply, kind), "mechanical"
+
+
+def outcome_line(status: str, reason: str | None, error: str | None) -> str:
+    """Rule 3."""
+    if status == "completed":
+        return "completed"
+    reason = one_line(reason or "", 40)
+    line = f"{status} ({reason})" if reason else status
+    detail = one_line(error or "", MAX_OUTCOME - len(line) - 2)
+    return f"{line}: {detail}" if detail else line

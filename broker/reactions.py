@@ -1,0 +1,66 @@
+"""Reactions: an inbound frame with `reaction` and `reply_to` is a person's feedback on
+a reply, not a message for the agent.
+
+Rule 1: it becomes a `feedback` event of the turn that made the reply
+        (ledger/live_events.py Rule 4) and is acked only after that commit, with
+        the session and the turn, `item` null (it queues nothing) and `feedback`
+        true. Sent again with the same `(channel, msg_id)`, it is acked as a
+        `duplicate` and stored once.
+Rule 2: a `reply_to` no turn of this channel made is answered `not_found` (field
+        `reply_to`) and stores nothing; the connection stays open.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger import logs
+from ledger.errors import LedgerLookupError
+from ledger.ids import now_ms
+from ledger.port import IngestPort
+from ledger.writer import WriterClosed, WriterOverloaded
+
+from .connection import Connection
+from .protocol import InboundMessage, ProtocolError, encode, parse_reaction
+
+log = logs.get("broker.ingress")
+
+
+def submit_reaction(
+    ledger: IngestPort, conn: Connection, msg: InboundMessage, frame: dict[str, Any]
+) -> None:
+    req = frame.get("req")
+    reaction, reply_to = parse_reaction(frame)
+    assert conn.channel is not None
+    try:
+        pending = ledger.submit_feedback(
+            conn.channel, reply_to, msg.msg_id, msg.sender_id, reaction, msg.text, now_ms()
+        )
+    except (WriterOverloaded, WriterClosed) as exc:
+        raise ProtocolError("overloaded", "the ledger is saturated; retry later", req=req) from exc
+
+    def committed(done: tuple[str, str, bool]) -> None:
+        session, turn, duplicate = done
+        ack: dict[str, Any] = {
+            "type": "ack",
+            "msg_id": msg.msg_id,
+            "session": session,
+            "item": None,
+            "turn": turn,
+            "feedback": True,
+            "duplicate": duplicate,
+        }
+        if req is not None:
+            ack["req"] = req
+        conn.post(encode(ack))
+        log.info("feedback recorded", session=session, turn=turn, msg_ids=[msg.msg_id])
+
+    def failed(exc: BaseException) -> None:
+        if isinstance(exc, LedgerLookupError):  # Rule 2
+            error = ProtocolError(exc.code, str(exc), field=exc.field, req=req)  # type: ignore[arg-type]
+        else:
+            log.error("feedback not stored", conn=conn.id, msg_id=msg.msg_id, error=str(exc))
+            error = ProtocolError("internal", "the reaction was not stored", req=req)
+        conn.post(encode(error.frame()))
+
+    pending.after_commit(committed, failed)
