@@ -104,6 +104,7 @@ class Bridge:
                 "meta": message.meta or None,
                 "ts": message.ts,
             }
+            log.debug("message %s to the broker", message.msg_id)
             try:
                 ack = await self.adapter.send_inbound(
                     {k: v for k, v in fields.items() if v is not None}
@@ -182,6 +183,7 @@ def main(
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+        logging.getLogger("slixmpp").setLevel(max(logging.INFO, logging.root.level))
         common.state_dir.mkdir(parents=True, exist_ok=True)
         token = read_secret("broker-token", broker.token_file, required=False)
         channel = make_channel(raw, common)

@@ -154,9 +154,10 @@ PROSODY_CONF = """\
 pidfile = "{work}/prosody.pid"
 data_path = "{work}/data"
 prosody_user = "{user}"
+run_as_root = true
 admins = {{}}
 plugin_paths = {{}}
-modules_enabled = {{ "roster", "saslauth", "disco", "ping", "mam", "smacks", "posix" }}
+modules_enabled = {{ "roster", "saslauth", "disco", "ping", "mam", "smacks" }}
 modules_disabled = {{ "s2s", "offline" }}
 c2s_ports = {{ {port} }}
 c2s_interfaces = {{ "127.0.0.1" }}
@@ -178,6 +179,7 @@ VirtualHost "localhost"
 Component "conference.localhost" "muc"
   modules_enabled = {{ "muc_mam" }}
   muc_log_by_default = true
+  muc_room_locking = false
   restrict_room_creation = false
 """
 
