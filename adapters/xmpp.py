@@ -177,8 +177,7 @@ class XmppChannel:
         inbox: MemoryObjectSendStream[Incoming],
     ) -> None:
         if incoming is None:
-            if key is not None and archive_id is not None:
-                self.positions.put(key, {"after": archive_id})  # nothing to ack before it
+            # Not stored as a position: messages before it may still await their ack.
             return
         if key is not None and archive_id is not None:
             store, value = self.positions.put, {"after": archive_id}
