@@ -125,8 +125,10 @@ class Bridge:
                 if target is not None:
                     await self.channel.delta(reply, target)
                 continue
+            log.debug("reply %s to %s", reply.out_id, reply.peer_id)
             await self.channel.deliver(reply)
             await self.adapter.confirm(reply.out_id)
+            log.debug("reply %s accepted by the server", reply.out_id)
 
 
 async def _until_signal(scope: anyio.CancelScope) -> None:

@@ -22,9 +22,11 @@ Rule 2: a reply is confirmed only after the server acked its stanza (XEP-0198
         stream management); a stream without it counts a written stanza as
         accepted (logged once). A reply not acked before the stream drops is
         sent again, with the same id, after reconnecting.
-Rule 3: streaming deltas become one message (id = the reply's out_id) then
-        XEP-0308 corrections of it, at most one per `correction_interval_s`;
-        the final text is the last correction. Deltas are best effort.
+Rule 3: a reply still streaming `correction_interval_s` after its first delta
+        is shown as a message (id = the reply's out_id), then corrected
+        (XEP-0308) at most once per interval; the final text is the last
+        correction. A reply done sooner goes out as one message. Deltas are
+        best effort.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import logging
 import math
 import random
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -67,6 +70,15 @@ class XmppSection(Strict):
     ack_timeout_s: float = Field(default=30.0, gt=0)
 
 
+@dataclass
+class _Stream:
+    """A reply being streamed: its text so far, when it began, when last shown."""
+
+    began: float
+    text: str = ""
+    shown: float | None = None
+
+
 class XmppChannel:
     """The XMPP side of the bridge (see the module's rules)."""
 
@@ -81,7 +93,7 @@ class XmppChannel:
         )
         self.session: XmppSession | None = None
         self._up = anyio.Event()
-        self._streams: dict[str, tuple[str, float]] = {}  # out_id -> (text so far, last sent)
+        self._streams: dict[str, _Stream] = {}  # replies streaming, by out_id
 
     # -- in --------------------------------------------------------------------------
 
@@ -187,20 +199,20 @@ class XmppChannel:
     # -- out -------------------------------------------------------------------------
 
     async def delta(self, delta: Delta, target: Target) -> None:
-        """Rule 3: the first delta is sent as a message, the later ones as corrections."""
-        text, last = self._streams.get(delta.out_id, ("", -math.inf))
-        text += delta.text
+        """Rule 3: a reply still streaming after the interval is shown, then corrected."""
         now = anyio.current_time()
+        stream = self._streams.setdefault(delta.out_id, _Stream(began=now))
+        stream.text += delta.text
         session = self.session
-        if session is None or now - last < self.cfg.correction_interval_s:
-            self._streams[delta.out_id] = (text, last)
+        if session is None or now - (stream.shown or stream.began) < self.cfg.correction_interval_s:
             return
-        replace = delta.out_id if delta.out_id in self._streams and last > -math.inf else None
-        session.send_text(target, text, delta.out_id, replace=replace, wait_ack=False)
-        self._streams[delta.out_id] = (text, now)
+        replace = delta.out_id if stream.shown else None
+        session.send_text(target, stream.text, delta.out_id, replace=replace, wait_ack=False)
+        stream.shown = now
 
     async def deliver(self, reply: Deliver) -> None:
-        streamed = self._streams.pop(reply.out_id, ("", -math.inf))[1] > -math.inf
+        stream = self._streams.pop(reply.out_id, None)
+        streamed = stream is not None and stream.shown is not None
         target = Target(reply.peer_kind, reply.peer_id or "", reply.thread_id)
         if not target.peer_id:
             log.warning("reply %s has no peer to send to; confirmed unsent", reply.out_id)

@@ -174,6 +174,9 @@ storage = "internal"
 default_archive_policy = true
 archive_expires_after = "1d"
 smacks_hibernation_time = 5
+-- Without it Prosody's small writes (a stanza, then its <r/>) wait out the
+-- peer's delayed ACK (Nagle): ~40 ms per stream-managed reply.
+network_settings = {{ tcp_nodelay = true }}
 log = {{ {{ levels = {{ min = "info" }}, to = "file", filename = "{work}/server.log" }} }}
 VirtualHost "localhost"
 Component "conference.localhost" "muc"

@@ -19,9 +19,9 @@ def test_the_adapter_template_verifies_for_an_instance(short_tmp: Path) -> None:
     (short_tmp / "broker-adapter@.service").write_text(
         text.replace("/opt/agent-broker/.venv/bin/python", sys.executable)
     )
+    instance = short_tmp / "broker-adapter@irc.service"
     done = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", "--generators=no"]
-        + [str(short_tmp / "broker-adapter@irc.service")],
+        ["systemd-analyze", "verify", "--man=no", "--generators=no", str(instance)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -108,10 +108,27 @@ async def test_chat_and_room_messages_are_answered_in_their_thread(
     assert orjson.loads(rows["group"][5])["mentioned"] is True
     assert all(r[0].startswith("xmpp-") for r in rows.values())
     await wait_db(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'", (), 2)
-    # Streamed deltas went out as one message and XEP-0308 corrections of it.
+
+
+async def test_a_slow_reply_is_shown_then_corrected_to_its_final_text(
+    prosody: Server,
+    ann: XmppPerson,
+    make_daemon: DaemonFactory,
+    adapters: list[AdapterProcess],
+    short_tmp: Path,
+) -> None:
+    d = make_daemon({"engine": {"chunks": 4, "delay_ms": 150}})
+    cfg = xmpp_config(d, prosody, short_tmp, correction_interval_s=0.1)
+    start_adapter(adapters, short_tmp, cfg)
+    text = "one two three four five six seven eight"
+    ann.say(BOT, text)
+    final = await ann.expect(body_from(BOT, text))
     from_bot = [m for m in ann.seen if str(m["from"]).startswith(BOT)]
-    first_ids = {m["id"] for m in from_bot if not m["replace"]["id"]}
-    assert all(m["replace"]["id"] in first_ids for m in from_bot if m["replace"]["id"])
+    first = from_bot[0]
+    assert not first["replace"]["id"] and text.startswith(str(first["body"])) and first is not final
+    assert final["replace"]["id"] == first["id"]
+    assert all(m["replace"]["id"] == first["id"] for m in from_bot[1:])
+    await wait_db(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'", (), 1)
 
 
 async def test_adapter_killed_before_the_ack_catches_up_from_the_archive_once(
