@@ -51,13 +51,17 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
         tg.start_soon(echo_peer, server, "echo")
         clients = [await IrcClient.connect(server.port, f"c{n}") for n in range(args.clients)]
         await anyio.sleep(0.5)  # the echo peer registered
-        for peer, label in (("echo", "server alone (echo client)"), ("benchbot", "adapter")):
+        # The three round trips first, on a fresh daemon, then the closed loops.
+        figures.append(await broker_alone(str(socket), args.rate, args.messages))
+        pairs = (("echo", "server alone (echo client)"), ("benchbot", "adapter"))
+        for peer, label in pairs:
             send, receive = conversation(clients[0], peer)
             figures.append(
                 await open_loop(
                     f"{label}, {args.rate:g} msg/s", send, receive, args.rate, args.messages
                 )
             )
+        for peer, label in pairs:
             figures.append(
                 await closed_loop(
                     f"{label}, {args.clients} clients closed loop",
@@ -65,7 +69,6 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
                     args.seconds,
                 )
             )
-        figures.append(await broker_alone(str(socket), args.rate, args.messages))
         tg.cancel_scope.cancel()
     return figures
 

@@ -77,16 +77,17 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
     figures: list[Figures] = []
     await Person(server, "echo", echo=True).start()
     clients = [await Person(server, f"c{n}").start() for n in range(args.clients)]
-    for peer, label in (
-        ("echo@localhost", "server alone (echo client)"),
-        ("bot@localhost", "adapter"),
-    ):
+    # The three round trips first, on a fresh daemon, then the closed loops.
+    figures.append(await broker_alone(str(socket), args.rate, args.messages))
+    pairs = (("echo@localhost", "server alone (echo client)"), ("bot@localhost", "adapter"))
+    for peer, label in pairs:
         send, receive = clients[0].conversation(peer)
         figures.append(
             await open_loop(
                 f"{label}, {args.rate:g} msg/s", send, receive, args.rate, args.messages
             )
         )
+    for peer, label in pairs:
         figures.append(
             await closed_loop(
                 f"{label}, {args.clients} clients closed loop",
@@ -94,7 +95,6 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
                 args.seconds,
             )
         )
-    figures.append(await broker_alone(str(socket), args.rate, args.messages))
     return figures
 
 

@@ -173,3 +173,24 @@ def test_a_refused_login_is_logged_and_ends_with_exit_75(
         proc = start_adapter(adapters, workdir, cfg)
         assert proc.wait_exit(10) == 75
     assert "login refused" in proc.log()
+
+
+@pytest.mark.anyio
+@asyncio_only
+async def test_a_long_reply_is_paced_under_the_servers_flood_limit_and_arrives_whole(
+    make_daemon: DaemonFactory, adapters: list[AdapterProcess], workdir: Path
+) -> None:
+    d = make_daemon()
+    with start_ngircd(penalties=True) as throttled:  # ngIRCd's own flood throttle on
+        bot = uniq("b")[:9]
+        ann = await IrcClient.connect(throttled.port, uniq("a")[:9])
+        cfg = irc_config(d, throttled, bot, max_line_bytes=24, rate_per_s=4.0, burst=2)
+        start_adapter(adapters, workdir, cfg).wait_log("connected to")
+        said = "pace these words over several short lines please"
+        await ann.say(bot, said)
+        lines = [await ann.expect(privmsg_from(bot), within=15)]
+        while " ".join(x.params[1] for x in lines) != said:
+            lines.append(await ann.expect(privmsg_from(bot), within=15))
+        assert len(lines) == 3 and all(len(x.params[1].encode()) <= 24 for x in lines)
+        await wait_db(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'", (), 1)
+        await ann.aclose()
