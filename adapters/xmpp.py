@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from pydantic import Field
 from slixmpp import JID, Message
 
@@ -51,7 +51,7 @@ from .retry import RetryClock, ServerUnavailable
 from .sdk import Backoff, Deliver, Delta
 from .settings import AdapterSection, Strict, read_secret, section
 from .xmpp_session import XmppSession
-from .xmpp_stanzas import to_incoming
+from .xmpp_stanzas import stanza_id, to_incoming
 
 log = logging.getLogger("adapters.xmpp")
 
@@ -101,6 +101,10 @@ class XmppChannel:
         where = f"{self.cfg.host or JID(self.cfg.jid).domain}:{self.cfg.port}"
         while True:
             session = XmppSession(self.cfg.jid, self.password, self.cfg.plaintext)
+            # Held from the first stanza on (offline messages come at login) while
+            # the catch-up runs; the stream is unbounded as the server's socket is.
+            live_in, live_out = anyio.create_memory_object_stream[Message](math.inf)
+            session.on_message = live_in.send_nowait
             try:
                 with anyio.fail_after(self.cfg.connect_timeout_s):
                     await session.start(self.cfg.host, self.cfg.port)
@@ -108,13 +112,15 @@ class XmppChannel:
                         await session.join(room, self.nick)
                 self.retry.succeeded()
                 log.info("connected to %s as %s", where, session.client.boundjid.full)
-                await self._serve(session, inbox)
+                await self._serve(session, live_out, inbox)
                 error = "the stream ended"
             except (OSError, TimeoutError, ConnectionError) as exc:
                 error = str(exc) or type(exc).__name__
             finally:
                 self.session = None
                 self._up = anyio.Event()
+                live_in.close()
+                live_out.close()
                 await session.close()
             delay = self.retry.failed(anyio.current_time(), random.random())
             if delay is None:
@@ -122,11 +128,14 @@ class XmppChannel:
             log.warning("XMPP server %s: %s; retrying in %.1fs", where, error, delay)
             await anyio.sleep(delay)
 
-    async def _serve(self, session: XmppSession, inbox: MemoryObjectSendStream[Incoming]) -> None:
+    async def _serve(
+        self,
+        session: XmppSession,
+        live: MemoryObjectReceiveStream[Message],
+        inbox: MemoryObjectSendStream[Incoming],
+    ) -> None:
         """Rule 1: catch up, then pass live messages on, until the stream ends."""
-        live_in, live_out = anyio.create_memory_object_stream[Message](math.inf)
-        session.on_message = live_in.send_nowait  # held while catching up
-        async with live_in, live_out, anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, session, tg.cancel_scope)
             seen: set[str] = set()
             if self.cfg.mam:
@@ -134,7 +143,7 @@ class XmppChannel:
                     await self._catch_up(session, archive, inbox, seen)
             self.session = session
             self._up.set()
-            async for msg in live_out:
+            async for msg in live:
                 await self._push(msg, inbox, seen)
 
     async def _watch(self, session: XmppSession, scope: anyio.CancelScope) -> None:
@@ -167,7 +176,7 @@ class XmppChannel:
         self, msg: Message, inbox: MemoryObjectSendStream[Incoming], seen: set[str]
     ) -> None:
         archive = JID(msg["from"]).bare if msg["type"] == "groupchat" else self.jid
-        sid = msg["stanza_id"]["id"] or None
+        sid = stanza_id(msg, archive)
         if sid is not None and sid in seen:
             return  # already sent from the catch-up
         incoming = self._convert(msg, None)
