@@ -33,13 +33,16 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .retry import TEMPFAIL, ServerUnavailable
-from .sdk import Adapter, Deliver, Delta, HandshakeRefused, MessageRejected
+from .sdk import Adapter, Backoff, Deliver, Delta, HandshakeRefused, MessageRejected, Tuning
 from .settings import AdapterSection, BrokerSection, SettingsError, load_file, read_secret, section
 
 log = logging.getLogger("adapters.bridge")
 
 EX_CONFIG = 78  # sysexits.h: a configuration error, restarting will not help
 INBOX_SIZE = 256  # a full inbox stops reading the server: backpressure to TCP
+# The broker is a local socket: retrying it every second at most costs nothing
+# and gets a restarted broker's messages flowing sooner than the SDK's 5 s cap.
+BROKER_TUNING = Tuning(reconnect=Backoff(initial=0.05, maximum=1.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +148,7 @@ async def run_bridge(broker: BrokerSection, token: str | None, channel: Channel)
     gave_up: ServerUnavailable | None = None
     try:
         async with Adapter.connect(
-            broker.socket, broker.channel, token, require_first=False
+            broker.socket, broker.channel, token, require_first=False, tuning=BROKER_TUNING
         ) as adapter:
             bridge = Bridge(adapter, channel)
             async with send, receive, anyio.create_task_group() as tg:

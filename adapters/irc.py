@@ -91,6 +91,12 @@ class IrcChannel:
     # -- in --------------------------------------------------------------------------
 
     async def run(self, inbox: MemoryObjectSendStream[Incoming]) -> None:
+        try:
+            await self._run(inbox)
+        finally:
+            self.spool.close()
+
+    async def _run(self, inbox: MemoryObjectSendStream[Incoming]) -> None:
         self._inbox = inbox
         for number, record in self.spool.pending():  # Rule 1
             await inbox.send(self._incoming(record, number))

@@ -55,6 +55,8 @@ from .xmpp_stanzas import stanza_id, to_incoming
 
 log = logging.getLogger("adapters.xmpp")
 
+POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py, Rule 1)
+
 
 class XmppSection(Strict):
     jid: str = Field(min_length=3)
@@ -121,6 +123,7 @@ class XmppChannel:
                 self._up = anyio.Event()
                 live_in.close()
                 live_out.close()
+                self.positions.flush()
                 await session.close()
             delay = self.retry.failed(anyio.current_time(), random.random())
             if delay is None:
@@ -137,6 +140,7 @@ class XmppChannel:
         """Rule 1: catch up, then pass live messages on, until the stream ends."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, session, tg.cancel_scope)
+            tg.start_soon(self._flush_positions)
             seen: set[str] = set()
             if self.cfg.mam:
                 for archive in (self.jid, *self.cfg.rooms):
@@ -145,6 +149,11 @@ class XmppChannel:
             self._up.set()
             async for msg in live:
                 await self._push(msg, inbox, seen)
+
+    async def _flush_positions(self) -> None:
+        while True:
+            await anyio.sleep(POSITION_FLUSH_S)
+            self.positions.flush()
 
     async def _watch(self, session: XmppSession, scope: anyio.CancelScope) -> None:
         await session.ended.wait()
@@ -161,6 +170,7 @@ class XmppChannel:
         position = self.positions.get(key)
         if position is None:  # the first start ever: from now on
             self.positions.put(key, {"start": datetime.now(UTC).isoformat()})
+            self.positions.flush()  # at once: messages from now on must be caught up
             return
         count = 0
         async for result, archive_id in session.archive(archive, position):

@@ -108,7 +108,8 @@ async def test_adapter_killed_before_the_ack_then_restarted_runs_one_turn(
         spool = first.state_dir / "spool"
 
         async def spooled() -> bool:
-            return bool(list(spool.glob("*.json")))
+            journal = spool / "spool.jsonl"
+            return journal.exists() and "only once please" in journal.read_text()
 
         await wait_until(spooled, "the message in the adapter's spool")
         first.kill()

@@ -75,17 +75,27 @@ def test_token_bucket_allows_a_burst_then_paces() -> None:
     assert bucket.take(10.0) == 0
 
 
-def test_positions_survive_a_reopen_and_the_spool_keeps_order(tmp_path: Path) -> None:
+def test_positions_survive_a_reopen_once_flushed_and_the_spool_keeps_order(
+    tmp_path: Path,
+) -> None:
     store = PositionStore(tmp_path / "pos.json")
     store.put("mam", "abc")
+    assert PositionStore(tmp_path / "pos.json").get("mam") is None  # not flushed yet
+    store.flush()
     assert PositionStore(tmp_path / "pos.json").get("mam") == "abc"
     spool = Spool(tmp_path / "spool")
     first, second = spool.add({"n": 1}), spool.add({"n": 2})
     spool.remove(first)
-    (tmp_path / "spool" / "000000000099.json").write_text("{not json")
+    spool.close()
+    with (tmp_path / "spool" / "spool.jsonl").open("ab") as journal:
+        journal.write(b'{"n": 3, "rec')  # a line a crash cut short
     again = Spool(tmp_path / "spool")
     assert [record for _, record in again.pending()] == [{"n": 2}]
     assert again.add({"n": 3}) > second
+    again.close()
+    third = Spool(tmp_path / "spool")
+    assert [r for _, r in third.pending()] == [{"n": 2}, {"n": 3}]
+    third.close()
 
 
 def test_secrets_come_from_a_file_or_the_credentials_directory(
