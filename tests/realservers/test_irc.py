@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess
 from tests.integration.wire import query, uniq, wait_db, wait_until
 from tests.realservers.irc_client import IrcClient, privmsg_from
 from tests.realservers.processes import AdapterProcess
@@ -28,9 +27,9 @@ CHANNEL = "irc"
 INBOUND = "SELECT msg_id, peer_kind, peer_id, sender_id, meta FROM inbound WHERE channel = ?"
 
 
-def irc_config(d: DaemonProcess, server: Server, nick: str, **irc: Any) -> dict[str, Any]:
+def irc_config(socket: Path, server: Server, nick: str, **irc: Any) -> dict[str, Any]:
     return {
-        "broker": {"socket": str(d.socket), "channel": CHANNEL},
+        "broker": {"socket": str(socket), "channel": CHANNEL},
         "adapter": {"give_up_s": 30, "retry_initial_s": 0.05, "retry_max_s": 0.5},
         "irc": {"host": server.host, "port": server.port, "nick": nick, **irc},
     }
@@ -66,7 +65,7 @@ async def test_dm_and_channel_messages_are_answered_through_the_server(
     bot, room = uniq("b")[:9], "#" + uniq("r")
     ann = await IrcClient.connect(ngircd.port, uniq("a")[:9])
     await ann.join(room)
-    cfg = irc_config(d, ngircd, bot, channels=[room], max_line_bytes=60)
+    cfg = irc_config(d.socket, ngircd, bot, channels=[room], max_line_bytes=60)
     start_adapter(adapters, workdir, cfg)
     await ann.expect(lambda x: x.command == "JOIN" and x.nick == bot)
 
@@ -98,7 +97,7 @@ async def test_adapter_killed_before_the_ack_then_restarted_runs_one_turn(
     d = make_daemon()
     bot = uniq("b")[:9]
     ann = await IrcClient.connect(ngircd.port, uniq("a")[:9])
-    cfg = irc_config(d, ngircd, bot)
+    cfg = irc_config(d.socket, ngircd, bot)
     first = start_adapter(adapters, workdir, cfg)
     first.wait_log("connected to")
     assert d.proc is not None
@@ -134,7 +133,7 @@ async def test_a_broker_restart_loses_nothing_and_repeats_nothing(
     d = make_daemon()
     bot = uniq("b")[:9]
     ann = await IrcClient.connect(ngircd.port, uniq("a")[:9])
-    start_adapter(adapters, workdir, irc_config(d, ngircd, bot)).wait_log("connected to")
+    start_adapter(adapters, workdir, irc_config(d.socket, ngircd, bot)).wait_log("connected to")
     await ann.say(bot, "before")
     assert (await ann.expect(privmsg_from(bot))).params[1] == "before"
     await anyio.to_thread.run_sync(d.kill)
@@ -151,11 +150,10 @@ async def test_a_broker_restart_loses_nothing_and_repeats_nothing(
 
 
 def test_a_server_that_is_down_ends_with_exit_75(
-    make_daemon: DaemonFactory, adapters: list[AdapterProcess], workdir: Path
+    adapters: list[AdapterProcess], workdir: Path
 ) -> None:
-    d = make_daemon()
     nobody = Server("none", "127.0.0.1", free_port(), workdir, None)  # type: ignore[arg-type]
-    cfg = irc_config(d, nobody, "bot")
+    cfg = irc_config(workdir / "no-broker.sock", nobody, "bot")  # the broker may come later
     cfg["adapter"].update(give_up_s=0.5)
     proc = start_adapter(adapters, workdir, cfg)
     assert proc.wait_exit(10) == 75
@@ -164,12 +162,13 @@ def test_a_server_that_is_down_ends_with_exit_75(
 
 
 def test_a_refused_login_is_logged_and_ends_with_exit_75(
-    make_daemon: DaemonFactory, adapters: list[AdapterProcess], workdir: Path
+    adapters: list[AdapterProcess], workdir: Path
 ) -> None:
-    d = make_daemon()
     (workdir / "irc-password").write_text("wrong\n")
     with start_ngircd(password="right") as locked:
-        cfg = irc_config(d, locked, "bot", password_file=str(workdir / "irc-password"))
+        cfg = irc_config(
+            workdir / "no-broker.sock", locked, "bot", password_file=str(workdir / "irc-password")
+        )
         cfg["adapter"].update(give_up_s=0.5)
         proc = start_adapter(adapters, workdir, cfg)
         assert proc.wait_exit(10) == 75
@@ -185,7 +184,7 @@ async def test_a_long_reply_is_paced_under_the_servers_flood_limit_and_arrives_w
     with start_ngircd(penalties=True) as throttled:  # ngIRCd's own flood throttle on
         bot = uniq("b")[:9]
         ann = await IrcClient.connect(throttled.port, uniq("a")[:9])
-        cfg = irc_config(d, throttled, bot, max_line_bytes=24, rate_per_s=4.0, burst=2)
+        cfg = irc_config(d.socket, throttled, bot, max_line_bytes=24, rate_per_s=4.0, burst=2)
         start_adapter(adapters, workdir, cfg).wait_log("connected to")
         said = "pace these words over several short lines please"
         await ann.say(bot, said)

@@ -15,10 +15,9 @@ from typing import Any
 import anyio
 import orjson
 import pytest
-from slixmpp import JID, Message
+from slixmpp import Message
 
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.processes import AdapterProcess
 from tests.realservers.servers import Server
@@ -46,11 +45,11 @@ async def ann(prosody: Server) -> Any:
     await person.close()
 
 
-def xmpp_config(d: DaemonProcess, server: Server, workdir: Path, **xmpp: Any) -> dict[str, Any]:
+def xmpp_config(socket: Path, server: Server, workdir: Path, **xmpp: Any) -> dict[str, Any]:
     secret = workdir / "xmpp-password"
     secret.write_text(server.accounts["bot"] + "\n")
     return {
-        "broker": {"socket": str(d.socket), "channel": CHANNEL},
+        "broker": {"socket": str(socket), "channel": CHANNEL},
         "adapter": {
             "give_up_s": 30,
             "retry_initial_s": 0.05,
@@ -92,7 +91,7 @@ async def test_chat_and_room_messages_are_answered_in_their_thread(
     d = make_daemon()
     room = f"{uniq('room').lower()}@conference.localhost"
     await ann.join(room, "ann")
-    start_adapter(adapters, short_tmp, xmpp_config(d, prosody, short_tmp, rooms=[room]))
+    start_adapter(adapters, short_tmp, xmpp_config(d.socket, prosody, short_tmp, rooms=[room]))
 
     ann.say(BOT, "hello bot", thread="t-dm")
     dm = await ann.expect(body_from(BOT, "hello bot"))
@@ -118,7 +117,7 @@ async def test_a_slow_reply_is_shown_then_corrected_to_its_final_text(
     short_tmp: Path,
 ) -> None:
     d = make_daemon({"engine": {"chunks": 4, "delay_ms": 150}})
-    cfg = xmpp_config(d, prosody, short_tmp, correction_interval_s=0.1)
+    cfg = xmpp_config(d.socket, prosody, short_tmp, correction_interval_s=0.1)
     start_adapter(adapters, short_tmp, cfg)
     text = "one two three four five six seven eight"
     ann.say(BOT, text)
@@ -139,7 +138,7 @@ async def test_adapter_killed_before_the_ack_catches_up_from_the_archive_once(
     short_tmp: Path,
 ) -> None:
     d = make_daemon()
-    cfg = xmpp_config(d, prosody, short_tmp)
+    cfg = xmpp_config(d.socket, prosody, short_tmp)
     first = start_adapter(adapters, short_tmp, cfg)
     assert d.proc is not None
     os.kill(d.proc.pid, signal.SIGSTOP)  # the broker cannot ack now
@@ -168,7 +167,7 @@ async def test_a_broker_restart_loses_nothing_and_repeats_nothing(
     short_tmp: Path,
 ) -> None:
     d = make_daemon()
-    start_adapter(adapters, short_tmp, xmpp_config(d, prosody, short_tmp))
+    start_adapter(adapters, short_tmp, xmpp_config(d.socket, prosody, short_tmp))
     ann.say(BOT, "before")
     await ann.expect(body_from(BOT, "before"))
     await anyio.to_thread.run_sync(d.kill)
@@ -188,14 +187,12 @@ async def test_a_broker_restart_loses_nothing_and_repeats_nothing(
 
 
 async def test_a_refused_login_is_logged_and_ends_with_exit_75(
-    prosody: Server, make_daemon: DaemonFactory, adapters: list[AdapterProcess], short_tmp: Path
+    prosody: Server, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
-    d = make_daemon()
-    cfg = xmpp_config(d, prosody, short_tmp)
+    cfg = xmpp_config(short_tmp / "no-broker.sock", prosody, short_tmp)
     (short_tmp / "xmpp-password").write_text("wrong\n")
     cfg["adapter"]["give_up_s"] = 0.5
     proc = AdapterProcess("xmpp", short_tmp, cfg).start()
     adapters.append(proc)
     assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
     assert "login refused" in proc.log()
-    _ = JID  # the JID type is part of the client's API used above
