@@ -44,6 +44,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from pydantic import Field
 from slixmpp import JID, Message
+from slixmpp.exceptions import IqError, IqTimeout
 
 from .bridge import Incoming, Target, main
 from .position import PositionStore
@@ -173,12 +174,22 @@ class XmppChannel:
             self.positions.flush()  # at once: messages from now on must be caught up
             return
         count = 0
-        async for result, archive_id in session.archive(archive, position):
-            incoming = self._convert(result, archive_id)
-            seen.add(archive_id)
-            if incoming is not None:
-                count += 1
-            await self._send(incoming, key, archive_id, inbox)
+        try:
+            async for result, archive_id in session.archive(archive, position):
+                incoming = self._convert(result, archive_id)
+                seen.add(archive_id)
+                if incoming is not None:
+                    count += 1
+                await self._send(incoming, key, archive_id, inbox)
+        except IqTimeout as exc:
+            raise ConnectionError(f"no answer to the archive query for {archive}") from exc
+        except IqError as exc:
+            condition = exc.iq["error"]["condition"]
+            if condition == "item-not-found":  # the position expired from the archive
+                log.warning("position in the archive of %s is gone; from now on", archive)
+                self.positions.put(key, {"start": datetime.now(UTC).isoformat()})
+            else:  # no MAM there (feature-not-implemented, forbidden, …)
+                log.warning("no catch-up from the archive of %s: %s", archive, condition)
         if count:
             log.info("caught up %d messages from the archive of %s", count, archive)
 

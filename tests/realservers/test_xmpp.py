@@ -18,7 +18,7 @@ import pytest
 from slixmpp import Message
 
 from tests.conftest import DaemonFactory
-from tests.integration.wire import query, uniq, wait_db
+from tests.integration.wire import query, uniq, wait_db, wait_until
 from tests.realservers.processes import AdapterProcess
 from tests.realservers.servers import Server
 from tests.realservers.xmpp_client import XmppPerson
@@ -196,3 +196,26 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     adapters.append(proc)
     assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
     assert "login refused" in proc.log()
+
+
+async def test_a_position_gone_from_the_archive_neither_stops_nor_sticks(
+    prosody: Server,
+    ann: XmppPerson,
+    make_daemon: DaemonFactory,
+    adapters: list[AdapterProcess],
+    short_tmp: Path,
+) -> None:
+    d = make_daemon()
+    cfg = xmpp_config(d.socket, prosody, short_tmp)
+    state = short_tmp / "state"
+    state.mkdir()
+    (state / "positions.json").write_bytes(orjson.dumps({f"mam:{BOT}": {"after": "expired"}}))
+    start_adapter(adapters, short_tmp, cfg)  # Prosody 0.12 answers an empty page, not an error
+    ann.say(BOT, "still served")
+    await ann.expect(body_from(BOT, "still served"))
+
+    async def moved_on() -> bool:
+        position = orjson.loads((state / "positions.json").read_bytes())[f"mam:{BOT}"]
+        return bool(position.get("after")) and position["after"] != "expired"
+
+    await wait_until(moved_on, "the position past the acked message")
