@@ -48,15 +48,19 @@ class Line:
 
 def parse(raw: str) -> Line:
     match = _LINE.match(raw)
-    if match is None:
-        raise MalformedLine(raw)
+    command = match.group("command") if match is not None else ""
+    if not (command.isascii() and command.isalpha()) and not (
+        len(command) == 3 and command.isdigit()
+    ):
+        raise MalformedLine(raw)  # a command is letters or a three-digit numeric
+    assert match is not None  # a command was found
     prefix = match.group("prefix")
     tags = {
         str(t["key"]): "" if t["value"] is None else str(t["value"])
         for t in Tag.from_group(match.group("tags")) or ()
     }
     params = list(Arguments.from_group(match.group("argument")) or ())
-    return Line(match.group("command").upper(), params, NickMask(prefix) if prefix else None, tags)
+    return Line(command.upper(), params, NickMask(prefix) if prefix else None, tags)
 
 
 def is_channel(target: str) -> bool:

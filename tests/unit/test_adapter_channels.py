@@ -41,8 +41,9 @@ def test_parse_reads_tags_source_and_trailing_parameter() -> None:
     assert (line.command, line.params, line.nick) == ("PRIVMSG", ["#room", "hi there"], "ann")
     assert line.tags == {"time": "2026-11-24T08:00:00.000Z"}
     assert parse("PING :x").source is None and parse("001 bot :Welcome").command == "001"
-    with pytest.raises(MalformedLine):
-        parse("")
+    for broken in ("", ":prefix-only", ":a!b@c 12 x", "PRIV-MSG x", "\ufffd\ufffd x"):
+        with pytest.raises(MalformedLine):
+            parse(broken)
 
 
 def test_message_ids_are_stable_and_tell_messages_apart() -> None:
