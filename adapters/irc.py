@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import logging
 import random
-import ssl
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import Field
 
@@ -118,13 +118,11 @@ class IrcChannel:
     async def _session(self) -> None:
         cfg = self.cfg
         with anyio.fail_after(cfg.connect_timeout_s):
-            stream = (
-                await anyio.connect_tcp(
-                    cfg.host, cfg.port, tls=cfg.tls, ssl_context=ssl.create_default_context()
-                )
-                if cfg.tls
-                else await anyio.connect_tcp(cfg.host, cfg.port)
-            )
+            stream: anyio.abc.ByteStream
+            if cfg.tls:
+                stream = await anyio.connect_tcp(cfg.host, cfg.port, tls=True)
+            else:
+                stream = await anyio.connect_tcp(cfg.host, cfg.port)
         conn = IrcConnection(stream, TokenBucket(cfg.rate_per_s, cfg.burst), self._on_line)
         try:
             with single_error():
