@@ -17,7 +17,7 @@ Rule 1: on each (re)connect the adapter catches up from the server's archive
         last position it stored; live messages that arrive meanwhile wait
         behind the catch-up. A position is the archive id of a message the
         broker acked (adapters/position.py, Rule 1). The first start ever
-        begins at the current time.
+        begins at the time the process started.
 Rule 2: a reply is confirmed only after the server acked its stanza (XEP-0198
         stream management); a stream without it counts a written stanza as
         accepted (logged once). A reply not acked before the stream drops is
@@ -97,6 +97,7 @@ class XmppChannel:
         self.session: XmppSession | None = None
         self._up = anyio.Event()
         self._streams: dict[str, _Stream] = {}  # replies streaming, by out_id
+        self._began = datetime.now(UTC)  # a first start catches up from here
 
     # -- in --------------------------------------------------------------------------
 
@@ -169,8 +170,8 @@ class XmppChannel:
     ) -> None:
         key = f"mam:{archive}"
         position = self.positions.get(key)
-        if position is None:  # the first start ever: from now on
-            self.positions.put(key, {"start": datetime.now(UTC).isoformat()})
+        if position is None:  # the first start ever: from when this run began
+            self.positions.put(key, {"start": self._began.isoformat()})
             self.positions.flush()  # at once: messages from now on must be caught up
             return
         count = 0

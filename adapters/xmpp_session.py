@@ -115,6 +115,9 @@ class XmppSession:
         with anyio.move_on_after(SM_WAIT_S):
             await self._sm_ready.wait()
         self.client.send_presence()
+        # A fence: the server answers stanzas in order, so once the roster comes
+        # back it has our presence, and messages to our bare JID reach us.
+        await self.client.get_roster()
 
     async def join(self, room: str, nick: str) -> None:
         await self.client.plugin["xep_0045"].join_muc_wait(JID(room), nick, maxstanzas=0)
