@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,11 +17,14 @@ NICKS = {ROOM: "agent"}
 
 
 @pytest.fixture(scope="module")
-def client() -> ClientXMPP:
-    client = ClientXMPP(BOT, "unused")
+def client() -> Iterator[ClientXMPP]:
+    """A client never connected: it only builds stanzas (on an event loop it owns)."""
+    loop = asyncio.new_event_loop()
+    client = ClientXMPP(BOT, "unused", loop=loop)
     for plugin in ("xep_0045", "xep_0066", "xep_0203", "xep_0308", "xep_0359"):
         client.register_plugin(plugin)
-    return client
+    yield client
+    loop.close()
 
 
 def message(
