@@ -1,0 +1,191 @@
+"""One XMPP stream (a slixmpp client) for adapters.xmpp: start, join, archive, send.
+
+slixmpp calls its event handlers on the asyncio loop this process runs on;
+the handlers here only set events and hand messages on, synchronously, in
+the order the stream delivered them.
+
+Rule 1: a sent stanza is accepted when the server acks it (XEP-0198). If the
+        stream has no stream management, a written stanza counts as accepted.
+        If the stream ends first, every stanza still waiting is reported not
+        accepted, and the sender sends it again on the next stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from typing import Any, Literal
+
+import anyio
+from slixmpp import JID, ClientXMPP, Message
+from slixmpp.plugins.xep_0198.stanza import RequestAck
+
+from .bridge import Target
+
+log = logging.getLogger("adapters.xmpp")
+
+PLUGINS = (
+    "xep_0030",  # service discovery
+    "xep_0045",  # multi-user chat
+    "xep_0059",  # result set management (MAM paging)
+    "xep_0066",  # out-of-band data (attachments)
+    "xep_0198",  # stream management (acks)
+    "xep_0199",  # ping
+    "xep_0203",  # delayed delivery
+    "xep_0308",  # last message correction
+    "xep_0313",  # message archive management
+    "xep_0359",  # stable stanza ids
+)
+SM_WAIT_S = 2.0  # how long after session start stream management may take to be enabled
+MAM_PAGE = 50
+
+
+class LoginRefused(ConnectionError):
+    """The server refused the account's credentials."""
+
+
+class Sent:
+    """A stanza waiting for the server's ack (Rule 1)."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self.accepted = False
+
+    def settle(self, accepted: bool) -> None:
+        if not self._done.is_set():
+            self.accepted = accepted
+            self._done.set()
+
+    async def wait_accepted(self) -> bool:
+        await self._done.wait()  # bounded by the caller
+        return self.accepted
+
+
+class XmppSession:
+    def __init__(self, jid: str, password: str, plaintext: bool) -> None:
+        mechanisms = {"unencrypted_scram": plaintext, "unencrypted_plain": plaintext}
+        client = ClientXMPP(jid, password, plugin_config={"feature_mechanisms": mechanisms})
+        if plaintext:
+            client.enable_starttls = False
+            client.enable_direct_tls = False
+            client.enable_plaintext = True
+        for plugin in PLUGINS:
+            # The plugin's own requests (every `window` stanzas) are written before
+            # the stanza that triggers them, so the ack lags one behind: the
+            # sender asks for acks itself, queued behind its message (send_text).
+            client.register_plugin(
+                plugin, pconfig={"window": 1000} if plugin == "xep_0198" else None
+            )
+        self.client = client
+        self.started = anyio.Event()
+        self.ended = anyio.Event()
+        self.refused: str | None = None
+        self.on_message: Callable[[Message], None] = lambda _msg: None
+        self._sm_ready = anyio.Event()
+        self._waiting: dict[str, Sent] = {}
+        self._ids = itertools.count(1)
+        self._warned_no_sm = False
+        client.add_event_handler("session_start", lambda _e: self.started.set())
+        client.add_event_handler("failed_auth", self._on_refused)
+        client.add_event_handler("disconnected", lambda _e: self._end())
+        client.add_event_handler("connection_failed", lambda _e: self._end())
+        client.add_event_handler("sm_enabled", lambda _e: self._sm_ready.set())
+        client.add_event_handler("sm_failed", lambda _e: self._sm_ready.set())
+        client.add_event_handler("stanza_acked", self._on_acked)
+        client.add_event_handler("message", lambda msg: self.on_message(msg))
+
+    @property
+    def stream_management(self) -> bool:
+        return bool(self.client.plugin["xep_0198"].enabled_out)
+
+    async def start(self, host: str | None, port: int) -> None:
+        """Connect and log in (the caller bounds the wait)."""
+        self.client.connect(host, port) if host else self.client.connect()
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_set_when, self.started, scope)
+                tg.start_soon(_set_when, self.ended, scope)
+        if self.refused is not None:
+            raise LoginRefused(f"login refused: {self.refused}")
+        if not self.started.is_set():
+            raise ConnectionError("the stream ended before the session started")
+        with anyio.move_on_after(SM_WAIT_S):
+            await self._sm_ready.wait()
+        self.client.send_presence()
+        # A fence: the server answers stanzas in order, so once the roster comes
+        # back it has our presence, and messages to our bare JID reach us.
+        await self.client.get_roster()
+
+    async def join(self, room: str, nick: str) -> None:
+        await self.client.plugin["xep_0045"].join_muc_wait(JID(room), nick, maxstanzas=0)
+
+    async def archive(
+        self, archive: str, position: dict[str, str]
+    ) -> AsyncIterator[tuple[Message, str]]:
+        """The archived messages after `position` ({"after": id} or {"start": iso time})."""
+        own = archive == self.client.boundjid.bare
+        options: dict[str, Any] = {"jid": None if own else JID(archive)}
+        if "after" in position:
+            options["rsm"] = {"after": position["after"], "max": MAM_PAGE}
+        else:
+            options["start"] = datetime.fromisoformat(position["start"])
+            options["rsm"] = {"max": MAM_PAGE}
+        async for result in self.client.plugin["xep_0313"].iterate(**options):
+            archived = result["mam_result"]
+            yield archived["forwarded"]["stanza"], str(archived["id"])
+
+    def send_text(
+        self, target: Target, text: str, out_id: str, *, replace: str | None, wait_ack: bool = True
+    ) -> Sent:
+        """Send a message (or a correction of `replace`); Rule 1 for its acceptance."""
+        mtype: Literal["groupchat", "chat"] = "groupchat" if target.peer_kind == "group" else "chat"
+        msg = self.client.make_message(mto=JID(target.peer_id), mbody=text, mtype=mtype)
+        msg["id"] = out_id if replace is None else f"{out_id}-{next(self._ids)}"
+        msg["origin_id"]["id"] = msg["id"]
+        if replace is not None:
+            msg["replace"]["id"] = replace
+        if target.thread_id:
+            msg["thread"] = target.thread_id
+        sent = Sent()
+        if not wait_ack:
+            sent.settle(True)
+        elif self.stream_management:
+            self._waiting[str(msg["id"])] = sent
+        else:
+            if not self._warned_no_sm:
+                log.warning("no stream management on this stream: a sent reply counts as accepted")
+                self._warned_no_sm = True
+            sent.settle(True)
+        msg.send()
+        if wait_ack and self.stream_management:
+            self.client.send(RequestAck(self.client))  # queued behind the message
+        return sent
+
+    async def close(self) -> None:
+        self._end()
+        with anyio.move_on_after(2, shield=True), contextlib.suppress(Exception):
+            await self.client.disconnect(wait=1)
+        self.client.abort()
+
+    def _on_acked(self, stanza: Any) -> None:
+        sent = self._waiting.pop(str(stanza["id"]), None) if stanza is not None else None
+        if sent is not None:
+            sent.settle(True)
+
+    def _on_refused(self, stanza: Any) -> None:
+        self.refused = str(stanza["condition"] or "not-authorized")
+        self._end()
+
+    def _end(self) -> None:
+        self.ended.set()
+        waiting, self._waiting = self._waiting, {}
+        for sent in waiting.values():
+            sent.settle(False)
+
+
+async def _set_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

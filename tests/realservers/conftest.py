@@ -1,0 +1,33 @@
+"""Session-scoped real servers and the adapter process, for tests/realservers.
+
+Every test here is marked `realserver`. A server that cannot be started
+(not installed) fails the test with a message naming the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.realservers.servers import Server, start_ngircd, start_prosody
+
+XMPP_ACCOUNTS = {"bot": "bot-secret", "ann": "ann-secret", "bob": "bob-secret"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/realservers/" in str(item.path):
+            item.add_marker(pytest.mark.realserver)
+
+
+@pytest.fixture(scope="session")
+def ngircd() -> Iterator[Server]:
+    with start_ngircd() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def prosody() -> Iterator[Server]:
+    with start_prosody(XMPP_ACCOUNTS) as server:
+        yield server

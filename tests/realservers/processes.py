@@ -1,0 +1,77 @@
+"""An adapter as a process of its own (`python -m adapters.<name> --config FILE`)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.harness import write_config
+
+
+class AdapterProcess:
+    def __init__(self, module: str, workdir: Path, config: dict[str, Any]) -> None:
+        self.module = module
+        self.workdir = workdir
+        self.config_path = workdir / f"{module}.toml"
+        self.log_path = workdir / f"{module}.log"
+        self.state_dir = workdir / "state"
+        config.setdefault("adapter", {}).setdefault("state_dir", str(self.state_dir))
+        write_config(self.config_path, config)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> AdapterProcess:
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    f"adapters.{self.module}",
+                    "--config",
+                    str(self.config_path),
+                ],
+                stdout=out,
+                stderr=out,
+            )
+        return self
+
+    def log(self) -> str:
+        with contextlib.suppress(FileNotFoundError):
+            return self.log_path.read_text(errors="replace")
+        return ""
+
+    def wait_log(self, text: str, within: float = 10.0, after: int = 0) -> int:
+        """Until the log (from offset `after`) has `text`; the offset past it."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            log = self.log()
+            found = log.find(text, after)
+            if found >= 0:
+                return found + len(text)
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no {text!r} in the {self.module} adapter's log:\n{self.log()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return int(self.proc.returncode)
+
+    def wait_exit(self, within: float) -> int:
+        assert self.proc is not None
+        return int(self.proc.wait(within))
