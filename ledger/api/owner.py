@@ -41,7 +41,8 @@ def _holder_text(holder: dict[str, object], ledger: Path | str) -> LedgerInUse:
     if isinstance(socket, str) and socket:
         return LedgerInUse(
             f"the ledger {ledger} is served by a running daemon (pid {pid}) on the socket"
-            f" {socket}: use Store.connect({socket!r}), or stop the daemon first",
+            f" {socket}; reach it through that socket (ledger.api.Store.connect), or stop"
+            " the daemon first",
             socket=socket,
             pid=pid_int,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -25,6 +26,7 @@ from ledger.api import (
 )
 from ledger.api.owner import claim, lock_path
 from ledger.db import load_migrations
+from tests.harness import DaemonProcess
 
 
 def fingerprint(path: Path) -> tuple[str, float]:
@@ -147,3 +149,14 @@ def test_a_store_in_another_process_holds_the_ledger_until_it_dies(tmp_path: Pat
         holder.stdout.close()  # type: ignore[union-attr]
     assert lock_path(path).exists()  # a stale lock file does not block: the flock died
     SyncStore.open(path).close()
+
+
+def test_the_ledger_of_a_running_daemon_is_refused_naming_its_socket(
+    daemon: DaemonProcess,
+) -> None:
+    with pytest.raises(LedgerInUse, match=re.escape(str(daemon.socket))) as refused:
+        SyncStore.open(daemon.ledger)
+    assert refused.value.socket == str(daemon.socket)
+    daemon.kill()  # kill -9: the kernel drops the daemon's claim with it
+    with SyncStore.open(daemon.ledger) as store:
+        assert store.list_sessions().sessions == []
