@@ -30,5 +30,5 @@ class LedgerInUse(LedgerError):
         self.pid = pid
 
 
-class StoreClosed(LedgerError):
+class StoreClosed(LedgerError, RuntimeError):
     """The Store was closed; open it again to go on."""
