@@ -17,6 +17,15 @@ Rule 3: reads run on the caller's own thread, on a connection of that thread:
 Rule 4: closing stops taking jobs, finishes every job already taken, then
         closes the connections and drops the claim. The last Store of a file
         closes its engine.
+Rule 5: the full-text index (ledger/fts.py) is brought up to date once
+        FTS_LAG messages wait for it, and at close, not at every COMMIT: FTS5
+        writes a segment per transaction, which cost a two-item turn about
+        100 µs, more than the rest of its transaction. The index stays whole
+        up to `fts_progress.indexed_through` and holds nothing beyond it
+        (fts.py Rule 2), so whoever writes next (a daemon, another Store)
+        indexes what a Store cut short left waiting. Nothing in the library
+        searches it meanwhile: the daemon's recall runs only where it owns the
+        file (owner.py).
 """
 
 from __future__ import annotations
@@ -29,14 +38,41 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint import WalCheckpointer
 from ..db import Synchronous, connect
+from ..fts import index_new_messages
+from ..ingest import WriterConnection
 from ..jobs import JobSpec, StorageFailed, resume_writes
-from ..transactor import Transactor, open_transactor
+from ..transactor import Transactor
 from .errors import StoreClosed
 from .opening import open_checked
 from .waiting import Ticket
 
 MAX_BATCH = 512  # jobs a transaction: bounds one commit's time, not the throughput
+FTS_LAG = 256  # messages the full-text index may lag behind (Rule 5)
+
+
+def index_when_due(conn: sqlite3.Connection) -> int:
+    """`index_new_messages` once FTS_LAG messages wait for it (Rule 5)."""
+    waiting = conn.execute(
+        "SELECT coalesce((SELECT max(id) FROM messages), 0) - indexed_through FROM fts_progress"
+    ).fetchone()[0]
+    return index_new_messages(conn) if waiting >= FTS_LAG else 0
+
+
+def open_library_transactor(path: Path, synchronous: Synchronous) -> Transactor:
+    """The daemon's write connection (transactor.open_transactor), indexing lazily."""
+    conn = connect(path, synchronous, factory=WriterConnection)
+    assert isinstance(conn, WriterConnection)
+    checkpointer = None
+    try:
+        checkpointer = WalCheckpointer(path)
+        return Transactor(conn, conn.identity.clear, index_when_due, checkpointer)
+    except BaseException:
+        if checkpointer is not None:
+            checkpointer.stop()
+        conn.close()
+        raise
 
 
 class WriterThread:
@@ -71,6 +107,8 @@ class WriterThread:
             while batch := self._take():
                 self._execute(batch)
         finally:
+            # Rule 5: what the index still lacks, in a transaction of its own.
+            self._transactor.execute([JobSpec(index_new_messages, (), {})])
             self._transactor.close()
 
     def _execute(self, batch: list[Ticket]) -> None:
@@ -140,7 +178,7 @@ class Engine:
         self.refs = 0
         self._release = open_checked(path, synchronous)  # checks, claims, migrates
         try:
-            transactor = open_transactor(path, synchronous)
+            transactor = open_library_transactor(path, synchronous)
         except BaseException:
             self._release()
             raise
@@ -152,8 +190,10 @@ class Engine:
 
     def close(self) -> None:
         try:
-            self.writer.close()
+            # Readers first: the last connection to close checkpoints the WAL and
+            # removes it, which a read-only one cannot.
             self.readers.close()
+            self.writer.close()
         finally:
             self._release()
 

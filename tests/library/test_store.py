@@ -195,3 +195,19 @@ def test_sync_store_from_blocking_code(tmp_path: Path) -> None:
         assert store.pop("s") == {"role": "user", "content": "hi"}
         assert store.fork(turn, "f").parent_turn == turn
         assert [s.id for s in store.list_sessions().sessions] == ["f", "s"]
+
+
+async def test_the_full_text_index_is_whole_once_the_store_closes(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    store = await Store.open(path)
+    await store.append("s", [{"role": "user", "content": "zebra crossing"}])
+    await store.aclose()
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        hits = conn.execute(
+            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'zebra'"
+        ).fetchone()[0]
+        through = conn.execute("SELECT indexed_through FROM fts_progress").fetchone()[0]
+        newest = conn.execute("SELECT max(id) FROM messages").fetchone()[0]
+    assert hits == 1 and through == newest
