@@ -211,3 +211,13 @@ async def test_the_full_text_index_is_whole_once_the_store_closes(tmp_path: Path
         through = conn.execute("SELECT indexed_through FROM fts_progress").fetchone()[0]
         newest = conn.execute("SELECT max(id) FROM messages").fetchone()[0]
     assert hits == 1 and through == newest
+
+
+async def test_last_n_of_one_item_turns_and_of_a_short_thread(store: Store) -> None:
+    for n in range(10):
+        await store.append("singles", [n])
+    assert await store.last("singles", 6) == [4, 5, 6, 7, 8, 9]
+    assert await store.last("singles", 50) == list(range(10))
+    await store.append("short", ["a", "b", "c"])
+    assert await store.last("short", 2) == ["b", "c"]
+    assert await store.last("short", 30) == ["a", "b", "c"]
