@@ -22,6 +22,8 @@ import anyio
 import anyio.abc
 
 from ledger import logs
+from ledger.api.errors import LedgerInUse
+from ledger.api.owner import claim as claim_ledger
 from ledger.db import LedgerError, LedgerNotWritable, damaged, is_damage
 from ledger.inspect import FailureKind, storage_failure
 from ledger.jobs import LedgerWriteFailed, WriterDied, WriterStuck
@@ -155,6 +157,14 @@ class Daemon:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[Daemon] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        s = self.settings
+        # Own the ledger's writes before anything writes it: a library Store
+        # (ledger/api/owner.py) then refuses the file and names this socket.
+        s.ledger.path.parent.mkdir(parents=True, exist_ok=True)
+        with claim_ledger(s.ledger.path, socket=str(s.socket_path)):
+            await self._run_on_ledger(task_status)
+
+    async def _run_on_ledger(self, task_status: anyio.abc.TaskStatus[Daemon]) -> None:
         s = self.settings
         async with Ledger.open(
             s.ledger.path,
@@ -377,6 +387,8 @@ def exit_status(exc: BaseException) -> int:
     """The sysexits status of a start-up failure (README: the table under Operating)."""
     if isinstance(exc, LedgerNotWritable):
         return EX_NOPERM
+    if isinstance(exc, LedgerInUse):
+        return EX_UNAVAILABLE
     if isinstance(exc, LedgerError):
         return EX_DATAERR  # damaged, or a schema newer than this broker
     if isinstance(exc, LedgerWriteFailed) and not isinstance(exc, WriterDied):

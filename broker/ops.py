@@ -22,6 +22,7 @@ from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
 from .ops_routes import RouteOps
 from .ops_state import StateOps, hand_bridges
+from .ops_store import StoreOps
 from .ops_threads import ThreadOps
 from .ops_timers import TimerOps
 from .ops_workers import WorkerOps
@@ -67,6 +68,7 @@ class Ops:
             **ThreadOps(ledger, mailboxes).table,
             **StateOps(ledger).table,
             **WorkerOps(ledger).table,
+            **StoreOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from broker.core.bindings import Conversation
 from broker.core.identity import SessionSpec
 from broker.core.session_state import SessionState
 
+from .api.served import LibraryPort
 from .binding_jobs import BindCommand
 from .dispatch import Dispatched, Handoff, Limits, Reported
 from .ingest import Accepted, InboundRecord
@@ -64,6 +65,7 @@ __all__ = [
     "ItemInfo",
     "LedgerPort",
     "LedgerReport",
+    "LibraryPort",
     "Limits",
     "MergeResult",
     "Neighbour",
@@ -405,6 +407,7 @@ class LedgerPort(
     RoutePort,
     ThreadPort,
     TitlePort,
+    LibraryPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

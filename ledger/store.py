@@ -42,6 +42,7 @@ from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
 from .sqlite_threads import SqliteThreads
 from .store_events import EventWrites
+from .store_library import LibraryMethods
 from .store_routes import RouteMethods
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
@@ -71,7 +72,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites):
+class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods):
     def __init__(
         self,
         path: Path,

@@ -1,0 +1,247 @@
+"""One open ledger file in this process: its writer thread, its read connections and
+its claim on the file (owner.py). Every Store of the process on that file shares it.
+
+Rule 1: one thread owns the write connection (a `Transactor`, as the daemon's
+        writer thread runs it: a failing job rolled back alone, the full-text
+        index brought up to date before each COMMIT, WAL checkpoints beside).
+        It takes every job waiting when it wakes as one transaction (group
+        commit, at most MAX_BATCH), and tells each caller only after the COMMIT.
+Rule 2: a storage failure (disk full, I/O error) fails the jobs of its batch,
+        nothing of which was kept; the next batch starts with `resume_writes`,
+        which the `Transactor` needs to run again (transactor.py Rule 2). A
+        library caller gets the error and decides; there is no daemon to
+        retry for it.
+Rule 3: reads run on the caller's own thread, on a connection of that thread:
+        a hop to another thread costs more than reading the last 30 items from
+        the page cache (tens of µs), and WAL readers never wait for the writer.
+Rule 4: closing stops taking jobs, finishes every job already taken, then
+        closes the connections and drops the claim. The last Store of a file
+        closes its engine.
+Rule 5: the full-text index (ledger/fts.py) is brought up to date once
+        FTS_LAG messages wait for it, and at close, not at every COMMIT: FTS5
+        writes a segment per transaction, which cost a two-item turn about
+        100 µs, more than the rest of its transaction. The index stays whole
+        up to `fts_progress.indexed_through` and holds nothing beyond it
+        (fts.py Rule 2), so whoever writes next (a daemon, another Store)
+        indexes what a Store cut short left waiting. Nothing in the library
+        searches it meanwhile: the daemon's recall runs only where it owns the
+        file (owner.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sqlite3
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import WalCheckpointer
+from ..db import Synchronous, connect
+from ..fts import index_new_messages
+from ..ingest import WriterConnection
+from ..jobs import JobSpec, StorageFailed, WriterDied, resume_writes
+from ..transactor import Transactor
+from .errors import StoreClosed
+from .opening import open_checked
+from .waiting import Ticket
+
+MAX_BATCH = 512  # jobs a transaction: bounds one commit's time, not the throughput
+FTS_LAG = 256  # messages the full-text index may lag behind (Rule 5)
+
+
+def index_when_due(conn: sqlite3.Connection) -> int:
+    """`index_new_messages` once FTS_LAG messages wait for it (Rule 5)."""
+    waiting = conn.execute(
+        "SELECT coalesce((SELECT max(id) FROM messages), 0) - indexed_through FROM fts_progress"
+    ).fetchone()[0]
+    return index_new_messages(conn) if waiting >= FTS_LAG else 0
+
+
+def open_library_transactor(path: Path, synchronous: Synchronous) -> Transactor:
+    """The daemon's write connection (transactor.open_transactor), indexing lazily."""
+    conn = connect(path, synchronous, factory=WriterConnection)
+    assert isinstance(conn, WriterConnection)
+    checkpointer = None
+    try:
+        checkpointer = WalCheckpointer(path)
+        return Transactor(conn, conn.identity.clear, index_when_due, checkpointer)
+    except BaseException:
+        if checkpointer is not None:
+            checkpointer.stop()
+        conn.close()
+        raise
+
+
+class WriterThread:
+    def __init__(self, transactor: Transactor, name: str) -> None:
+        self._transactor = transactor
+        self._cond = threading.Condition()
+        self._queue: deque[Ticket] = deque()
+        self._closing = False
+        self._resume = False  # Rule 2
+        self.batches = 0
+        self.jobs = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, ticket: Ticket) -> None:
+        with self._cond:
+            if self._closing:
+                raise StoreClosed("the Store is closed; open it again to go on")
+            self._queue.append(ticket)
+            if len(self._queue) == 1:
+                self._cond.notify()
+
+    def _take(self) -> list[Ticket]:
+        with self._cond:
+            while not self._queue and not self._closing:
+                self._cond.wait()  # woken by submit or close (Rule 4)
+            n = min(len(self._queue), MAX_BATCH)
+            return [self._queue.popleft() for _ in range(n)]
+
+    def _run(self) -> None:
+        batch: list[Ticket] = []
+        try:
+            while batch := self._take():
+                self._execute(batch)
+        except Exception as exc:
+            # A failure of this code, not of a job: nobody may wait forever on it.
+            died = WriterDied(f"the Store's writer thread failed: {exc!r}")
+            died.__cause__ = exc  # the callers see the traceback; the thread ends quietly
+            with self._cond:
+                self._closing = True
+                left, batch = [*batch, *self._queue], []
+                self._queue.clear()
+            for ticket in left:
+                ticket.value, ticket.error = None, died
+            self._deliver(left)
+        finally:
+            # Rule 5: what the index still lacks, in a transaction of its own; if
+            # that fails too, whoever writes next indexes it.
+            with contextlib.suppress(Exception):
+                self._transactor.execute([JobSpec(index_new_messages, (), {})])
+            self._transactor.close()
+
+    def _execute(self, batch: list[Ticket]) -> None:
+        jobs = [t.job for t in batch]
+        if self._resume:
+            jobs.insert(0, JobSpec(resume_writes, (), {}))
+        outcomes = self._transactor.execute(jobs)
+        if self._resume:
+            outcomes = outcomes[1:]
+            self._resume = False
+        if any(isinstance(error, StorageFailed) for _, error in outcomes):
+            self._resume = True
+        self.batches += 1
+        self.jobs += len(batch)
+        for ticket, (value, error) in zip(batch, outcomes, strict=True):
+            ticket.value, ticket.error = value, error
+        self._deliver(batch)
+
+    @staticmethod
+    def _deliver(batch: list[Ticket]) -> None:
+        by_side: dict[Any, list[Ticket]] = {}
+        for ticket in batch:
+            by_side.setdefault(ticket.post, []).append(ticket)
+        for post, tickets in by_side.items():
+            # RuntimeError: that event loop is gone, and its waiters with it.
+            with contextlib.suppress(RuntimeError):
+                post(functools.partial(_notify, tickets))
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+
+
+def _notify(tickets: list[Ticket]) -> None:
+    for ticket in tickets:
+        ticket.on_done(ticket)
+
+
+class Readers:
+    """A read connection per calling thread (Rule 3)."""
+
+    def __init__(self, path: Path, synchronous: Synchronous) -> None:
+        self._path = path
+        self._synchronous = synchronous
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self._path, self._synchronous, readonly=True)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+class Engine:
+    def __init__(self, path: Path, synchronous: Synchronous) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.refs = 0
+        self._release = open_checked(path, synchronous)  # checks, claims, migrates
+        try:
+            transactor = open_library_transactor(path, synchronous)
+        except BaseException:
+            self._release()
+            raise
+        self.writer = WriterThread(transactor, f"ledger-store-writer:{path.name}")
+        self.readers = Readers(path, synchronous)
+
+    def submit(self, ticket: Ticket) -> None:
+        self.writer.submit(ticket)
+
+    def close(self) -> None:
+        try:
+            # Readers first: the last connection to close checkpoints the WAL and
+            # removes it, which a read-only one cannot.
+            self.readers.close()
+            self.writer.close()
+        finally:
+            self._release()
+
+
+_engines: dict[Path, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def acquire(path: Path, synchronous: Synchronous) -> Engine:
+    """The engine of `path` in this process, opened on first use (blocking)."""
+    key = path.resolve()
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = Engine(key, synchronous)
+            _engines[key] = engine
+        elif engine.synchronous != synchronous:
+            raise ValueError(
+                f"the ledger {path} is open in this process with synchronous ="
+                f" {engine.synchronous}; open it with the same setting"
+            )
+        engine.refs += 1
+        return engine
+
+
+def release(engine: Engine) -> None:
+    with _engines_lock:
+        engine.refs -= 1
+        if engine.refs > 0:
+            return
+        _engines.pop(engine.path, None)
+    engine.close()

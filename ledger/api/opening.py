@@ -1,0 +1,131 @@
+"""Opening a ledger file for the library face: every refusal before any write.
+
+Rule 1: the file is looked at read-only first: a path that is not a usable file,
+        a file that is not an SQLite database, a database that is not a ledger,
+        a schema newer than this code, or a file this user may not write is
+        refused with an exception naming the file and the problem, and the file
+        is left as it was (not even switched to WAL mode).
+Rule 2: then the writes are claimed (owner.py): a ledger a running daemon
+        serves is refused with an error naming the daemon's socket.
+Rule 3: only then is it opened for writing and migrated, as the daemon does
+        (db.py Rule 2). A missing file is created (its directory must exist);
+        an empty file counts as missing.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+from ..db import (
+    LedgerError,
+    LedgerNotWritable,
+    Synchronous,
+    connect,
+    damaged,
+    is_damage,
+    load_migrations,
+    migrate,
+)
+from .errors import NotALedger, SchemaTooNew
+from .owner import claim
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+LEDGER_TABLES = frozenset({"sessions", "turns", "messages"})
+
+
+def _not_writable(path: Path, what: str) -> LedgerNotWritable:
+    return LedgerNotWritable(
+        f"the ledger {path} cannot be opened for writing: {what} is not writable by uid"
+        f" {os.getuid()} (check its owner and mode)"
+    )
+
+
+def _look(path: Path) -> bool:
+    """Rule 1; True when there is a ledger to open, False when one is to be made."""
+    try:
+        return _look_at(path)
+    except PermissionError as exc:
+        raise LedgerNotWritable(
+            f"the ledger {path} cannot be reached by uid {os.getuid()}: {exc.strerror}"
+            f" ({exc.filename}); check the modes of its directories"
+        ) from None
+
+
+def _look_at(path: Path) -> bool:
+    if path.is_dir():
+        raise LedgerError(f"the ledger path {path} is a directory; give the path of a file")
+    if not path.parent.is_dir():
+        raise LedgerError(
+            f"cannot open the ledger {path}: its directory {path.parent} does not exist"
+        )
+    if not path.exists() or path.stat().st_size == 0:
+        if not os.access(path.parent, os.W_OK):
+            raise _not_writable(path, f"its directory {path.parent}")
+        return False
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except PermissionError:
+        raise _not_writable(path, "the file (not even readable)") from None
+    if header != SQLITE_HEADER:
+        raise NotALedger(f"the file {path} is not a ledger: it is not an SQLite database")
+    # Before looking inside: reading a WAL file creates its -shm, which needs the
+    # same rights as writing.
+    if not os.access(path, os.W_OK):
+        raise _not_writable(path, "the file")
+    if not os.access(path.parent, os.W_OK):
+        raise _not_writable(path, f"its directory {path.parent}")
+    _look_inside(path)
+    return True
+
+
+def _look_inside(path: Path) -> None:
+    latest = len(load_migrations())
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(path, [str(exc)]) from exc
+        raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
+    if version > latest:
+        raise SchemaTooNew(
+            f"the ledger {path} has schema version {version}, newer than this agent-broker"
+            f" knows ({latest}); upgrade agent-broker to open it. The file was not touched"
+        )
+    if not tables >= LEDGER_TABLES:
+        shown = ", ".join(sorted(t for t in tables if not t.startswith("sqlite_"))[:5])
+        raise NotALedger(
+            f"the file {path} is an SQLite database but not a ledger"
+            f" (its tables: {shown or 'none'}). The file was not touched"
+        )
+
+
+def open_checked(path: Path, synchronous: Synchronous) -> Callable[[], None]:
+    """Check, claim and migrate the ledger (Rules 1-3); returns what drops the claim."""
+    _look(path)
+    stack = ExitStack()
+    stack.enter_context(claim(path))
+    try:
+        try:
+            conn = connect(path, synchronous)
+            try:
+                migrate(conn)
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            if is_damage(exc):
+                raise damaged(path, [str(exc)]) from exc
+            raise
+    except BaseException:
+        stack.close()
+        raise
+    return stack.close

@@ -1,0 +1,155 @@
+"""The library face's reads: plain functions of a read connection.
+
+Rule 1: a session's items are its thread's messages, from the latest compaction
+        turn (whose items are the summary) to the head, in order; a fork reads
+        its ancestors' turns as its own.
+Rule 2: the last N items walk back from the head N/2 turns in one statement,
+        so the cost follows N, not the length of the thread; a thread with
+        fewer items a turn (or empty turns: daemon compactions) takes a second,
+        unbounded walk, unless the first one reached its start.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from ..errors import NotFound
+from .records import Page, SessionInfo, TurnInfo, decode_item
+
+SESSION_COLUMNS = (
+    "label, title, kind, origin, status, turns, head_turn_id, metadata, created_at,"
+    " updated_at, parent_session, parent_turn_id"
+)
+
+
+def _session(row: tuple[Any, ...]) -> SessionInfo:
+    return SessionInfo(
+        id=row[0],
+        title=row[1],
+        kind=row[2],
+        origin=row[3],
+        status=row[4],
+        turns=int(row[5]),
+        head_turn=row[6],
+        metadata=orjson.loads(row[7]) if row[7] else {},
+        created_at=int(row[8]),
+        updated_at=int(row[9]),
+        parent_session=row[10],
+        parent_turn=row[11],
+    )
+
+
+def get(conn: sqlite3.Connection, label: str) -> SessionInfo:
+    row = conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE label = ?", (label,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    return _session(row)
+
+
+def exists(conn: sqlite3.Connection, label: str) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE label = ?", (label,)).fetchone() is not None
+
+
+def list_sessions(
+    conn: sqlite3.Connection,
+    *,
+    kind: str | None = None,
+    title_contains: str | None = None,
+    updated_after: int | None = None,
+    cursor: str | None = None,
+    limit: int = 100,
+) -> Page:
+    """Sessions in label order, `limit` at a time; `cursor` is the last label seen."""
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    where, args = ["1"], []
+    for clause, value in (
+        ("kind = ?", kind),
+        ("instr(lower(coalesce(title, '')), lower(?)) > 0", title_contains),
+        ("updated_at > ?", updated_after),
+        ("label > ?", cursor),
+    ):
+        if value is not None:
+            where.append(clause)
+            args.append(value)
+    rows = conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)}"
+        " ORDER BY label LIMIT ?",
+        (*args, limit + 1),
+    ).fetchall()
+    page = [_session(r) for r in rows[:limit]]
+    return Page(page, page[-1].id if len(rows) > limit else None)
+
+
+_WALK = (
+    "WITH RECURSIVE chain(id, depth, type, parent, engine) AS ("
+    " SELECT t.id, 0, t.type, t.parent_id, t.engine FROM sessions s"
+    " JOIN turns t ON t.id = s.head_turn_id WHERE s.label = ?"
+    " UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine FROM chain c"
+    " JOIN turns t ON t.id = c.parent WHERE c.type != 'compaction' LIMIT ?)"
+)
+
+
+def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
+    """The last `n` items of the session, oldest first (Rule 2)."""
+    if n <= 0:
+        if not exists(conn, label):
+            raise NotFound(f"no session {label!r}", field="session")
+        return []
+    sql = (
+        f"{_WALK} SELECT c.engine, m.role, m.content, c.parent, c.type FROM chain c"
+        " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth, m.seq DESC LIMIT ?"
+    )
+    # Most threads hold two or more items a turn (a question and its answer), so
+    # half as many turns as items is walked first: the walk is most of the cost.
+    rows = conn.execute(sql, (label, (n + 1) // 2, n)).fetchall()
+    whole = bool(rows) and (rows[-1][3] is None or rows[-1][4] == "compaction")
+    if len(rows) < n and not whole:
+        rows = conn.execute(sql, (label, -1, n)).fetchall()
+        if not rows and not exists(conn, label):
+            raise NotFound(f"no session {label!r}", field="session")
+    rows.reverse()
+    return [decode_item(e, r, c) for e, r, c, _, _ in rows]
+
+
+def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:
+    """The thread's turns from the latest compaction to the head, with their items."""
+    rows = conn.execute(
+        f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
+        " m.content FROM chain c JOIN turns t ON t.id = c.id"
+        " LEFT JOIN messages m ON m.turn_id = c.id ORDER BY c.depth DESC, m.seq",
+        (label, -1),
+    ).fetchall()
+    if not rows and not exists(conn, label):
+        raise NotFound(f"no session {label!r}", field="session")
+    out: list[TurnInfo] = []
+    for turn_id, session, kind, at, engine, role, content in rows:
+        if not out or out[-1].id != turn_id:
+            out.append(TurnInfo(turn_id, session, kind, [], int(at)))
+        if content is not None:
+            out[-1].items.append(decode_item(engine, role, content))
+    return out
+
+
+def items(conn: sqlite3.Connection, label: str) -> list[Any]:
+    """Every item of the thread, oldest first (Rule 1)."""
+    rows = conn.execute(
+        f"{_WALK} SELECT c.engine, m.role, m.content FROM chain c"
+        " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth DESC, m.seq",
+        (label, -1),
+    ).fetchall()
+    if not rows and not exists(conn, label):
+        raise NotFound(f"no session {label!r}", field="session")
+    return [decode_item(e, r, c) for e, r, c in rows]
+
+
+def turn_session(conn: sqlite3.Connection, turn_id: str) -> str:
+    row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (turn_id,)).fetchone()
+    if row is None:
+        raise NotFound(f"no turn {turn_id!r}", field="turn")
+    return str(row[0])

@@ -1,0 +1,181 @@
+"""`Store`: the ledger as a session store in this process, async (anyio: asyncio or
+trio), with no daemon. `SyncStore` (sync.py) is the same for blocking code.
+
+    store = await Store.open("sessions.db")
+    await store.append("chat-1", [{"role": "user", "content": "hi"}])
+    last = await store.last("chat-1", 30)
+    await store.aclose()
+
+Rule 1: writes go to the file's one writer thread (engine.py) and return after
+        their COMMIT: what a call returned is on disk, through a kill -9 of the
+        process (and, with synchronous="FULL", a power loss).
+Rule 2: two tasks appending to one session are serialized by that writer: each
+        append is one turn whose parent is the head at its commit, so the items
+        of one call stay together and in order (writes.py Rule 1).
+Rule 3: a call that raises stored nothing: bad items raise before they are
+        queued (face.py Rule 1), and a job that fails is rolled back alone.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+
+from ..db import Synchronous
+from ..ids import now_ms
+from .engine import acquire
+from .face import Clock, Face
+from .records import Page, SessionInfo, TurnInfo
+from .remote import RemoteStore
+from .waiting import wait_async
+
+Summarizer = Callable[[list[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
+
+
+class Store(Face):
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, synchronous: Synchronous = "NORMAL", clock: Clock = now_ms
+    ) -> Self:
+        """Open (or create) the ledger at `path`; refused with a `LedgerError` naming the
+        problem, the file untouched (opening.py)."""
+        engine = await anyio.to_thread.run_sync(acquire, Path(path), synchronous)
+        return cls(engine, clock)
+
+    @staticmethod
+    async def connect(socket_path: str | Path) -> RemoteStore:
+        """The same calls through the running daemon serving `socket_path` (remote.py)."""
+        return await RemoteStore.connect(socket_path)
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self._close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # -- sessions ------------------------------------------------------------
+
+    async def create(
+        self,
+        session_id: str | None = None,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        """A new, empty session; `Conflict` if the id is taken."""
+        label, job = self._create_job(session_id, title, metadata)
+        await wait_async(job, self._submit)
+        return self._read_get_session(label)
+
+    async def get(self, session_id: str) -> SessionInfo:
+        return self._read_get_session(session_id)
+
+    async def list_sessions(
+        self,
+        *,
+        kind: str | None = None,
+        title_contains: str | None = None,
+        updated_after: int | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page:
+        return self._read_list_sessions(
+            kind=kind,
+            title_contains=title_contains,
+            updated_after=updated_after,
+            cursor=cursor,
+            limit=limit,
+        )
+
+    async def put(
+        self,
+        session_id: str,
+        turns: Sequence[Sequence[Any]],
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        """Replace the session's thread by `turns` (lists of items), creating it if need be."""
+        await wait_async(self._put_job(session_id, turns, title, metadata), self._submit)
+        return self._read_get_session(session_id)
+
+    async def set_title(
+        self, session_id: str, title: str | None, *, metadata: dict[str, Any] | None = None
+    ) -> None:
+        await wait_async(self._title_job(session_id, title, metadata), self._submit)
+
+    async def delete(self, session_id: str) -> None:
+        """Remove the session and its turns; `Conflict` if a fork builds on them."""
+        await wait_async(self._delete_job(session_id), self._submit)
+
+    # -- items and turns -----------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        items: Sequence[Any],
+        *,
+        create: bool = True,
+        usage: tuple[int | None, int | None] | None = None,
+    ) -> str:
+        """One turn holding `items` (JSON values); the turn's id. `usage` is (prompt
+        tokens, completion tokens). A missing session is created unless `create=False`."""
+        return str(
+            await wait_async(self._append_job(session_id, items, create, usage), self._submit)
+        )
+
+    async def last(self, session_id: str, n: int) -> list[Any]:
+        """The last `n` items, oldest first."""
+        return self._read_last(session_id, n)
+
+    async def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
+        """The thread's items `[start:stop]` (Python slice rules), oldest first."""
+        return self._read_items(session_id, start, stop)
+
+    async def turns(self, session_id: str) -> list[TurnInfo]:
+        return self._read_turns(session_id)
+
+    async def pop(self, session_id: str) -> Any:
+        """Take the last item off the thread and return it; None if there is none."""
+        from .records import decode_item
+
+        popped = await wait_async(self._pop_job(session_id), self._submit)
+        return None if popped is None else decode_item(*popped)
+
+    async def clear(self, session_id: str) -> None:
+        """Start the session afresh; its old turns stay in the ledger, off the thread."""
+        await wait_async(self._clear_job(session_id), self._submit)
+
+    async def fork(self, turn_id: str, new_id: str | None = None) -> SessionInfo:
+        """A new session whose thread ends at `turn_id` (constant time)."""
+        label = await wait_async(self._fork_job(turn_id, new_id), self._submit)
+        return self._read_get_session(str(label))
+
+    async def compact(self, session_id: str, summarizer: Summarizer) -> str:
+        """Replace what the thread reads as by `summarizer(items)`, as a compaction turn
+        (the old turns stay); `Conflict` if the session moved on meanwhile."""
+        head, items, spanned = self._compact_plan(session_id)
+        summary = summarizer(items)
+        if inspect.isawaitable(summary):
+            summary = await summary
+        job = self._compact_job(session_id, head, list(summary), spanned)
+        return str(await wait_async(job, self._submit))
+
+    async def export_jsonl(self, session_id: str) -> bytes:
+        return self._read_export_jsonl(session_id)
+
+    async def import_jsonl(
+        self, data: bytes | str | Iterable[bytes | str], new_id: str | None = None
+    ) -> SessionInfo:
+        label, _ = await wait_async(self._import_job(data, new_id), self._submit)
+        return self._read_get_session(str(label))

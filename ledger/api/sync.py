@@ -1,0 +1,115 @@
+"""`SyncStore`: the Store for blocking code (each call blocks its thread until the
+commit). It shares the file's engine with any async Store of the process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from ..db import Synchronous
+from ..ids import now_ms
+from .engine import acquire
+from .face import Clock, Face
+from .records import Page, SessionInfo, TurnInfo, decode_item
+from .waiting import wait_blocking
+
+
+class SyncStore(Face):
+    @classmethod
+    def open(
+        cls, path: str | Path, *, synchronous: Synchronous = "NORMAL", clock: Clock = now_ms
+    ) -> Self:
+        return cls(acquire(Path(path), synchronous), clock)
+
+    def close(self) -> None:
+        self._close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def create(
+        self,
+        session_id: str | None = None,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        label, job = self._create_job(session_id, title, metadata)
+        wait_blocking(job, self._submit)
+        return self._read_get_session(label)
+
+    def get(self, session_id: str) -> SessionInfo:
+        return self._read_get_session(session_id)
+
+    def list_sessions(self, **filters: Any) -> Page:
+        return self._read_list_sessions(**filters)
+
+    def put(
+        self,
+        session_id: str,
+        turns: Sequence[Sequence[Any]],
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        wait_blocking(self._put_job(session_id, turns, title, metadata), self._submit)
+        return self._read_get_session(session_id)
+
+    def set_title(
+        self, session_id: str, title: str | None, *, metadata: dict[str, Any] | None = None
+    ) -> None:
+        wait_blocking(self._title_job(session_id, title, metadata), self._submit)
+
+    def delete(self, session_id: str) -> None:
+        wait_blocking(self._delete_job(session_id), self._submit)
+
+    def append(
+        self,
+        session_id: str,
+        items: Sequence[Any],
+        *,
+        create: bool = True,
+        usage: tuple[int | None, int | None] | None = None,
+    ) -> str:
+        return str(wait_blocking(self._append_job(session_id, items, create, usage), self._submit))
+
+    def last(self, session_id: str, n: int) -> list[Any]:
+        return self._read_last(session_id, n)
+
+    def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
+        return self._read_items(session_id, start, stop)
+
+    def turns(self, session_id: str) -> list[TurnInfo]:
+        return self._read_turns(session_id)
+
+    def pop(self, session_id: str) -> Any:
+        popped = wait_blocking(self._pop_job(session_id), self._submit)
+        return None if popped is None else decode_item(*popped)
+
+    def clear(self, session_id: str) -> None:
+        wait_blocking(self._clear_job(session_id), self._submit)
+
+    def fork(self, turn_id: str, new_id: str | None = None) -> SessionInfo:
+        label = wait_blocking(self._fork_job(turn_id, new_id), self._submit)
+        return self._read_get_session(str(label))
+
+    def compact(self, session_id: str, summarizer: Callable[[list[Any]], Sequence[Any]]) -> str:
+        head, items, spanned = self._compact_plan(session_id)
+        job = self._compact_job(session_id, head, list(summarizer(items)), spanned)
+        return str(wait_blocking(job, self._submit))
+
+    def export_jsonl(self, session_id: str) -> bytes:
+        return self._read_export_jsonl(session_id)
+
+    def import_jsonl(
+        self, data: bytes | str | Iterable[bytes | str], new_id: str | None = None
+    ) -> SessionInfo:
+        label, _ = wait_blocking(self._import_job(data, new_id), self._submit)
+        return self._read_get_session(str(label))

@@ -1,0 +1,98 @@
+"""How a caller waits for the Store's writer thread: asyncio, trio, or a plain thread.
+
+Rule 1: a ticket carries its job and a `post` that runs a function on the
+        caller's side (the event loop's thread, or the writer thread itself for a
+        blocking caller); the writer posts once per batch and caller side, not
+        once per job, so 200 waiting tasks cost one wake-up of their loop.
+Rule 2: a caller cancelled while it waits does not take its job back: a job
+        handed to the writer runs and may commit (ledger/writer.py Rule 4). Its
+        result is dropped.
+Rule 3: the event loop is looked up at each call, not kept: one Store serves
+        any number of event loops one after another (an `asyncio.run` per
+        request, a test per loop) and blocking callers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..jobs import JobSpec
+
+Post = Callable[[Callable[[], None]], object]
+
+
+class Ticket:
+    __slots__ = ("error", "job", "on_done", "post", "value")
+
+    def __init__(self, job: JobSpec, post: Post, on_done: Callable[[Ticket], None]) -> None:
+        self.job = job
+        self.post = post
+        self.on_done = on_done  # runs on the caller's side (Rule 1)
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _run_now(fn: Callable[[], None]) -> None:
+    fn()
+
+
+async def _wait_asyncio(
+    loop: asyncio.AbstractEventLoop, job: JobSpec, submit: Callable[[Ticket], None]
+) -> Any:
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def done(_: Ticket) -> None:
+        if not fut.done():  # Rule 2
+            fut.set_result(None)
+
+    ticket = Ticket(job, loop.call_soon_threadsafe, done)
+    submit(ticket)
+    await fut
+    return ticket.outcome()
+
+
+async def _wait_trio(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+    event = trio.Event()
+    ticket = Ticket(job, token.run_sync_soon, lambda _: event.set())
+    submit(ticket)
+    await event.wait()
+    return ticket.outcome()
+
+
+async def wait_async(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
+    """Hand `job` to the writer and wait for its commit on this task's event loop."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return await _wait_trio(job, submit)
+    return await _wait_asyncio(loop, job, submit)
+
+
+def wait_blocking(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
+    """Hand `job` to the writer and block this thread until its commit."""
+    done = threading.Event()
+    ticket = Ticket(job, _run_now, lambda _: done.set())
+    submit(ticket)
+    done.wait()
+    return ticket.outcome()
+
+
+def current_loop() -> object:
+    """This task's event loop (asyncio) or run (trio), to tell one from the next."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        import trio
+
+        return trio.lowlevel.current_trio_token()

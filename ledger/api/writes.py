@@ -1,0 +1,278 @@
+"""The library face's writes: jobs for the ledger's one writer (ledger/jobs.py
+Rule 1: functions of a connection and plain arguments).
+
+Rule 1: a library turn is an ordinary completed turn (engine 'library', one
+        message row an item), its head move and its `session_history` row in
+        one transaction, as the daemon commits its own; the turn's parent is
+        the head read in that same transaction, so two appends to one session
+        are serialized by the single writer, never interleaved.
+Rule 2: nothing on a thread is rewritten: `pop` moves the head back (copying
+        the head turn without its last item when it held more than one),
+        `clear` and `put` move it to a new thread; the old turns stay in the
+        ledger, off the thread, as after the daemon's `/new`. Only `delete`
+        removes rows, and only of a session nothing else builds on.
+Rule 3: a compaction is a turn of type 'compaction' holding the summary items,
+        committed only if the head is still the one that was summarized.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import orjson
+
+from ..errors import Conflict, NotFound
+from ..fts import index_new_messages
+from ..ids import new_id
+from .records import LIBRARY, Row
+
+
+def _head(conn: sqlite3.Connection, label: str) -> tuple[str | None] | None:
+    row = conn.execute("SELECT head_turn_id FROM sessions WHERE label = ?", (label,)).fetchone()
+    return None if row is None else (row[0],)
+
+
+def create_session(
+    conn: sqlite3.Connection,
+    label: str,
+    title: str | None,
+    metadata: str | None,
+    now: int,
+    exist_ok: bool = False,
+) -> bool:
+    """Make the session; False when it exists and `exist_ok`."""
+    if _head(conn, label) is not None:
+        if exist_ok:
+            return False
+        raise Conflict(f"a session {label!r} exists", field="session")
+    if conn.execute("SELECT 1 FROM session_aliases WHERE alias = ?", (label,)).fetchone():
+        raise Conflict(f"{label!r} is an alias of another session", field="session")
+    conn.execute(
+        "INSERT INTO sessions (label, kind, origin, status, title, metadata, created_at,"
+        " updated_at) VALUES (?, 'library', 'library', 'active', ?, ?, ?, ?)",
+        (label, title, metadata, now, now),
+    )
+    return True
+
+
+def _insert_turn(
+    conn: sqlite3.Connection,
+    label: str,
+    parent: str | None,
+    rows: list[Row],
+    now: int,
+    kind: str = "turn",
+    usage: tuple[int | None, int | None] = (None, None),
+) -> str:
+    turn_id = new_id()
+    conn.execute(
+        "INSERT INTO turns (id, session_label, parent_id, type, status, engine, started_at,"
+        " completed_at, prompt_tokens, completion_tokens)"
+        " VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, ?, ?)",
+        (turn_id, label, parent, kind, LIBRARY, now, now, *usage),
+    )
+    conn.executemany(
+        "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
+        [(turn_id, seq, role, content, now) for seq, (role, content) in enumerate(rows)],
+    )
+    return turn_id
+
+
+def _move_head(
+    conn: sqlite3.Connection,
+    label: str,
+    head: str | None,
+    prev: str | None,
+    turns_delta: int | None,
+    reason: str,
+    now: int,
+) -> None:
+    if turns_delta is None:  # a new thread: count it afresh
+        conn.execute(
+            "UPDATE sessions SET head_turn_id = ?, updated_at = ?, turns = (WITH RECURSIVE"
+            " c(id) AS (SELECT ? UNION ALL SELECT t.parent_id FROM turns t JOIN c ON t.id = c.id"
+            " WHERE t.parent_id IS NOT NULL) SELECT count(*) FROM c WHERE id IS NOT NULL)"
+            " WHERE label = ?",
+            (head, now, head, label),
+        )
+    else:
+        conn.execute(
+            "UPDATE sessions SET head_turn_id = ?, turns = max(turns + ?, 0), updated_at = ?"
+            " WHERE label = ?",
+            (head, turns_delta, now, label),
+        )
+    conn.execute(
+        "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (label, head, prev, reason, now),
+    )
+
+
+def append_turn(
+    conn: sqlite3.Connection,
+    label: str,
+    rows: list[Row],
+    now: int,
+    create: bool,
+    usage: tuple[int | None, int | None] = (None, None),
+) -> str:
+    """One turn holding `rows` on the session's head (Rule 1); its id."""
+    head = _head(conn, label)
+    if head is None:
+        if not create:
+            raise NotFound(f"no session {label!r}", field="session")
+        create_session(conn, label, None, None, now)
+        head = (None,)
+    turn_id = _insert_turn(conn, label, head[0], rows, now, usage=usage)
+    _move_head(conn, label, turn_id, head[0], 1, "turn", now)
+    return turn_id
+
+
+def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None, str, str] | None:
+    """Take the last item off the thread (Rule 2): (engine, role, content), or None."""
+    head = _head(conn, label)
+    if head is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    turn, skipped = head[0], 0
+    while turn is not None:
+        parent, engine, kind = conn.execute(
+            "SELECT parent_id, engine, type FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        rows = conn.execute(
+            "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
+        ).fetchall()
+        if not rows:  # an empty turn (a compaction the daemon recorded): look past it
+            turn, skipped = parent, skipped + 1
+            continue
+        new_head, delta = parent, -1 - skipped
+        if len(rows) > 1:
+            kept = [(str(r), str(c)) for r, c in rows[:-1]]
+            new_head, delta = _insert_turn(conn, label, parent, kept, now, kind=kind), -skipped
+        _move_head(conn, label, new_head, head[0], delta, "pop", now)
+        role, content = rows[-1]
+        return engine, str(role), str(content)
+    return None
+
+
+def clear(conn: sqlite3.Connection, label: str, now: int) -> None:
+    head = _head(conn, label)
+    if head is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    if head[0] is not None:
+        _move_head(conn, label, None, head[0], None, "clear", now)
+
+
+def put(
+    conn: sqlite3.Connection,
+    label: str,
+    turns: list[list[Row]],
+    title: str | None,
+    metadata: str | None,
+    now: int,
+) -> str | None:
+    """Replace the session's thread by `turns` (Rule 2), creating it if need be."""
+    head = _head(conn, label)
+    if head is None:
+        create_session(conn, label, title, metadata, now)
+        head = (None,)
+    elif title is not None or metadata is not None:
+        set_title(conn, label, title, metadata, now)
+    parent: str | None = None
+    for rows in turns:
+        parent = _insert_turn(conn, label, parent, rows, now)
+    _move_head(conn, label, parent, head[0], None, "put", now)
+    return parent
+
+
+def set_title(
+    conn: sqlite3.Connection, label: str, title: str | None, metadata: str | None, now: int
+) -> None:
+    cur = conn.execute(
+        "UPDATE sessions SET title = coalesce(?, title), metadata = coalesce(?, metadata),"
+        " updated_at = ? WHERE label = ?",
+        (title, metadata, now, label),
+    )
+    if cur.rowcount == 0:
+        raise NotFound(f"no session {label!r}", field="session")
+
+
+def compact(
+    conn: sqlite3.Connection,
+    label: str,
+    summarized_head: str | None,
+    rows: list[Row],
+    turns_summarized: int,
+    now: int,
+) -> str:
+    """A compaction turn holding `rows` after `summarized_head` (Rule 3); its id."""
+    head = _head(conn, label)
+    if head is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    if head[0] != summarized_head:
+        raise Conflict(
+            f"the session {label!r} moved on while it was being compacted; compact again",
+            field="session",
+        )
+    turn_id = _insert_turn(conn, label, head[0], rows, now, kind="compaction")
+    summary = orjson.dumps([orjson.loads(content) for _, content in rows]).decode()
+    conn.execute(
+        "INSERT INTO compactions (turn_id, session_label, summary, summarized_through_turn_id,"
+        " turns_summarized, trigger, created_at) VALUES (?, ?, ?, ?, ?, 'manual', ?)",
+        (turn_id, label, summary, summarized_head, turns_summarized, now),
+    )
+    _move_head(conn, label, turn_id, head[0], 1, "turn", now)
+    return turn_id
+
+
+_DAEMON_TABLES = ("queue_items", "inbound", "timers", "dispatches")
+
+
+def _blockers(conn: sqlite3.Connection, label: str) -> list[str]:
+    """Sessions whose threads run through `label`'s turns."""
+    rows = conn.execute(
+        "SELECT DISTINCT c.session_label FROM turns c JOIN turns p ON p.id = c.parent_id"
+        " WHERE p.session_label = ?1 AND c.session_label != ?1"
+        " UNION SELECT s.label FROM sessions s JOIN turns t ON t.id = s.head_turn_id"
+        " WHERE t.session_label = ?1 AND s.label != ?1",
+        (label,),
+    ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
+def delete(conn: sqlite3.Connection, label: str) -> None:
+    """Remove the session and its turns, if nothing else needs them (Rule 2)."""
+    if _head(conn, label) is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    forks = _blockers(conn, label)
+    if forks:
+        raise Conflict(
+            f"the session {label!r} has forks built on its turns ({', '.join(forks[:5])});"
+            " delete them first",
+            field="session",
+        )
+    for table in _DAEMON_TABLES:
+        column = "parent_session" if table == "dispatches" else "session_label"
+        if conn.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1", (label,)).fetchone():
+            raise Conflict(
+                f"the session {label!r} holds the daemon's work ({table}); close it through"
+                " the daemon instead",
+                field="session",
+            )
+    # A message appended earlier in this same transaction is not indexed yet, and
+    # the index's delete trigger must only ever see indexed rows (fts.py Rule 2).
+    index_new_messages(conn)
+    turns = "SELECT id FROM turns WHERE session_label = ?"
+    for table in ("messages", "tool_calls", "turn_events", "compactions", "turn_progress"):
+        conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
+    conn.execute(f"DELETE FROM file_snapshots WHERE turn_id IN ({turns})", (label,))
+    conn.execute("DELETE FROM outbox WHERE session_label = ?", (label,))
+    conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))
+    # One statement: SQLite checks the turn tree's own foreign keys at its end.
+    conn.execute("DELETE FROM turns WHERE session_label = ?", (label,))
+    for table, column in (
+        ("session_history", "session_label"),
+        ("scratchpad", "session_label"),
+        ("session_aliases", "session_label"),
+    ):
+        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (label,))
+    conn.execute("DELETE FROM sessions WHERE label = ?", (label,))
