@@ -20,6 +20,7 @@ from .connection import Connection
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
+from .ops_store import StoreOps
 from .ops_timers import TimerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
 from .timers import TimerWheel
@@ -59,6 +60,7 @@ class Ops:
             "recall.search": self.recall_search,
             **TimerOps(ledger, timers).table,
             **FileOps(ledger).table,
+            **StoreOps(ledger).table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 from broker.core.identity import SessionSpec
 from broker.core.timers import TimerSpec
 
+from .api.served import LibraryPort
 from .dispatch import Dispatched, Limits
 from .ingest import Accepted, InboundRecord
 from .inspect import LedgerReport
@@ -57,6 +58,7 @@ __all__ = [
     "ItemInfo",
     "LedgerPort",
     "LedgerReport",
+    "LibraryPort",
     "Limits",
     "MergeResult",
     "OpsPort",
@@ -369,6 +371,14 @@ class SnapshotPort(Protocol):
 
 
 class LedgerPort(
-    IngestPort, TurnPort, DeliveryPort, ReadPort, OpsPort, TimerPort, SnapshotPort, Protocol
+    IngestPort,
+    TurnPort,
+    DeliveryPort,
+    ReadPort,
+    OpsPort,
+    TimerPort,
+    SnapshotPort,
+    LibraryPort,
+    Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

@@ -25,6 +25,7 @@ from broker.core.timers import TimerSpec
 
 from . import dispatch as dispatches
 from . import events, sessions, snapshots, timers, turns
+from .api import served
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -174,6 +175,16 @@ class Ledger(SqliteReads):
         finally:
             ledger.readers.close()
             await ledger.writer.aclose()
+
+    # -- the library face through the daemon (ledger/api/served.py) ----------
+
+    async def library_call(self, call: str, args: dict[str, Any], now: int) -> Any:
+        kind, what = served.plan(call, args, now)
+        if kind == "write":
+            value = await self.writer.call(what.fn, *what.args)
+        else:
+            value = await self.read(what)
+        return served.answer(call, value)
 
     # -- writes (IngestPort, TurnPort, OpsPort) ------------------------------
 

@@ -31,6 +31,7 @@ from ..ids import now_ms
 from .engine import acquire
 from .face import Clock, Face
 from .records import Page, SessionInfo, TurnInfo
+from .remote import RemoteStore
 from .waiting import wait_async
 
 Summarizer = Callable[[list[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
@@ -45,6 +46,11 @@ class Store(Face):
         problem, the file untouched (opening.py)."""
         engine = await anyio.to_thread.run_sync(acquire, Path(path), synchronous)
         return cls(engine, clock)
+
+    @staticmethod
+    async def connect(socket_path: str | Path) -> RemoteStore:
+        """The same calls through the running daemon serving `socket_path` (remote.py)."""
+        return await RemoteStore.connect(socket_path)
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._close)

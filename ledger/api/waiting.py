@@ -86,3 +86,13 @@ def wait_blocking(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
     submit(ticket)
     done.wait()
     return ticket.outcome()
+
+
+def current_loop() -> object:
+    """This task's event loop (asyncio) or run (trio), to tell one from the next."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        import trio
+
+        return trio.lowlevel.current_trio_token()

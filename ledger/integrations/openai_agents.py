@@ -3,6 +3,7 @@
     from ledger.integrations.openai_agents import LedgerSession
     session = LedgerSession("user-42", path="sessions.db")   # was SQLiteSession(...)
     await Runner.run(agent, "hi", session=session)
+    session = LedgerSession("user-42", socket="/run/agent-broker/broker.sock")  # via a daemon
 
 Rule 1: one `add_items` call is one turn of the ledger: committed whole before
         it returns, never interleaved with another writer's items, and nothing
@@ -13,6 +14,9 @@ Rule 2: every LedgerSession (and Store) of one file in a process shares one
         `close()` lets go of it, the last one closes the file.
 Rule 3: `pop_item` and `clear_session` move the session's head; the turns they
         take off the thread stay in the ledger (ledger/api/writes.py Rule 2).
+Rule 4: with `socket=`, the calls go to the running daemon (ledger/api/remote.py)
+        on a connection made at the first call of each event loop: a session
+        object outlives the `asyncio.run` it was made in, a connection does not.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ from agents.memory.session_settings import (
 )
 
 from ..api.engine import acquire
+from ..api.errors import StoreClosed
+from ..api.remote import RemoteStore
 from ..api.store import Store
+from ..api.waiting import current_loop
 from ..db import Synchronous
 from ..errors import NotFound
 from ..ids import now_ms
@@ -43,7 +50,8 @@ class LedgerSession(SessionABC):
         self,
         session_id: str,
         *,
-        path: str | Path,
+        path: str | Path | None = None,
+        socket: str | Path | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
         synchronous: Synchronous = "NORMAL",
     ) -> None:
@@ -53,42 +61,62 @@ class LedgerSession(SessionABC):
             if session_settings is not None
             else SessionSettings()
         )
+        if (path is None) == (socket is None):
+            raise ValueError(
+                "give LedgerSession either path= (a ledger file) or socket= (a daemon)"
+            )
+        self._socket = None if socket is None else str(socket)
+        self._remote: RemoteStore | None = None
+        self._remote_loop: object = None
         # Opening is blocking, as the SDK's own SQLiteSession's is (Rule 2).
-        self._store = Store(acquire(Path(path), synchronous), now_ms)
+        self._local = None if path is None else Store(acquire(Path(path), synchronous), now_ms)
 
-    @property
-    def store(self) -> Store:
+    async def store(self) -> Store | RemoteStore:
         """The Store underneath, for what the Session protocol has no word for (fork,
-        compact, export)."""
-        return self._store
+        compact, export); a `RemoteStore` through a daemon (Rule 4)."""
+        if self._local is not None:
+            self._local.path  # noqa: B018 - raises StoreClosed once closed
+            return self._local
+        if self._socket is None:
+            raise StoreClosed("the LedgerSession is closed")
+        loop = current_loop()
+        if self._remote is None or self._remote_loop is not loop:
+            assert self._socket is not None
+            self._remote, self._remote_loop = await RemoteStore.connect(self._socket), loop
+        return self._remote
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         wanted = resolve_session_limit(limit, self.session_settings)
         try:
             if wanted is None:
-                return await self._store.items(self.session_id)
-            return await self._store.last(self.session_id, wanted)
+                return await (await self.store()).items(self.session_id)
+            return await (await self.store()).last(self.session_id, wanted)
         except NotFound:
             return []
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
-            self._store.path  # noqa: B018 - a closed session refuses even nothing
+            await self.store()  # a closed session refuses even nothing
             return
-        await self._store.append(self.session_id, items)
+        await (await self.store()).append(self.session_id, items)
 
     async def pop_item(self) -> Any:
         try:
-            return await self._store.pop(self.session_id)
+            return await (await self.store()).pop(self.session_id)
         except NotFound:
             return None
 
     async def clear_session(self) -> None:
         try:
-            await self._store.clear(self.session_id)
+            await (await self.store()).clear(self.session_id)
         except NotFound:
             return
 
     def close(self) -> None:
-        """Let go of the ledger file (Rule 2); the session cannot be used after."""
-        self._store._close()
+        """Let go of the ledger file (Rule 2) or the daemon's connection; the session
+        cannot be used after."""
+        if self._local is not None:
+            self._local._close()
+        if self._remote is not None:
+            self._remote.close_now()
+        self._socket = None

@@ -16,6 +16,7 @@ from agents.memory import Session, SessionSettings  # noqa: E402
 
 from ledger.api import StoreClosed  # noqa: E402
 from ledger.integrations.openai_agents import LedgerSession  # noqa: E402
+from tests.harness import DaemonProcess  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -133,3 +134,26 @@ async def test_a_closed_session_refuses_every_call(path: Path) -> None:
         await session.add_items([])
     with pytest.raises(RuntimeError):
         await session.get_items()
+
+
+async def test_through_a_daemon_socket(daemon: DaemonProcess) -> None:
+    session = LedgerSession("remote-chat", socket=daemon.socket)
+    assert await session.get_items() == []
+    await session.add_items(TURN)
+    assert await session.get_items(limit=2) == [OUTPUT, ANSWER]
+    assert await session.pop_item() == ANSWER
+    with pytest.raises(TypeError, match="item 0"):
+        await session.add_items([object()])
+    assert await session.get_items() == TURN[:-1]
+    await session.clear_session()
+    assert await session.get_items() == []
+    session.close()
+    with pytest.raises(StoreClosed):
+        await session.get_items()
+
+
+async def test_path_or_socket_but_not_both(path: Path) -> None:
+    with pytest.raises(ValueError, match="either path"):
+        LedgerSession("x", path=path, socket="/run/x.sock")
+    with pytest.raises(ValueError, match="either path"):
+        LedgerSession("x")

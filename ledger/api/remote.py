@@ -1,0 +1,213 @@
+"""`RemoteStore`: the Store's calls through a running daemon's socket, as an operator
+(the `store.call` op, broker/ops_store.py; ledger/api/served.py runs them).
+
+Rule 1: items are encoded here first (records.py Rule 1), so an item that is not
+        JSON-serializable raises `TypeError` before anything is sent.
+Rule 2: one request at a time on the connection (a lock), each answered before
+        the next goes; the daemon's writer still commits the requests of many
+        connections together.
+Rule 3: an `error` answer raises the ledger's own exception: `not_found` as
+        `NotFound`, `invalid` as `Conflict`, both with the field the daemon
+        named; anything else as `LedgerError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import anyio.abc
+import orjson
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ..db import LedgerError
+from ..errors import Conflict, NotFound
+from ..ids import new_id
+from .records import Page, SessionInfo, TurnInfo, encode_items
+
+MAX_FRAME = 64 << 20
+
+
+class RemoteStore:
+    def __init__(self, stream: anyio.abc.SocketStream, socket_path: str) -> None:
+        self._stream = stream
+        self._reader = BufferedByteReceiveStream(stream)
+        self._lock = anyio.Lock()
+        self._req = 0
+        self.socket_path = socket_path
+
+    @classmethod
+    async def connect(cls, socket_path: str | Path) -> Self:
+        stream = await anyio.connect_unix(socket_path)
+        store = cls(stream, str(socket_path))
+        try:
+            await store._send({"type": "hello", "v": 1, "role": "operator"})
+            welcome = await store._receive()
+            if welcome.get("type") != "welcome":
+                raise LedgerError(f"the daemon on {socket_path} refused us: {welcome}")
+        except BaseException:
+            await stream.aclose()
+            raise
+        return store
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def close_now(self) -> None:
+        """Close the connection from blocking code (its event loop may be gone)."""
+        self._stream.extra(anyio.abc.SocketAttribute.raw_socket).close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        await self._stream.send(orjson.dumps(frame) + b"\n")
+
+    async def _receive(self) -> dict[str, Any]:
+        line = await self._reader.receive_until(b"\n", MAX_FRAME)
+        frame: dict[str, Any] = orjson.loads(line)
+        return frame
+
+    async def _op(self, op: str, args: dict[str, Any]) -> Any:
+        async with self._lock:  # Rule 2
+            self._req += 1
+            req = f"s{self._req}"
+            await self._send({"type": "op", "req": req, "op": op, "args": args})
+            while True:
+                frame = await self._receive()
+                if frame.get("req") == req:
+                    break
+        if frame.get("type") == "error":
+            field, message = frame.get("field"), str(frame.get("message"))
+            if frame.get("code") == "not_found":
+                raise NotFound(message, field=field)
+            if frame.get("code") == "invalid":
+                raise Conflict(message, field=field)
+            raise LedgerError(f"{frame.get('code')}: {message}")
+        return frame.get("data")
+
+    async def _call(self, call: str, **args: Any) -> Any:
+        return await self._op("store.call", {"call": call, "args": args})
+
+    # -- the Store's calls (store.py) ----------------------------------------
+
+    async def create(
+        self,
+        session_id: str | None = None,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        label = session_id or f"lib:{new_id()}"
+        await self._call("create", session=label, title=title, metadata=metadata)
+        return await self.get(label)
+
+    async def get(self, session_id: str) -> SessionInfo:
+        return SessionInfo(**await self._call("get", session=session_id))
+
+    async def list_sessions(self, **filters: Any) -> Page:
+        got = await self._call("list", **filters)
+        return Page([SessionInfo(**s) for s in got["sessions"]], got["next_cursor"])
+
+    async def put(
+        self,
+        session_id: str,
+        turns: Sequence[Sequence[Any]],
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionInfo:
+        for turn in turns:
+            encode_items(turn)  # Rule 1
+        await self._call(
+            "put",
+            session=session_id,
+            turns=[list(t) for t in turns],
+            title=title,
+            metadata=metadata,
+        )
+        return await self.get(session_id)
+
+    async def set_title(
+        self, session_id: str, title: str | None, *, metadata: dict[str, Any] | None = None
+    ) -> None:
+        await self._call("set_title", session=session_id, title=title, metadata=metadata)
+
+    async def delete(self, session_id: str) -> None:
+        await self._call("delete", session=session_id)
+
+    async def append(
+        self,
+        session_id: str,
+        items: Sequence[Any],
+        *,
+        create: bool = True,
+        usage: tuple[int | None, int | None] | None = None,
+    ) -> str:
+        encode_items(items)  # Rule 1
+        got = await self._call(
+            "append",
+            session=session_id,
+            items=list(items),
+            create=create,
+            usage=None if usage is None else list(usage),
+        )
+        return str(got["turn"])
+
+    async def last(self, session_id: str, n: int) -> list[Any]:
+        return list(await self._call("last", session=session_id, n=n))
+
+    async def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
+        return list(await self._call("items", session=session_id))[start:stop]
+
+    async def turns(self, session_id: str) -> list[TurnInfo]:
+        return [TurnInfo(**t) for t in await self._call("turns", session=session_id)]
+
+    async def pop(self, session_id: str) -> Any:
+        return (await self._call("pop", session=session_id))["item"]
+
+    async def clear(self, session_id: str) -> None:
+        await self._call("clear", session=session_id)
+
+    async def fork(self, turn_id: str, new_id: str | None = None) -> SessionInfo:
+        args: dict[str, Any] = {"turn": turn_id}
+        if new_id is not None:
+            args["label"] = new_id
+        made = await self._op("session.fork", args)
+        return await self.get(str(made["label"]))
+
+    async def compact(self, session_id: str, summarizer: Callable[[list[Any]], Any]) -> str:
+        turns = await self.turns(session_id)
+        head = turns[-1].id if turns else None
+        summary = summarizer([i for t in turns for i in t.items])
+        if inspect.isawaitable(summary):
+            summary = await summary
+        encode_items(summary)
+        got = await self._call(
+            "compact", session=session_id, head=head, summary=list(summary), turns=len(turns)
+        )
+        return str(got["turn"])
+
+    async def export_jsonl(self, session_id: str) -> bytes:
+        lines = await self._call("export", session=session_id)
+        return b"".join(line.encode() + b"\n" for line in lines)
+
+    async def import_jsonl(
+        self, data: bytes | str | Iterable[bytes | str], new_id: str | None = None
+    ) -> SessionInfo:
+        if isinstance(data, (bytes, str)):
+            text = data.decode() if isinstance(data, bytes) else data
+            lines = [ln for ln in text.split("\n") if ln.strip()]
+        else:
+            lines = [ln.decode() if isinstance(ln, bytes) else ln for ln in data]
+        got = await self._call("import", lines=lines, new_id=new_id)
+        return await self.get(str(got["session"]))

@@ -1,0 +1,155 @@
+"""The library face through a running daemon: what `Store.connect` asks for, one
+call at a time (the `store.call` op, broker/ops_store.py), answered on the daemon's
+own ledger by the same jobs and reads as the in-process Store.
+
+Rule 1: a call is a name and JSON arguments, checked here: a missing or mistyped
+        argument raises `Invalid` naming it, and nothing runs.
+Rule 2: writes go through the daemon's one writer (its group commit, its storage
+        retries), reads to its reader threads; so a daemon's sessions and a
+        library's share one serial order per session.
+Rule 3: answers are JSON: sessions and turns as dicts of their fields, items as
+        they were stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import orjson
+
+import ledger.api.reads as reads_
+import ledger.api.writes as writes_
+
+from ..errors import LedgerLookupError
+from ..ids import new_id
+from ..jobs import JobSpec
+from ..sessions import export_snapshot, import_lines
+from .records import decode_item, encode_items, encode_metadata
+
+LibraryCall = str
+
+
+class Invalid(LedgerLookupError):
+    code = "invalid"
+
+
+class LibraryPort(Protocol):
+    async def library_call(self, call: LibraryCall, args: dict[str, Any], now: int) -> Any:
+        """Run one library call (Rule 1) and return its JSON answer (Rule 3)."""
+        ...
+
+
+def _arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    value = args.get(name, default)
+    if value is ...:
+        raise Invalid(f"{name} is required", field=name)
+    if name in args and value is not None and not isinstance(value, kind):
+        raise Invalid(f"{name} has the wrong type ({type(value).__name__})", field=name)
+    if isinstance(value, str) and name == "session" and not value:
+        raise Invalid("session must not be empty", field=name)
+    return value
+
+
+def _job(fn: Callable[..., Any], *args: Any) -> tuple[Literal["write"], JobSpec]:
+    return "write", JobSpec(fn, args, {})
+
+
+def _read(fn: Callable[..., Any], *args: Any) -> tuple[Literal["read"], Any]:
+    return "read", lambda conn: fn(conn, *args)
+
+
+def _usage(value: Any) -> tuple[int | None, int | None]:
+    if value is None:
+        return None, None
+    if not (isinstance(value, list) and len(value) == 2):
+        raise Invalid("usage is [prompt tokens, completion tokens]", field="usage")
+    return value[0], value[1]
+
+
+def _items(value: Any, field: str) -> list[tuple[str, str]]:
+    if not isinstance(value, list):
+        raise Invalid(f"{field} must be a list", field=field)
+    return encode_items(value)
+
+
+def plan(call: LibraryCall, args: dict[str, Any], now: int) -> tuple[str, Any]:  # noqa: C901
+    """What to run for `call`: ("write", JobSpec) or ("read", fn(conn))."""
+    s = functools.partial(_arg, args)
+    if call == "create":
+        label = s("session", str, None) or f"lib:{new_id()}"
+        meta = encode_metadata(s("metadata", dict, None))
+        return _job(writes_.create_session, label, s("title", str, None), meta, now)
+    if call == "append":
+        rows = _items(s("items", list), "items")
+        usage = _usage(args.get("usage"))
+        return _job(
+            writes_.append_turn, s("session", str), rows, now, s("create", bool, True), usage
+        )
+    if call == "put":
+        turns = [_items(t, "turns") for t in s("turns", list)]
+        meta = encode_metadata(s("metadata", dict, None))
+        return _job(writes_.put, s("session", str), turns, s("title", str, None), meta, now)
+    if call == "set_title":
+        meta = encode_metadata(s("metadata", dict, None))
+        return _job(writes_.set_title, s("session", str), s("title", str, None), meta, now)
+    if call == "delete":
+        return _job(writes_.delete, s("session", str))
+    if call == "pop":
+        return _job(writes_.pop_item, s("session", str), now)
+    if call == "clear":
+        return _job(writes_.clear, s("session", str), now)
+    if call == "compact":
+        rows = _items(s("summary", list), "summary")
+        return _job(
+            writes_.compact, s("session", str), s("head", str, None), rows, s("turns", int), now
+        )
+    if call == "import":
+        lines = [ln for ln in s("lines", list) if isinstance(ln, str) and ln.strip()]
+        return _job(import_lines, lines, s("new_id", str, None), now)
+    if call == "get":
+        return _read(reads_.get, s("session", str))
+    if call == "list":
+        filters = {
+            "kind": s("kind", str, None),
+            "title_contains": s("title_contains", str, None),
+            "updated_after": s("updated_after", int, None),
+            "cursor": s("cursor", str, None),
+            "limit": s("limit", int, 100),
+        }
+        return "read", lambda c: reads_.list_sessions(c, **filters)
+    if call == "last":
+        return _read(reads_.last_items, s("session", str), s("n", int))
+    if call == "items":
+        return _read(reads_.items, s("session", str))
+    if call == "turns":
+        return _read(reads_.turns, s("session", str))
+    if call == "export":
+        return _read(export_snapshot, s("session", str), now)
+    raise Invalid(f"unknown library call {call!r}", field="call")
+
+
+def answer(call: LibraryCall, value: Any) -> Any:
+    """The JSON answer of a call's result (Rule 3)."""
+    if call == "pop":
+        return {"found": value is not None, "item": None if value is None else decode_item(*value)}
+    if call == "import":
+        return {"session": value[0], "turns": value[1]}
+    if call == "create":
+        return {"created": value}
+    if call in ("append", "compact"):
+        return {"turn": value}
+    if call == "list":
+        return {
+            "sessions": [dataclasses.asdict(x) for x in value.sessions],
+            "next_cursor": value.next_cursor,
+        }
+    if call == "turns":
+        return [dataclasses.asdict(t) for t in value]
+    if call == "export":
+        return [orjson.dumps(line).decode() for line in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return {} if value is None else value  # an op answering None sends no result

@@ -1,0 +1,60 @@
+"""The library face through the port (`library_call`, what `store.call` runs): a
+session's items in and out, serialized appends, bad arguments refused whole."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from ledger.errors import LedgerLookupError, NotFound
+from ledger.port import LedgerPort
+
+from .records import tick
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_items_in_and_out(port: LedgerPort) -> None:
+    assert await port.library_call("create", {"session": "lib", "title": "T"}, tick()) == {
+        "created": True
+    }
+    turn = await port.library_call("append", {"session": "lib", "items": [{"a": 1}, 2]}, tick())
+    await port.library_call("append", {"session": "lib", "items": ["c"]}, tick())
+    assert await port.library_call("items", {"session": "lib"}, tick()) == [{"a": 1}, 2, "c"]
+    assert await port.library_call("last", {"session": "lib", "n": 2}, tick()) == [2, "c"]
+    got = await port.library_call("get", {"session": "lib"}, tick())
+    assert (got["title"], got["turns"]) == ("T", 2)
+    turns = await port.library_call("turns", {"session": "lib"}, tick())
+    assert turns[0]["id"] == turn["turn"] and turns[0]["items"] == [{"a": 1}, 2]
+    assert await port.library_call("pop", {"session": "lib"}, tick()) == {
+        "found": True,
+        "item": "c",
+    }
+    assert await port.library_call("clear", {"session": "lib"}, tick()) == {}
+    assert await port.library_call("items", {"session": "lib"}, tick()) == []
+
+
+async def test_concurrent_appends_are_serialized(port: LedgerPort) -> None:
+    async def append(n: int) -> None:
+        await port.library_call("append", {"session": "s", "items": [n, n]}, tick())
+
+    async with anyio.create_task_group() as tg:
+        for n in range(20):
+            tg.start_soon(append, n)
+    turns = await port.library_call("turns", {"session": "s"}, tick())
+    assert sorted(t["items"][0] for t in turns) == list(range(20))
+    assert all(t["items"][0] == t["items"][1] for t in turns)
+
+
+async def test_bad_calls_are_refused_naming_the_argument(port: LedgerPort) -> None:
+    with pytest.raises(LedgerLookupError) as missing:
+        await port.library_call("append", {"session": "s"}, tick())
+    assert (missing.value.code, missing.value.field) == ("invalid", "items")
+    with pytest.raises(LedgerLookupError) as wrong:
+        await port.library_call("last", {"session": "s", "n": "3"}, tick())
+    assert wrong.value.field == "n"
+    with pytest.raises(LedgerLookupError) as unknown:
+        await port.library_call("drop_table", {}, tick())
+    assert unknown.value.field == "call"
+    with pytest.raises(NotFound):
+        await port.library_call("get", {"session": "s"}, tick())
