@@ -5,7 +5,11 @@ session tests run against it too: docs/integrations.md.)"""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -308,3 +312,52 @@ async def test_the_ledger_sees_an_adk_session_as_a_session_of_turns(
     assert exported.count(b"\n") > len(rich_events())
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM adk_shared_state").fetchone() == (0,)
+
+
+def test_every_returned_append_event_survives_kill_9(path: Path) -> None:
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+                import asyncio
+                from google.adk.events.event import Event
+                from google.adk.events.event_actions import EventActions
+                from ledger.integrations.adk import LedgerSessionService
+
+                async def main():
+                    service = LedgerSessionService(path={str(path)!r})
+                    session = await service.create_session(
+                        app_name="app", user_id="u", session_id="s"
+                    )
+                    n = 0
+                    while True:
+                        delta = {{"n": n, "user:n": n}}
+                        event = Event(author=str(n), actions=EventActions(state_delta=delta))
+                        await service.append_event(session, event)
+                        print(n, flush=True)
+                        n += 1
+
+                asyncio.run(main())
+            """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    acked = [int(child.stdout.readline()) for _ in range(200)]
+    child.kill()
+    child.wait(10)
+    child.stdout.close()
+    service = LedgerSessionService(path=path)
+    try:
+        got = anyio.run(
+            functools.partial(service.get_session, app_name="app", user_id="u", session_id="s")
+        )
+    finally:
+        service.close()
+    assert got is not None
+    authors = [int(e.author) for e in got.events]
+    assert authors == list(range(len(authors))) and len(authors) >= len(acked)
+    # The state is the last stored event's, whatever the kill cut short.
+    assert got.state == {"n": authors[-1], "user:n": authors[-1]}
