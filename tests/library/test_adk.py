@@ -281,6 +281,9 @@ async def test_unserializable_state_is_refused_naming_it_and_nothing_is_stored(
     bad = text_event("lost", delta={"app:k": 1, "temp:t": 2, "handle": object()})
     with pytest.raises(TypeError, match=r"state_delta 'handle' \(object"):
         await service.append_event(session, bad)
+    # orjson, which stores every item, holds integers of 64 bits at most.
+    with pytest.raises(TypeError, match=r"state_delta 'user:big' \(int.*64-bit"):
+        await service.append_event(session, text_event("lost", delta={"user:big": 2**70}))
     odd = text_event("lost too")
     odd.custom_metadata = {"lock": anyio.Lock()}
     with pytest.raises(TypeError, match=rf"event {odd.id!r}"):

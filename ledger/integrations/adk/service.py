@@ -69,7 +69,8 @@ def split_state(state: dict[str, Any] | None, what: str) -> Deltas:
             continue
         try:
             json_value = to_jsonable_python(value)
-        except PydanticSerializationError as exc:
+            orjson.dumps(json_value)  # what pydantic lets through that JSON cannot hold
+        except (PydanticSerializationError, TypeError) as exc:
             shown = repr(value)
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
             raise TypeError(
