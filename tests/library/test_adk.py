@@ -288,6 +288,10 @@ async def test_unserializable_state_is_refused_naming_it_and_nothing_is_stored(
     odd.custom_metadata = {"lock": anyio.Lock()}
     with pytest.raises(TypeError, match=rf"event {odd.id!r}"):
         await service.append_event(session, odd)
+    huge = text_event("lost as well")
+    huge.custom_metadata = {"count": 2**70}
+    with pytest.raises(TypeError, match=rf"event {huge.id!r} cannot be stored.*64-bit"):
+        await service.append_event(session, huge)
     assert session == before  # the caller's session is as it was, temp keys too
     got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
     assert got == before

@@ -245,7 +245,10 @@ class LedgerSessionService(BaseSessionService):
         # Rule 3: everything that can refuse the call runs before anything changes.
         delta = event.actions.state_delta if event.actions else None
         app_delta, user_delta, own_delta = split_state(delta, "state_delta")
-        (row,) = encode_items([event_json(event)])
+        try:
+            (row,) = encode_items([event_json(event)])
+        except TypeError as exc:  # beyond what JSON holds (orjson: 64-bit integers)
+            raise TypeError(f"event {event.id!r} cannot be stored: {exc}") from None
         try:
             await self._write(
                 storage.append, storage.label(session.app_name, session.user_id, session.id),
