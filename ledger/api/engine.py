@@ -42,7 +42,7 @@ from ..checkpoint import WalCheckpointer
 from ..db import Synchronous, connect
 from ..fts import index_new_messages
 from ..ingest import WriterConnection
-from ..jobs import JobSpec, StorageFailed, resume_writes
+from ..jobs import JobSpec, StorageFailed, WriterDied, resume_writes
 from ..transactor import Transactor
 from .errors import StoreClosed
 from .opening import open_checked
@@ -103,12 +103,26 @@ class WriterThread:
             return [self._queue.popleft() for _ in range(n)]
 
     def _run(self) -> None:
+        batch: list[Ticket] = []
         try:
             while batch := self._take():
                 self._execute(batch)
+        except Exception as exc:
+            # A failure of this code, not of a job: nobody may wait forever on it.
+            died = WriterDied(f"the Store's writer thread failed: {exc!r}")
+            died.__cause__ = exc  # the callers see the traceback; the thread ends quietly
+            with self._cond:
+                self._closing = True
+                left, batch = [*batch, *self._queue], []
+                self._queue.clear()
+            for ticket in left:
+                ticket.value, ticket.error = None, died
+            self._deliver(left)
         finally:
-            # Rule 5: what the index still lacks, in a transaction of its own.
-            self._transactor.execute([JobSpec(index_new_messages, (), {})])
+            # Rule 5: what the index still lacks, in a transaction of its own; if
+            # that fails too, whoever writes next indexes it.
+            with contextlib.suppress(Exception):
+                self._transactor.execute([JobSpec(index_new_messages, (), {})])
             self._transactor.close()
 
     def _execute(self, batch: list[Ticket]) -> None:
@@ -123,9 +137,14 @@ class WriterThread:
             self._resume = True
         self.batches += 1
         self.jobs += len(batch)
-        by_side: dict[Any, list[Ticket]] = {}
         for ticket, (value, error) in zip(batch, outcomes, strict=True):
             ticket.value, ticket.error = value, error
+        self._deliver(batch)
+
+    @staticmethod
+    def _deliver(batch: list[Ticket]) -> None:
+        by_side: dict[Any, list[Ticket]] = {}
+        for ticket in batch:
             by_side.setdefault(ticket.post, []).append(ticket)
         for post, tickets in by_side.items():
             # RuntimeError: that event loop is gone, and its waiters with it.

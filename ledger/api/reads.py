@@ -3,10 +3,10 @@
 Rule 1: a session's items are its thread's messages, from the latest compaction
         turn (whose items are the summary) to the head, in order; a fork reads
         its ancestors' turns as its own.
-Rule 2: the last N items walk back from the head at most N turns (every library
-        turn holds at least one item) in one statement, so the cost follows N,
-        not the length of the thread; only a thread with empty turns (daemon
-        compactions) takes a second, unbounded walk.
+Rule 2: the last N items walk back from the head N/2 turns in one statement,
+        so the cost follows N, not the length of the thread; a thread with
+        fewer items a turn (or empty turns: daemon compactions) takes a second,
+        unbounded walk, unless the first one reached its start.
 """
 
 from __future__ import annotations
@@ -102,16 +102,19 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
             raise NotFound(f"no session {label!r}", field="session")
         return []
     sql = (
-        f"{_WALK} SELECT c.engine, m.role, m.content FROM chain c"
+        f"{_WALK} SELECT c.engine, m.role, m.content, c.parent, c.type FROM chain c"
         " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth, m.seq DESC LIMIT ?"
     )
-    rows = conn.execute(sql, (label, n, n)).fetchall()
-    if len(rows) < n:
+    # Most threads hold two or more items a turn (a question and its answer), so
+    # half as many turns as items is walked first: the walk is most of the cost.
+    rows = conn.execute(sql, (label, (n + 1) // 2, n)).fetchall()
+    whole = bool(rows) and (rows[-1][3] is None or rows[-1][4] == "compaction")
+    if len(rows) < n and not whole:
         rows = conn.execute(sql, (label, -1, n)).fetchall()
         if not rows and not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
     rows.reverse()
-    return [decode_item(e, r, c) for e, r, c in rows]
+    return [decode_item(e, r, c) for e, r, c, _, _ in rows]
 
 
 def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:

@@ -211,3 +211,34 @@ async def test_the_full_text_index_is_whole_once_the_store_closes(tmp_path: Path
         through = conn.execute("SELECT indexed_through FROM fts_progress").fetchone()[0]
         newest = conn.execute("SELECT max(id) FROM messages").fetchone()[0]
     assert hits == 1 and through == newest
+
+
+async def test_last_n_of_one_item_turns_and_of_a_short_thread(store: Store) -> None:
+    for n in range(10):
+        await store.append("singles", [n])
+    assert await store.last("singles", 6) == [4, 5, 6, 7, 8, 9]
+    assert await store.last("singles", 50) == list(range(10))
+    await store.append("short", ["a", "b", "c"])
+    assert await store.last("short", 2) == ["b", "c"]
+    assert await store.last("short", 30) == ["a", "b", "c"]
+
+
+async def test_a_writer_thread_that_fails_fails_its_callers_instead_of_hanging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.api import StoreClosed
+    from ledger.jobs import WriterDied
+
+    store = await Store.open(tmp_path / "ledger.db")
+    writer = store._live().writer
+
+    def broken(jobs: list[Any]) -> list[Any]:
+        raise RuntimeError("a bug in the writer")
+
+    monkeypatch.setattr(writer._transactor, "execute", broken)
+    with pytest.raises(WriterDied, match="a bug in the writer"), anyio.fail_after(5):
+        await store.append("s", ["x"])
+    with pytest.raises(StoreClosed):
+        await store.append("s", ["y"])
+    monkeypatch.undo()
+    await store.aclose()
