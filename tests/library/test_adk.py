@@ -29,6 +29,7 @@ from google.adk.sessions.base_session_service import (
 )
 from google.genai import types
 
+from ledger.api import LedgerError, NotALedger
 from ledger.integrations.adk import LedgerSessionService
 
 pytestmark = pytest.mark.anyio
@@ -368,3 +369,16 @@ def test_every_returned_append_event_survives_kill_9(path: Path) -> None:
     assert authors == list(range(len(authors))) and len(authors) >= len(acked)
     # The state is the last stored event's, whatever the kill cut short.
     assert got.state == {"n": authors[-1], "user:n": authors[-1]}
+
+
+def test_a_file_that_is_not_a_ledger_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    # ADK's own SqliteSessionService file is another program's database.
+    theirs = tmp_path / "adk.db"
+    with sqlite3.connect(theirs) as conn:
+        conn.execute("CREATE TABLE events (id TEXT, event_data TEXT)")
+    before = theirs.read_bytes()
+    with pytest.raises(NotALedger, match="events"):
+        LedgerSessionService(path=theirs)
+    assert theirs.read_bytes() == before
+    with pytest.raises(LedgerError, match="nowhere"):
+        LedgerSessionService(path=tmp_path / "nowhere" / "sessions.db")
