@@ -29,6 +29,9 @@ Rows:
   the same `synchronous`.
 - `langgraph AsyncSqliteSaver`: `aput` of a checkpoint holding the thread's
   messages (as a graph with a `messages` channel saves it), `aget_tuple` to read.
+- `adk SqliteSessionService`, `adk DatabaseSessionService`, `ledger
+  LedgerSessionService`: ADK's session services and ours (bench/peers_adk.py):
+  a turn is two events.
 - `ledger Store`, `ledger LedgerSession`: ours.
 
 To add a row, write an adapter with `append`, `last30` and `close` and put its
@@ -53,6 +56,8 @@ from typing import Any, Protocol
 
 import anyio
 import orjson
+
+from bench.peers_adk import open_adk_database, open_adk_sqlite, open_ledger_service
 
 WORDS = [
     "the",
@@ -225,6 +230,9 @@ PEERS: dict[str, tuple[str, Opener]] = {
     "langgraph": ("langgraph AsyncSqliteSaver", LangGraphPeer.open),
     "store": ("ledger Store", LedgerStorePeer.open),
     "ledgersession": ("ledger LedgerSession", LedgerSessionPeer.open),
+    "adk-sqlite": ("adk SqliteSessionService", open_adk_sqlite),
+    "adk-database": ("adk DatabaseSessionService", open_adk_database),
+    "adk-ledger": ("ledger LedgerSessionService", open_ledger_service),
 }
 PLAIN = ("plain-NORMAL", "plain-FULL")
 

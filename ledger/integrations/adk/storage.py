@@ -1,0 +1,171 @@
+"""What `LedgerSessionService` keeps in the ledger: jobs for the Store's one writer
+(ledger/jobs.py Rule 1: functions of a connection and plain arguments) and reads
+on the caller's read connection. Nothing here knows ADK's classes; service.py
+turns them into these plain values.
+
+Rule 1: an ADK session is a ledger session labelled `adk:<app>:<user>:<id>`, each
+        part percent-quoted: the label is one to one with the triple, and an
+        app's or a user's sessions are one range of the label index. Its own
+        state, its ids and its ADK times (float seconds, kept exactly) are its
+        `metadata` under "adk".
+Rule 2: an event is a turn holding one item, the event's JSON, on the head read in
+        the same transaction: two appends to one session are serialized by the
+        writer and neither is lost (ledger/api/writes.py Rule 1).
+Rule 3: an append's event, its session's state and update time, and the app's and
+        the user's shared state (table adk_shared_state) commit in one
+        transaction, or none of it does.
+Rule 4: a read of a session takes one read transaction, so its state and its
+        events are of one moment.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from ...api import writes
+from ...api.records import Row
+from ...errors import NotFound
+
+PREFIX = "adk:"
+APP, USER = "app", "user"
+
+
+def label(app_name: str, user_id: str, session_id: str) -> str:
+    return PREFIX + ":".join(quote(part, safe="") for part in (app_name, user_id, session_id))
+
+
+def label_range(app_name: str, user_id: str | None) -> tuple[str, str]:
+    """[low, high) of the labels of an app's sessions, or of one user's (Rule 1)."""
+    low = PREFIX + quote(app_name, safe="") + ":"
+    if user_id is not None:
+        low += quote(user_id, safe="") + ":"
+    # Quoted parts are ASCII without ':', and ';' follows ':'.
+    return low, low[:-1] + ";"
+
+
+# -- writes (jobs) -------------------------------------------------------------
+
+
+def _merge_shared(
+    conn: sqlite3.Connection,
+    app_name: str,
+    scope: str,
+    user_id: str,
+    delta: dict[str, Any],
+    ts: float,
+) -> None:
+    if not delta:
+        return
+    row = conn.execute(
+        "SELECT state FROM adk_shared_state WHERE app_name = ? AND scope = ? AND user_id = ?",
+        (app_name, scope, user_id),
+    ).fetchone()
+    state = orjson.loads(row[0]) if row else {}
+    state.update(delta)
+    conn.execute(
+        "INSERT INTO adk_shared_state (app_name, scope, user_id, state, update_time)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (app_name, scope, user_id)"
+        " DO UPDATE SET state = excluded.state, update_time = excluded.update_time",
+        (app_name, scope, user_id, orjson.dumps(state).decode(), ts),
+    )
+
+
+def create(
+    conn: sqlite3.Connection,
+    session_label: str,
+    metadata: str,
+    app_name: str,
+    user_id: str,
+    app_delta: dict[str, Any],
+    user_delta: dict[str, Any],
+    ts: float,
+    now_ms: int,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Make the session (`Conflict` if it exists) and merge the shared deltas; the
+    app's and the user's state after them."""
+    writes.create_session(conn, session_label, None, metadata, now_ms)
+    _merge_shared(conn, app_name, APP, "", app_delta, ts)
+    _merge_shared(conn, app_name, USER, user_id, user_delta, ts)
+    return shared_state(conn, app_name, APP, ""), shared_state(conn, app_name, USER, user_id)
+
+
+def append(
+    conn: sqlite3.Connection,
+    session_label: str,
+    event: Row,
+    session_delta: dict[str, Any],
+    app_name: str,
+    user_id: str,
+    app_delta: dict[str, Any],
+    user_delta: dict[str, Any],
+    ts: float,
+    now_ms: int,
+) -> None:
+    """One event on the session's head with its state deltas (Rules 2, 3)."""
+    row = conn.execute("SELECT metadata FROM sessions WHERE label = ?", (session_label,)).fetchone()
+    if row is None or row[0] is None:
+        raise NotFound(f"no ADK session {session_label!r}", field="session")
+    metadata = orjson.loads(row[0])
+    adk = metadata["adk"]
+    adk["state"].update(session_delta)
+    adk["update_time"] = ts
+    writes.append_turn(conn, session_label, [event], now_ms, create=False)
+    conn.execute(
+        "UPDATE sessions SET metadata = ? WHERE label = ?",
+        (orjson.dumps(metadata).decode(), session_label),
+    )
+    _merge_shared(conn, app_name, APP, "", app_delta, ts)
+    _merge_shared(conn, app_name, USER, user_id, user_delta, ts)
+
+
+# -- reads ---------------------------------------------------------------------
+
+
+@contextmanager
+def snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One read transaction (Rule 4); the connection is in autocommit mode otherwise."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def shared_state(
+    conn: sqlite3.Connection, app_name: str, scope: str, user_id: str
+) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT state FROM adk_shared_state WHERE app_name = ? AND scope = ? AND user_id = ?",
+        (app_name, scope, user_id),
+    ).fetchone()
+    return orjson.loads(row[0]) if row else {}
+
+
+def user_states(conn: sqlite3.Connection, app_name: str) -> dict[str, dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT user_id, state FROM adk_shared_state WHERE app_name = ? AND scope = ?",
+        (app_name, USER),
+    ).fetchall()
+    return {str(user): orjson.loads(state) for user, state in rows}
+
+
+def session_records(
+    conn: sqlite3.Connection, app_name: str, user_id: str | None
+) -> list[dict[str, Any]]:
+    """The "adk" metadata of an app's sessions (or one user's), oldest update first,
+    ties by user then id, as ADK lists them."""
+    low, high = label_range(app_name, user_id)
+    rows = conn.execute(
+        "SELECT metadata FROM sessions WHERE label >= ? AND label < ? AND metadata IS NOT NULL",
+        (low, high),
+    ).fetchall()
+    found = [orjson.loads(r[0]).get("adk") for r in rows]
+    records = [r for r in found if isinstance(r, dict)]
+    records.sort(key=lambda r: (r["update_time"], r["user"], r["id"]))
+    return records
