@@ -15,7 +15,7 @@ from broker.context import TokenCounter
 from broker.core.engine_types import ToolSpec
 from ledger.dispatch import Dispatched
 from ledger.errors import LedgerLookupError
-from ledger.store import Ledger
+from ledger.port import LedgerPort
 
 from .engines.base import EngineError
 from .recall_tool import RECALL_TOOL, conversation_recall
@@ -25,7 +25,7 @@ class ToolContext(Protocol):
     """What the tools need of the daemon (the mailbox registry provides it)."""
 
     @property
-    def ledger(self) -> Ledger: ...
+    def ledger(self) -> LedgerPort: ...
 
     @property
     def counter(self) -> TokenCounter: ...

@@ -1,10 +1,5 @@
-"""The context load, and the connection it takes.
-
-`Ledger.session_start` runs it for the port; until the actor calls that, the
-shell names the connection (`ReadConnection`) only to pass it on to functions
-of `ledger/`, and runs no query of its own on it.
-
-The context load: a session's thread as the context needs it.
+"""The context load: a session's thread as the context needs it
+(`Ledger.session_start` runs it for the port).
 
 Rule 1: the thread loaded is exactly the turns after the latest compaction
         boundary (the kept turns of that compaction and every turn since), at
@@ -18,13 +13,11 @@ Rule 2: the state events are the session's newest `STATE_EVENTS` of the kinds
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
 import orjson
 
 from broker.core.engine_types import Role
-
-ReadConnection: TypeAlias = sqlite3.Connection
 
 MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
 STATE_EVENTS = 500  # the newest events of a session that its state record is built from
@@ -41,7 +34,7 @@ class Thread(NamedTuple):
     events: list[tuple[str, dict[str, Any]]]  # state events (Rule 2), oldest first
 
 
-def load_thread(conn: ReadConnection, head: str) -> Thread:
+def load_thread(conn: sqlite3.Connection, head: str) -> Thread:
     events = _state_events(conn, head)
     chain = conn.execute(
         "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
@@ -69,7 +62,7 @@ def load_thread(conn: ReadConnection, head: str) -> Thread:
 
 
 def _kept_turns(
-    conn: ReadConnection, compaction: str, first_kept: str | None
+    conn: sqlite3.Connection, compaction: str, first_kept: str | None
 ) -> list[tuple[str, str]]:
     """The turns a compaction kept verbatim: from its parent back to `first_kept`."""
     if first_kept is None:
@@ -86,7 +79,7 @@ def _kept_turns(
 
 
 def _messages(
-    conn: ReadConnection, turn_id: str, status: str
+    conn: sqlite3.Connection, turn_id: str, status: str
 ) -> list[tuple[Role, str, int | None]]:
     out = []
     for role, content, tokens in conn.execute(
@@ -99,7 +92,7 @@ def _messages(
     return out
 
 
-def _state_events(conn: ReadConnection, head: str) -> list[tuple[str, dict[str, Any]]]:
+def _state_events(conn: sqlite3.Connection, head: str) -> list[tuple[str, dict[str, Any]]]:
     row = conn.execute("SELECT session_label FROM turns WHERE id = ?", (head,)).fetchone()
     if row is None:
         return []

@@ -16,17 +16,16 @@ import orjson
 
 from broker.deliveries import Deliveries
 from broker.router import Router
-from ledger import turns as lt
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
-from ledger.store import Ledger
+from ledger.port import TurnPort
 
 from .commands import Command, CommandError, parse
 from .ports import CommandTarget
 
 
 class ChatCommands:
-    def __init__(self, ledger: Ledger, router: Router, deliveries: Deliveries) -> None:
+    def __init__(self, ledger: TurnPort, router: Router, deliveries: Deliveries) -> None:
         self.ledger = ledger
         self.router = router
         self.deliveries = deliveries
@@ -92,7 +91,7 @@ class ChatCommands:
             }
             reply = (out_id, label, item.channel, orjson.dumps(frame).decode())
         now = now_ms()
-        pending = self.ledger.writer.submit(lt.command_done, item.id, reason, reply, override, now)
+        pending = self.ledger.submit_command_done(item.id, reason, reply, override, now)
         if reply is not None:
             out_id, label, channel, frame_json = reply
             self.deliveries.expect(out_id)  # before the commit can be read: it is only queued

@@ -17,19 +17,16 @@ import anyio
 from broker import tools
 from broker.config import Settings
 from broker.context import TokenCounter
-from broker.context.session import SessionContext
-from broker.context.session import load as load_context
+from broker.context.session import SessionContext, from_thread
 from broker.core import queue_machine as m
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.engines.factory import build_engine
 from broker.router import Router
 from ledger import logs
-from ledger import turns as lt
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
-from ledger.reads import ReadConnection
-from ledger.store import Ledger
+from ledger.port import LedgerPort
 from ledger.turns import ActorStart
 from ledger.writer import WriterClosed, WriterOverloaded
 
@@ -44,7 +41,7 @@ class SessionPorts:
     def __init__(
         self,
         settings: Settings,
-        ledger: Ledger,
+        ledger: LedgerPort,
         engine: Engine,
         router: Router,
         deliveries: Deliveries,
@@ -74,40 +71,34 @@ class SessionPorts:
         return self.deliveries.delta
 
     async def recover(self, label: str) -> list[ItemInfo]:
-        await self.ledger.write(lt.recover_crashed, now_ms(), session=label)
-        return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
+        await self.ledger.recover_crashed(now_ms(), session=label)
+        return await self.ledger.open_items(label)
 
     async def settled(self) -> None:
-        await self.ledger.writer.settled()
+        await self.ledger.settled()
 
     async def load(self, label: str) -> tuple[ActorStart, SessionContext]:
-        counter = self.counter
-
-        def read(c: ReadConnection) -> tuple[ActorStart, SessionContext]:
-            start = lt.actor_start(c, label)
-            return start, load_context(c, start.head, counter)
-
-        # One hop to a reader thread, not two: actors start by the thousand.
-        return await self.ledger.read(read)
+        read = await self.ledger.session_start(label)
+        return read.start, from_thread(read.thread, self.counter)
 
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None:
-        self.ledger.writer.submit(lt.mark_running, turn_id, item_ids, started_ms)
+        self.ledger.submit_mark_running(turn_id, item_ids, started_ms)
 
     def save_progress(self, turn_id: str, label: str, text: str) -> bool:
         try:
-            self.ledger.writer.submit(lt.save_progress, turn_id, label, text, now_ms())
+            self.ledger.submit_progress(turn_id, label, text, now_ms())
         except (WriterOverloaded, WriterClosed) as exc:
             log.warning("partial output not saved", session=label, turn=turn_id, error=str(exc))
             return False
         return True
 
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
-        self.ledger.writer.submit(lt.set_item_status, [(item_id, "dropped", reason)], now_ms())
+        self.ledger.submit_item_status([(item_id, "dropped", reason)], now_ms())
         msg_id = item.msg_id if item else None
         log.info("item dropped", session=label, item=item_id, reason=reason, msg_id=msg_id)
 
     def new_thread(self, label: str, previous: str | None) -> None:
-        self.ledger.writer.submit(lt.new_thread, label, previous, now_ms())
+        self.ledger.submit_new_thread(label, previous, now_ms())
 
     def engine_for(self, persona: str | None) -> Engine:
         """The engine of `persona`, else the default engine."""

@@ -18,11 +18,9 @@ from typing import Literal
 
 from broker.deliveries import Deliveries
 from ledger import logs
-from ledger import turns as lt
 from ledger.items import ItemInfo
 from ledger.jobs import LedgerWriteFailed
-from ledger.reads import ReadConnection
-from ledger.store import Ledger
+from ledger.port import Committing, TurnPort
 from ledger.turns import HeadMoved, TurnRecord
 
 log = logs.get("broker.mailboxes")
@@ -31,7 +29,7 @@ Written = Literal["thread", "orphan", "lost"]
 
 class TurnCommits:
     def __init__(
-        self, ledger: Ledger, deliveries: Deliveries, post: Callable[[ItemInfo], None]
+        self, ledger: TurnPort, deliveries: Deliveries, post: Callable[[ItemInfo], None]
     ) -> None:
         self.ledger = ledger
         self.deliveries = deliveries
@@ -52,7 +50,7 @@ class TurnCommits:
 
     async def _write_turn(self, rec: TurnRecord) -> Written:
         try:
-            self._post_results(rec, await self._write(lt.commit_turn, rec))
+            self._post_results(rec, await self._write(self.ledger.submit_turn(rec), rec))
             return "thread"
         except HeadMoved:
             log.error(
@@ -70,15 +68,12 @@ class TurnCommits:
             )
             return "lost"
         try:
-            self._post_results(rec, await self._write(lt.commit_orphan, rec))
+            self._post_results(rec, await self._write(self.ledger.submit_orphan(rec), rec))
             return "orphan"
         except LedgerWriteFailed:
             return "lost"
 
-    async def _write(
-        self, job: Callable[[ReadConnection, TurnRecord], list[ItemInfo]], rec: TurnRecord
-    ) -> list[ItemInfo]:
-        pending = self.ledger.writer.submit(job, rec)
+    async def _write(self, pending: Committing[list[ItemInfo]], rec: TurnRecord) -> list[ItemInfo]:
         if rec.outbox is not None:
             out_id, channel, frame = rec.outbox
             session, deliveries = rec.session, self.deliveries

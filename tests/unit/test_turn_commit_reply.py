@@ -8,7 +8,6 @@ again, and only for the write that committed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any, cast
 
 import anyio
@@ -18,7 +17,7 @@ from broker.deliveries import Deliveries
 from broker.mailbox.turn_commit import TurnCommits, Written
 from ledger import turns as lt
 from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
-from ledger.store import Ledger
+from ledger.port import TurnPort
 from ledger.turns import HeadMoved, TurnRecord
 
 pytestmark = pytest.mark.anyio
@@ -32,11 +31,17 @@ class FakeWriter:
         self.batch_done = anyio.Event()
         self.arrived = anyio.Event()
 
-    def submit(self, fn: Any, *args: Any) -> Pending[Any]:
+    def _submit(self, fn: Any, *args: Any) -> Pending[Any]:
         pending: Pending[Any] = Pending(JobSpec(fn, args, {}), lambda: self.batch_done)
         self.jobs.append((fn.__name__, pending))
         self.arrived.set()
         return pending
+
+    def submit_turn(self, rec: TurnRecord) -> Pending[Any]:
+        return self._submit(lt.commit_turn, rec)
+
+    def submit_orphan(self, rec: TurnRecord) -> Pending[Any]:
+        return self._submit(lt.commit_orphan, rec)
 
     async def next_job(self) -> tuple[str, Pending[Any]]:
         with anyio.fail_after(5):
@@ -88,8 +93,7 @@ def record() -> TurnRecord:
 
 
 def commits(writer: FakeWriter, log: list[str]) -> TurnCommits:
-    ledger = cast(Ledger, SimpleNamespace(writer=writer))
-    return TurnCommits(ledger, cast(Deliveries, Spy(log)), lambda item: None)
+    return TurnCommits(cast(TurnPort, writer), cast(Deliveries, Spy(log)), lambda item: None)
 
 
 async def commit_with(
