@@ -105,7 +105,7 @@ class Ingress:
                 req=req,
             )
         assert conn.channel is not None
-        routed = self.router.route(conn.channel, msg, req)
+        routed = self.router.route(conn.channel, msg, req, self.settings.queue.person_mode)
         failing = self.ledger.write_failure  # refused now rather than held unacked
         if failing is not None:
             raise ProtocolError("overloaded", f"{failing}; retry later", req=req)

@@ -25,6 +25,7 @@ from broker.core.identity import (
     chain_to_root,
     resolve_label,
 )
+from broker.core.queue_machine import QueueMode
 
 from .ids import new_entity_id, new_id
 from .wire import pickled_as_tuple
@@ -43,8 +44,11 @@ class InboundRecord(NamedTuple):  # named tuples here: built once per message, c
     thread_id: str | None
     text: str
     ts: str | None
-    queue_mode: str | None
+    queue_mode: str | None  # the mode the message asked for, if any
     meta: str | None  # JSON text, None when empty
+    # The mode its route gives a message that names none, decided once here at
+    # ingest (broker/router.py) and stored with the item: the actor does not route.
+    route_mode: QueueMode | None = None
 
 
 @pickled_as_tuple
@@ -161,9 +165,9 @@ def ingest(
         assert first is not None
         return first
     cur = conn.execute(
-        "INSERT INTO queue_items (id, session_label, source, mode, inbound_id, created_at,"
-        " updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?)",
-        (item, session, rec.queue_mode, cur.lastrowid, now, now),
+        "INSERT INTO queue_items (id, session_label, source, mode, route_mode, inbound_id,"
+        " created_at, updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?, ?)",
+        (item, session, rec.queue_mode, rec.route_mode, cur.lastrowid, now, now),
     )
     cache.trim()
     return Accepted(rec.msg_id, session, item, False, int(cur.lastrowid or 0), root)

@@ -160,6 +160,8 @@ class Mailboxes:
                 rec.peer_id,
                 rec.thread_id,
                 rec.text,
+                None,  # dispatch_id
+                rec.route_mode,
             )
         )
 

@@ -115,11 +115,12 @@ class SessionPorts:
             await engine.aclose()
 
     def default_mode(self, item: ItemInfo) -> m.QueueMode | None:
-        """The queue mode of `item` when it names none and the session has no override."""
+        """The queue mode of `item` when it names none and the session has no override:
+        for a message, the one its route gave it at ingest (broker/router.py)."""
         queue = self.settings.queue
-        if item.source == "person" and item.channel and item.sender_id and item.peer_kind:
-            decision = self.router.decision(item.channel, item.peer_kind, item.sender_id)
-            return decision.default_mode or queue.person_mode
+        if item.source == "person":
+            # None only for an item filed before the route's mode was stored with it.
+            return item.route_mode or queue.person_mode
         if item.source in ("worker", "timer"):
             return queue.worker_mode
         return None
