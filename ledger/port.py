@@ -6,12 +6,13 @@ the same Protocols and passes `tests/conformance/` unchanged.
 Rule 1: records in, records out. Every value crossing the port is a record of
         `ledger/` or `broker/core/` (or a plain JSON-able value for the ops);
         no connection, cursor or function to run on one crosses it.
-Rule 2: a write the shell acts on right after its commit (an ack, a reply, the
+Rule 2: a write the shell acts on after its commit (an ack, a reply, the
         hand-off of an item to its actor) is a `submit_*` method: it queues the
-        write and returns a `Committing` at once, whose `after_commit` callback
-        runs the moment the commit returns, without a task switch (the ingest
-        and turn paths' speed rests on it: docs/performance.md). The others are
-        plain `async` methods that return after the commit.
+        write and returns a `Committing` at once, which the submitter's own task
+        awaits and then acts on; no code of the shell runs in the ledger's
+        writer. Many submitters' writes share one commit, and a task that keeps
+        many in flight (the ingress) wakes once per commit, not once per write.
+        The others are plain `async` methods that return after the commit.
 Rule 3: writes keep the order they were submitted in (but a `submit_delivered`,
         which commutes with every other write, may go first), and a caller that
         must read what it queued first awaits `settled()`.
@@ -24,7 +25,6 @@ Rule 4: a lookup that misses raises `LedgerLookupError` (`ledger/errors.py`):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -82,13 +82,13 @@ class Committing(Protocol[T_co]):
     @property
     def done(self) -> bool: ...
 
-    def after_commit(
-        self,
-        callback: Callable[[T_co], None],
-        on_error: Callable[[BaseException], None] | None = None,
-    ) -> None: ...
+    def get(self) -> T_co:
+        """The outcome of a write that is `done`: its result, or its error raised."""
+        ...
 
-    async def wait(self) -> None: ...
+    async def wait(self) -> None:
+        """Return once the write is resolved, committed or failed (without raising)."""
+        ...
 
     async def result(self) -> T_co: ...
 

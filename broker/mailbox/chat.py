@@ -5,20 +5,22 @@ Rule 1: a command never reaches the engine; it is applied to its session's actor
         rule, malformed) with one, and nothing else changes.
 Rule 2: the item is marked done and the reply's outbox row written in one transaction
         (`command_done`); the reply is expected by Deliveries before that is queued and
-        sent from its commit (turn_commit.py Rule 1).
+        sent once it commits, by a task of the registry's group that awaits the commit
+        (never in the ledger writer's task).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import anyio.abc
 import orjson
 
 from broker.deliveries import Deliveries
 from broker.router import Router
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
-from ledger.port import TurnPort
+from ledger.port import Committing, TurnPort
 
 from .commands import Command, CommandError, parse
 from .ports import CommandTarget
@@ -29,6 +31,7 @@ class ChatCommands:
         self.ledger = ledger
         self.router = router
         self.deliveries = deliveries
+        self.tg: anyio.abc.TaskGroup | None = None  # the registry's, where replies wait
 
     def handle(self, actor: CommandTarget, item: ItemInfo) -> None:
         """Apply a chat command at once (it never reaches the engine) and reply."""
@@ -93,9 +96,18 @@ class ChatCommands:
         now = now_ms()
         pending = self.ledger.submit_command_done(item.id, reason, reply, override, now)
         if reply is not None:
-            out_id, label, channel, frame_json = reply
-            self.deliveries.expect(out_id)  # before the commit can be read: it is only queued
-            pending.after_commit(
-                lambda _: self.deliveries.deliver(out_id, channel, label, frame_json),
-                lambda _: self.deliveries.abandon(out_id),
-            )
+            assert self.tg is not None, "chat commands answer only while the registry runs"
+            self.deliveries.expect(reply[0])  # before the commit can be read: it is only queued
+            self.tg.start_soon(self._send_when_committed, pending, reply)
+
+    async def _send_when_committed(
+        self, pending: Committing[None], reply: tuple[str, str, str, str]
+    ) -> None:
+        out_id, label, channel, frame_json = reply
+        await pending.wait()
+        try:
+            pending.get()
+        except Exception:  # the row was not written: nothing to send (deliveries.py Rule 1)
+            self.deliveries.abandon(out_id)
+            return
+        self.deliveries.deliver(out_id, channel, label, frame_json)

@@ -75,7 +75,7 @@ class Mailboxes:
         """Own the actors; rehydrate the backlog before reporting started."""
         self.ports.clock = loop_clock()
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self._tg = self.ports.chat.tg = tg
             await self._rehydrate()
             task_status.started()
             await self._sweep_dispatches_forever()
@@ -137,7 +137,8 @@ class Mailboxes:
     # -- feeding ---------------------------------------------------------------
 
     def on_committed(self, accepted: Accepted, rec: InboundRecord) -> None:
-        """After-commit hook of ingest: hand the new item to its session's actor.
+        """Hand a newly committed message's item to its session's actor (called by the
+        ingress's completion task once the commit is reported: ingress.py Rule 2).
 
         The record comes from the daemon, which holds it: the writer does not send it back.
         """

@@ -1,9 +1,8 @@
 """Turn commits: a turn's record written on its thread, its reply sent from the commit.
 
-Rule 1: a reply is expected by Deliveries before its commit is queued and sent by the
-        commit's own callback (deliveries.py Rule 1): it leaves when the writer reports
-        the commit, not after the actor's task has been scheduled again. A write that
-        did not commit gives the reply up.
+Rule 1: a reply is expected by Deliveries before its commit is queued, and sent by the
+        turn's own task once the writer reports the commit (deliveries.py Rule 1). A
+        write that did not commit gives the reply up.
 Rule 2: a turn whose parent is no longer the head (a `/new` or a merge moved it) is
         recorded as failed off the thread, never as a silent fork.
 Rule 3: a commit the ledger refuses leaves the turn's items running; crash recovery
@@ -74,11 +73,11 @@ class TurnCommits:
             return "lost"
 
     async def _write(self, pending: Committing[list[ItemInfo]], rec: TurnRecord) -> list[ItemInfo]:
+        results = await pending.result()
         if rec.outbox is not None:
             out_id, channel, frame = rec.outbox
-            session, deliveries = rec.session, self.deliveries
-            pending.after_commit(lambda _: deliveries.deliver(out_id, channel, session, frame))
-        return await pending.result()
+            self.deliveries.deliver(out_id, channel, rec.session, frame)
+        return results
 
     def _post_results(self, rec: TurnRecord, results: list[ItemInfo]) -> None:
         for item in results:

@@ -1,8 +1,8 @@
-"""A turn's reply leaves from its commit's callback (TurnCommits.commit).
+"""A turn's reply leaves once its commit is reported (TurnCommits.commit).
 
-The writer reports a commit by resolving the job's `Pending`; the reply must
-be handed to Deliveries right there, not after the actor's task is scheduled
-again, and only for the write that committed.
+The writer reports a commit by resolving the job's `Pending`, and nothing more:
+the reply is handed to Deliveries by the turn's own task when it resumes, before
+the commit returns to the actor, and only for the write that committed.
 """
 
 from __future__ import annotations
@@ -119,11 +119,16 @@ async def test_the_reply_leaves_when_the_commit_is_reported() -> None:
         name, pending = await writer.next_job()
         assert name == "commit_turn" and log == ["expect out-1"]
         writer.resolve(pending, [], None)
-        # Sent by the resolution itself: the actor has not run again yet.
-        assert log == ["expect out-1", 'deliver out-1 chat dm:someone {"type":"deliver"}']
+        # The writer's resolution runs no code of the shell: nothing is sent yet.
+        assert log == ["expect out-1"]
 
     log, written = await commit_with(writer_side)
-    assert log[-1] == "actor resumed" and written == ["thread"]
+    assert log == [
+        "expect out-1",
+        'deliver out-1 chat dm:someone {"type":"deliver"}',
+        "actor resumed",
+    ]
+    assert written == ["thread"]
 
 
 async def test_a_turn_that_lost_its_head_replies_once_from_the_orphan_commit() -> None:
@@ -134,7 +139,6 @@ async def test_a_turn_that_lost_its_head_replies_once_from_the_orphan_commit() -
         name, pending = await writer.next_job()
         assert name == lt.commit_orphan.__name__
         writer.resolve(pending, [], None)
-        assert log[-1].startswith("deliver out-1")
 
     log, written = await commit_with(writer_side)
     assert written == ["orphan"] and sum(e.startswith("deliver") for e in log) == 1
