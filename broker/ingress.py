@@ -93,7 +93,7 @@ class Ingress:
         """Answer filed messages in order, each once its write is resolved (Rule 2)."""
         receive = self._to_answer
         task_status.started()
-        with receive:
+        with self._filed, receive:
             while True:
                 try:
                     filed = receive.receive_nowait()
