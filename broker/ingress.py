@@ -86,6 +86,7 @@ class Ingress:
         self._filed, self._to_answer = anyio.create_memory_object_stream[Filed](FILED_BUFFER)
         self._unanswered = 0  # in the channel's buffer (read here without its statistics)
         self._room: anyio.Event | None = None  # a reader waits for the channel to take more
+        self._filing: anyio.Event | None = None  # the completion task waits for a message
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -98,7 +99,11 @@ class Ingress:
                 try:
                     filed = receive.receive_nowait()
                 except anyio.WouldBlock:
-                    filed = await receive.receive()
+                    # Not `receive()`: it yields once before it looks, a loop turn
+                    # whenever the channel is found empty.
+                    self._filing = anyio.Event()
+                    await self._filing.wait()
+                    continue
                 self._unanswered -= 1
                 if self._room is not None:
                     self._room.set()
@@ -177,6 +182,9 @@ class Ingress:
         # Cannot block: the room was there above, and nothing yielded since.
         self._filed.send_nowait(Filed(pending, state, size, msg.msg_id, req, routed.record))
         self._unanswered += 1
+        if self._filing is not None:
+            self._filing.set()
+            self._filing = None
 
     def _answer(self, filed: Filed) -> None:
         """Ack a filed message and hand its item on, or say why it was not stored."""
