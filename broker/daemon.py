@@ -128,16 +128,10 @@ class Daemon:
 
     @staticmethod
     def _configure_writer_logging(ledger: Ledger, settings: Settings) -> None:
-        def failed(exc: BaseException) -> None:
-            log.error("the ledger writer keeps its old log level", error=str(exc))
-
         try:
-            pending = ledger.configure_logging(settings.log_level, settings.log_format)
+            ledger.configure_logging(settings.log_level, settings.log_format)
         except (WriterClosed, WriterOverloaded) as exc:
-            failed(exc)
-            return
-        if pending is not None:
-            pending.after_commit(lambda _: None, failed)
+            log.error("the ledger writer keeps its old log level", error=str(exc))
 
     def _load_config(self) -> Settings:
         settings = load_settings(self.config_path)
@@ -225,6 +219,9 @@ class Daemon:
             async with anyio.create_task_group() as tg:
                 # Rehydrate the backlog before the socket takes new work.
                 await tg.start(mailboxes.run)
+                # Acks and hand-offs of committed messages (ingress.py Rule 2).
+                await tg.start(ingress.run)
+                await tg.start(deliveries.record_confirmations)
                 # After the backlog: due times missed while down fire first thing.
                 await tg.start(timers.run)
                 await tg.start(titler.run)

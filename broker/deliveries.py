@@ -11,9 +11,10 @@ Rule 2: a session's replies go to one adapter of the channel, chosen by the
         session label, so its deltas and its deliver arrive in order on one
         connection. Sending never waits on a client (see Connection.post).
 Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer.py
-        Rule 6). Until the record commits, the confirmed ids are kept here and
-        are not sent again; after a restart before it commits, they are (at
-        least once).
+        Rule 6), one in flight at a time, whose outcome `record_confirmations`
+        awaits and acts on (in its own task, not the writer's). Until the record
+        commits, the confirmed ids are kept here and are not sent again; after a
+        restart before it commits, they are (at least once).
 Rule 4: a connecting adapter gets the whole pending backlog of its channel,
         oldest first, a page at a time, each page only once the socket took
         the one before (so a long backlog neither overruns the connection's
@@ -28,11 +29,13 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+import anyio
+import anyio.abc
 import orjson
 
 from ledger import logs
 from ledger.ids import now_ms
-from ledger.port import DeliveryPort, OutboxKey
+from ledger.port import Committing, DeliveryPort, OutboxKey
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from .connection import Connection
@@ -62,6 +65,8 @@ class Deliveries:
         self._confirmed: dict[str, None] = {}  # ordered, and a set
         self._confirm_job = False
         self._taking: dict[str, None] | None = None
+        self._recording: Committing[int] | None = None  # the job in flight (Rule 3)
+        self._job_queued: anyio.Event | None = None  # `record_confirmations` waits for one
         # channel -> session -> the adapter `pick` chose; forgotten whenever an
         # adapter of the channel comes or goes, since the choice may change.
         self._picked: dict[str, dict[str, Connection]] = {}
@@ -229,6 +234,26 @@ class Deliveries:
                 req=frame.get("req"),
             ) from exc
 
+    async def record_confirmations(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Act on each confirmation job's outcome once the writer resolves it (Rule 3)."""
+        task_status.started()
+        while True:
+            pending = self._recording
+            if pending is None:
+                self._job_queued = anyio.Event()
+                await self._job_queued.wait()
+                continue
+            await pending.wait()
+            self._recording = None
+            try:
+                count = pending.get()
+            except Exception as exc:
+                self._not_recorded(exc)
+            else:
+                self._recorded(count)
+
     def _recorded(self, _count: int) -> None:
         if self._resends and self._taking:
             self._recorded_meanwhile.update(self._taking)
@@ -238,9 +263,8 @@ class Deliveries:
             try:
                 self._submit_confirm_job()
             except (WriterClosed, WriterOverloaded) as exc:
-                # This runs in the writer's commit callback, which must not raise
-                # (writer.py `after_commit`): at shutdown the writer has just
-                # closed. The rows stay pending and are sent again (Rule 3).
+                # At shutdown the writer has just closed. The rows stay pending
+                # and are sent again (Rule 3).
                 log.info(
                     "delivery confirmations left unrecorded",
                     ids=len(self._confirmed),
@@ -264,4 +288,7 @@ class Deliveries:
         self._confirmed = {}
         self._taking = taking
         self._confirm_job = True
-        pending.after_commit(self._recorded, self._not_recorded)
+        self._recording = pending
+        if self._job_queued is not None:
+            self._job_queued.set()
+            self._job_queued = None

@@ -2,12 +2,17 @@
 
 Rule 1: an inbound frame is validated and routed before it is handed to the
         ledger writer; it is acked only after that commit.
-Rule 2: acks of a connection leave in arrival order: the writer resolves jobs
-        in submission order, and each resolution posts its ack to the
-        connection (written at once, or queued behind what waits there).
-Rule 3: what happens after a commit (waking the session's mailbox) is attached
-        to the commit itself, not to the connection, so a client that goes
-        away before its ack costs nothing but the ack.
+Rule 2: acks leave in arrival order, and items reach their actors in commit
+        order: the ingress's one completion task (`run`) takes the filed
+        messages in submission order from a bounded channel, awaits each one's
+        outcome (the writer resolves them in that order, waking the task once
+        per commit) and then acks it and hands its item on. Nothing of this
+        runs in the ledger writer's task. When the channel is full, the
+        connection's reader waits to file the next message, so it stops
+        reading its socket: backpressure reaches the adapter.
+Rule 3: what happens after a commit (waking the session's mailbox) belongs to
+        the ingress, not to the connection, so a client that goes away before
+        its ack costs nothing but the ack.
 Rule 4: the bytes of inbound frames handed to the writer and not yet resolved,
         over all connections, stay within `max_pending_bytes`; a frame that
         would pass it is answered `overloaded` and stores nothing. Each frame's
@@ -23,10 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import anyio.abc
+
 from ledger import logs
 from ledger.ids import now_ms
 from ledger.jobs import LedgerWriteFailed, WriterDied
-from ledger.port import Accepted, InboundRecord, IngestPort
+from ledger.port import Accepted, Committing, InboundRecord, IngestPort
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from .config import Settings
@@ -36,6 +44,9 @@ from .reactions import submit_reaction
 from .router import Router
 
 log = logs.get("broker.ingress")
+# Messages filed and not yet answered, over all connections (Rule 2): a few
+# writer batches' worth (ledger/writer.py takes up to 2,048 jobs a batch).
+FILED_BUFFER = 8192
 
 
 @dataclass
@@ -43,6 +54,18 @@ class AdapterState:
     conn: Connection
     inflight: int = 0  # inbound frames waiting for their commit
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Filed:
+    """A message handed to the ledger, waiting for its answer (Rule 2)."""
+
+    pending: Committing[Accepted]
+    state: AdapterState
+    size: int  # its frame's bytes (Rule 4)
+    msg_id: str
+    req: str | None
+    record: InboundRecord
 
 
 class Ingress:
@@ -61,6 +84,35 @@ class Ingress:
         self.frame_handlers: dict[str, Callable[[Connection, dict[str, Any]], Any]] = {}
         self.accepting = True  # False while the daemon shuts down
         self.pending_bytes = 0  # Rule 4
+        self._filed, self._to_answer = anyio.create_memory_object_stream[Filed](FILED_BUFFER)
+        self._unanswered = 0  # in the channel's buffer (read here without its statistics)
+        self._room: anyio.Event | None = None  # a reader waits for the channel to take more
+        self._filing: anyio.Event | None = None  # the completion task waits for a message
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Answer filed messages in order, each once its write is resolved (Rule 2)."""
+        receive = self._to_answer
+        task_status.started()
+        with self._filed, receive:
+            while True:
+                try:
+                    filed = receive.receive_nowait()
+                except anyio.WouldBlock:
+                    # Not `receive()`: it yields once before it looks, a loop turn
+                    # whenever the channel is found empty.
+                    self._filing = anyio.Event()
+                    await self._filing.wait()
+                    continue
+                self._unanswered -= 1
+                if self._room is not None:
+                    self._room.set()
+                    self._room = None
+                pending = filed.pending
+                if not pending.done:
+                    await pending.wait()  # wakes once for every message of its commit
+                self._answer(filed)
 
     def attach(self, conn: Connection) -> None:
         self.adapters[conn.id] = AdapterState(conn)
@@ -71,7 +123,7 @@ class Ingress:
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
         kind = frame["type"]
         if kind == "inbound":
-            self._inbound(conn, frame)
+            await self._inbound(conn, frame)
             return
         handler = self.frame_handlers.get(kind)
         if handler is None:
@@ -83,7 +135,7 @@ class Ingress:
             )
         await handler(conn, frame)
 
-    def _inbound(self, conn: Connection, frame: dict[str, Any]) -> None:
+    async def _inbound(self, conn: Connection, frame: dict[str, Any]) -> None:
         req = frame.get("req")
         if not self.accepting:
             raise ProtocolError(
@@ -91,8 +143,14 @@ class Ingress:
             )
         msg = parse_inbound(frame, self.settings.max_text_bytes)
         if "reaction" in frame:  # feedback on a reply, not a message (reactions.py)
-            submit_reaction(self.ledger, conn, msg, frame)
+            await submit_reaction(self.ledger, conn, msg, frame)
             return
+        # Room first, then write and file in one step: messages are filed in the
+        # order they were written, so their items reach the actors in seq order.
+        while self._unanswered >= FILED_BUFFER:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
         state = self.adapters[conn.id]
         if state.inflight >= self.settings.max_inflight:
             raise ProtocolError(
@@ -109,7 +167,7 @@ class Ingress:
                 req=req,
             )
         assert conn.channel is not None
-        routed = self.router.route(conn.channel, msg, req)
+        routed = self.router.route(conn.channel, msg, req, self.settings.queue.person_mode)
         failing = self.ledger.write_failure  # refused now rather than held unacked
         if failing is not None:
             raise ProtocolError("overloaded", f"{failing}; retry later", req=req)
@@ -125,31 +183,36 @@ class Ingress:
             ) from exc
         state.inflight += 1
         self.pending_bytes += size
-        msg_id = msg.msg_id
-        record = routed.record
+        # Cannot block: the room was there above, and nothing yielded since.
+        self._filed.send_nowait(Filed(pending, state, size, msg.msg_id, req, routed.record))
+        self._unanswered += 1
+        if self._filing is not None:
+            self._filing.set()
+            self._filing = None
 
-        def committed(acc: Accepted) -> None:
-            state.inflight -= 1
-            self.pending_bytes -= size
-            frame: dict[str, Any] = {
-                "type": "ack",
-                "msg_id": msg_id,
-                "session": acc.session,
-                "item": acc.item,
-                "duplicate": acc.duplicate,
-            }
-            if req is not None:
-                frame["req"] = req
-            conn.post(encode(frame))
-            if not acc.duplicate:
-                self.on_committed(acc, record)
-
-        def failed(exc: BaseException) -> None:
-            state.inflight -= 1
-            self.pending_bytes -= size
-            conn.post(encode(self._refusal(exc, req, msg_id, conn)))
-
-        pending.after_commit(committed, failed)
+    def _answer(self, filed: Filed) -> None:
+        """Ack a filed message and hand its item on, or say why it was not stored."""
+        state, req = filed.state, filed.req
+        state.inflight -= 1
+        self.pending_bytes -= filed.size
+        conn = state.conn
+        try:
+            acc = filed.pending.get()
+        except Exception as exc:
+            conn.post(encode(self._refusal(exc, req, filed.msg_id, conn)))
+            return
+        frame: dict[str, Any] = {
+            "type": "ack",
+            "msg_id": filed.msg_id,
+            "session": acc.session,
+            "item": acc.item,
+            "duplicate": acc.duplicate,
+        }
+        if req is not None:
+            frame["req"] = req
+        conn.post(encode(frame))
+        if not acc.duplicate:
+            self.on_committed(acc, filed.record)
 
     def _refusal(
         self, exc: BaseException, req: str | None, msg_id: str, conn: Connection

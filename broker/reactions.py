@@ -4,8 +4,10 @@ a reply, not a message for the agent.
 Rule 1: it becomes a `feedback` event of the turn that made the reply
         (ledger/live_events.py Rule 4) and is acked only after that commit, with
         the session and the turn, `item` null (it queues nothing) and `feedback`
-        true. Sent again with the same `(channel, msg_id)`, it is acked as a
-        `duplicate` and stored once.
+        true. The connection's reader awaits that commit itself (reactions are
+        rare), so its ack may pass the acks of messages sent before it. Sent
+        again with the same `(channel, msg_id)`, it is acked as a `duplicate` and
+        stored once.
 Rule 2: a `reply_to` no turn of this channel made is answered `not_found` (field
         `reply_to`) and stores nothing; the connection stays open.
 """
@@ -26,7 +28,7 @@ from .protocol import InboundMessage, ProtocolError, encode, parse_reaction
 log = logs.get("broker.ingress")
 
 
-def submit_reaction(
+async def submit_reaction(
     ledger: IngestPort, conn: Connection, msg: InboundMessage, frame: dict[str, Any]
 ) -> None:
     req = frame.get("req")
@@ -39,28 +41,26 @@ def submit_reaction(
     except (WriterOverloaded, WriterClosed) as exc:
         raise ProtocolError("overloaded", "the ledger is saturated; retry later", req=req) from exc
 
-    def committed(done: tuple[str, str, bool]) -> None:
-        session, turn, duplicate = done
-        ack: dict[str, Any] = {
-            "type": "ack",
-            "msg_id": msg.msg_id,
-            "session": session,
-            "item": None,
-            "turn": turn,
-            "feedback": True,
-            "duplicate": duplicate,
-        }
-        if req is not None:
-            ack["req"] = req
-        conn.post(encode(ack))
-        log.info("feedback recorded", session=session, turn=turn, msg_ids=[msg.msg_id])
-
-    def failed(exc: BaseException) -> None:
+    try:
+        session, turn, duplicate = await pending.result()
+    except Exception as exc:
         if isinstance(exc, LedgerLookupError):  # Rule 2
             error = ProtocolError(exc.code, str(exc), field=exc.field, req=req)  # type: ignore[arg-type]
         else:
             log.error("feedback not stored", conn=conn.id, msg_id=msg.msg_id, error=str(exc))
             error = ProtocolError("internal", "the reaction was not stored", req=req)
         conn.post(encode(error.frame()))
-
-    pending.after_commit(committed, failed)
+        return
+    ack: dict[str, Any] = {
+        "type": "ack",
+        "msg_id": msg.msg_id,
+        "session": session,
+        "item": None,
+        "turn": turn,
+        "feedback": True,
+        "duplicate": duplicate,
+    }
+    if req is not None:
+        ack["req"] = req
+    conn.post(encode(ack))
+    log.info("feedback recorded", session=session, turn=turn, msg_ids=[msg.msg_id])

@@ -14,6 +14,7 @@ from typing import Literal
 import orjson
 
 from broker.core.identity import SessionSpec
+from broker.core.queue_machine import QueueMode
 from broker.core.resets import NO_RESETS, ResetPolicy
 from ledger.ingest import InboundRecord
 from policies.model import Decision, Delivery, Rule, decide
@@ -73,7 +74,15 @@ class Router:
             self._decisions[key] = found
         return found
 
-    def route(self, channel: str, msg: InboundMessage, req: str | None) -> Routed:
+    def route(
+        self,
+        channel: str,
+        msg: InboundMessage,
+        req: str | None,
+        person_mode: QueueMode | None = None,
+    ) -> Routed:
+        """The message's record and session spec; its route's queue mode (the rule's,
+        else `person_mode`) is decided here, once, and stored with its item."""
         decision = self.decision(channel, msg.peer_kind, msg.sender_id)
         if decision.rate is not None and not self.limiter.allow(
             (decision.rule, channel, msg.sender_id), decision.rate, self.clock()
@@ -97,7 +106,7 @@ class Router:
                 field="queue_mode",
                 req=req,
             )
-        # Positional: keyword arguments cost a named tuple of 11 fields about twice as much.
+        # Positional: keyword arguments cost a named tuple of 12 fields about twice as much.
         record = InboundRecord(
             channel,
             msg.msg_id,
@@ -110,6 +119,7 @@ class Router:
             msg.ts,
             msg.queue_mode,
             _meta_json(msg.meta, req),  # meta
+            decision.default_mode or person_mode,  # route_mode
         )
         return Routed(record, decision.spec)
 

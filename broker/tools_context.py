@@ -12,14 +12,14 @@ from broker.config import Settings
 from broker.context import TokenCounter
 from ledger.dispatch import Dispatched, Handoff
 from ledger.items import ItemInfo
-from ledger.store import Ledger
+from ledger.port import LedgerPort
 
 
 class ToolContext(Protocol):
     """What the tools need of the daemon (the mailbox registry provides it)."""
 
     @property
-    def ledger(self) -> Ledger: ...
+    def ledger(self) -> LedgerPort: ...
 
     @property
     def counter(self) -> TokenCounter: ...

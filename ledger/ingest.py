@@ -31,6 +31,7 @@ from broker.core.identity import (
     chain_to_root,
     resolve_label,
 )
+from broker.core.queue_machine import QueueMode
 
 from .bindings import bound_session
 from .ids import new_entity_id, new_id
@@ -51,8 +52,11 @@ class InboundRecord(NamedTuple):  # named tuples here: built once per message, c
     thread_id: str | None
     text: str
     ts: str | None
-    queue_mode: str | None
+    queue_mode: str | None  # the mode the message asked for, if any
     meta: str | None  # JSON text, None when empty
+    # The mode its route gives a message that names none, decided once here at
+    # ingest (broker/router.py) and stored with the item: the actor does not route.
+    route_mode: QueueMode | None = None
 
 
 @pickled_as_tuple
@@ -178,9 +182,9 @@ def ingest(
         assert first is not None
         return first
     cur = conn.execute(
-        "INSERT INTO queue_items (id, session_label, source, mode, inbound_id, created_at,"
-        " updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?)",
-        (item, session, rec.queue_mode, cur.lastrowid, now, now),
+        "INSERT INTO queue_items (id, session_label, source, mode, route_mode, inbound_id,"
+        " created_at, updated_at) VALUES (?, ?, 'person', ?, ?, ?, ?, ?)",
+        (item, session, rec.queue_mode, rec.route_mode, cur.lastrowid, now, now),
     )
     seq = int(cur.lastrowid or 0)
     thread = on_person_message(conn, session, spec.reset, item, now)  # Rule 4

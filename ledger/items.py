@@ -11,13 +11,15 @@ from typing import NamedTuple
 
 import orjson
 
+from broker.core.queue_machine import QueueMode
+
 from .errors import NotFound
 from .wire import pickled_as_tuple
 
 ITEM_COLUMNS = (
     "q.id, q.seq, q.session_label, q.source, q.mode, q.status, q.turn_id, q.payload,"
     " i.channel, i.msg_id, i.sender_id, i.sender_name, i.peer_kind, i.peer_id, i.thread_id,"
-    " i.text, q.dispatch_id"
+    " i.text, q.dispatch_id, q.route_mode"
 )
 
 
@@ -40,6 +42,7 @@ class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
     thread_id: str | None
     text: str | None
     dispatch_id: str | None = None
+    route_mode: QueueMode | None = None  # an inbound message's, decided at ingest (ingest.py)
 
     @property
     def content(self) -> str:

@@ -79,18 +79,14 @@ class WriterStuck(WriterDied):
 
 
 class Pending(Generic[T]):
-    """A submitted job. `await pending.result()` returns after its commit."""
+    """A submitted job: the outcome the writer resolves and its submitter awaits.
 
-    __slots__ = (
-        "_after",
-        "_batch_done",
-        "_done",
-        "_error",
-        "_next_batch",
-        "_on_error",
-        "_value",
-        "job",
-    )
+    The writer only resolves it (`_resolve`, in submission order) and wakes the
+    job's batch; what follows from the outcome (an ack, a reply, the hand-off of
+    an item) runs in the task that awaits it, never in the writer's own task.
+    """
+
+    __slots__ = ("_batch_done", "_done", "_error", "_next_batch", "_value", "job")
 
     def __init__(self, job: JobSpec, next_batch: Callable[[], anyio.Event]) -> None:
         self.job = job
@@ -101,35 +97,11 @@ class Pending(Generic[T]):
         self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
-        self._after: Callable[[T], None] | None = None
-        self._on_error: Callable[[BaseException], None] | None = None
-
-    def after_commit(
-        self, callback: Callable[[T], None], on_error: Callable[[BaseException], None] | None = None
-    ) -> None:
-        """Run `callback(result)` in the writer task right after a successful commit.
-
-        Callbacks of one batch run in submission order before any caller
-        resumes, so work handed on from here keeps the commit order. They must
-        not block or raise.
-        """
-        self._after = callback
-        self._on_error = on_error
-        if self._done:
-            self._notify()
 
     def _resolve(self, value: Any, error: BaseException | None) -> None:
         self._value = value
         self._error = error
         self._done = True
-        self._notify()
-
-    def _notify(self) -> None:
-        if self._error is None:
-            if self._after is not None:
-                self._after(self._value)  # type: ignore[arg-type]
-        elif self._on_error is not None:
-            self._on_error(self._error)
 
     @property
     def done(self) -> bool:

@@ -6,12 +6,13 @@ the same Protocols and passes `tests/conformance/` unchanged.
 Rule 1: records in, records out. Every value crossing the port is a record of
         `ledger/` or `broker/core/` (or a plain JSON-able value for the ops);
         no connection, cursor or function to run on one crosses it.
-Rule 2: a write the shell acts on right after its commit (an ack, a reply, the
+Rule 2: a write the shell acts on after its commit (an ack, a reply, the
         hand-off of an item to its actor) is a `submit_*` method: it queues the
-        write and returns a `Committing` at once, whose `after_commit` callback
-        runs the moment the commit returns, without a task switch (the ingest
-        and turn paths' speed rests on it: docs/performance.md). The others are
-        plain `async` methods that return after the commit.
+        write and returns a `Committing` at once, which the submitter's own task
+        awaits and then acts on; no code of the shell runs in the ledger's
+        writer. Many submitters' writes share one commit, and a task that keeps
+        many in flight (the ingress) wakes once per commit, not once per write.
+        The others are plain `async` methods that return after the commit.
 Rule 3: writes keep the order they were submitted in (but a `submit_delivered`,
         which commutes with every other write, may go first), and a caller that
         must read what it queued first awaits `settled()`.

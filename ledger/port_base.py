@@ -3,24 +3,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 T_co = TypeVar("T_co", covariant=True)
 
 
 class Committing(Protocol[T_co]):
-    """A write queued on the ledger (Rule 2); `ledger.jobs.Pending` is one."""
+    """A write queued on the ledger (ledger/port.py Rule 2); `ledger.jobs.Pending` is one."""
 
     @property
     def done(self) -> bool: ...
 
-    def after_commit(
-        self,
-        callback: Callable[[T_co], None],
-        on_error: Callable[[BaseException], None] | None = None,
-    ) -> None: ...
+    def get(self) -> T_co:
+        """The outcome of a write that is `done`: its result, or its error raised."""
+        ...
 
-    async def wait(self) -> None: ...
+    async def wait(self) -> None:
+        """Return once the write is resolved, committed or failed (without raising)."""
+        ...
 
     async def result(self) -> T_co: ...

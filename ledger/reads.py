@@ -1,10 +1,5 @@
-"""The context load, and the connection it takes.
-
-`Ledger.session_start` runs it for the port; until the actor calls that, the
-shell names the connection (`ReadConnection`) only to pass it on to functions
-of `ledger/`, and runs no query of its own on it.
-
-The context load: a session's thread as the context needs it.
+"""The context load: a session's thread as the context needs it
+(`Ledger.session_start` runs it for the port).
 
 Rule 1: the thread loaded is exactly the turns after the latest compaction
         boundary (the kept turns of that compaction and every turn since), at
@@ -18,14 +13,12 @@ Rule 2: the state record is the head's (ledger/state_records.py): the
 from __future__ import annotations
 
 import sqlite3
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple
 
 from broker.core.engine_types import Role
 from broker.core.session_state import SessionState
 
 from .state_records import state_at
-
-ReadConnection: TypeAlias = sqlite3.Connection
 
 MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
 
@@ -41,7 +34,7 @@ class Thread(NamedTuple):
     state: SessionState  # the thread's state record (Rule 2)
 
 
-def load_thread(conn: ReadConnection, head: str) -> Thread:
+def load_thread(conn: sqlite3.Connection, head: str) -> Thread:
     state = state_at(conn, head)
     chain = conn.execute(
         "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
@@ -69,7 +62,7 @@ def load_thread(conn: ReadConnection, head: str) -> Thread:
 
 
 def _kept_turns(
-    conn: ReadConnection, compaction: str, first_kept: str | None
+    conn: sqlite3.Connection, compaction: str, first_kept: str | None
 ) -> list[tuple[str, str]]:
     """The turns a compaction kept verbatim: from its parent back to `first_kept`."""
     if first_kept is None:
@@ -86,7 +79,7 @@ def _kept_turns(
 
 
 def _messages(
-    conn: ReadConnection, turn_id: str, status: str
+    conn: sqlite3.Connection, turn_id: str, status: str
 ) -> list[tuple[Role, str, int | None]]:
     out = []
     for role, content, tokens in conn.execute(

@@ -70,15 +70,10 @@ class SqliteReads:
 
     async def check(self, stuck_before: int) -> inspect.LedgerReport:
         """What `brokerctl doctor` reports of the file (ledger/inspect.py)."""
-        return await self.read(lambda c: inspect.report(c, stuck_before))
-
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(conn)` on a reader connection. Kept for the actor until it calls
-        `session_start`."""
-        return await self.readers.run(fn)
+        return await self.readers.run(lambda c: inspect.report(c, stuck_before))
 
     async def open_items(self, session: str | None = None) -> list[ItemInfo]:
-        return await self.read(functools.partial(turns.load_open_items, session=session))
+        return await self.readers.run(functools.partial(turns.load_open_items, session=session))
 
     async def session_start(self, label: str) -> SessionStart:
         def both(c: sqlite3.Connection) -> SessionStart:
@@ -88,18 +83,18 @@ class SqliteReads:
             return SessionStart(start, thread, pending_bridges(c, label), seed)
 
         # One hop to a reader thread, not two: actors start by the thousand.
-        return await self.read(both)
+        return await self.readers.run(both)
 
     async def pending_outbox(
         self, channel: str, limit: int, after: turns.OutboxKey | None = None
     ) -> list[OutboxRow]:
-        rows = await self.read(
+        rows = await self.readers.run(
             functools.partial(turns.pending_outbox, channel=channel, limit=limit, after=after)
         )
         return [OutboxRow(*row) for row in rows]
 
     async def export_session(self, label: str, now: int) -> list[dict[str, Any]]:
-        return await self.read(lambda c: sessions.export_snapshot(c, label, now))
+        return await self.readers.run(lambda c: sessions.export_snapshot(c, label, now))
 
     async def health_reads(
         self, untouched_since: int
@@ -108,28 +103,30 @@ class SqliteReads:
         `untouched_since` (label, items, oldest), or why the ledger cannot be read."""
         try:
             counts = await self.counts()
-            rows = await self.read(lambda c: queries.open_items_untouched_since(c, untouched_since))
+            rows = await self.readers.run(
+                lambda c: queries.open_items_untouched_since(c, untouched_since)
+            )
         except sqlite3.Error as exc:
             return {}, [], f"the ledger cannot be read: {exc}"
         return counts, rows, None
 
     async def counts(self) -> dict[str, int]:
-        return await self.read(queries.counts)
+        return await self.readers.run(queries.counts)
 
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
-        return await self.read(lambda c: queries.sessions_list(c, status, limit))
+        return await self.readers.run(lambda c: queries.sessions_list(c, status, limit))
 
     async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
-        return await self.read(lambda c: workers.list_workers(c, session, turn))
+        return await self.readers.run(lambda c: workers.list_workers(c, session, turn))
 
     async def resolve_session(self, name: str) -> str:
-        return await self.read(lambda c: queries.resolve_for_show(c, name))
+        return await self.readers.run(lambda c: queries.resolve_for_show(c, name))
 
     async def session_show(self, name: str, limit: int) -> dict[str, Any]:
-        return await self.read(lambda c: queries.session_show(c, name, limit))
+        return await self.readers.run(lambda c: queries.session_show(c, name, limit))
 
     async def contact_show(self, channel: str, sender_id: str) -> dict[str, Any]:
-        return await self.read(lambda c: queries.contact_show(c, channel, sender_id))
+        return await self.readers.run(lambda c: queries.contact_show(c, channel, sender_id))
 
     async def events_query(
         self,
@@ -140,33 +137,35 @@ class SqliteReads:
         text: str | None,
         limit: int,
     ) -> list[dict[str, Any]]:
-        return await self.read(
+        return await self.readers.run(
             lambda c: events.query(c, kind=kind, session=session, turn=turn, text=text, limit=limit)
         )
 
     async def scratchpad_get(self, session: str) -> Any:
-        return await self.read(lambda c: events.scratchpad_get(c, session))
+        return await self.readers.run(lambda c: events.scratchpad_get(c, session))
 
     async def state_record(self, turn: str | None) -> SessionState:
-        return await self.read(lambda c: state_records.state_at(c, turn))
+        return await self.readers.run(lambda c: state_records.state_at(c, turn))
 
     async def session_state(self, session: str) -> dict[str, Any]:
-        return await self.read(lambda c: state_reads.session_state_json(c, session))
+        return await self.readers.run(lambda c: state_reads.session_state_json(c, session))
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[recall.Hit]:
         def run(c: sqlite3.Connection) -> list[recall.Hit]:
             label = queries.resolve_for_show(c, session) if session is not None else None
             return recall.search(c, query, label, limit)
 
-        return await self.read(run)
+        return await self.readers.run(run)
 
     async def recall(self, req: recall_answer.Request) -> recall_answer.Found:
-        return await self.read(lambda c: recall_answer.answer(c, req))
+        return await self.readers.run(lambda c: recall_answer.answer(c, req))
 
     async def recall_hint_terms(
         self, session: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
     ) -> list[str]:
-        return await self.read(lambda c: recall_hint.found_terms(c, session, terms, own_msg_ids))
+        return await self.readers.run(
+            lambda c: recall_hint.found_terms(c, session, terms, own_msg_ids)
+        )
 
     async def recall_neighbours(
         self, hits: list[tuple[str, str]], before: int, after: int
@@ -174,4 +173,4 @@ class SqliteReads:
         def run(c: sqlite3.Connection) -> dict[str, list[recall_thread.Neighbour]]:
             return {t: recall_thread.neighbours(c, t, s, before, after) for t, s in hits}
 
-        return await self.read(run)
+        return await self.readers.run(run)

@@ -6,11 +6,10 @@ through its one writer, reads to a reader, as for every other operation there.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import resets, threads
+from .sqlite_reads import ReaderPool
 from .writer import LedgerWriter
 
 T = TypeVar("T")
@@ -19,14 +18,13 @@ T = TypeVar("T")
 class SqliteThreads:
     writer: LedgerWriter
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError  # SqliteReads.read, earlier in Ledger's bases
+    readers: ReaderPool  # SqliteReads', earlier in Ledger's bases
 
     async def reset_session(self, session: str, reason: str, now: int) -> int:
         return await self.writer.call(resets.reset, session, reason, now)
 
     async def list_threads(self, session: str) -> list[dict[str, Any]]:
-        return await self.read(lambda c: threads.list_threads(c, session))
+        return await self.readers.run(lambda c: threads.list_threads(c, session))
 
     async def cancel_item(self, session: str, item: str, now: int) -> None:
         await self.writer.call(threads.cancel_item, session, item, now)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -291,11 +291,6 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
             return None
         return self.writer.submit(configure_logging, level, fmt)
 
-    async def write(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Run `fn(conn, *args, **kwargs)` in a write transaction (jobs.py Rule 1).
-        Kept for the actor and the registry until they call the port's methods."""
-        return await self.writer.call(fn, *args, **kwargs)
-
     @property
     def writer_died(self) -> str | None:
         dead = self.writer.dead
@@ -316,13 +311,13 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         return await self.writer.call(timers.add, session, spec, now)
 
     async def list_timers(self, session: str | None) -> list[timers.TimerInfo]:
-        return await self.read(lambda c: timers.list_live(c, session))
+        return await self.readers.run(lambda c: timers.list_live(c, session))
 
     async def cancel_timer(self, timer: str, now: int) -> None:
         await self.writer.call(timers.cancel, timer, now)
 
     async def next_timer_at(self) -> int | None:
-        return await self.read(timers.next_due)
+        return await self.readers.run(timers.next_due)
 
     async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
         return await self.writer.call(timers.fire_due, now, limit)
@@ -342,13 +337,13 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         self.writer.submit(snapshots.configure, max_bytes)
 
     async def file_history(self, session: str, path: str) -> list[dict[str, Any]]:
-        return await self.read(lambda c: snapshots.history(c, session, path))
+        return await self.readers.run(lambda c: snapshots.history(c, session, path))
 
     async def file_at(self, session: str, path: str, turn: str | None) -> dict[str, Any]:
-        return await self.read(lambda c: snapshots.at(c, session, path, turn))
+        return await self.readers.run(lambda c: snapshots.at(c, session, path, turn))
 
     async def file_list(self, session: str) -> list[dict[str, Any]]:
-        return await self.read(lambda c: snapshots.files(c, session))
+        return await self.readers.run(lambda c: snapshots.files(c, session))
 
     async def snapshots_gc(self) -> dict[str, int]:
         return await self.writer.call(snapshots.gc)

@@ -5,11 +5,10 @@ each call as a write on the writer or a read on the reader pool, and shapes its 
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .api import served
+from .sqlite_reads import ReaderPool
 from .writer import LedgerWriter
 
 T = TypeVar("T")
@@ -18,14 +17,12 @@ T = TypeVar("T")
 class LibraryMethods:
     writer: LedgerWriter
 
-    if TYPE_CHECKING:  # SqliteReads.read, beside this class in `Ledger`'s bases
-
-        async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
 
     async def library_call(self, call: str, args: dict[str, Any], now: int) -> Any:
         kind, what = served.plan(call, args, now)
         if kind == "write":
             value = await self.writer.call(what.fn, *what.args)
         else:
-            value = await self.read(what)
+            value = await self.readers.run(what)
         return served.answer(call, value)

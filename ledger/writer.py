@@ -34,6 +34,9 @@ Rule 7: while the storage fails, `failure` says since when and why, and the
         When the writer is cancelled (a shutdown) it stops retrying: what
         fails then fails its callers, for crash recovery at the next start.
         (storage_failures.py keeps that state, with the back-off's timing.)
+Rule 8: the writer only resolves outcomes (`Pending`, in submission order) and
+        wakes the tasks that await them; what follows from a commit (an ack, a
+        reply, an item's hand-off) runs in those tasks, never in the writer's.
 """
 
 from __future__ import annotations
@@ -123,9 +126,9 @@ class LedgerWriter:
 
     Two tasks: the sender hands over the next batch when the link is idle;
     the receiver takes the outcomes in order, hands over the next batch
-    itself when jobs wait, and then tells the callers. So under load the link
-    carries the next batch while the callbacks run, and a batch costs the
-    event loop one task switch, not three.
+    itself when jobs wait, and then resolves the callers' outcomes (Rule 8). So
+    under load the link carries the next batch while the callers act on theirs,
+    and a batch costs the event loop one task switch, not three.
     """
 
     def __init__(
@@ -324,7 +327,7 @@ class LedgerWriter:
                 await self._link_has_work.wait()
             await self._receive_batch()
             if self._queue and self._fits():
-                # Before the callbacks: the transactions need not wait for them.
+                # Before resolving: the transactions need not wait for the callers.
                 await self._send_batch()
             self._resolve_committed()
 

@@ -24,7 +24,6 @@ from itertools import chain
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
 from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, render
 from ledger.port import Thread
-from ledger.reads import ReadConnection, load_thread
 
 from .tokens import TokenCounter
 
@@ -157,12 +156,6 @@ def bridge_text(bridges: dict[str, str]) -> str | None:
 
 def summary_text(summary: str) -> str:
     return f"Summary of the earlier conversation:\n{summary}"
-
-
-def load(conn: ReadConnection, head: str | None, counter: TokenCounter) -> SessionContext:
-    """`from_thread` of the thread read on `conn`; the actor's way until it reads its
-    start through the port (`LedgerPort.session_start`) and calls `from_thread`."""
-    return from_thread(load_thread(conn, head) if head is not None else None, counter)
 
 
 def from_thread(thread: Thread | None, counter: TokenCounter) -> SessionContext:

@@ -15,6 +15,8 @@ Rule 2. No reordering. The backlog and every ``StartTurn`` are in ``seq`` order;
         leave the backlog from its head (dispatch, cap drops) or all at once (interrupt).
         Engines consume steered items in order, so ``steer_taken`` must name a prefix of
         them; the rest go back to the backlog, ahead of anything that arrived later.
+Rule 2a. An item whose seq is not above the last one's arrived late (two hand-off
+        paths resolved by one commit); it joins the backlog at its seq's place.
 Rule 3. No double run. An item is in a second ``StartTurn`` only when the first turn was
         aborted on purpose for an interrupt; then the whole turn re-runs, including items
         steered into it (taken or not), since its work is thrown away.
@@ -286,7 +288,7 @@ def resolve_mode(
 def _arrived(state: State, event: Arrived, now: float) -> _Step:
     item = event.item
     if state.last_seq is not None and item.seq <= state.last_seq:
-        raise IllegalTransition(f"item {item.id} has seq {item.seq} <= last {state.last_seq}")
+        return _late(state, item)
     running = state.running
     if running is None:
         limits = state.limits
@@ -312,6 +314,18 @@ def _arrived(state: State, event: Arrived, now: float) -> _Step:
         return state._replace(running=running, backlog=backlog, last_seq=item.seq), []
     state = state._replace(running=running, last_seq=item.seq)
     return _enqueue(state, item) if waits else _arrived_busy(state, running, item)
+
+
+def _late(state: State, item: Item) -> _Step:
+    """Rule 2a: an item that reached the actor after one of a higher seq (both were
+    committed together and handed over by different tasks) waits in the backlog at
+    its seq's place, whatever its mode; while idle, the backlog's head starts."""
+    running = state.running
+    held = (*state.backlog, *(running.items + running.steered if running else ()))
+    if any(i.id == item.id for i in held):
+        raise IllegalTransition(f"item {item.id} arrived twice")
+    state = state._replace(backlog=Backlog(_by_seq((*state.backlog, item))))
+    return (state, []) if running is not None else _dispatch(state)
 
 
 def _arrived_idle(state: State, item: Item, now: float) -> _Step:

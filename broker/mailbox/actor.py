@@ -33,7 +33,6 @@ from ledger import logs
 from ledger.items import ItemInfo
 
 from . import compactor
-from . import turn_parts as parts
 from .commands import Command, CompactRequest, is_command, split_commands
 from .ports import ActorPorts
 from .running_turn import RunningTurn
@@ -183,16 +182,18 @@ class SessionActor:
 
     def _arrived(self, item: ItemInfo) -> None:
         if item.channel is not None:
-            self.facts.route = parts.route_of(item)
+            self.facts.latest_inbound = item
         if item.source == "person" and is_command(item.text or ""):
             self.ports.chat_command(self, item)
             return
         if item.id in self.cancelled:
             return
         self.items[item.id] = item
-        # Not into a turn of the thread a pending cut leaves behind.
-        steerable = self.steps.engine.accepts_steering and not self.state.pending_new
-        self._apply(m.Arrived(self._machine_item(item), steerable=steerable))
+        # Only a running turn's engine matters (queue machine: ignored while idle), and
+        # not into a turn of the thread a pending cut leaves behind.
+        turn = self.turn
+        steerable = turn is not None and turn.engine is not None and turn.engine.accepts_steering
+        self._apply(m.Arrived(self._machine_item(item), steerable and not self.state.pending_new))
 
     def apply_command(self, command: Command) -> None:
         if command.name == "stop":
@@ -233,6 +234,8 @@ class SessionActor:
             self._act(action)
 
     def _act(self, action: lc.Action) -> None:
+        if type(action) is m.WakeAt:  # each collect arrival's: the deadline is in the state
+            return
         if action is lc.CALL_ENGINE or action is lc.COMMIT or action is lc.PLAN:
             self._step = action  # the running turn's task performs it
             return

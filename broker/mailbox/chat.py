@@ -6,7 +6,8 @@ Rule 1: a command never reaches the engine; it is applied to its session's actor
         rule, malformed) with one, and nothing else changes.
 Rule 2: the item is marked done and the reply's outbox row written in one transaction
         (`command_done`); the reply is expected by Deliveries before that is queued and
-        sent from its commit (turn_commit.py Rule 1).
+        sent once it commits, by a task of the registry's group that awaits the commit
+        (never in the ledger writer's task).
 Rule 3: `/fork` and `/switch` change where the conversation's messages go: the fork,
         the binding, the item done and the reply are one transaction
         (ledger/binding_jobs.py), which also decides the reply's words, since only
@@ -17,26 +18,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.abc
 import orjson
 
 from broker.core.bindings import Conversation
 from broker.deliveries import Deliveries
 from broker.router import Router
-from ledger import turns as lt
 from ledger.binding_jobs import BindCommand
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
-from ledger.store import Ledger
+from ledger.port import Committing, LedgerPort
 
 from .commands import BINDING, Command, CommandError, parse
 from .ports import CommandTarget
 
 
 class ChatCommands:
-    def __init__(self, ledger: Ledger, router: Router, deliveries: Deliveries) -> None:
+    def __init__(self, ledger: LedgerPort, router: Router, deliveries: Deliveries) -> None:
         self.ledger = ledger
         self.router = router
         self.deliveries = deliveries
+        self.tg: anyio.abc.TaskGroup | None = None  # the registry's, where replies wait
 
     def handle(self, actor: CommandTarget, item: ItemInfo) -> None:
         """Apply a chat command at once (it never reaches the engine) and reply."""
@@ -98,10 +100,7 @@ class ChatCommands:
         pending = self.ledger.submit_chat_bind(cmd, now_ms())
         channel = item.channel
         self.deliveries.expect(out_id)
-        pending.after_commit(
-            lambda sent: self.deliveries.deliver(out_id, channel, label, sent),
-            lambda _: self.deliveries.abandon(out_id),
-        )
+        self._send_when_committed(pending, out_id, channel, label, None)
 
     def _reply(
         self, label: str, item: ItemInfo, text: str, reason: str, override: str | bool | None
@@ -111,14 +110,39 @@ class ChatCommands:
             out_id = new_id()
             reply = (out_id, label, item.channel, _frame(label, item, out_id, text))
         now = now_ms()
-        pending = self.ledger.writer.submit(lt.command_done, item.id, reason, reply, override, now)
+        pending = self.ledger.submit_command_done(item.id, reason, reply, override, now)
         if reply is not None:
             out_id, label, channel, frame_json = reply
             self.deliveries.expect(out_id)  # before the commit can be read: it is only queued
-            pending.after_commit(
-                lambda _: self.deliveries.deliver(out_id, channel, label, frame_json),
-                lambda _: self.deliveries.abandon(out_id),
-            )
+            self._send_when_committed(pending, out_id, channel, label, frame_json)
+
+    def _send_when_committed(
+        self,
+        pending: Committing[Any],
+        out_id: str,
+        channel: str,
+        label: str,
+        frame_json: str | None,
+    ) -> None:
+        """Send the reply once its row is committed (Rule 2); `frame_json` None: the
+        frame is what the write answers (Rule 3)."""
+        assert self.tg is not None, "chat commands answer only while the registry runs"
+        self.tg.start_soon(self._send, pending, out_id, channel, label, frame_json)
+
+    async def _send(
+        self,
+        pending: Committing[Any],
+        out_id: str,
+        channel: str,
+        label: str,
+        frame_json: str | None,
+    ) -> None:
+        try:
+            written = await pending.result()
+        except Exception:  # the row was not written: nothing to send (deliveries.py Rule 1)
+            self.deliveries.abandon(out_id)
+            return
+        self.deliveries.deliver(out_id, channel, label, frame_json or written)
 
 
 def _frame(label: str, item: ItemInfo, out_id: str, text: str) -> str:

@@ -26,12 +26,11 @@ from broker.engines.base import Engine
 from broker.loopclock import loop_clock
 from broker.router import Router
 from ledger import dispatch, logs
-from ledger import turns as lt
 from ledger.ids import now_ms
 from ledger.ingest import Accepted, InboundRecord
 from ledger.items import ItemInfo
 from ledger.jobs import LedgerWriteFailed
-from ledger.store import Ledger
+from ledger.port import LedgerPort
 from ledger.writer import WriterClosed
 
 from .actor import SessionActor
@@ -50,7 +49,7 @@ class Mailboxes:
     def __init__(
         self,
         settings: Settings,
-        ledger: Ledger,
+        ledger: LedgerPort,
         engine: Engine,
         router: Router,
         deliveries: Deliveries,
@@ -80,7 +79,7 @@ class Mailboxes:
         """Own the actors; rehydrate the backlog before reporting started."""
         self.ports.clock = loop_clock()
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self._tg = self.ports.chat.tg = tg
             await self._rehydrate()
             task_status.started()
             await self._sweep_dispatches_forever()
@@ -129,10 +128,10 @@ class Mailboxes:
 
     async def _rehydrate(self) -> None:
         now = now_ms()
-        recovered = await self.ledger.write(lt.recover_crashed, now)
+        recovered = await self.ledger.recover_crashed(now)
         if recovered:
             log.warning("turns cut off by a crash recorded as aborted", turns=len(recovered))
-        items = await self.ledger.read(lt.load_open_items)
+        items = await self.ledger.open_items()
         by_session: dict[str, list[ItemInfo]] = {}
         for item in items:
             by_session.setdefault(item.session, []).append(item)
@@ -144,7 +143,8 @@ class Mailboxes:
     # -- feeding ---------------------------------------------------------------
 
     def on_committed(self, accepted: Accepted, rec: InboundRecord) -> None:
-        """After-commit hook of ingest: hand the new item to its session's actor.
+        """Hand a newly committed message's item to its session's actor (called by the
+        ingress's completion task once the commit is reported: ingress.py Rule 2).
 
         The record comes from the daemon, which holds it: the writer does not send it back.
         """
@@ -178,6 +178,8 @@ class Mailboxes:
                 rec.peer_id,
                 rec.thread_id,
                 rec.text,
+                None,  # dispatch_id
+                rec.route_mode,
             )
         )
 
@@ -220,7 +222,7 @@ class Mailboxes:
         except Exception as exc:
             if self.actors.get(actor.label) is actor:
                 del self.actors[actor.label]
-            if isinstance(exc, WriterClosed) or self.ledger.writer.dead is not None:
+            if isinstance(exc, WriterClosed) or self.ledger.writer_died is not None:
                 # Not this session's fault: the writer is gone and the daemon stops
                 # on it (daemon.py says so once). The items wait in the ledger.
                 return
@@ -263,7 +265,7 @@ class Mailboxes:
                 await self.ports.a_turn_ends()
         # A write the storage refuses fails from here on, rather than hold the
         # shutdown: its items are in the ledger for the next start.
-        self.ledger.writer.stop_retrying()
+        self.ledger.stop_retrying()
         busy = self._busy()
         if busy:
             log.warning("aborting turns still running at the shutdown deadline", turns=len(busy))

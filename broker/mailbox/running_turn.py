@@ -7,7 +7,8 @@ Rule 2: a turn that streams for longer than `engine.progress_save_s` saves its o
         Rule 4); a quick turn never saves.
 Rule 3: every engine call gets its own cancel scope, bounded by the engine timeout; an
         abort cancels the call in progress, or the next one before it starts.
-Rule 4: the turn's events are numbered as they happen and written while it runs, at
+Rule 4: the turn's events are numbered as they happen and written while it runs by
+        a task beside each engine call that awaits every write's outcome itself, at
         most one write of them under way (broker/core/turn_events.py Rule 2): the
         engine's events as it reports them, an `action` for each tool call, and
         with the first of them its `intent`, made when it began. Each engine call
@@ -87,6 +88,7 @@ class RunningTurn:
     # Rule 4: every event of the turn, and how to write some (None: only at the commit).
     events: te.EventLog = field(default_factory=lambda: te.EventLog([]))
     write_events: WriteEvents | None = None
+    events_added: anyio.Event | None = None  # set by `event` while a writer task waits
 
     def __post_init__(self) -> None:
         self.save_due = self.clock() + self.save_every_s
@@ -113,36 +115,59 @@ class RunningTurn:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         """An event of the turn, written soon (Rule 4)."""
         self.events.add(kind, data)
-        self.flush_events()
+        if self.events_added is not None:
+            self.events_added.set()
 
-    def flush_events(self) -> None:
+    async def _write_events(self, write: WriteEvents) -> None:
+        """Rule 4, for as long as an engine call runs: what waits goes out, one write
+        at a time; this task awaits each write's outcome itself."""
         log_ = self.events
-        if self.write_events is None or not te.flush_due(log_):
-            return
-        first = log_.sent
-        self.sending(self.write_events(first, log_.events[first:]), first)
-
-    def sending(self, writing: Committing[None] | None, first: int) -> None:
-        """The events from `first` on are on their way in `writing` (None: the writer
-        refused them; they go with the next write)."""
-        log_ = self.events
-        if writing is None:
-            return
-        log_.sent, log_.in_flight = len(log_.events), True
-
-        def written(_: object) -> None:
+        log_.in_flight = False  # a write still under way from an earlier call keeps its order
+        while True:
+            if not te.flush_due(log_):
+                self.events_added = anyio.Event()
+                await self.events_added.wait()
+                continue
+            first = log_.sent
+            writing = write(first, log_.events[first:])
+            if writing is None:  # the writer refused them for now: they go with the next
+                self.events_added = anyio.Event()
+                await self.events_added.wait()
+                continue
+            log_.sent, log_.in_flight = len(log_.events), True
+            await writing.wait()
             log_.in_flight = False
-            self.flush_events()
+            try:
+                writing.get()
+            except Exception as exc:
+                if not log_.closed:
+                    log_.sent = first  # one write at a time: these are the only ones unwritten
+                log.warning(
+                    "turn events not written", session=self.session, turn=self.id, error=str(exc)
+                )
+                self.events_added = anyio.Event()  # not again before something new comes
+                await self.events_added.wait()
 
-        def failed(exc: BaseException) -> None:
-            log_.in_flight = False
-            if not log_.closed:
-                log_.sent = first  # one write at a time: these are the only ones unwritten
-            log.warning(
-                "turn events not written", session=self.session, turn=self.id, error=str(exc)
-            )
-
-        writing.after_commit(written, failed)
+    async def _run(self, engine: Engine, request: TurnRequest) -> EngineResult:
+        """The engine call, with the task that writes its events beside it (Rule 4)."""
+        write = self.write_events
+        if write is None:
+            return await engine.run(request, self)
+        result: EngineResult | None = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._write_events, write)
+            try:
+                result = await engine.run(request, self)
+            except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
+                failure = exc
+            finally:
+                tg.cancel_scope.cancel()
+                self.events_added = None
+        if failure is not None:
+            raise failure
+        assert result is not None
+        return result
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], call_id: str | None = None
@@ -178,7 +203,7 @@ class RunningTurn:
         # One scope for both the timeout and an abort: cheaper than nesting fail_after.
         with self.engine_scope(deadline) as scope:
             try:
-                self.result = await engine.run(request, self)
+                self.result = await self._run(engine, request)
             except TimeoutError:  # the engine's own (say, an HTTP client's)
                 self.error, self.reason = TIMEOUT, "timeout"
             except EngineError as exc:

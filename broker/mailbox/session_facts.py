@@ -1,6 +1,7 @@
 """What an actor knows of its session between turns, and how a turn's end changes it.
 
-Rule 1: the in-memory history follows the same rule as `broker.context.session.load`,
+Rule 1: the in-memory history follows the same rule as the ledger's thread load
+        (`ledger/reads.py`, through `broker.context.session.from_thread`),
         so an actor that starts later sees the same thread: a committed turn adds its
         inputs unless it was aborted (they run again) and its reply when there is one;
         a compaction replaces what it summarized; `/new` empties it.
@@ -40,15 +41,27 @@ class SessionFacts:
     override: dict[str, Any] = field(default_factory=dict)  # the session's `/queue`
     turn_count: int = 0
     tokens: list[int] = field(default_factory=lambda: [0, 0])  # prompt, completion
-    route: Route | None = None  # where replies go when a turn has no inbound
     # The scratchpad's renderings for the context, and when it was merged (ms).
     scratchpad: tuple[str, ...] = ()
     scratchpad_at: int = -1
+    stored_route: Route | None = None  # the session's, as the ledger had it at the start
+    # The latest arrival with a channel: its route is the session's from then on. Kept
+    # as the item, not made into a route per arrival: only a turn with no inbound asks.
+    latest_inbound: ItemInfo | None = None
+
+    @property
+    def route(self) -> Route | None:
+        """Where replies go when a turn has no inbound."""
+        item = self.latest_inbound
+        if item is None or item.channel is None:
+            return self.stored_route
+        return (item.channel, item.peer_kind, item.peer_id, item.thread_id)
 
     def load(self, start: ActorStart, ctx: SessionContext) -> None:
         ctx.add_bridges(self.ctx.bridges)  # bridge notes handed over while it loaded
         self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
-        self.turn_count, self.tokens, self.route = start.turns, list(start.tokens), start.route
+        self.turn_count, self.tokens = start.turns, list(start.tokens)
+        self.stored_route = start.route
         self.override = orjson.loads(start.override) if start.override else {}
         if start.scratchpad is not None:
             self.scratchpad_merged(orjson.loads(start.scratchpad), start.scratchpad_at)

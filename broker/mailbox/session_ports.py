@@ -17,22 +17,16 @@ import anyio
 from broker import tools
 from broker.config import Settings
 from broker.context import TokenCounter
-from broker.context.session import SessionContext
-from broker.context.session import load as load_context
+from broker.context.session import SessionContext, from_thread
 from broker.core import queue_machine as m
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.engines.factory import build_engine
 from broker.router import Router
 from ledger import logs
-from ledger import turns as lt
-from ledger.bridges import pending_bridges
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
-from ledger.port import Committing
-from ledger.reads import ReadConnection
-from ledger.state_records import thread_seed
-from ledger.store import Ledger
+from ledger.port import Committing, LedgerPort
 from ledger.threads import Carry
 from ledger.turns import ActorStart
 from ledger.writer import WriterClosed, WriterOverloaded
@@ -48,7 +42,7 @@ class SessionPorts:
     def __init__(
         self,
         settings: Settings,
-        ledger: Ledger,
+        ledger: LedgerPort,
         engine: Engine,
         router: Router,
         deliveries: Deliveries,
@@ -78,32 +72,26 @@ class SessionPorts:
         return self.deliveries.delta
 
     async def recover(self, label: str) -> list[ItemInfo]:
-        await self.ledger.write(lt.recover_crashed, now_ms(), session=label)
-        return await self.ledger.read(lambda c: lt.load_open_items(c, session=label))
+        await self.ledger.recover_crashed(now_ms(), session=label)
+        return await self.ledger.open_items(label)
 
     async def settled(self) -> None:
-        await self.ledger.writer.settled()
+        await self.ledger.settled()
 
     async def load(self, label: str) -> tuple[ActorStart, SessionContext]:
-        counter = self.counter
-
-        def read(c: ReadConnection) -> tuple[ActorStart, SessionContext]:
-            start = lt.actor_start(c, label)
-            ctx = load_context(c, start.head, counter)
-            ctx.add_bridges(pending_bridges(c, label))
-            if start.head is None:  # a new thread: what a rollover carried over, if any
-                ctx.state = thread_seed(c, label)
-            return start, ctx
-
-        # One hop to a reader thread, not two: actors start by the thousand.
-        return await self.ledger.read(read)
+        read = await self.ledger.session_start(label)
+        ctx = from_thread(read.thread, self.counter)
+        ctx.add_bridges(read.bridges)
+        if read.start.head is None and read.seed is not None:
+            ctx.state = read.seed  # a new thread: what a rollover carried over
+        return read.start, ctx
 
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None:
-        self.ledger.writer.submit(lt.mark_running, turn_id, item_ids, started_ms)
+        self.ledger.submit_mark_running(turn_id, item_ids, started_ms)
 
     def save_progress(self, turn_id: str, label: str, text: str) -> bool:
         try:
-            self.ledger.writer.submit(lt.save_progress, turn_id, label, text, now_ms())
+            self.ledger.submit_progress(turn_id, label, text, now_ms())
         except (WriterOverloaded, WriterClosed) as exc:
             log.warning("partial output not saved", session=label, turn=turn_id, error=str(exc))
             return False
@@ -123,7 +111,7 @@ class SessionPorts:
             return None  # Rule 1: they go with the turn's next write, or its commit
 
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
-        self.ledger.writer.submit(lt.set_item_status, [(item_id, "dropped", reason)], now_ms())
+        self.ledger.submit_item_status([(item_id, "dropped", reason)], now_ms())
         msg_id = item.msg_id if item else None
         log.info("item dropped", session=label, item=item_id, reason=reason, msg_id=msg_id)
 
@@ -131,23 +119,34 @@ class SessionPorts:
         self, label: str, previous: str | None, thread: int | None, reason: str, carry: Carry | None
     ) -> None:
         pending = self.ledger.submit_new_thread(label, now_ms(), thread, reason, carry)
+        tg = self.chat.tg  # the registry's group, where waits for commits run
+        assert tg is not None, "threads begin only while the registry runs"
+        tg.start_soon(self._log_new_thread, pending, label, previous, reason, carry)
 
-        def begun(number: int | None) -> None:
-            if number is not None:
-                log.info(
-                    "thread started",
-                    session=label,
-                    thread=number,
-                    previous=number - 1,
-                    reason=reason,
-                    previous_head=previous,
-                    carried=carry is not None,
-                )
-
-        def failed(exc: BaseException) -> None:
+    async def _log_new_thread(
+        self,
+        pending: Committing[int | None],
+        label: str,
+        previous: str | None,
+        reason: str,
+        carry: Carry | None,
+    ) -> None:
+        # Logged once it commits, by a task that awaits it (never in the writer's task).
+        try:
+            number = await pending.result()
+        except Exception as exc:
             log.error("thread not started", session=label, reason=reason, error=str(exc))
-
-        pending.after_commit(begun, failed)
+            return
+        if number is not None:
+            log.info(
+                "thread started",
+                session=label,
+                thread=number,
+                previous=number - 1,
+                reason=reason,
+                previous_head=previous,
+                carried=carry is not None,
+            )
 
     def engine_for(self, persona: str | None) -> Engine:
         """The engine of `persona`, else the default engine."""
@@ -164,11 +163,12 @@ class SessionPorts:
             await engine.aclose()
 
     def default_mode(self, item: ItemInfo) -> m.QueueMode | None:
-        """The queue mode of `item` when it names none and the session has no override."""
+        """The queue mode of `item` when it names none and the session has no override:
+        for a message, the one its route gave it at ingest (broker/router.py)."""
         queue = self.settings.queue
-        if item.source == "person" and item.channel and item.sender_id and item.peer_kind:
-            decision = self.router.decision(item.channel, item.peer_kind, item.sender_id)
-            return decision.default_mode or queue.person_mode
+        if item.source == "person":
+            # None only for an item filed before the route's mode was stored with it.
+            return item.route_mode or queue.person_mode
         if item.source in ("worker", "timer"):
             return queue.worker_mode
         return None

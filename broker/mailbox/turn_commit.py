@@ -1,9 +1,8 @@
 """Turn commits: a turn's record written on its thread, its reply sent from the commit.
 
-Rule 1: a reply is expected by Deliveries before its commit is queued and sent by the
-        commit's own callback (deliveries.py Rule 1): it leaves when the writer reports
-        the commit, not after the actor's task has been scheduled again. A write that
-        did not commit gives the reply up.
+Rule 1: a reply is expected by Deliveries before its commit is queued, and sent by the
+        turn's own task once the writer reports the commit (deliveries.py Rule 1). A
+        write that did not commit gives the reply up.
 Rule 2: a turn whose parent is no longer the head (a `/new` or a merge moved it) is
         recorded as failed off the thread, never as a silent fork.
 Rule 3: a commit the ledger refuses leaves the turn's items running; crash recovery
@@ -18,11 +17,9 @@ from typing import Literal
 
 from broker.deliveries import Deliveries
 from ledger import logs
-from ledger import turns as lt
 from ledger.items import ItemInfo
 from ledger.jobs import LedgerWriteFailed
-from ledger.reads import ReadConnection
-from ledger.store import Ledger
+from ledger.port import Committing, TurnPort
 from ledger.turns import HeadMoved, TurnRecord
 
 log = logs.get("broker.mailboxes")
@@ -31,7 +28,7 @@ Written = Literal["thread", "orphan", "lost"]
 
 class TurnCommits:
     def __init__(
-        self, ledger: Ledger, deliveries: Deliveries, post: Callable[[ItemInfo], None]
+        self, ledger: TurnPort, deliveries: Deliveries, post: Callable[[ItemInfo], None]
     ) -> None:
         self.ledger = ledger
         self.deliveries = deliveries
@@ -56,7 +53,7 @@ class TurnCommits:
 
     async def _write_turn(self, rec: TurnRecord) -> Written:
         try:
-            self._post_results(rec, await self._write(lt.commit_turn, rec))
+            self._post_results(rec, await self._write(self.ledger.submit_turn(rec), rec))
             return "thread"
         except HeadMoved:
             log.error(
@@ -74,20 +71,17 @@ class TurnCommits:
             )
             return "lost"
         try:
-            self._post_results(rec, await self._write(lt.commit_orphan, rec))
+            self._post_results(rec, await self._write(self.ledger.submit_orphan(rec), rec))
             return "orphan"
         except LedgerWriteFailed:
             return "lost"
 
-    async def _write(
-        self, job: Callable[[ReadConnection, TurnRecord], list[ItemInfo]], rec: TurnRecord
-    ) -> list[ItemInfo]:
-        pending = self.ledger.writer.submit(job, rec)
+    async def _write(self, pending: Committing[list[ItemInfo]], rec: TurnRecord) -> list[ItemInfo]:
+        results = await pending.result()
         if rec.outbox is not None:
             out_id, channel, frame = rec.outbox
-            session, deliveries = rec.session, self.deliveries
-            pending.after_commit(lambda _: deliveries.deliver(out_id, channel, session, frame))
-        return await pending.result()
+            self.deliveries.deliver(out_id, channel, rec.session, frame)
+        return results
 
     def _post_results(self, rec: TurnRecord, results: list[ItemInfo]) -> None:
         for item in results:

@@ -6,6 +6,7 @@ import itertools
 
 import orjson
 
+from broker.core.queue_machine import QueueMode
 from ledger.ids import new_id
 from ledger.port import Accepted, InboundRecord, ItemInfo, LedgerPort, SessionSpec, TurnRecord
 
@@ -19,11 +20,16 @@ def tick() -> int:
 
 
 def inbound(
-    msg_id: str, sender: str = "alice", text: str = "hello", channel: str = "chat"
+    msg_id: str,
+    sender: str = "alice",
+    text: str = "hello",
+    channel: str = "chat",
+    route_mode: QueueMode | None = None,
 ) -> InboundRecord:
     return InboundRecord(
-        channel, msg_id, sender, sender.title(), "dm", sender, None, text, None, None, None
-    )
+        channel, msg_id, sender, sender.title(), "dm", sender, None, text, None, None, None,
+        route_mode,
+    )  # fmt: skip
 
 
 async def ingest(port: LedgerPort, rec: InboundRecord) -> Accepted:

@@ -119,3 +119,12 @@ async def test_the_ledger_checks_itself_as_doctor_does(port: LedgerPort) -> None
     assert report.damage == [] and report.schema == report.latest
     assert [label for label, _ in report.running_since] == [acc.session]
     assert report.unconfirmed == []
+
+
+async def test_writes_still_commit_after_stop_retrying(port: LedgerPort) -> None:
+    # At a shutdown the ledger stops waiting out a refusing storage; a storage
+    # that accepts writes is not affected.
+    port.stop_retrying()
+    acc = await ingest(port, inbound("m1"))
+    assert [i.id for i in await port.open_items(acc.session)] == [acc.item]
+    assert port.writer_problems() == []

@@ -89,6 +89,16 @@ async def test_turns_cut_off_by_a_crash_are_aborted_and_their_items_queued_again
     assert await port.recover_crashed(tick()) == []  # nothing left to recover
 
 
+async def test_an_item_keeps_its_route_mode_across_a_crash(port: LedgerPort) -> None:
+    acc = await ingest(port, inbound("m1", route_mode="collect"))
+    [item] = await port.open_items(acc.session)
+    assert (item.mode, item.route_mode) == (None, "collect")
+    await port.submit_mark_running(new_id(), [item.id], tick()).result()
+    await port.recover_crashed(tick())
+    [again] = await port.open_items(acc.session)
+    assert (again.id, again.status, again.route_mode) == (item.id, "queued", "collect")
+
+
 async def test_recovery_of_one_session_leaves_the_others_running(port: LedgerPort) -> None:
     a = await ingest(port, inbound("m1", sender="ann"))
     b = await ingest(port, inbound("m2", sender="ben"))

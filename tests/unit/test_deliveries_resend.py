@@ -114,11 +114,10 @@ class Writer:
 
 
 class Pending:
-    def after_commit(self, ok: Callable[[Any], None], failed: Callable[[Any], None]) -> None:
-        self.ok = ok
+    """Resolved by `Writer.commit_all`; `record_confirmations` (not run here) would act."""
 
     def done(self, result: Any) -> None:
-        self.ok(result)
+        self.result = result
 
 
 def deliveries_over(outbox: Outbox, **kwargs: int) -> Deliveries:

@@ -69,11 +69,11 @@ async def test_what_a_batch_commits_is_searchable_and_what_fails_is_not(
         with pytest.raises(NotFound):
             await failing.result()
         # Readers see it as soon as the job's result is in: it was in the commit.
-        found = await ledger.read(lambda c: _matches(c, "walrus"))
+        found = await ledger.readers.run(lambda c: _matches(c, "walrus"))
         assert found == ["walrus one", "walrus two"]
         later = ledger.writer.submit(_write_turn, "dm:a", "t4", ["walrus three"])
         await later.result()
-        assert await ledger.read(lambda c: _matches(c, "walrus")) == [
+        assert await ledger.readers.run(lambda c: _matches(c, "walrus")) == [
             "walrus one",
             "walrus two",
             "walrus three",

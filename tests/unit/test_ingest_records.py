@@ -16,6 +16,7 @@ from broker.router import Router
 from ledger.ingest import Accepted, InboundRecord
 from ledger.items import ItemInfo
 from ledger.store import Ledger
+from policies.model import Rule
 
 # A distinct value in every field, given by name.
 RECORD = InboundRecord(
@@ -30,6 +31,7 @@ RECORD = InboundRecord(
     ts="2026-11-22T10:00:00Z",
     queue_mode="collect",
     meta='{"k":1}',
+    route_mode="followup",
 )
 RECORD_FIELDS = frozenset(InboundRecord._fields)
 
@@ -37,10 +39,21 @@ RECORD_FIELDS = frozenset(InboundRecord._fields)
 def test_route_puts_every_inbound_field_under_its_own_name() -> None:
     # The frame carries the record's own values, field by field (the channel
     # comes from the connection; meta travels as an object, is stored as JSON).
-    fields = {k: v for k, v in RECORD._asdict().items() if k not in ("channel", "meta")}
+    # The route's mode is the routing's own (the `person_mode` fallback here).
+    own = ("channel", "meta", "route_mode")
+    fields = {k: v for k, v in RECORD._asdict().items() if k not in own}
     msg = InboundMessage(meta={"k": 1}, **fields)
-    routed = Router((), frozenset()).route("the-channel", msg, req="r1")
+    routed = Router((), frozenset()).route("the-channel", msg, req="r1", person_mode="followup")
     assert routed.record == RECORD
+
+
+def test_the_route_decides_the_mode_of_a_message_that_names_none_once() -> None:
+    msg = InboundMessage("m", "alice", None, "dm", None, None, "hi", None, None, None)
+    collecting = Rule.model_validate({"name": "collecting", "queue": {"mode": "collect"}})
+    by_rule = Router((collecting,), frozenset()).route("tg", msg, None, "interrupt").record
+    assert (by_rule.queue_mode, by_rule.route_mode) == (None, "collect")
+    by_default = Router((), frozenset()).route("tg", msg, None, "interrupt").record
+    assert (by_default.queue_mode, by_default.route_mode) == (None, "interrupt")
 
 
 def test_route_uses_the_sender_as_peer_when_the_frame_names_none() -> None:

@@ -3,7 +3,6 @@ the ingest transaction, entity merges and the operator queries."""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -349,53 +348,47 @@ async def test_cancelled_writer_finishes_queued_jobs_then_refuses(
     assert values(plain)[-1] == "v29"
 
 
-async def test_after_commit_runs_in_submission_order_after_commit(
+async def test_outcomes_resolve_in_submission_order_after_their_commit(
     plain: sqlite3.Connection, db_path: Path
 ) -> None:
     observer = connect(db_path)
-    seen: list[tuple[str, bool]] = []
     writer = LedgerWriter(plain, max_batch=4)
-
-    def callback(v: str) -> Callable[[int], None]:
-        def cb(rowid: int) -> None:
-            row = observer.execute("SELECT v FROM t WHERE id = ?", (rowid,)).fetchone()
-            seen.append((v, row is not None and row[0] == v))  # visible: committed
-
-        return cb
 
     def bad(c: sqlite3.Connection) -> int:
         raise RuntimeError("no")
 
+    def visible(rowid: int) -> str | None:
+        row = observer.execute("SELECT v FROM t WHERE id = ?", (rowid,)).fetchone()
+        return None if row is None else str(row[0])
+
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(writer.run)
-            pendings: list[Pending[int]] = []
-            for i in range(10):
-                p = writer.submit(bad if i == 5 else insert(f"v{i}"))
-                p.after_commit(callback(f"v{i}"))
-                pendings.append(p)
-            assert seen == []  # nothing before the commit
+            pendings = [writer.submit(bad if i == 5 else insert(f"v{i}")) for i in range(10)]
+            assert not any(p.done for p in pendings)  # nothing before the commit
             await pendings[0].result()
-            # Every callback of the first batch ran before its first caller resumed.
-            assert [v for v, _ in seen][:4] == ["v0", "v1", "v2", "v3"]
+            # The whole first batch is resolved when its first caller resumes, and
+            # each outcome is committed: another connection reads it.
+            assert all(p.done for p in pendings[:4])
+            assert [visible(p.get()) for p in pendings[:4]] == ["v0", "v1", "v2", "v3"]
             for p in pendings[1:]:
-                with anyio.move_on_after(5):
-                    with contextlib.suppress(RuntimeError):
-                        await p.result()
+                await p.wait()
             tg.cancel_scope.cancel()
+        with pytest.raises(RuntimeError):
+            pendings[5].get()  # a failed job's outcome is its error, alone
+        expected = [f"v{i}" for i in range(10) if i != 5]
+        assert [visible(p.get()) for i, p in enumerate(pendings) if i != 5] == expected
     finally:
         observer.close()
 
-    expected = [f"v{i}" for i in range(10) if i != 5]  # a failed job's callback never runs
-    assert seen == [(v, True) for v in expected]
 
-
-async def test_after_commit_does_not_run_when_the_commit_fails(plain: sqlite3.Connection) -> None:
+async def test_every_outcome_of_a_batch_whose_commit_fails_is_the_failure(
+    plain: sqlite3.Connection,
+) -> None:
     plain.executescript(
         "CREATE TABLE parent (id INTEGER PRIMARY KEY);"
         "CREATE TABLE child (pid INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);"
     )
-    called: list[int] = []
     writer = LedgerWriter(plain)
 
     def orphan(c: sqlite3.Connection) -> int:
@@ -405,12 +398,13 @@ async def test_after_commit_does_not_run_when_the_commit_fails(plain: sqlite3.Co
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
         good = writer.submit(insert("x"))
-        good.after_commit(called.append)
-        writer.submit(orphan).after_commit(called.append)
+        bad = writer.submit(orphan)
         with pytest.raises(LedgerWriteFailed):
             await good.result()
+        with pytest.raises(LedgerWriteFailed):
+            await bad.result()
         tg.cancel_scope.cancel()
-    assert called == []
+    assert values(plain) == []
 
 
 # -- ingest -------------------------------------------------------------------

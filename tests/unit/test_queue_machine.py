@@ -378,9 +378,32 @@ def test_turn_ended_for_a_stale_turn_is_illegal() -> None:
         handle(state, TurnEnded(1, "completed"), 0)
 
 
-def test_seq_must_increase() -> None:
-    with pytest.raises(IllegalTransition, match="seq"):
+def test_an_item_that_arrives_twice_is_illegal() -> None:
+    with pytest.raises(IllegalTransition, match="twice"):
         handle(busy(), Arrived(it(1)), 0)
+    state, _ = feed(busy(), Arrived(it(3)))
+    with pytest.raises(IllegalTransition, match="twice"):
+        handle(state, Arrived(it(3)), 0)
+
+
+# Rule 2a: an item committed with a later one but handed over after it
+
+
+@pytest.mark.parametrize("mode", QUEUE_MODES)
+def test_a_late_item_waits_at_its_seq_place_while_a_turn_runs(mode: QueueMode) -> None:
+    state, actions = feed(busy(), Arrived(it(3)), Arrived(it(5)), Arrived(it(2, mode)))
+    assert actions == []  # never an interrupt or a steer: it is older than what waits
+    assert [i.seq for i in state.backlog] == [2, 3, 5] and state.last_seq == 5
+    state, actions = feed(state, TurnEnded(1, "completed"))
+    assert [a.items for a in actions if isinstance(a, StartTurn)] == [(it(2, mode),)]
+
+
+def test_a_late_item_while_idle_starts_the_backlogs_head() -> None:
+    state, _ = feed(busy(), Arrived(it(3)), TurnEnded(1, "completed"))  # turn 2 runs m3
+    state, _ = feed(state, TurnEnded(2, "completed"))
+    state, actions = feed(state, Arrived(it(2)))
+    assert [a.items for a in actions if isinstance(a, StartTurn)] == [(it(2),)]
+    assert state.last_seq == 3
 
 
 @pytest.mark.parametrize("taken", [("m3",), ("m2", "m2"), ("m9",), ("m2", "m3", "m4")])
@@ -408,8 +431,10 @@ def test_rehydrated_backlog_runs_in_seq_order_after_resume() -> None:
     assert feed(state, Resume()) == (state, [])  # no-op while a turn runs
     state, actions = feed(state, TurnEnded(10, "completed"))
     assert actions == [StartTurn(11, (it(7),), "turn")]
-    with pytest.raises(IllegalTransition):  # seq continues after the rehydrated items
-        handle(state, Arrived(it(6)), 0)
+    with pytest.raises(IllegalTransition):  # a rehydrated item cannot arrive again
+        handle(state, Arrived(it(7)), 0)
+    state, actions = feed(state, Arrived(it(6)))  # late (Rule 2a): it waits its turn
+    assert actions == [] and [i.seq for i in state.backlog] == [6]
 
 
 def test_rehydrated_interrupt_starts_everything_before_it_as_one_turn() -> None:

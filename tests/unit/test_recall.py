@@ -508,7 +508,7 @@ def _alice_and_a_turn(c: sqlite3.Connection) -> None:  # a writer job: module le
 
 async def test_through_the_ledger_readers(tmp_path: Path) -> None:
     async with Ledger.open(tmp_path / "ledger.db") as ledger:
-        await ledger.write(_alice_and_a_turn)
+        await ledger.writer.call(_alice_and_a_turn)
         text = await conversation_recall(
             ledger, "alice", {"action": "search", "query": "vault"}, tokens
         )

@@ -4,7 +4,6 @@ hands what it timed out to the actors."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -18,7 +17,7 @@ from broker.engines.echo import EchoEngine
 from broker.mailbox.registry import Mailboxes
 from broker.router import Router
 from ledger.items import ItemInfo
-from ledger.store import Ledger
+from ledger.port import LedgerPort
 
 pytestmark = pytest.mark.anyio
 
@@ -42,15 +41,15 @@ class FakeLedger:
         self.overdue_at = overdue_at
         self.sweeps: list[float] = []
 
-    async def write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return []  # crash recovery at start
+    async def recover_crashed(self, now: int, session: str | None = None) -> list[str]:
+        return []  # nothing cut off by a crash
 
     async def sweep_worker_timeouts(self, now_ms: int) -> list[ItemInfo]:
         now = anyio.current_time()
         self.sweeps.append(now)
         return [result(len(self.sweeps))] if now == pytest.approx(self.overdue_at) else []
 
-    async def read(self, fn: Callable[..., Any]) -> Any:
+    async def open_items(self, session: str | None = None) -> list[ItemInfo]:
         return []
 
 
@@ -61,7 +60,7 @@ async def test_overdue_workers_are_swept_every_quarter_of_their_timeout(
     ledger = FakeLedger(overdue_at=3 * every_s)
     boxes = Mailboxes(
         Settings(workers={"timeout_s": timeout_s}),
-        cast(Ledger, ledger),
+        cast(LedgerPort, ledger),
         EchoEngine(),
         Router((), frozenset()),
         cast(Deliveries, SimpleNamespace()),

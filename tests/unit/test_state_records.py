@@ -114,7 +114,7 @@ async def test_a_rollover_seed_starts_the_next_thread_and_only_that_one(tmp_path
             conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))
             state_records.seed_thread(conn, label, carried, 1)
 
-        await ledger.write(roll_over)
+        await ledger.writer.call(roll_over)
         empty_thread = await ledger.session_state(label)
         assert empty_thread["session"]["head"] is None
         assert empty_thread["decisions"][0]["text"] == "hand-written parser"

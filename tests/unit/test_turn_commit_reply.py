@@ -1,14 +1,13 @@
-"""A turn's reply leaves from its commit's callback (TurnCommits.commit).
+"""A turn's reply leaves once its commit is reported (TurnCommits.commit).
 
-The writer reports a commit by resolving the job's `Pending`; the reply must
-be handed to Deliveries right there, not after the actor's task is scheduled
-again, and only for the write that committed.
+The writer reports a commit by resolving the job's `Pending`, and nothing more:
+the reply is handed to Deliveries by the turn's own task when it resumes, before
+the commit returns to the actor, and only for the write that committed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any, cast
 
 import anyio
@@ -18,7 +17,7 @@ from broker.deliveries import Deliveries
 from broker.mailbox.turn_commit import TurnCommits, Written
 from ledger import turns as lt
 from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
-from ledger.store import Ledger
+from ledger.port import TurnPort
 from ledger.turns import HeadMoved, TurnRecord
 
 pytestmark = pytest.mark.anyio
@@ -32,11 +31,17 @@ class FakeWriter:
         self.batch_done = anyio.Event()
         self.arrived = anyio.Event()
 
-    def submit(self, fn: Any, *args: Any) -> Pending[Any]:
+    def _submit(self, fn: Any, *args: Any) -> Pending[Any]:
         pending: Pending[Any] = Pending(JobSpec(fn, args, {}), lambda: self.batch_done)
         self.jobs.append((fn.__name__, pending))
         self.arrived.set()
         return pending
+
+    def submit_turn(self, rec: TurnRecord) -> Pending[Any]:
+        return self._submit(lt.commit_turn, rec)
+
+    def submit_orphan(self, rec: TurnRecord) -> Pending[Any]:
+        return self._submit(lt.commit_orphan, rec)
 
     async def next_job(self) -> tuple[str, Pending[Any]]:
         with anyio.fail_after(5):
@@ -88,8 +93,7 @@ def record() -> TurnRecord:
 
 
 def commits(writer: FakeWriter, log: list[str]) -> TurnCommits:
-    ledger = cast(Ledger, SimpleNamespace(writer=writer))
-    return TurnCommits(ledger, cast(Deliveries, Spy(log)), lambda item: None)
+    return TurnCommits(cast(TurnPort, writer), cast(Deliveries, Spy(log)), lambda item: None)
 
 
 async def commit_with(
@@ -115,11 +119,16 @@ async def test_the_reply_leaves_when_the_commit_is_reported() -> None:
         name, pending = await writer.next_job()
         assert name == "commit_turn" and log == ["expect out-1"]
         writer.resolve(pending, [], None)
-        # Sent by the resolution itself: the actor has not run again yet.
-        assert log == ["expect out-1", 'deliver out-1 chat dm:someone {"type":"deliver"}']
+        # The writer's resolution runs no code of the shell: nothing is sent yet.
+        assert log == ["expect out-1"]
 
     log, written = await commit_with(writer_side)
-    assert log[-1] == "actor resumed" and written == ["thread"]
+    assert log == [
+        "expect out-1",
+        'deliver out-1 chat dm:someone {"type":"deliver"}',
+        "actor resumed",
+    ]
+    assert written == ["thread"]
 
 
 async def test_a_turn_that_lost_its_head_replies_once_from_the_orphan_commit() -> None:
@@ -130,7 +139,6 @@ async def test_a_turn_that_lost_its_head_replies_once_from_the_orphan_commit() -
         name, pending = await writer.next_job()
         assert name == lt.commit_orphan.__name__
         writer.resolve(pending, [], None)
-        assert log[-1].startswith("deliver out-1")
 
     log, written = await commit_with(writer_side)
     assert written == ["orphan"] and sum(e.startswith("deliver") for e in log) == 1

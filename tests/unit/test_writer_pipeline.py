@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import random
 from collections import deque
 from collections.abc import AsyncIterator
@@ -13,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ledger.jobs import JobSpec, Outcome
+from ledger.jobs import JobSpec, Outcome, Pending
 from ledger.writer import LedgerWriter
 from tests.suspensions import counting_suspensions
 
@@ -74,22 +73,15 @@ async def test_every_job_goes_in_exactly_one_non_empty_batch(seed: int) -> None:
     rng = random.Random(seed)
     link = ScriptedLink(commit_s=0.002)
     writer = LedgerWriter(link)
-    results: dict[int, int] = {}
-    all_done = anyio.Event()
+    pendings: dict[int, Pending[int]] = {}
     total = 0
-
-    def record(value: int, committed: int) -> None:
-        results[value] = committed
-        if len(results) == 480:
-            all_done.set()
 
     async def submitter(base: int) -> None:
         nonlocal total
         for i in range(60):
             value = base + i
-            pending = writer.submit(_echo, value)
+            pendings[value] = writer.submit(_echo, value)
             total += 1
-            pending.after_commit(functools.partial(record, value))
             pause = rng.choice([0.0, 0.0, 0.0005, 0.003])
             if pause:
                 await anyio.sleep(pause)
@@ -99,7 +91,7 @@ async def test_every_job_goes_in_exactly_one_non_empty_batch(seed: int) -> None:
             for n in range(8):
                 senders.start_soon(submitter, n * 1000)
         with anyio.fail_after(10):
-            await all_done.wait()
+            results = {value: await p.result() for value, p in pendings.items()}
     assert results == {v: v for v in results} and len(results) == total == 480
     assert min(link.sizes) >= 1, f"an empty batch was handed over: {link.sizes}"
     assert sum(link.sizes) == total

@@ -287,9 +287,9 @@ async def test_a_reload_sets_the_log_level_of_the_writer_process(
     """The writer process logs at the level it was started with until the daemon tells
     it otherwise (`Ledger.configure_logging`, called on a reload)."""
     async with Ledger.open(tmp_path / "l.db", writer="process", log=("error", "json")) as ledger:
-        await ledger.write(_log_probe, "said at warning, below error")
+        await ledger.writer.call(_log_probe, "said at warning, below error")
         ledger.configure_logging("warning", "json")  # not waited for: the next job runs after it
-        await ledger.write(_log_probe, "said at warning, now shown")
+        await ledger.writer.call(_log_probe, "said at warning, now shown")
     err = capfd.readouterr().err
     assert "now shown" in err
     assert "below error" not in err
