@@ -59,7 +59,8 @@ class Room:
 def is_mentioned(content: dict[str, Any], body: str, bot: Bot) -> bool:
     """`m.mentions` names the bot, or the body has its user id or display name."""
     intentional = content.get("m.mentions")
-    if isinstance(intentional, dict) and bot.user_id in (intentional.get("user_ids") or []):
+    named = intentional.get("user_ids") if isinstance(intentional, dict) else None
+    if isinstance(named, list) and bot.user_id in named:
         return True
     if bot.user_id.lower() in body.lower():
         return True
@@ -124,7 +125,7 @@ def to_incoming(event: dict[str, Any], room: Room, bot: Bot) -> Incoming | None:
         raise MalformedEvent("content is not an object")
     if not content:
         return None  # a redacted message: nothing left to answer
-    if content.get("msgtype") in SKIPPED_TYPES:
+    if isinstance(content.get("msgtype"), str) and content["msgtype"] in SKIPPED_TYPES:
         return None
     meta: dict[str, Any] = {}
     content = _edited(content, meta)
