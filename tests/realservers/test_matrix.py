@@ -285,3 +285,25 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     adapters.append(proc)
     assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
     assert "login refused" in proc.log()
+
+
+async def test_a_catch_up_longer_than_the_sync_timeline_is_filled_in_whole(
+    synapse: Server,
+    ann: MatrixPerson,
+    make_daemon: DaemonFactory,
+    adapters: list[AdapterProcess],
+    short_tmp: Path,
+) -> None:
+    d = make_daemon()
+    cfg = matrix_config(d.socket, synapse, short_tmp, timeline_limit=2)
+    first = start_adapter(adapters, short_tmp, cfg)
+    dm = await dm_with(ann)
+    await ann.say(dm, "first")
+    await ann.expect(from_user(BOT, dm, "first"))
+    assert await anyio.to_thread.run_sync(first.stop) == 0
+    sent = [await ann.say(dm, f"while away {n}") for n in range(6)]
+    start_adapter(adapters, short_tmp, cfg)
+    await wait_db(d, "SELECT count(*) FROM inbound WHERE channel = ?", (CHANNEL,), 7)
+    ids = [r[0] for r in query(d, "SELECT msg_id FROM inbound ORDER BY rowid")]
+    assert ids[1:] == sent  # all of them, once, in the server's order
+    assert "caught up" in adapters[-1].log()
