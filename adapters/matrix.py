@@ -54,7 +54,15 @@ from nio import (
 from pydantic import Field
 
 from .bridge import Incoming, Target, main
-from .matrix_events import Bot, MalformedEvent, Room, edit_content, text_content, to_incoming
+from .matrix_events import (
+    Bot,
+    MalformedEvent,
+    Room,
+    edit_content,
+    since_arrival,
+    text_content,
+    to_incoming,
+)
 from .matrix_session import StoredLogin, log_in, new_client
 from .position import PositionStore
 from .retry import RetryClock, ServerUnavailable
@@ -207,7 +215,7 @@ class MatrixChannel:
                     await self._backfill(client, room_id, info.timeline.prev_batch, since) + events
                 )
             room = self._room(client, room_id)
-            for event in events:
+            for event in since_arrival(events, self.bot):
                 if since is None and int(event.get("origin_server_ts") or 0) < self._began_ms:
                     continue  # Rule 1: history from before the first start
                 incoming = self._convert(event, room)

@@ -10,7 +10,11 @@ Rule 2: a DM room (the bot and one person, or one the person invited the bot
         reply goes back into that room); any other room is `group` with
         `peer_id` the room id and `thread_id` the root of a Matrix thread
         (`m.relates_to` with `rel_type: m.thread`).
-Rule 3: only `m.room.message` events from others are messages; `m.notice` is
+Rule 3: a room the bot just joined shows its history in the sync: only the
+        events after the bot's invite (or its join, without an invite) are
+        new to it, so a person's "hello" sent before the bot joined is
+        answered and the room's old history is not.
+Rule 4: only `m.room.message` events from others are messages; `m.notice` is
         what bots send each other, so it is skipped (no bot loops). The
         attachments (`m.image`, `m.file`, `m.video`, `m.audio`) go to
         `meta.attachments` (name, mimetype, size, mxc URL) and the body is
@@ -109,7 +113,7 @@ def _edited(content: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_incoming(event: dict[str, Any], room: Room, bot: Bot) -> Incoming | None:
-    """Rules 1-3; None for what is not a message for the broker."""
+    """Rules 1, 2 and 4; None for what is not a message for the broker."""
     if event.get("type") != "m.room.message" or "state_key" in event:
         return None
     sender = event.get("sender")
@@ -152,6 +156,19 @@ def to_incoming(event: dict[str, Any], room: Room, bot: Bot) -> Incoming | None:
         meta=meta,
         ts=_timestamp(event),
     )
+
+
+def since_arrival(events: list[dict[str, Any]], bot: Bot) -> list[dict[str, Any]]:
+    """Rule 3: the events after the bot's own invite or join in this list, if it has one."""
+    marks = {"invite": -1, "join": -1}
+    for index, event in enumerate(events):
+        content = event.get("content")
+        membership = content.get("membership") if isinstance(content, dict) else None
+        own = event.get("type") == "m.room.member" and event.get("state_key") == bot.user_id
+        if own and membership in marks:
+            marks[str(membership)] = index
+    start = marks["invite"] if marks["invite"] >= 0 else marks["join"]
+    return events[start + 1 :] if start >= 0 else events
 
 
 def text_content(text: str, thread_root: str | None, in_reply_to: str | None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ matches arrives, and keeps every event it saw in `seen`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 import anyio
 from nio import (
@@ -35,7 +35,7 @@ class MatrixPerson:
         self.seen: list[Event] = []  # every room event seen, with its room_id
         self.since: str | None = None
 
-    async def start(self) -> MatrixPerson:
+    async def start(self) -> Self:
         answer = await self.client.login(self.password, device_name="test")
         assert not isinstance(answer, ErrorResponse), answer
         first = await self.client.sync(0, {"room": {"timeline": {"limit": 0}}})
@@ -78,7 +78,8 @@ class MatrixPerson:
                 await self._sync()
 
     async def _sync(self) -> None:
-        answer = await self.client.sync(2000, since=self.since)
+        # A long timeline: a sync cut short (`limited`) would hide events from `seen`.
+        answer = await self.client.sync(2000, {"room": {"timeline": {"limit": 500}}}, self.since)
         assert isinstance(answer, SyncResponse), answer
         self.since = answer.next_batch
         for room_id, info in answer.rooms.join.items():

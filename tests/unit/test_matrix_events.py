@@ -14,6 +14,7 @@ from adapters.matrix_events import (
     Room,
     edit_content,
     is_mentioned,
+    since_arrival,
     text_content,
     to_incoming,
 )
@@ -170,3 +171,16 @@ def test_a_reply_in_a_thread_stays_in_it_and_an_edit_replaces() -> None:
     edit = edit_content("$shown", "final")
     assert edit["m.new_content"] == {"msgtype": "m.text", "body": "final"}
     assert edit["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$shown"}
+
+
+def member(membership: str, user: str = BOT.user_id) -> dict[str, Any]:
+    return {"type": "m.room.member", "state_key": user, "content": {"membership": membership}}
+
+
+def test_a_room_just_joined_is_new_from_the_bots_invite_or_else_its_join() -> None:
+    history, hello = event(text("old")), event(text("hello"))
+    invited = [history, member("invite"), hello, member("join")]
+    assert since_arrival(invited, BOT) == [hello, member("join")]
+    joined_public = [history, member("join", "@ann:example.org"), member("join"), hello]
+    assert since_arrival(joined_public, BOT) == [hello]
+    assert since_arrival([history, hello], BOT) == [history, hello]  # an old room: all new
