@@ -349,6 +349,8 @@ class MatrixChannel:
 
 
 def make_channel(raw: dict[str, Any], common: AdapterSection) -> MatrixChannel:
+    # nio logs every room event at INFO; the adapter's own lines say what matters.
+    logging.getLogger("nio").setLevel(max(logging.WARNING, logging.root.level))
     cfg = section(raw, "matrix", MatrixSection)
     password = read_secret("matrix-password", cfg.password_file)
     assert password is not None  # required=True raises instead
