@@ -141,7 +141,8 @@ class MatrixChannel:
                 self.client = None
                 self._up = anyio.Event()
                 self.positions.flush()
-                await client.close()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                    await client.close()  # shielded: a SIGTERM still closes the HTTP session
             delay = self.retry.failed(anyio.current_time(), random.random())
             if delay is None:
                 raise ServerUnavailable(f"Matrix server {self.cfg.homeserver}: {error}")

@@ -22,7 +22,7 @@ from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.matrix_client import MatrixPerson, from_user, joined, text_of
 from tests.realservers.processes import AdapterProcess
-from tests.realservers.servers import Server
+from tests.realservers.servers import Server, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -307,3 +307,16 @@ async def test_a_catch_up_longer_than_the_sync_timeline_is_filled_in_whole(
     ids = [r[0] for r in query(d, "SELECT msg_id FROM inbound ORDER BY rowid")]
     assert ids[1:] == sent  # all of them, once, in the server's order
     assert "caught up" in adapters[-1].log()
+
+
+async def test_a_server_that_is_down_is_retried_then_exit_75(
+    adapters: list[AdapterProcess], short_tmp: Path
+) -> None:
+    down = Server("down", "127.0.0.1", free_port(), short_tmp, None, {"bot": "x"})  # type: ignore[arg-type]
+    cfg = matrix_config(short_tmp / "no-broker.sock", down, short_tmp)
+    cfg["adapter"]["give_up_s"] = 0.5
+    proc = AdapterProcess("matrix", short_tmp, cfg).start()
+    adapters.append(proc)
+    assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
+    log = proc.log()
+    assert "retrying in" in log and "giving up" in log
