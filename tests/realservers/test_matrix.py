@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyn
 
 CHANNEL = "matrix"
 BOT = "@bot:localhost"
-INBOUND = "SELECT msg_id, peer_kind, peer_id, thread_id, sender_id, meta FROM inbound"
+INBOUND = "SELECT msg_id, peer_kind, peer_id, thread_id, sender_id, meta, sender_name FROM inbound"
 
 
 @pytest.fixture
@@ -111,9 +111,21 @@ async def test_dm_and_room_thread_are_answered_in_their_room_and_thread(
     assert rows[("dm", None)][0] == asked and rows[("dm", None)][2] == dm
     group_row = rows[("group", root)]
     assert group_row[2] == group and group_row[4] == "@ann:localhost"
+    await ann.client.set_displayname("Ann Example")  # Synapse updates the rooms after it
+    await ann.expect(
+        lambda e: (
+            e.get("room_id") == group
+            and e.get("state_key") == ann.user_id
+            and (e.get("content") or {}).get("displayname") == "Ann Example"
+        )
+    )
+    await ann.say(group, "named now")
+    await ann.expect(from_user(BOT, group, "named now"))
+    names = {r[0]: r[6] for r in query(d, INBOUND)}
+    assert names[asked] == "ann" and "Ann Example" in names.values()
     assert orjson.loads(group_row[5])["mentioned"] is True
     assert orjson.loads(rows[("group", None)][5])["mentioned"] is False
-    await wait_db(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'", (), 3)
+    await wait_db(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'", (), 4)
 
 
 async def test_an_attachment_is_passed_as_metadata_with_its_text(
