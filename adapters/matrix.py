@@ -131,6 +131,9 @@ class MatrixChannel:
                         joined = await client.join(room)
                         if isinstance(joined, ErrorResponse):
                             log.warning("cannot join %s: %s", room, joined)
+                    profile = await client.get_displayname()
+                    named = getattr(profile, "displayname", None)
+                    self.bot = Bot(self.cfg.user_id, named if isinstance(named, str) else None)
                 self.retry.succeeded()
                 log.info("connected to %s as %s", self.cfg.homeserver, client.user_id)
                 await self._serve(client, inbox)
