@@ -63,6 +63,7 @@ from .matrix_events import (
     text_content,
     to_incoming,
 )
+from .matrix_position import AckedTokens
 from .matrix_session import StoredLogin, log_in, new_client
 from .position import PositionStore
 from .retry import RetryClock, ServerUnavailable
@@ -116,8 +117,7 @@ class MatrixChannel:
         self._streams: dict[str, _Stream] = {}
         self._began_ms = int(time.time() * 1000)  # a first start passes on what comes after
         self._direct: set[str] = set(self.positions.get("direct") or [])
-        self._unacked = 0  # messages passed to the broker and not acked yet
-        self._synced: str | None = None  # the token after the last sync passed on whole
+        self._tokens = AckedTokens()
 
     # -- in --------------------------------------------------------------------------
 
@@ -212,6 +212,7 @@ class MatrixChannel:
         inbox: MemoryObjectSendStream[Incoming],
     ) -> None:
         """Rule 1: each room's new events to the broker, then the token once all are acked."""
+        self._tokens.open()
         for room_id, info in answer.rooms.join.items():
             events = [getattr(e, "source", None) or {} for e in info.timeline.events]
             if info.timeline.limited and since is not None:
@@ -224,19 +225,19 @@ class MatrixChannel:
                     continue  # Rule 1: history from before the first start
                 incoming = self._convert(event, room)
                 if incoming is not None:
-                    self._unacked += 1
+                    self._tokens.sent()
                     incoming.on_ack = self._acked
                     await inbox.send(incoming)
-        self._synced = answer.next_batch
-        if self._unacked == 0:
-            self.positions.put("since", self._synced)
+        safe = self._tokens.close(answer.next_batch)
+        if safe is not None:
+            self.positions.put("since", safe)
             if since is None:
                 self.positions.flush()  # at once: messages from now on must be caught up
 
     def _acked(self) -> None:
-        self._unacked -= 1
-        if self._unacked == 0 and self._synced is not None:
-            self.positions.put("since", self._synced)
+        safe = self._tokens.acked()
+        if safe is not None:
+            self.positions.put("since", safe)
 
     async def _backfill(
         self, client: AsyncClient, room_id: str, start: str | None, until: str
