@@ -10,9 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.realservers.servers import Server, start_ngircd, start_prosody
+from tests.realservers.servers import Server, start_ngircd, start_prosody, start_synapse
 
 XMPP_ACCOUNTS = {"bot": "bot-secret", "ann": "ann-secret", "bob": "bob-secret"}
+MATRIX_ACCOUNTS = {
+    "bot": "bot-secret",
+    "ann": "ann-secret",
+    "bob": "bob-secret",
+    "ratebot": "ratebot-secret",
+    "admin": "admin-secret",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,4 +37,10 @@ def ngircd() -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def prosody() -> Iterator[Server]:
     with start_prosody(XMPP_ACCOUNTS) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def synapse() -> Iterator[Server]:
+    with start_synapse(MATRIX_ACCOUNTS, admins=("admin",)) as server:
         yield server

@@ -5,8 +5,9 @@ Each server runs from a temporary config and data directory on a free port of
 not installed is a failure that names the package: `scripts/setup` installs
 it (`apt-get install -y --no-install-recommends ngircd prosody`).
 
-Matrix (Synapse in its own venv) and email (Postfix + Dovecot) would follow
-the same shape: a `start_*` context manager yielding a `Server`.
+Synapse (Matrix) runs from its own venv (`.venv-synapse`, or $SYNAPSE_VENV):
+its dependency pins would clash with ours. Email (Postfix + Dovecot) would
+follow the same shape: a `start_*` context manager yielding a `Server`.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _workdir(prefix: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+def _workdir(prefix: str, where: str = "/tmp") -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=where))
     try:
         yield path
     finally:
@@ -212,5 +213,129 @@ def start_prosody(accounts: dict[str, str]) -> Iterator[Server]:
         try:
             wait_listening(port, proc, log, 15)
             yield Server("prosody", "127.0.0.1", port, work, proc, dict(accounts))
+        finally:
+            stop(proc)
+
+
+SYNAPSE_CONF = """\
+server_name: "localhost"
+public_baseurl: "http://127.0.0.1:{port}/"
+pid_file: "{work}/homeserver.pid"
+listeners:
+  - port: {port}
+    bind_addresses: ["127.0.0.1"]
+    type: http
+    tls: false
+    x_forwarded: false
+    resources: [{{names: [client], compress: false}}]
+database:
+  name: sqlite3
+  args: {{database: "{work}/homeserver.db"}}
+log_config: "{work}/log.yaml"
+media_store_path: "{work}/media"
+signing_key_path: "{work}/signing.key"
+registration_shared_secret: "{secret}"
+report_stats: false
+enable_metrics: false
+trusted_key_servers: []
+suppress_key_server_warning: true
+federation_domain_whitelist: []
+url_preview_enabled: false
+presence: {{enabled: false}}
+# Relaxed for the tests; the rate-limit test tightens one user through the
+# admin API (override_ratelimit) instead.
+rc_message: {{per_second: 1000, burst_count: 1000}}
+rc_registration: {{per_second: 1000, burst_count: 1000}}
+rc_login:
+  address: {{per_second: 1000, burst_count: 1000}}
+  account: {{per_second: 1000, burst_count: 1000}}
+  failed_attempts: {{per_second: 1000, burst_count: 1000}}
+rc_joins:
+  local: {{per_second: 1000, burst_count: 1000}}
+rc_invites:
+  per_room: {{per_second: 1000, burst_count: 1000}}
+  per_user: {{per_second: 1000, burst_count: 1000}}
+  per_issuer: {{per_second: 1000, burst_count: 1000}}
+"""
+
+SYNAPSE_LOG = """\
+version: 1
+formatters: {{precise: {{format: "%(asctime)s %(name)s %(levelname)s %(message)s"}}}}
+handlers:
+  file: {{class: logging.FileHandler, formatter: precise, filename: "{work}/server.log"}}
+root: {{level: WARNING, handlers: [file]}}
+disable_existing_loggers: false
+"""
+
+
+def synapse_python() -> Path:
+    """The Python of Synapse's own venv (its pins would clash with ours)."""
+    root = Path(__file__).resolve().parents[2]
+    python = Path(os.environ.get("SYNAPSE_VENV", root / ".venv-synapse")) / "bin" / "python"
+    probe = (
+        subprocess.run(
+            [str(python), "-c", "import synapse"], capture_output=True, check=False, timeout=60
+        )
+        if python.exists()
+        else None
+    )
+    if probe is None or probe.returncode != 0:
+        raise ServerMissing(
+            f"Synapse is not installed in {python.parent.parent}: the Matrix adapter tests need"
+            " the PyPI package 'matrix-synapse' in its own venv (scripts/setup dev installs it)"
+        )
+    return python
+
+
+def register_matrix_user(base: str, secret: str, name: str, password: str, admin: bool) -> None:
+    """Register through Synapse's shared-secret admin API (what register_new_matrix_user does)."""
+    import hashlib
+    import hmac
+
+    import httpx
+
+    url = f"{base}/_synapse/admin/v1/register"
+    nonce = httpx.get(url, timeout=10).json()["nonce"]
+    # The MAC covers nonce\0user\0password\0admin-flag, with no trailing NUL.
+    mac = hmac.new(secret.encode(), digestmod=hashlib.sha1)
+    mac.update(b"\x00".join(p.encode() for p in (nonce, name, password)))
+    mac.update(b"\x00" + (b"admin" if admin else b"notadmin"))
+    body = {"nonce": nonce, "username": name, "password": password, "admin": admin}
+    body["mac"] = mac.hexdigest()
+    answer = httpx.post(url, json=body, timeout=30)
+    answer.raise_for_status()
+
+
+@contextlib.contextmanager
+def start_synapse(accounts: dict[str, str], admins: tuple[str, ...] = ()) -> Iterator[Server]:
+    """Synapse on loopback for `localhost` (SQLite, client API only, rate limits
+    relaxed), with the accounts given (name -> password; `admins` among them)."""
+    python = synapse_python()
+    # Synapse commits each event with several fsyncs (SQLite): ~37 ms a message on
+    # this VM's disk, ~21 ms on tmpfs. Its data is thrown away anyway.
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else "/tmp"
+    with _workdir("matrixd-", shm) as work:
+        port = free_port()
+        secret = os.urandom(16).hex()
+        conf = work / "homeserver.yaml"
+        conf.write_text(SYNAPSE_CONF.format(port=port, work=work, secret=secret))
+        (work / "log.yaml").write_text(SYNAPSE_LOG.format(work=work))
+        app = "synapse.app.homeserver"
+        subprocess.run(
+            [str(python), "-m", app, "-c", str(conf), "--generate-keys"],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        with (work / "stdout.log").open("ab") as out:
+            proc = subprocess.Popen(
+                [str(python), "-m", app, "-c", str(conf)], stdout=out, stderr=out, cwd=work
+            )
+        try:
+            wait_listening(port, proc, work / "stdout.log", 120)
+            base = f"http://127.0.0.1:{port}"
+            for name, password in accounts.items():
+                register_matrix_user(base, secret, name, password, name in admins)
+            yield Server("synapse", "127.0.0.1", port, work, proc, dict(accounts))
         finally:
             stop(proc)
