@@ -21,6 +21,7 @@ from pathlib import Path
 from tests.realservers.servers import _workdir, free_port, require, stop, wait_listening
 
 DOMAIN = "example.test"
+BUSY = f"busy@{DOMAIN}"  # an address Postfix always answers 450 (see POSTFIX_MAIN)
 MAIL_UID = 65534  # nobody: Dovecot refuses root-owned mailboxes by default
 
 
@@ -112,6 +113,8 @@ virtual_mailbox_domains = {domain}
 virtual_mailbox_maps = inline:{{ {mailboxes} }}
 virtual_transport = lmtp:inet:127.0.0.1:{lmtp_port}
 smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
+# busy@ is always answered 450 (a temporary failure): the tests' 4xx.
+smtpd_recipient_restrictions = check_recipient_access inline:{{ {{ {busy} = 450 4.2.1 busy }} }}
 smtp_dns_support_level = disabled
 lmtp_host_lookup = native
 biff = no
@@ -179,6 +182,7 @@ def start_mail(accounts: dict[str, str]) -> Iterator[MailServer]:
             POSTFIX_MAIN.format(
                 work=work,
                 domain=DOMAIN,
+                busy=BUSY,
                 lmtp_port=lmtp_port,
                 mailboxes=", ".join(f"{a}=ok" for a in addresses),
             )

@@ -26,8 +26,9 @@ import pytest
 
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
-from tests.realservers.mailservers import DOMAIN, MailServer, start_mail
+from tests.realservers.mailservers import BUSY, DOMAIN, MailServer, start_mail
 from tests.realservers.processes import AdapterProcess
+from tests.realservers.servers import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
@@ -322,3 +323,36 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     adapters.append(proc)
     assert await anyio.to_thread.run_sync(proc.wait_exit, 20) == 75
     assert "login refused" in proc.log()
+
+
+async def test_smtp_5xx_is_undeliverable_and_4xx_is_retried_unconfirmed(
+    mailserver: MailServer,
+    make_daemon: DaemonFactory,
+    adapters: list[AdapterProcess],
+    short_tmp: Path,
+) -> None:
+    d = make_daemon()
+    proc = start_adapter(adapters, short_tmp, mail_config(d.socket, mailserver, short_tmp))
+    unknown = send(mailserver, "answer nobody", Reply_To=f"nobody@{DOMAIN}")
+    await wait_db(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'", (), 1)
+    assert f"to nobody@{DOMAIN} refused" in proc.log() and "undeliverable" in proc.log()
+    assert unknown[1:-1] in [r[0] for r in query(d, INBOUND)]
+
+    send(mailserver, "answer busy", Reply_To=BUSY)
+    await anyio.to_thread.run_sync(lambda: proc.wait_log("retried in", within=10))
+    assert query(d, "SELECT count(*) FROM outbox WHERE status = 'delivered'") == [(1,)]
+
+
+async def test_an_smtp_server_that_stays_down_ends_with_exit_75(
+    mailserver: MailServer,
+    make_daemon: DaemonFactory,
+    adapters: list[AdapterProcess],
+    short_tmp: Path,
+) -> None:
+    d = make_daemon()
+    cfg = mail_config(d.socket, mailserver, short_tmp, smtp_port=free_port())
+    cfg["adapter"]["give_up_s"] = 1.0
+    proc = start_adapter(adapters, short_tmp, cfg)
+    send(mailserver, "no way out")
+    assert await anyio.to_thread.run_sync(proc.wait_exit, 20) == 75
+    assert "SMTP server" in proc.log() and "giving up" in proc.log()
