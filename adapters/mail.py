@@ -176,12 +176,11 @@ class MailChannel:
 
             tg.start_soon(watch)
             while True:
-                for uid in await session.uids_after(last):
+                for uid in await session.wait_new(last, self.cfg.idle_s):
                     raw = await session.fetch(uid)
                     if raw is not None:
                         await self._pass_on(raw, uid, uidvalidity, inbox)
                     last = uid
-                await session.idle(self.cfg.idle_s)
 
     async def _pass_on(
         self, raw: bytes, uid: int, uidvalidity: int, inbox: MemoryObjectSendStream[Incoming]

@@ -6,6 +6,10 @@ Rule 1: every command is bounded (the client's own timeout, and the caller's
 Rule 2: messages are read by UID, in UID order, with BODY.PEEK[] so reading
         never changes a flag: the adapter's position (UIDVALIDITY, UID) is
         its own, not the mailbox's \\Seen state.
+Rule 3: IDLE only starts after a search found nothing new. A server announces
+        new mail once (EXISTS), and an announcement that came with a FETCH or
+        SEARCH answer is not repeated in the IDLE that follows: searching
+        again first is what keeps such a mail from waiting out the IDLE.
 """
 
 from __future__ import annotations
@@ -71,6 +75,14 @@ class ImapSession:
         for line in answer.lines[:-1]:
             found.update(int(n) for n in bytes(line).split() if n.isdigit())
         return sorted(n for n in found if n > uid)
+
+    async def wait_new(self, uid: int, idle_s: float) -> list[int]:
+        """The UIDs above `uid`, waiting in IDLE while there are none (Rule 3)."""
+        while True:
+            found = await self.uids_after(uid)
+            if found:
+                return found
+            await self.idle(idle_s)
 
     async def fetch(self, uid: int) -> bytes | None:
         """The whole message (Rule 2); None if it is gone (expunged meanwhile)."""

@@ -86,9 +86,6 @@ service lmtp {{
     port = {lmtp_port}
   }}
 }}
-protocol imap {{
-  imap_idle_notify_interval = 1 secs
-}}
 """
 
 POSTFIX_MAIN = """\
