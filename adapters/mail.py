@@ -96,12 +96,15 @@ class MailChannel:
     # -- in --------------------------------------------------------------------------
 
     async def run(self, inbox: MemoryObjectSendStream[Incoming]) -> None:
-        with single_error():
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._read_forever, inbox)
-                tg.start_soon(self._flush_positions)
-                await self._smtp_gave_up.wait()
-                raise ServerUnavailable(self._smtp_error)
+        try:
+            with single_error():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._read_forever, inbox)
+                    tg.start_soon(self._flush_positions)
+                    await self._smtp_gave_up.wait()
+                    raise ServerUnavailable(self._smtp_error)
+        finally:
+            self.book.close()
 
     async def _flush_positions(self) -> None:
         try:

@@ -5,8 +5,9 @@ Each server runs from a temporary config and data directory on a free port of
 not installed is a failure that names the package: `scripts/setup` installs
 it (`apt-get install -y --no-install-recommends ngircd prosody`).
 
-Matrix (Synapse in its own venv) and email (Postfix + Dovecot) would follow
-the same shape: a `start_*` context manager yielding a `Server`.
+Matrix (Synapse in its own venv) would follow the same shape: a `start_*`
+context manager yielding a `Server`. Email (Postfix + Dovecot, two servers
+and three ports) is in mailservers.py.
 """
 
 from __future__ import annotations

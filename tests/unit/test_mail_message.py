@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.mail import MailChannel, MailSection
 from adapters.mail_book import ReplyBook
 from adapters.mail_message import (
     MAX_MSG_ID,
@@ -17,6 +18,8 @@ from adapters.mail_message import (
     parse,
     reply_subject,
 )
+from adapters.position import PositionStore
+from adapters.settings import AdapterSection
 
 BOT = "bot@example.test"
 
@@ -171,3 +174,23 @@ def test_the_reply_book_survives_a_reopen_and_keeps_the_newest(tmp_path: Path) -
     assert reopened.get("m0") is None
     assert reopened.get("m2") == ReplyContext("<m2@x>", "a@x", "s")
     reopened.close()
+
+
+def make_channel(state: Path) -> MailChannel:
+    cfg = MailSection(address=BOT, imap_host="127.0.0.1", smtp_host="127.0.0.1")
+    channel = MailChannel(cfg, AdapterSection(state_dir=state), "secret")
+    channel.book.close()  # only its positions are used here
+    return channel
+
+
+def test_the_first_start_reads_from_uidnext_and_stores_it_at_once(tmp_path: Path) -> None:
+    channel = make_channel(tmp_path)
+    assert channel._start_uid(uidvalidity=7, uidnext=42) == 41
+    stored = PositionStore(tmp_path / "positions.json").get("imap")
+    assert stored == {"uidvalidity": 7, "uid": 41}
+    assert make_channel(tmp_path)._start_uid(uidvalidity=7, uidnext=50) == 41
+
+
+def test_a_changed_uidvalidity_reads_the_whole_mailbox_again(tmp_path: Path) -> None:
+    make_channel(tmp_path)._start_uid(uidvalidity=7, uidnext=42)
+    assert make_channel(tmp_path)._start_uid(uidvalidity=8, uidnext=3) == 0
