@@ -6,8 +6,8 @@ not installed is a failure that names the package: `scripts/setup` installs
 it (`apt-get install -y --no-install-recommends ngircd prosody`).
 
 Synapse (Matrix) runs from its own venv (`.venv-synapse`, or $SYNAPSE_VENV):
-its dependency pins would clash with ours. Email (Postfix + Dovecot) would
-follow the same shape: a `start_*` context manager yielding a `Server`.
+its dependency pins would clash with ours. Email (Postfix + Dovecot, two servers
+and three ports) is in mailservers.py.
 """
 
 from __future__ import annotations
