@@ -117,7 +117,7 @@ class SessionActor:
         if start.pending_thread is not None:  # decided before a crash or this actor's start
             self._thread_requested(ThreadRequest(*start.pending_thread))
         async with anyio.create_task_group() as tg:
-            self._tg = tg
+            self._tg, self.steps.spawn = tg, tg.start_soon
             for command in commands:
                 self.items.pop(command.id, None)
                 self.ports.chat_command(self, command)

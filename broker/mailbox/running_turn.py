@@ -7,9 +7,9 @@ Rule 2: a turn that streams for longer than `engine.progress_save_s` saves its o
         Rule 4); a quick turn never saves.
 Rule 3: every engine call gets its own cancel scope, bounded by the engine timeout; an
         abort cancels the call in progress, or the next one before it starts.
-Rule 4: the turn's events are numbered as they happen and written while it runs by
-        a task beside each engine call that awaits every write's outcome itself, at
-        most one write of them under way (broker/core/turn_events.py Rule 2): the
+Rule 4: the turn's events are numbered as they happen and written while it runs, at
+        most one write of them under way; events that come meanwhile are sent by a
+        task that awaits that write (never by the ledger writer's task): the
         engine's events as it reports them, an `action` for each tool call, and
         with the first of them its `intent`, made when it began. Each engine call
         ends with an `llm` event, unless the engine reported its own model calls;
@@ -20,7 +20,7 @@ Rule 4: the turn's events are numbered as they happen and written while it runs 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from ledger.port import Committing
 
 log = logs.get("broker.actor")
 WriteEvents = Callable[[int, list[te.Event]], "Committing[None] | None"]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task group's start_soon
 TIMEOUT = "the agent took too long to answer and was stopped"
 
 
@@ -88,7 +89,12 @@ class RunningTurn:
     # Rule 4: every event of the turn, and how to write some (None: only at the commit).
     events: te.EventLog = field(default_factory=lambda: te.EventLog([]))
     write_events: WriteEvents | None = None
-    events_added: anyio.Event | None = None  # set by `event` while a writer task waits
+    # The write under way and its first event; a task of the actor's group (`spawn`)
+    # awaits it when more events wait behind it.
+    events_writing: Committing[None] | None = None
+    events_first: int = 0
+    events_follow_up: bool = False
+    spawn: Spawn | None = None
 
     def __post_init__(self) -> None:
         self.save_due = self.clock() + self.save_every_s
@@ -115,59 +121,47 @@ class RunningTurn:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         """An event of the turn, written soon (Rule 4)."""
         self.events.add(kind, data)
-        if self.events_added is not None:
-            self.events_added.set()
+        self.flush_events()
 
-    async def _write_events(self, write: WriteEvents) -> None:
-        """Rule 4, for as long as an engine call runs: what waits goes out, one write
-        at a time; this task awaits each write's outcome itself."""
+    def flush_events(self) -> None:
+        """Rule 4: what waits goes out now; while a write of them is under way, a task
+        awaits it and then sends what waits (one such task at a time)."""
+        log_, writing = self.events, self.events_writing
+        if writing is not None:
+            if not writing.done:
+                if not self.events_follow_up and log_.waiting and self.spawn is not None:
+                    self.events_follow_up = True
+                    self.spawn(self._after_write)
+                return
+            self._written(writing)
+        if self.write_events is None or not te.flush_due(log_):
+            return
+        first = log_.sent
+        writing = self.write_events(first, log_.events[first:])
+        if writing is None:  # the writer refused them for now: they go with the next
+            return
+        log_.sent, log_.in_flight = len(log_.events), True
+        self.events_writing, self.events_first = writing, first
+
+    def _written(self, writing: Committing[None]) -> None:
         log_ = self.events
-        log_.in_flight = False  # a write still under way from an earlier call keeps its order
-        while True:
-            if not te.flush_due(log_):
-                self.events_added = anyio.Event()
-                await self.events_added.wait()
-                continue
-            first = log_.sent
-            writing = write(first, log_.events[first:])
-            if writing is None:  # the writer refused them for now: they go with the next
-                self.events_added = anyio.Event()
-                await self.events_added.wait()
-                continue
-            log_.sent, log_.in_flight = len(log_.events), True
-            await writing.wait()
-            log_.in_flight = False
-            try:
-                writing.get()
-            except Exception as exc:
-                if not log_.closed:
-                    log_.sent = first  # one write at a time: these are the only ones unwritten
-                log.warning(
-                    "turn events not written", session=self.session, turn=self.id, error=str(exc)
-                )
-                self.events_added = anyio.Event()  # not again before something new comes
-                await self.events_added.wait()
+        self.events_writing, log_.in_flight = None, False
+        try:
+            writing.get()
+        except Exception as exc:
+            if not log_.closed:
+                log_.sent = self.events_first  # one write at a time: the only ones unwritten
+            log.warning(
+                "turn events not written", session=self.session, turn=self.id, error=str(exc)
+            )
 
-    async def _run(self, engine: Engine, request: TurnRequest) -> EngineResult:
-        """The engine call, with the task that writes its events beside it (Rule 4)."""
-        write = self.write_events
-        if write is None:
-            return await engine.run(request, self)
-        result: EngineResult | None = None
-        failure: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._write_events, write)
-            try:
-                result = await engine.run(request, self)
-            except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
-                failure = exc
-            finally:
-                tg.cancel_scope.cancel()
-                self.events_added = None
-        if failure is not None:
-            raise failure
-        assert result is not None
-        return result
+    async def _after_write(self) -> None:
+        writing = self.events_writing
+        if writing is not None:
+            await writing.wait()
+        self.events_follow_up = False
+        if not self.events.closed:
+            self.flush_events()
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], call_id: str | None = None
@@ -203,7 +197,7 @@ class RunningTurn:
         # One scope for both the timeout and an abort: cheaper than nesting fail_after.
         with self.engine_scope(deadline) as scope:
             try:
-                self.result = await self._run(engine, request)
+                self.result = await engine.run(request, self)
             except TimeoutError:  # the engine's own (say, an HTTP client's)
                 self.error, self.reason = TIMEOUT, "timeout"
             except EngineError as exc:

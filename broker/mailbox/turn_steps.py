@@ -30,13 +30,15 @@ from ledger.items import ItemInfo
 from . import compactor
 from . import turn_parts as parts
 from .ports import ActorPorts
-from .running_turn import RunningTurn
+from .running_turn import RunningTurn, Spawn
 from .session_facts import SessionFacts
 
 
 class TurnSteps:
     def __init__(self, label: str, ports: ActorPorts, facts: SessionFacts) -> None:
         self.label, self.ports, self.facts = label, ports, facts
+        # The actor's task group's `start_soon`, once it runs (running_turn.py Rule 4).
+        self.spawn: Spawn | None = None
 
     @property
     def engine(self) -> Engine:
@@ -72,6 +74,7 @@ class TurnSteps:
         turn.system = parts.system_prompt(settings, persona, self.facts.kind)
         turn.notes = parts.notes(start, items)
         turn.scratchpad = self.facts.scratchpad
+        turn.spawn = self.spawn
         facts = self.facts
         turn.write_events = lambda first, events: ports.write_events(
             turn_id, label, facts.head, first, events
