@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.realservers.processes import AdapterProcess
 from tests.realservers.servers import Server, start_ngircd, start_prosody, start_synapse
 
 XMPP_ACCOUNTS = {"bot": "bot-secret", "ann": "ann-secret", "bob": "bob-secret"}
@@ -26,6 +27,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/realservers/" in str(item.path):
             item.add_marker(pytest.mark.realserver)
+
+
+@pytest.fixture
+def adapters() -> Iterator[list[AdapterProcess]]:
+    started: list[AdapterProcess] = []
+    yield started
+    for proc in started:
+        proc.kill()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from tests.harness import write_config
 
 
@@ -75,3 +77,16 @@ class AdapterProcess:
     def wait_exit(self, within: float) -> int:
         assert self.proc is not None
         return int(self.proc.wait(within))
+
+
+async def expect_login_refused(
+    module: str, workdir: Path, config: dict[str, Any], started: list[AdapterProcess], within: float
+) -> None:
+    """The adapter, whose password file now holds a wrong password, gives up after
+    `give_up_s` with exit 75 and says why (issue 23: login refused)."""
+    (workdir / f"{module}-password").write_text("wrong\n")
+    config["adapter"]["give_up_s"] = 0.5
+    proc = AdapterProcess(module, workdir, config).start()
+    started.append(proc)
+    assert await anyio.to_thread.run_sync(proc.wait_exit, within) == 75
+    assert "login refused" in proc.log()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +37,6 @@ def irc_config(socket: Path, server: Server, nick: str, **irc: Any) -> dict[str,
 @pytest.fixture
 def workdir(short_tmp: Path) -> Path:
     return short_tmp
-
-
-@pytest.fixture
-def adapters() -> Iterator[list[AdapterProcess]]:
-    started: list[AdapterProcess] = []
-    yield started
-    for proc in started:
-        proc.kill()
 
 
 def start_adapter(

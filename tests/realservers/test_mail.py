@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.mailservers import BUSY, DOMAIN, MailServer, start_mail
-from tests.realservers.processes import AdapterProcess
+from tests.realservers.processes import AdapterProcess, expect_login_refused
 from tests.realservers.servers import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
@@ -44,14 +44,6 @@ INBOUND = "SELECT msg_id, peer_kind, peer_id, thread_id, sender_id, sender_name,
 def mailserver() -> Iterator[MailServer]:
     with start_mail(ACCOUNTS) as server:
         yield server
-
-
-@pytest.fixture
-def adapters() -> Iterator[list[AdapterProcess]]:
-    started: list[AdapterProcess] = []
-    yield started
-    for proc in started:
-        proc.kill()
 
 
 def mail_config(socket: Path, server: MailServer, workdir: Path, **mail: Any) -> dict[str, Any]:
@@ -317,12 +309,7 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     mailserver: MailServer, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
     cfg = mail_config(short_tmp / "no-broker.sock", mailserver, short_tmp)
-    (short_tmp / "mail-password").write_text("wrong\n")
-    cfg["adapter"]["give_up_s"] = 0.5
-    proc = AdapterProcess("mail", short_tmp, cfg).start()
-    adapters.append(proc)
-    assert await anyio.to_thread.run_sync(proc.wait_exit, 20) == 75
-    assert "login refused" in proc.log()
+    await expect_login_refused("mail", short_tmp, cfg, adapters, 20)
 
 
 async def test_smtp_5xx_is_undeliverable_and_4xx_is_retried_unconfirmed(

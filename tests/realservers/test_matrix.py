@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.matrix_client import MatrixPerson, from_user, joined, text_of
-from tests.realservers.processes import AdapterProcess
+from tests.realservers.processes import AdapterProcess, expect_login_refused
 from tests.realservers.servers import Server, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
@@ -29,14 +28,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyn
 CHANNEL = "matrix"
 BOT = "@bot:localhost"
 INBOUND = "SELECT msg_id, peer_kind, peer_id, thread_id, sender_id, meta, sender_name FROM inbound"
-
-
-@pytest.fixture
-def adapters() -> Iterator[list[AdapterProcess]]:
-    started: list[AdapterProcess] = []
-    yield started
-    for proc in started:
-        proc.kill()
 
 
 @pytest.fixture
@@ -293,12 +284,7 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     synapse: Server, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
     cfg = matrix_config(short_tmp / "no-broker.sock", synapse, short_tmp)
-    (short_tmp / "matrix-password").write_text("wrong\n")
-    cfg["adapter"]["give_up_s"] = 0.5
-    proc = AdapterProcess("matrix", short_tmp, cfg).start()
-    adapters.append(proc)
-    assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
-    assert "login refused" in proc.log()
+    await expect_login_refused("matrix", short_tmp, cfg, adapters, 15)
 
 
 async def test_a_catch_up_longer_than_the_sync_timeline_is_filled_in_whole(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from slixmpp import Message
 
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db, wait_until
-from tests.realservers.processes import AdapterProcess
+from tests.realservers.processes import AdapterProcess, expect_login_refused
 from tests.realservers.servers import Server
 from tests.realservers.xmpp_client import XmppPerson
 
@@ -28,14 +28,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyn
 CHANNEL = "xmpp"
 BOT = "bot@localhost"
 INBOUND = "SELECT msg_id, peer_kind, peer_id, thread_id, sender_id, meta FROM inbound"
-
-
-@pytest.fixture
-def adapters() -> Iterator[list[AdapterProcess]]:
-    started: list[AdapterProcess] = []
-    yield started
-    for proc in started:
-        proc.kill()
 
 
 @pytest.fixture
@@ -190,12 +182,7 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     prosody: Server, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
     cfg = xmpp_config(short_tmp / "no-broker.sock", prosody, short_tmp)
-    (short_tmp / "xmpp-password").write_text("wrong\n")
-    cfg["adapter"]["give_up_s"] = 0.5
-    proc = AdapterProcess("xmpp", short_tmp, cfg).start()
-    adapters.append(proc)
-    assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
-    assert "login refused" in proc.log()
+    await expect_login_refused("xmpp", short_tmp, cfg, adapters, 15)
 
 
 async def test_a_position_gone_from_the_archive_neither_stops_nor_sticks(
