@@ -1,4 +1,4 @@
-"""Shared measuring for the adapter benchmarks (bench/adapters_irc.py, adapters_xmpp.py).
+"""Shared measuring and set-up for the adapter benchmarks (bench/adapters_*.py).
 
 A conversation is two callables: `send(text)` and `receive()` (the next reply
 text). Open loop: one message every 1/rate seconds, replies matched by text.
@@ -8,11 +8,21 @@ reply to the last one came.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import anyio
+
+from tests.harness import DaemonProcess
+from tests.realservers.processes import AdapterProcess
 
 Send = Callable[[str], Awaitable[None]]
 Receive = Callable[[], Awaitable[str]]
@@ -114,3 +124,43 @@ async def broker_alone(socket: str, rate: float, n: int) -> Figures:
                     return reply.text
 
         return await open_loop(f"broker alone (SDK), {rate:g} msg/s", send, receive, rate, n)
+
+
+def arguments(doc: str | None, clients: int = 4) -> argparse.Namespace:
+    """The command line every adapter benchmark takes."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=clients)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    return parser.parse_args()
+
+
+def workdir(module: str) -> Path:
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{module}-", dir="/tmp"))
+    (work / "d").mkdir()
+    return work
+
+
+@contextlib.contextmanager
+def broker_and_adapter(
+    module: str, work: Path, section: dict[str, Any]
+) -> Iterator[tuple[DaemonProcess, AdapterProcess]]:
+    """A broker on `work/d` and the adapter `module` with its config `section`,
+    stopped and removed at the end; BENCH_ADAPTER_LOG=DEBUG (say) keeps its log."""
+    level = os.environ.get("BENCH_ADAPTER_LOG")
+    daemon = DaemonProcess(work / "d", None).start()
+    config = {
+        "broker": {"socket": str(daemon.socket), "channel": module},
+        "adapter": {"log_level": level or "WARNING"},
+        module: section,
+    }
+    adapter = AdapterProcess(module, work, config).start()
+    try:
+        yield daemon, adapter
+    finally:
+        adapter.stop()
+        daemon.kill()
+        if level:
+            shutil.copy(work / f"{module}.log", f"/tmp/bench-{module}-adapter.log")
+        shutil.rmtree(work, ignore_errors=True)

@@ -13,16 +13,22 @@ pace the run at ~1-2 lines/s, which is what they are for on a real network.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 
 import anyio
 
-from bench.adapters_common import Figures, Receive, Send, broker_alone, closed_loop, open_loop
-from tests.harness import DaemonProcess
+from bench.adapters_common import (
+    Figures,
+    Receive,
+    Send,
+    arguments,
+    broker_alone,
+    broker_and_adapter,
+    closed_loop,
+    open_loop,
+    workdir,
+)
 from tests.realservers.irc_client import IrcClient, privmsg_from
-from tests.realservers.processes import AdapterProcess
 from tests.realservers.servers import Server, start_ngircd
 
 
@@ -74,38 +80,19 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=10.0)
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-irc-", dir="/tmp"))
-    (work / "d").mkdir()
+    args = arguments(__doc__, clients=8)
+    work = workdir("irc")
     with start_ngircd() as server:
-        daemon = DaemonProcess(work / "d", None).start()
-        adapter = AdapterProcess(
-            "irc",
-            work,
-            {
-                "broker": {"socket": str(daemon.socket), "channel": "irc"},
-                "adapter": {"log_level": "WARNING"},
-                "irc": {
-                    "host": server.host,
-                    "port": server.port,
-                    "nick": "benchbot",
-                    "rate_per_s": 10000.0,
-                    "burst": 10000,
-                },
-            },
-        ).start()
-        try:
+        section = {
+            "host": server.host,
+            "port": server.port,
+            "nick": "benchbot",
+            "rate_per_s": 10000.0,
+            "burst": 10000,
+        }
+        with broker_and_adapter("irc", work, section) as (daemon, _adapter):
             for figure in anyio.run(measure, server, daemon.socket, args):
                 print(figure.line())
-        finally:
-            adapter.stop()
-            daemon.kill()
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

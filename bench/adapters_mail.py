@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import shutil
-import tempfile
 import time
 from email.message import EmailMessage
 from email.parser import BytesParser
@@ -28,10 +25,18 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from adapters.mail_imap import ImapSession
-from bench.adapters_common import Figures, Receive, Send, broker_alone, closed_loop, open_loop
-from tests.harness import DaemonProcess
+from bench.adapters_common import (
+    Figures,
+    Receive,
+    Send,
+    arguments,
+    broker_alone,
+    broker_and_adapter,
+    closed_loop,
+    open_loop,
+    workdir,
+)
 from tests.realservers.mailservers import DOMAIN, MailServer, start_mail
-from tests.realservers.processes import AdapterProcess
 
 
 class Person:
@@ -136,47 +141,26 @@ def wait_position(path: Path, within: float = 15.0) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=10.0)
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-mail-", dir="/tmp"))
-    (work / "d").mkdir()
+    args = arguments(__doc__, clients=4)
+    work = workdir("mail")
     accounts = {"bot": "b", "echo": "e", **{f"c{n}": "c" for n in range(args.clients)}}
     (work / "mail-password").write_text("b\n")
     with start_mail(accounts) as server:
-        daemon = DaemonProcess(work / "d", None).start()
-        adapter = AdapterProcess(
-            "mail",
-            work,
-            {
-                "broker": {"socket": str(daemon.socket), "channel": "mail"},
-                "adapter": {"log_level": os.environ.get("BENCH_ADAPTER_LOG", "WARNING")},
-                "mail": {
-                    "address": f"bot@{DOMAIN}",
-                    "password_file": str(work / "mail-password"),
-                    "imap_host": server.host,
-                    "imap_port": server.imap_port,
-                    "imap_tls": False,
-                    "smtp_host": server.host,
-                    "smtp_port": server.smtp_port,
-                    "smtp_tls": "none",
-                    "smtp_auth": False,
-                },
-            },
-        ).start()
-        try:
+        section = {
+            "address": f"bot@{DOMAIN}",
+            "password_file": str(work / "mail-password"),
+            "imap_host": server.host,
+            "imap_port": server.imap_port,
+            "imap_tls": False,
+            "smtp_host": server.host,
+            "smtp_port": server.smtp_port,
+            "smtp_tls": "none",
+            "smtp_auth": False,
+        }
+        with broker_and_adapter("mail", work, section) as (daemon, adapter):
             wait_position(adapter.state_dir / "positions.json")
             for figure in anyio.run(measure, server, daemon.socket, args):
                 print(figure.line())
-        finally:
-            adapter.stop()
-            daemon.kill()
-            if os.environ.get("BENCH_ADAPTER_LOG"):  # e.g. DEBUG: keep the adapter's log
-                shutil.copy(work / "mail.log", "/tmp/bench-mail-adapter.log")
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +21,18 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from bench.adapters_common import Figures, Receive, Send, broker_alone, closed_loop, open_loop
-from tests.harness import DaemonProcess
+from bench.adapters_common import (
+    Figures,
+    Receive,
+    Send,
+    arguments,
+    broker_alone,
+    broker_and_adapter,
+    closed_loop,
+    open_loop,
+    workdir,
+)
 from tests.realservers.matrix_client import MatrixPerson, joined, text_of
-from tests.realservers.processes import AdapterProcess
 from tests.realservers.servers import Server, start_synapse
 
 
@@ -124,40 +129,19 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=10.0)
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-matrix-", dir="/tmp"))
-    (work / "d").mkdir()
+    args = arguments(__doc__, clients=4)
+    work = workdir("matrix")
     accounts = {"bot": "b", "echo": "e", **{f"c{n}": "c" for n in range(args.clients)}}
     (work / "matrix-password").write_text("b\n")
     with start_synapse(accounts) as server:
-        daemon = DaemonProcess(work / "d", None).start()
-        adapter = AdapterProcess(
-            "matrix",
-            work,
-            {
-                "broker": {"socket": str(daemon.socket), "channel": "matrix"},
-                "adapter": {"log_level": os.environ.get("BENCH_ADAPTER_LOG", "WARNING")},
-                "matrix": {
-                    "homeserver": f"http://{server.host}:{server.port}",
-                    "user_id": "@bot:localhost",
-                    "password_file": str(work / "matrix-password"),
-                },
-            },
-        ).start()
-        try:
+        section = {
+            "homeserver": f"http://{server.host}:{server.port}",
+            "user_id": "@bot:localhost",
+            "password_file": str(work / "matrix-password"),
+        }
+        with broker_and_adapter("matrix", work, section) as (daemon, _adapter):
             for figure in anyio.run(measure, server, daemon.socket, args):
                 print(figure.line())
-        finally:
-            adapter.stop()
-            daemon.kill()
-            if os.environ.get("BENCH_ADAPTER_LOG"):  # e.g. DEBUG: keep the adapter's log
-                shutil.copy(work / "matrix.log", "/tmp/bench-matrix-adapter.log")
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import anyio
 from slixmpp import JID, ClientXMPP, Message
 
-from bench.adapters_common import Figures, Receive, Send, broker_alone, closed_loop, open_loop
-from tests.harness import DaemonProcess
-from tests.realservers.processes import AdapterProcess
+from bench.adapters_common import (
+    Figures,
+    Receive,
+    Send,
+    arguments,
+    broker_alone,
+    broker_and_adapter,
+    closed_loop,
+    open_loop,
+    workdir,
+)
 from tests.realservers.servers import Server, start_prosody
 
 
@@ -99,42 +104,21 @@ async def measure(server: Server, socket: Path, args: argparse.Namespace) -> lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=10.0)
-    parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-xmpp-", dir="/tmp"))
-    (work / "d").mkdir()
+    args = arguments(__doc__, clients=4)
+    work = workdir("xmpp")
     accounts = {"bot": "b", "echo": "e", **{f"c{n}": "c" for n in range(args.clients)}}
     (work / "xmpp-password").write_text("b\n")
     with start_prosody(accounts) as server:
-        daemon = DaemonProcess(work / "d", None).start()
-        adapter = AdapterProcess(
-            "xmpp",
-            work,
-            {
-                "broker": {"socket": str(daemon.socket), "channel": "xmpp"},
-                "adapter": {"log_level": os.environ.get("BENCH_ADAPTER_LOG", "WARNING")},
-                "xmpp": {
-                    "jid": "bot@localhost",
-                    "password_file": str(work / "xmpp-password"),
-                    "host": server.host,
-                    "port": server.port,
-                    "plaintext": True,
-                },
-            },
-        ).start()
-        try:
+        section = {
+            "jid": "bot@localhost",
+            "password_file": str(work / "xmpp-password"),
+            "host": server.host,
+            "port": server.port,
+            "plaintext": True,
+        }
+        with broker_and_adapter("xmpp", work, section) as (daemon, _adapter):
             for figure in anyio.run(measure, server, daemon.socket, args):
                 print(figure.line())
-        finally:
-            adapter.stop()
-            daemon.kill()
-            if os.environ.get("BENCH_ADAPTER_LOG"):  # e.g. DEBUG: keep the adapter's log
-                shutil.copy(work / "xmpp.log", "/tmp/bench-xmpp-adapter.log")
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
