@@ -41,6 +41,10 @@ class LedgerSettings(_Section):
     write_fail_exit_s: float = Field(60.0, gt=0)
     # The integrity check at start stops after this long (0: no check); see ledger/db.py.
     check_s: float = Field(10.0, ge=0)
+    # Backpressure (ledger/writer.py Rule 9): writes queued for the writer at most;
+    # a message past it waits up to `writer_wait_s` for room, then is `overloaded`.
+    writer_queue: int = Field(100_000, ge=1, le=10_000_000)
+    writer_wait_s: float = Field(10.0, ge=0, le=3600)
 
 
 class EngineSettings(_Section):

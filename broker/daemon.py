@@ -168,6 +168,8 @@ class Daemon:
             log=(s.log_level, s.log_format),
             write_fail_exit_s=s.ledger.write_fail_exit_s,
             check_s=s.ledger.check_s,
+            writer_queue=s.ledger.writer_queue,
+            writer_wait_s=s.ledger.writer_wait_s,
         ) as ledger:
             self.ledger = ledger
             ledger.snapshot_max_bytes = s.snapshots.max_bytes

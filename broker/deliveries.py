@@ -226,7 +226,9 @@ class Deliveries:
         if self._confirm_job:
             return  # the job already queued records this one too
         try:
-            self._submit_confirm_job()
+            await self.ledger.admit()  # room first (ledger/writer.py Rule 9)
+            if not self._confirm_job:  # (none was queued while `admit` waited)
+                self._submit_confirm_job()
         except Exception as exc:  # overloaded or closing: it stays pending and is resent
             raise ProtocolError(
                 "overloaded",

@@ -9,7 +9,9 @@ Rule 2: acks leave in arrival order, and items reach their actors in commit
         per commit) and then acks it and hands its item on. Nothing of this
         runs in the ledger writer's task. When the channel is full, the
         connection's reader waits to file the next message, so it stops
-        reading its socket: backpressure reaches the adapter.
+        reading its socket: backpressure reaches the adapter. So it does when
+        the ledger's queue of writes is full (`admit`, ledger/writer.py Rule 9),
+        for a bounded time, past which the frame is answered `overloaded`.
 Rule 3: what happens after a commit (waking the session's mailbox) belongs to
         the ingress, not to the connection, so a client that goes away before
         its ack costs nothing but the ack.
@@ -32,10 +34,10 @@ import anyio
 import anyio.abc
 
 from ledger import logs
+from ledger.admission import WriterClosed, WriterOverloaded
 from ledger.ids import now_ms
 from ledger.jobs import LedgerWriteFailed, WriterDied
 from ledger.port import Accepted, Committing, InboundRecord, IngestPort
-from ledger.writer import WriterClosed, WriterOverloaded
 
 from .config import Settings
 from .connection import Connection
@@ -147,10 +149,7 @@ class Ingress:
             return
         # Room first, then write and file in one step: messages are filed in the
         # order they were written, so their items reach the actors in seq order.
-        while self._unanswered >= FILED_BUFFER:
-            if self._room is None:
-                self._room = anyio.Event()
-            await self._room.wait()
+        await self._wait_for_room(req)
         state = self.adapters[conn.id]
         if state.inflight >= self.settings.max_inflight:
             raise ProtocolError(
@@ -173,10 +172,6 @@ class Ingress:
             raise ProtocolError("overloaded", f"{failing}; retry later", req=req)
         try:
             pending = self.ledger.submit_inbound(routed.record, routed.spec, now_ms())
-        except WriterOverloaded as exc:
-            raise ProtocolError(
-                "overloaded", "the ledger is saturated; retry later", req=req
-            ) from exc
         except WriterClosed as exc:
             raise ProtocolError(
                 "overloaded", "the broker is shutting down; retry later", req=req
@@ -189,6 +184,25 @@ class Ingress:
         if self._filing is not None:
             self._filing.set()
             self._filing = None
+
+    async def _wait_for_room(self, req: str | None) -> None:
+        """Until both the channel of filed messages and the ledger's queue of writes
+        take one more (Rule 2); neither check yields when there is room."""
+        while True:
+            while self._unanswered >= FILED_BUFFER:
+                if self._room is None:
+                    self._room = anyio.Event()
+                await self._room.wait()
+            try:
+                await self.ledger.admit()
+            except WriterOverloaded as exc:
+                raise ProtocolError("overloaded", f"{exc}; retry later", req=req) from exc
+            except WriterClosed as exc:
+                raise ProtocolError(
+                    "overloaded", "the broker is shutting down; retry later", req=req
+                ) from exc
+            if self._unanswered < FILED_BUFFER:  # still, if `admit` had to wait
+                return
 
     def _answer(self, filed: Filed) -> None:
         """Ack a filed message and hand its item on, or say why it was not stored."""

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from ledger import logs
+from ledger.admission import WriterClosed, WriterOverloaded
 from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
 from ledger.port import IngestPort
-from ledger.writer import WriterClosed, WriterOverloaded
 
 from .connection import Connection
 from .protocol import InboundMessage, ProtocolError, encode, parse_reaction
@@ -35,6 +35,7 @@ async def submit_reaction(
     reaction, reply_to = parse_reaction(frame)
     assert conn.channel is not None
     try:
+        await ledger.admit()  # room first (ledger/writer.py Rule 9), then the write
         pending = ledger.submit_feedback(
             conn.channel, reply_to, msg.msg_id, msg.sender_id, reaction, msg.text, now_ms()
         )

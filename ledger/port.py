@@ -13,14 +13,18 @@ Rule 2: a write the shell acts on after its commit (an ack, a reply, the
         writer. Many submitters' writes share one commit, and a task that keeps
         many in flight (the ingress) wakes once per commit, not once per write.
         The others are plain `async` methods that return after the commit.
+        Backpressure waits: a submitter that can wait first awaits `admit()`,
+        which returns at once while the queue of writes has room and otherwise
+        waits for some, for a bounded time (then `WriterOverloaded`).
 Rule 3: writes keep the order they were submitted in (but a `submit_delivered`,
         which commutes with every other write, may go first), and a caller that
         must read what it queued first awaits `settled()`.
 Rule 4: a lookup that misses raises `LedgerLookupError` (`ledger/errors.py`):
         `NotFound` or `Conflict`, with the argument it blames; a lost head
         compare-and-swap raises `HeadMoved`; a write the ledger could not make
-        raises `LedgerWriteFailed`, and one it refuses to queue (full, closing)
-        `WriterOverloaded` or `WriterClosed` from the `submit_*` call itself.
+        raises `LedgerWriteFailed`, and one it refuses to queue (full past the
+        wait of `admit`, closing) `WriterOverloaded` or `WriterClosed` from
+        `admit` or from the `submit_*` call itself.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from .ingest import Accepted, InboundRecord
 from .inspect import LedgerReport
 from .items import ItemInfo
 from .merge import MergeResult
-from .port_base import Committing
+from .port_base import Admits, Committing
 from .port_features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
 from .reads import Thread
 from .recall import Hit
@@ -52,6 +56,7 @@ from .turns import ActorStart, OutboxKey, TurnRecord
 __all__ = [
     "Accepted",
     "ActorStart",
+    "Admits",
     "BindCommand",
     "Carry",
     "Committing",
@@ -127,7 +132,7 @@ class WriterStats:
     wal_bytes: int  # the write-ahead log's size (0 for a backend without one)
 
 
-class IngestPort(Protocol):
+class IngestPort(Admits, Protocol):
     """Inbound messages in, identities merged."""
 
     @property
@@ -166,7 +171,7 @@ class IngestPort(Protocol):
         ...
 
 
-class TurnPort(Protocol):
+class TurnPort(Admits, Protocol):
     """What the actors, the registry and the compactor write and read."""
 
     def submit_mark_running(
@@ -271,7 +276,7 @@ class TurnPort(Protocol):
         ...
 
 
-class DeliveryPort(Protocol):
+class DeliveryPort(Admits, Protocol):
     """The replies' outbox, as `broker/deliveries.py` sends and confirms them."""
 
     def submit_delivered(self, out_ids: list[str], now: int) -> Committing[int]:

@@ -1,5 +1,6 @@
 """`Committing`: a write queued on the ledger, as the port's `submit_*` methods return it
-(ledger/port.py Rule 2). A module of its own so that every part of the port can name it."""
+(ledger/port.py Rule 2), and `Admits`, the wait for room before one. A module of its own
+so that every part of the port can name them."""
 
 from __future__ import annotations
 
@@ -23,3 +24,14 @@ class Committing(Protocol[T_co]):
         ...
 
     async def result(self) -> T_co: ...
+
+
+class Admits(Protocol):
+    async def admit(self) -> None:
+        """Wait for room for one more `submit_*` write (ledger/port.py Rule 2).
+
+        Returns at once, without yielding, while the ledger's queue of writes has
+        room; else once it has, so the `submit_*` call that follows without yielding
+        is taken. Raises `WriterOverloaded` (ledger/admission.py) when no room came
+        within the ledger's bound on the wait, `WriterClosed` once it stopped."""
+        ...

@@ -41,6 +41,7 @@ from .merge import MergeResult, merge_job
 from .port import WriterStats
 from .sqlite_reads import ReaderPool, SqliteReads
 from .sqlite_threads import SqliteThreads
+from .store_admission import AdmittedWrites
 from .store_events import EventWrites
 from .store_library import LibraryMethods
 from .store_routes import RouteMethods
@@ -72,7 +73,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods):
+class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites):
     def __init__(
         self,
         path: Path,
@@ -80,9 +81,10 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         readers: ReaderPool,
         process: ProcessLink | None = None,
         write_fail_exit_s: float = math.inf,
+        writer_queue: int = 100_000,
     ) -> None:
         self.path = path
-        self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s)
+        self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s, max_queue=writer_queue)
         super().__init__(readers)
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None
@@ -120,6 +122,8 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         log: tuple[str, str] = ("info", "json"),
         write_fail_exit_s: float = math.inf,
         check_s: float = 10.0,
+        writer_queue: int = 100_000,
+        writer_wait_s: float = 10.0,
     ) -> AsyncIterator[Ledger]:
         """Check, open, migrate and run the ledger; the writer stops when the block exits.
 
@@ -129,6 +133,7 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         bounds the integrity check (db.py Rule 3; 0 skips it). Raises
         LedgerDamaged or LedgerNotWritable before anything is written. Storage that
         stays unwritable for `write_fail_exit_s` ends the writer (writer.py Rule 7).
+        `writer_queue`, `writer_wait_s`: the writer's backpressure (writer.py Rule 9).
         """
 
         def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
@@ -162,7 +167,8 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
             for read_conn in read_conns:
                 read_conn.close()
             raise
-        ledger = cls(path, link, ReaderPool(read_conns), process, write_fail_exit_s)
+        ledger = cls(path, link, ReaderPool(read_conns), process, write_fail_exit_s, writer_queue)
+        ledger.writer_wait_s = writer_wait_s
         ledger.migrations_applied = applied
         ledger.check_finished = checked
         try:

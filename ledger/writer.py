@@ -37,6 +37,11 @@ Rule 7: while the storage fails, `failure` says since when and why, and the
 Rule 8: the writer only resolves outcomes (`Pending`, in submission order) and
         wakes the tasks that await them; what follows from a commit (an ack, a
         reply, an item's hand-off) runs in those tasks, never in the writer's.
+Rule 9: backpressure waits: a submitter that can wait is admitted first
+        (`admit(wait_s)`, ledger/admission.py), which waits while `max_queue`
+        jobs wait. Writes from code that cannot wait (a running turn's
+        bookkeeping, at most one turn per session) are taken up to twice
+        `max_queue` without admission, and refused only past that.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.abc
 
+from .admission import Admission
+from .admission import WriterClosed as WriterClosed  # their old home, for importers
+from .admission import WriterOverloaded as WriterOverloaded
 from .jobs import (
     JobSpec,
     LedgerWriteFailed,
@@ -113,14 +121,6 @@ class ThreadLink:
         await anyio.to_thread.run_sync(self._executor.close)
 
 
-class WriterOverloaded(Exception):
-    """The writer's queue is full; the caller should shed load."""
-
-
-class WriterClosed(Exception):
-    """The writer has stopped and takes no more jobs."""
-
-
 class LedgerWriter:
     """Queues jobs and runs them in batches over a `BatchLink` (see the rules above).
 
@@ -146,6 +146,8 @@ class LedgerWriter:
         self._link = ThreadLink(executor) if isinstance(executor, Transactor) else executor
         self._max_batch = max_batch
         self._max_queue = max_queue
+        self._admission = Admission(max_queue, lambda: self.queued, lambda: self._closed)
+        self.admit = self._admission.admit  # Rule 9
         self._queue: deque[Pending[Any]] = deque()
         self._lazy: deque[Pending[Any]] = deque()  # Rule 6
         self._lazy_s = lazy_s
@@ -207,7 +209,7 @@ class LedgerWriter:
     def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
         if self._closed:
             raise WriterClosed("the ledger writer has stopped")
-        if len(self._queue) + len(self._lazy) >= self._max_queue:
+        if len(self._queue) + len(self._lazy) >= 2 * self._max_queue:  # Rule 9
             raise WriterOverloaded("the ledger writer queue is full")
         return Pending(JobSpec(fn, args, kwargs), self._next_batch_event)
 
@@ -263,6 +265,7 @@ class LedgerWriter:
             raise self._dead  # outside the task group: not wrapped in a group
         finally:
             self._closed = True
+            self._admission.made_room()  # waiters learn that it closed
             self.stop_retrying()
             with anyio.CancelScope(shield=True):
                 # The receiver is gone: hand over and take back here, in turn.
@@ -302,6 +305,7 @@ class LedgerWriter:
         lazy, queue = self._lazy, self._queue
         batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
         batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
+        self._admission.made_room()
         if self._resume:
             self._resume = False
             batch.insert(0, Pending(JobSpec(resume_writes, (), {}), self._next_batch_event))

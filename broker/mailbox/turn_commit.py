@@ -8,6 +8,8 @@ Rule 2: a turn whose parent is no longer the head (a `/new` or a merge moved it)
 Rule 3: a commit the ledger refuses leaves the turn's items running; crash recovery
         records and re-runs them at the next start.
 Rule 4: worker results a commit queues for their parents go to their actors at once.
+Rule 5: a commit waits for room in the ledger's queue of writes (ledger/writer.py
+        Rule 9); one that gets none within its bound is refused as in Rule 3.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Literal
 
 from broker.deliveries import Deliveries
 from ledger import logs
+from ledger.admission import WriterClosed, WriterOverloaded
 from ledger.items import ItemInfo
 from ledger.jobs import LedgerWriteFailed
 from ledger.port import Committing, TurnPort
@@ -53,6 +56,7 @@ class TurnCommits:
 
     async def _write_turn(self, rec: TurnRecord) -> Written:
         try:
+            await self.ledger.admit()  # Rule 5
             self._post_results(rec, await self._write(self.ledger.submit_turn(rec), rec))
             return "thread"
         except HeadMoved:
@@ -62,7 +66,7 @@ class TurnCommits:
                 turn=rec.turn_id,
                 parent=rec.parent_id,
             )
-        except LedgerWriteFailed as exc:
+        except (LedgerWriteFailed, WriterOverloaded, WriterClosed) as exc:
             log.error(
                 "turn commit failed; its items stay running and are recovered at the next start",
                 session=rec.session,
@@ -71,9 +75,10 @@ class TurnCommits:
             )
             return "lost"
         try:
+            await self.ledger.admit()
             self._post_results(rec, await self._write(self.ledger.submit_orphan(rec), rec))
             return "orphan"
-        except LedgerWriteFailed:
+        except (LedgerWriteFailed, WriterOverloaded, WriterClosed):
             return "lost"
 
     async def _write(self, pending: Committing[list[ItemInfo]], rec: TurnRecord) -> list[ItemInfo]:

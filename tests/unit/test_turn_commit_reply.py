@@ -37,6 +37,9 @@ class FakeWriter:
         self.arrived.set()
         return pending
 
+    async def admit(self) -> None:
+        pass  # always room: this writer's queue is the test's list
+
     def submit_turn(self, rec: TurnRecord) -> Pending[Any]:
         return self._submit(lt.commit_turn, rec)
 

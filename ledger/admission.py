@@ -1,0 +1,54 @@
+"""Admission to the ledger writer's bounded queue (ledger/writer.py Rule 9).
+
+Rule 1: a submitter that can wait asks `admit(wait_s)` before it queues a job.
+        While the queue is under its bound, `admit` returns at once and without
+        yielding, so the `submit` that follows it (without yielding) is taken.
+        Else it waits for the writer to take a batch from the queue, at most
+        `wait_s`, and then raises `WriterOverloaded`: a stalled writer is answered
+        `overloaded`, never by a silent drop.
+Rule 2: the event waiters sleep on is made only while someone waits, so a batch
+        taken with nobody waiting costs one attribute read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+
+
+class WriterOverloaded(Exception):
+    """The writer's queue stayed full (Rule 1); the caller should shed load."""
+
+
+class WriterClosed(Exception):
+    """The writer has stopped and takes no more jobs."""
+
+
+class Admission:
+    def __init__(self, bound: int, queued: Callable[[], int], closed: Callable[[], bool]) -> None:
+        self.bound = bound
+        self._queued = queued
+        self._closed = closed
+        self._has_room: anyio.Event | None = None  # Rule 2
+
+    async def admit(self, wait_s: float) -> None:
+        """Return once the queue takes another job (Rule 1); WriterOverloaded after
+        `wait_s`, WriterClosed once the writer has stopped."""
+        if self._queued() < self.bound and not self._closed():
+            return  # no checkpoint: the common case costs the caller no loop turn
+        with anyio.move_on_after(wait_s):
+            while self._queued() >= self.bound and not self._closed():
+                if self._has_room is None:
+                    self._has_room = anyio.Event()
+                await self._has_room.wait()
+        if self._closed():
+            raise WriterClosed("the ledger writer has stopped")
+        if self._queued() >= self.bound:
+            raise WriterOverloaded(f"the ledger writer queue stayed full for {wait_s:g} s")
+
+    def made_room(self) -> None:
+        """The writer took jobs from its queue, or stopped: waiters look again."""
+        if self._has_room is not None:
+            self._has_room.set()
+            self._has_room = None
