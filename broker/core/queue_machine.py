@@ -291,27 +291,10 @@ def _arrived(state: State, event: Arrived, now: float) -> _Step:
         return _late(state, item)
     running = state.running
     if running is None:
-        limits = state.limits
-        if (
-            item.mode == "collect"
-            and limits.debounce_s > 0
-            and (limits.cap is None or len(state.backlog) < limits.cap)
-        ):
-            # The common idle collect arrival in one step (one copy of the state):
-            # it fits, and the quiet period starts again.
-            deadline = now + limits.debounce_s
-            backlog = state.backlog.append(item)
-            new = state._replace(backlog=backlog, collect_deadline=deadline, last_seq=item.seq)
-            return new, [WakeAt(deadline)]
         return _arrived_idle(state._replace(last_seq=item.seq), item, now)
     if running.steerable != event.steerable:
         running = running._replace(steerable=event.steerable)
     waits = running.aborting or item.mode in _WAITS_WHILE_BUSY
-    cap = state.limits.cap
-    if waits and (cap is None or len(state.backlog) < cap):
-        # The common busy arrival in one step (one copy of the state): it waits, it fits.
-        backlog = state.backlog.append(item)
-        return state._replace(running=running, backlog=backlog, last_seq=item.seq), []
     state = state._replace(running=running, last_seq=item.seq)
     return _enqueue(state, item) if waits else _arrived_busy(state, running, item)
 
@@ -341,7 +324,7 @@ def _arrived_idle(state: State, item: Item, now: float) -> _Step:
 
 
 def _collect_while_idle(state: State, item: Item, now: float) -> _Step:
-    """A collect arrival while idle that `_arrived` did not take in one step."""
+    """A collect arrival while idle: it waits out the quiet period, which starts again."""
     state, actions = _enqueue(state, item)
     if not state.backlog or state.backlog[-1] is not item:  # refused by the cap
         return state, actions
