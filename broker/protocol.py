@@ -12,7 +12,7 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -213,9 +213,6 @@ def is_timestamp(value: str) -> bool:
     return day != "29" or month != "02" or calendar.isleap(int(value[:4]))
 
 
-QUEUE_MODES = frozenset(get_args(QueueMode))
-
-
 class Inbound(_Frame):
     type: Literal["inbound"]
     msg_id: str = Field(min_length=1, max_length=128)
@@ -258,15 +255,12 @@ class InboundMessage(NamedTuple):
 
 def parse_inbound(frame: dict[str, Any], max_text_bytes: int) -> InboundMessage:
     req = frame.get("req")
-    msg = plainly_valid_inbound(frame)
-    if msg is None:
-        try:
-            model = Inbound.model_validate(frame)
-        except ValidationError as exc:
-            field, text = _first_error(exc)
-            raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
-        # Reached with a valid frame only by Python callers (a str subclass, say).
-        msg = InboundMessage(**model.model_dump(exclude={"type"}))
+    try:
+        model = Inbound.model_validate(frame)
+    except ValidationError as exc:
+        field, text = _first_error(exc)
+        raise ProtocolError("invalid", f"{field}: {text}", field=field, req=req) from exc
+    msg = InboundMessage(**model.model_dump(exclude={"type"}))
     if msg.peer_kind == "group" and msg.peer_id is None:
         raise ProtocolError(
             "invalid", "peer_id is required for a group message", field="peer_id", req=req
@@ -296,45 +290,6 @@ def parse_reaction(frame: dict[str, Any]) -> tuple[str, str]:
             req=req,
         )
     return reaction, reply_to
-
-
-def plainly_valid_inbound(frame: dict[str, Any]) -> InboundMessage | None:
-    """The message of an inbound frame that `Inbound` accepts, checked in plain
-    Python, or None: then `Inbound` decides, and names what is wrong.
-
-    Why: `Inbound.model_validate` took 1.85 µs a frame, these checks 0.9 (timeit,
-    same run); the daemon runs about 2% fewer instructions per turn for it.
-    Rule: whatever this returns, `Inbound` accepts with the same values; where
-    in doubt it returns None. tests/unit/test_protocol.py holds it to that on
-    every edge value of every field, and with hypothesis on several at once.
-    """
-    get = frame.get
-    msg_id, sender_id, text = get("msg_id"), get("sender_id"), get("text")
-    peer_kind = get("peer_kind")
-    if not (
-        type(msg_id) is str
-        and 0 < len(msg_id) <= 128
-        and type(sender_id) is str
-        and 0 < len(sender_id) <= 256
-        and type(text) is str
-        and (peer_kind == "dm" or peer_kind == "group")
-        and get("type") == "inbound"
-    ):
-        return None
-    sender_name, peer_id, thread_id = get("sender_name"), get("peer_id"), get("thread_id")
-    ts, queue_mode, meta = get("ts"), get("queue_mode"), get("meta")
-    if not (
-        (sender_name is None or (type(sender_name) is str and len(sender_name) <= 256))
-        and (peer_id is None or (type(peer_id) is str and 0 < len(peer_id) <= 256))
-        and (thread_id is None or (type(thread_id) is str and 0 < len(thread_id) <= 256))
-        and (queue_mode is None or (type(queue_mode) is str and queue_mode in QUEUE_MODES))
-        and (ts is None or (type(ts) is str and len(ts) <= 64 and is_timestamp(ts)))
-        and (meta is None or (type(meta) is dict and all(type(k) is str for k in meta)))
-    ):
-        return None
-    return InboundMessage(
-        msg_id, sender_id, sender_name, peer_kind, peer_id, thread_id, text, ts, queue_mode, meta
-    )
 
 
 class Op(_Frame):
