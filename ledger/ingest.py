@@ -36,12 +36,10 @@ from broker.core.queue_machine import QueueMode
 from .bindings import bound_session
 from .ids import new_entity_id, new_id
 from .resets import on_person_message
-from .wire import pickled_as_tuple
 
 CACHE_LIMIT = 200_000
 
 
-@pickled_as_tuple
 class InboundRecord(NamedTuple):  # named tuples here: built once per message, cheaply
     channel: str
     msg_id: str
@@ -59,7 +57,6 @@ class InboundRecord(NamedTuple):  # named tuples here: built once per message, c
     route_mode: QueueMode | None = None
 
 
-@pickled_as_tuple
 class Accepted(NamedTuple):
     msg_id: str
     session: str

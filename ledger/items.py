@@ -14,7 +14,6 @@ import orjson
 from broker.core.queue_machine import QueueMode
 
 from .errors import NotFound
-from .wire import pickled_as_tuple
 
 ITEM_COLUMNS = (
     "q.id, q.seq, q.session_label, q.source, q.mode, q.status, q.turn_id, q.payload,"
@@ -23,7 +22,6 @@ ITEM_COLUMNS = (
 )
 
 
-@pickled_as_tuple
 class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
     id: str
     seq: int

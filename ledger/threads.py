@@ -28,10 +28,8 @@ from broker.core.resets import AUTOMATIC
 from .errors import Conflict, NotFound
 from .state_records import drop_seed, seed_thread, state_at
 from .turns import TurnRecord, commit_turn
-from .wire import pickled_as_tuple
 
 
-@pickled_as_tuple
 class Carry(NamedTuple):
     """What an automatic rollover begins from (Rule 4): the compaction turn to write."""
 

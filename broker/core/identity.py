@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from broker.core.resets import ResetPolicy
 
@@ -60,10 +60,6 @@ class SessionSpec(NamedTuple):  # a named tuple: it goes to the writer process w
     key_template: str | None
     persona: str | None
     reset: ResetPolicy | None = None  # None: no reset policy applies
-
-    def __reduce__(self) -> tuple[type[SessionSpec], tuple[Any, ...]]:
-        # Pickled as class and plain tuple, like the ledger's records (why: ledger/wire.py).
-        return SessionSpec, tuple(self)
 
 
 DM_TEMPLATE = "dm:{entity}"
