@@ -1,8 +1,8 @@
 """The running event loop's clock as a plain callable.
 
-Why: `anyio.current_time()` finds the backend again on every call (sniffio, a
-context variable and a lookup in anyio), about 0.8 µs here against 0.1 µs for
-the loop's own method, and an actor reads the clock several times a turn.
+Why: about 20 clock reads a turn, each of which `anyio.current_time()` makes
+look up the backend again: 3% or more of the daemon's CPU per turn in
+bench.realistic (docs/performance.md, "The speed tricks re-measured").
 
 Rule 1: `loop_clock()` returns what `anyio.current_time()` would return, on
         either backend, so its readings mix with anyio's deadlines. (It takes

@@ -1,11 +1,8 @@
 """`@record`: an immutable value type that costs what a plain dataclass costs to build.
 
-A frozen dataclass sets every field through `object.__setattr__` in its `__init__`,
-which makes it two to three times slower to build than a plain one with slots (about
-1.9 µs against 0.6 µs for a six-field context message on the reference VM). The
-types built on every turn (context messages and plans, engine requests, the queue
-machine's events and actions) are built a dozen times a turn: making them records cut
-the daemon's instructions per turn by 11% (bench.instructions, 943k to 841k).
+A frozen dataclass sets every field through `object.__setattr__` in its `__init__`;
+the daemon builds about 30 records a turn, and that would cost it about 5% of its CPU
+per turn in bench.realistic (docs/performance.md, "The speed tricks re-measured").
 
 Rule 1. A record is immutable by contract, and the contract is checked statically:
         `dataclass_transform(frozen_default=True)` makes mypy treat it as a frozen
