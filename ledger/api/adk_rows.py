@@ -1,7 +1,9 @@
-"""What `LedgerSessionService` keeps in the ledger: jobs for the Store's one writer
-(ledger/jobs.py Rule 1: functions of a connection and plain arguments) and reads
-on the caller's read connection. Nothing here knows ADK's classes; service.py
-turns them into these plain values.
+"""What Google ADK's `LedgerSessionService` (ledger/integrations/adk/) keeps in the
+ledger: jobs for the one writer (ledger/jobs.py Rule 1: functions of a connection
+and plain arguments) and reads of a read connection, run by the in-process Store
+or by a daemon (served.py: the `adk.*` calls). Nothing here knows ADK's classes,
+so a daemon without ADK installed serves them; the service turns them into these
+plain values.
 
 Rule 1: an ADK session is a ledger session labelled `adk:<app>:<user>:<id>`, each
         part percent-quoted: the label is one to one with the triple, and an
@@ -28,9 +30,9 @@ from urllib.parse import quote
 
 import orjson
 
-from ...api import writes
-from ...api.records import Row
-from ...errors import NotFound
+from ..errors import NotFound
+from . import reads, writes
+from .records import Row
 
 PREFIX = "adk:"
 APP, USER = "app", "user"
@@ -169,3 +171,54 @@ def session_records(
     records = [r for r in found if isinstance(r, dict)]
     records.sort(key=lambda r: (r["update_time"], r["user"], r["id"]))
     return records
+
+
+def event_items(
+    conn: sqlite3.Connection, session_label: str, recent: int | None, after: float | None
+) -> list[Any]:
+    """The stored events ADK's `GetSessionConfig` asks for, oldest first: those at or
+    after `after` (a timestamp), the last `recent` of them."""
+    if recent == 0:
+        return []
+    if after is None:
+        if recent is None:
+            return reads.items(conn, session_label)
+        return reads.last_items(conn, session_label, recent)
+    found = [i for i in reads.items(conn, session_label) if i.get("timestamp", 0) >= after]
+    return found if recent is None else found[-recent:]
+
+
+def session_view(
+    conn: sqlite3.Connection,
+    app_name: str,
+    user_id: str,
+    session_label: str,
+    recent: int | None,
+    after: float | None,
+) -> dict[str, Any] | None:
+    """A session as `get_session` needs it, of one moment (Rule 4); None if there is
+    no such ADK session."""
+    with snapshot(conn):
+        try:
+            info = reads.get(conn, session_label)
+        except NotFound:
+            return None
+        record = info.metadata.get("adk")
+        if not isinstance(record, dict):
+            return None
+        return {
+            "record": record,
+            "events": event_items(conn, session_label, recent, after),
+            "app": shared_state(conn, app_name, APP, ""),
+            "user": shared_state(conn, app_name, USER, user_id),
+        }
+
+
+def sessions_view(conn: sqlite3.Connection, app_name: str, user_id: str | None) -> dict[str, Any]:
+    """An app's sessions (or one user's) as `list_sessions` needs them (Rule 4)."""
+    with snapshot(conn):
+        return {
+            "records": session_records(conn, app_name, user_id),
+            "app": shared_state(conn, app_name, APP, ""),
+            "users": user_states(conn, app_name),
+        }
