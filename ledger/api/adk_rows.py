@@ -7,9 +7,10 @@ plain values.
 
 Rule 1: an ADK session is a ledger session labelled `adk:<app>:<user>:<id>`, each
         part percent-quoted: the label is one to one with the triple, and an
-        app's or a user's sessions are one range of the label index. Its own
-        state, its ids and its ADK times (float seconds, kept exactly) are its
-        `metadata` under "adk".
+        app's or a user's sessions are one range of the label index. Its ids,
+        its own state and its ADK times (float seconds, kept exactly) are its
+        row of `adk_sessions`: an append rewrites that small row, not the
+        session's.
 Rule 2: an event is a turn holding one item, the event's JSON, on the head read in
         the same transaction: two appends to one session are serialized by the
         writer and neither is lost (ledger/api/writes.py Rule 1).
@@ -81,7 +82,7 @@ def _merge_shared(
 def create(
     conn: sqlite3.Connection,
     session_label: str,
-    metadata: str,
+    record: dict[str, Any],
     app_name: str,
     user_id: str,
     app_delta: dict[str, Any],
@@ -91,7 +92,20 @@ def create(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Make the session (`Conflict` if it exists) and merge the shared deltas; the
     app's and the user's state after them."""
-    writes.create_session(conn, session_label, None, metadata, now_ms)
+    writes.create_session(conn, session_label, None, None, now_ms)
+    conn.execute(
+        "INSERT INTO adk_sessions (session_label, app_name, user_id, session_id, state,"
+        " create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            session_label,
+            app_name,
+            user_id,
+            record["id"],
+            orjson.dumps(record["state"]).decode(),
+            record["create_time"],
+            record["update_time"],
+        ),
+    )
     _merge_shared(conn, app_name, APP, "", app_delta, ts)
     _merge_shared(conn, app_name, USER, user_id, user_delta, ts)
     return shared_state(conn, app_name, APP, ""), shared_state(conn, app_name, USER, user_id)
@@ -110,18 +124,24 @@ def append(
     now_ms: int,
 ) -> None:
     """One event on the session's head with its state deltas (Rules 2, 3)."""
-    row = conn.execute("SELECT metadata FROM sessions WHERE label = ?", (session_label,)).fetchone()
-    if row is None or row[0] is None:
+    if session_delta:
+        row = conn.execute(
+            "SELECT state FROM adk_sessions WHERE session_label = ?", (session_label,)
+        ).fetchone()
+        state = orjson.loads(row[0]) if row else {}
+        state.update(session_delta)
+        cur = conn.execute(
+            "UPDATE adk_sessions SET state = ?, update_time = ? WHERE session_label = ?",
+            (orjson.dumps(state).decode(), ts, session_label),
+        )
+    else:
+        cur = conn.execute(
+            "UPDATE adk_sessions SET update_time = ? WHERE session_label = ?",
+            (ts, session_label),
+        )
+    if cur.rowcount == 0:
         raise NotFound(f"no ADK session {session_label!r}", field="session")
-    metadata = orjson.loads(row[0])
-    adk = metadata["adk"]
-    adk["state"].update(session_delta)
-    adk["update_time"] = ts
     writes.append_turn(conn, session_label, [event], now_ms, create=False)
-    conn.execute(
-        "UPDATE sessions SET metadata = ? WHERE label = ?",
-        (orjson.dumps(metadata).decode(), session_label),
-    )
     _merge_shared(conn, app_name, APP, "", app_delta, ts)
     _merge_shared(conn, app_name, USER, user_id, user_delta, ts)
 
@@ -157,20 +177,37 @@ def user_states(conn: sqlite3.Connection, app_name: str) -> dict[str, dict[str, 
     return {str(user): orjson.loads(state) for user, state in rows}
 
 
+_RECORD = "SELECT user_id, session_id, state, create_time, update_time FROM adk_sessions"
+
+
+def _record(row: tuple[Any, ...]) -> dict[str, Any]:
+    user, sid, state, created, updated = row
+    return {
+        "user": user,
+        "id": sid,
+        "state": orjson.loads(state),
+        "create_time": created,
+        "update_time": updated,
+    }
+
+
 def session_records(
     conn: sqlite3.Connection, app_name: str, user_id: str | None
 ) -> list[dict[str, Any]]:
-    """The "adk" metadata of an app's sessions (or one user's), oldest update first,
-    ties by user then id, as ADK lists them."""
+    """The records of an app's sessions (or one user's), oldest update first, ties
+    by user then id, as ADK lists them."""
     low, high = label_range(app_name, user_id)
     rows = conn.execute(
-        "SELECT metadata FROM sessions WHERE label >= ? AND label < ? AND metadata IS NOT NULL",
-        (low, high),
+        f"{_RECORD} WHERE session_label >= ? AND session_label < ?", (low, high)
     ).fetchall()
-    found = [orjson.loads(r[0]).get("adk") for r in rows]
-    records = [r for r in found if isinstance(r, dict)]
+    records = [_record(r) for r in rows]
     records.sort(key=lambda r: (r["update_time"], r["user"], r["id"]))
     return records
+
+
+def session_record(conn: sqlite3.Connection, session_label: str) -> dict[str, Any] | None:
+    row = conn.execute(f"{_RECORD} WHERE session_label = ?", (session_label,)).fetchone()
+    return None if row is None else _record(row)
 
 
 def event_items(
@@ -199,12 +236,8 @@ def session_view(
     """A session as `get_session` needs it, of one moment (Rule 4); None if there is
     no such ADK session."""
     with snapshot(conn):
-        try:
-            info = reads.get(conn, session_label)
-        except NotFound:
-            return None
-        record = info.metadata.get("adk")
-        if not isinstance(record, dict):
+        record = session_record(conn, session_label)
+        if record is None:
             return None
         return {
             "record": record,

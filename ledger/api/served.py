@@ -145,9 +145,12 @@ def _plan_adk(call: LibraryCall, s: Callable[..., Any], now: int) -> tuple[str, 
     """Google ADK's calls (adk_rows.py; ledger/integrations/adk/ makes them)."""
     number = (int, float)
     if call == "adk.create":
-        meta = encode_metadata(s("metadata", dict))
+        record = s("record", dict)
+        for key in ("id", "state", "create_time", "update_time"):
+            if key not in record:
+                raise Invalid(f"record.{key} is required", field="record")
         return _job(
-            adk_rows.create, s("session", str), meta, s("app", str), s("user", str),
+            adk_rows.create, s("session", str), record, s("app", str), s("user", str),
             s("app_delta", dict), s("user_delta", dict), s("ts", number), now,
         )  # fmt: skip
     if call == "adk.append":

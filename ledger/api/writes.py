@@ -282,6 +282,7 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
         ("session_history", "session_label"),
         ("scratchpad", "session_label"),
         ("session_aliases", "session_label"),
+        ("adk_sessions", "session_label"),
     ):
         conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (label,))
     conn.execute("DELETE FROM sessions WHERE label = ?", (label,))

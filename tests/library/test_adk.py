@@ -6,6 +6,7 @@ session tests run against it too: docs/integrations.md.)"""
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 import subprocess
 import sys
@@ -426,3 +427,35 @@ def test_path_or_socket_but_not_both(path: Path) -> None:
         LedgerSessionService(path=path, socket="/run/x.sock")
     with pytest.raises(ValueError, match="either path"):
         LedgerSessionService()
+
+
+def test_the_migration_moves_a_session_record_out_of_the_session_row(tmp_path: Path) -> None:
+    from ledger.db import load_migrations
+
+    migrations = load_migrations()
+    (ours,) = [m for m in migrations if m.name == "adk_sessions"]
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    for migration in migrations[: migrations.index(ours)]:
+        conn.executescript(migration.sql)
+    record = {
+        "app": APP,
+        "user": USER,
+        "id": "s",
+        "state": {"k": [1, "x"]},
+        "create_time": 1764000000.25,
+        "update_time": 1764000001.123456,
+    }
+    conn.execute(
+        "INSERT INTO sessions (label, kind, origin, metadata, created_at, updated_at)"
+        " VALUES ('adk:weather:ada:s', 'library', 'library', ?, 1, 1),"
+        " ('lib:other', 'library', 'library', '{\"k\": 1}', 1, 1)",
+        (json.dumps({"adk": record}),),
+    )
+    conn.executescript(ours.sql)
+    assert conn.execute("SELECT * FROM adk_sessions").fetchall() == [
+        ("adk:weather:ada:s", APP, USER, "s", '{"k":[1,"x"]}', 1764000000.25, 1764000001.123456)
+    ]
+    assert conn.execute("SELECT label, metadata FROM sessions ORDER BY label").fetchall() == [
+        ("adk:weather:ada:s", None),
+        ("lib:other", '{"k": 1}'),
+    ]

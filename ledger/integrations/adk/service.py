@@ -203,7 +203,7 @@ class LedgerSessionService(BaseSessionService):
         try:
             shared = await self._call(
                 "adk.create", session=adk_rows.label(app_name, user_id, sid),
-                metadata={"adk": record}, app=app_name, user=user_id, app_delta=app_delta,
+                record=record, app=app_name, user=user_id, app_delta=app_delta,
                 user_delta=user_delta, ts=now,
             )  # fmt: skip
         except Conflict:
