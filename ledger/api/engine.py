@@ -33,10 +33,12 @@ Rule 6: with synchronous=NORMAL a COMMIT writes to the WAL and syncs nothing
         loop's tasks make in one pass of the loop are gathered and run as one
         transaction on that loop's own thread, in a callback after the pass
         (group commit without a hop: 200 tasks that each await their append
-        make one transaction a pass). Only when the writer is free: if the
-        writer thread has a batch under way or waiting, or a checkpoint holds
-        the write lock, the gathered appends join its queue instead, so the
-        loop never waits for someone else's transaction. With FULL each COMMIT
+        make one transaction a pass: at most MAX_BATCH of them, the rest go to
+        the writer thread, since the loop's other tasks wait while it runs).
+        Only when the writer is free: if the writer thread has a batch under
+        way or waiting, or a checkpoint holds the write lock, the gathered
+        appends join its queue instead, so the loop never waits for someone
+        else's transaction. With FULL each COMMIT
         syncs, and that wait stays off the loop (Rule 1). A blocking caller
         (sync.py) runs its job on its own thread the same way, at any setting:
         it waits for the COMMIT either way.
@@ -152,15 +154,12 @@ class WriterThread:
         and then nothing was run. The caller is told through each ticket's `on_done`."""
         if not self._busy.acquire(blocking=False):
             return False
-        done = 0
+        assert len(batch) <= MAX_BATCH
         try:
             with self._cond:
                 if self._queue or self._closing or self._checkpoint_lock.locked():
                     return False
-            while done < len(batch):
-                chunk = batch[done : done + MAX_BATCH]
-                self._execute_unlocked(chunk, _notify)
-                done += len(chunk)
+            self._execute_unlocked(batch, _notify)
         except Exception as exc:
             # A failure of this code, not of a job: as in _run, its callers are told
             # and the Store takes no more jobs (what is queued fails in _run).
@@ -169,9 +168,9 @@ class WriterThread:
             with self._cond:
                 self._closing = True
                 self._cond.notify()
-            for ticket in batch[done:]:
+            for ticket in batch:
                 ticket.value, ticket.error = None, died
-            _notify(batch[done:])
+            _notify(batch)
         finally:
             self._busy.release()
         return True
@@ -286,8 +285,10 @@ class Engine:
 
     def _commit_gathered(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._gathered.pop(loop)
-        if self.writer.run_here(batch):
-            return
+        # One transaction at most on the loop's thread: it holds up the loop's other
+        # tasks for as long as it runs; whatever is gathered beyond goes to the writer.
+        if self.writer.run_here(batch[:MAX_BATCH]):
+            batch = batch[MAX_BATCH:]
         for n, ticket in enumerate(batch):
             try:
                 self.writer.submit(ticket)
