@@ -143,11 +143,13 @@ class WriterThread:
                 ticket.value, ticket.error = None, died
             self._deliver(left)
         finally:
-            # Rule 5: what the index still lacks, in a transaction of its own; if
-            # that fails too, whoever writes next indexes it.
-            with contextlib.suppress(Exception):
-                self._transactor.execute([JobSpec(index_new_messages, (), {})])
-            self._transactor.close()
+            # After a transaction another thread may still be running (Rule 6).
+            with self._busy:
+                # Rule 5: what the index still lacks, in a transaction of its own;
+                # if that fails too, whoever writes next indexes it.
+                with contextlib.suppress(Exception):
+                    self._transactor.execute([JobSpec(index_new_messages, (), {})])
+                self._transactor.close()
 
     def run_here(self, batch: list[Ticket]) -> bool:
         """Commit `batch` on this thread if the writer is free (Rule 6); False if not,
