@@ -26,15 +26,33 @@ Rule 5: the full-text index (ledger/fts.py) is brought up to date once
         indexes what a Store cut short left waiting. Nothing in the library
         searches it meanwhile: the daemon's recall runs only where it owns the
         file (owner.py).
+Rule 6: with synchronous=NORMAL a COMMIT writes to the WAL and syncs nothing
+        (the checkpoints that sync run on their own thread: checkpoint.py), so
+        it costs about what a read of the last 30 items does, and a thread hop
+        there and back costs more than the transaction. The appends an event
+        loop's tasks make in one pass of the loop are gathered and run as one
+        transaction on that loop's own thread, in a callback after the pass
+        (group commit without a hop: 200 tasks that each await their append
+        make one transaction a pass: at most MAX_BATCH of them, the rest go to
+        the writer thread, since the loop's other tasks wait while it runs).
+        Only when the writer is free: if the writer thread has a batch under
+        way or waiting, or a checkpoint holds the write lock, the gathered
+        appends join its queue instead, so the loop never waits for someone
+        else's transaction. With FULL each COMMIT
+        syncs, and that wait stays off the loop (Rule 1). A blocking caller
+        (sync.py) runs its job on its own thread the same way, at any setting:
+        it waits for the COMMIT either way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import sqlite3
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +64,7 @@ from ..jobs import JobSpec, StorageFailed, WriterDied, resume_writes
 from ..transactor import Transactor
 from .errors import StoreClosed
 from .opening import open_checked
-from .waiting import Ticket
+from .waiting import Ticket, run_now
 
 MAX_BATCH = 512  # jobs a transaction: bounds one commit's time, not the throughput
 FTS_LAG = 256  # messages the full-text index may lag behind (Rule 5)
@@ -60,14 +78,18 @@ def index_when_due(conn: sqlite3.Connection) -> int:
     return index_new_messages(conn) if waiting >= FTS_LAG else 0
 
 
-def open_library_transactor(path: Path, synchronous: Synchronous) -> Transactor:
-    """The daemon's write connection (transactor.open_transactor), indexing lazily."""
+def open_library_transactor(
+    path: Path, synchronous: Synchronous
+) -> tuple[Transactor, threading.Lock]:
+    """The daemon's write connection (transactor.open_transactor), indexing lazily,
+    and the lock its checkpointer holds while it catches up (checkpoint.py Rule 2)."""
     conn = connect(path, synchronous, factory=WriterConnection)
     assert isinstance(conn, WriterConnection)
     checkpointer = None
     try:
         checkpointer = WalCheckpointer(path)
-        return Transactor(conn, conn.identity.clear, index_when_due, checkpointer)
+        transactor = Transactor(conn, conn.identity.clear, index_when_due, checkpointer)
+        return transactor, checkpointer.writing
     except BaseException:
         if checkpointer is not None:
             checkpointer.stop()
@@ -76,12 +98,14 @@ def open_library_transactor(path: Path, synchronous: Synchronous) -> Transactor:
 
 
 class WriterThread:
-    def __init__(self, transactor: Transactor, name: str) -> None:
+    def __init__(self, transactor: Transactor, checkpoint_lock: threading.Lock, name: str) -> None:
         self._transactor = transactor
+        self._checkpoint_lock = checkpoint_lock  # held while a checkpoint catches up
         self._cond = threading.Condition()
         self._queue: deque[Ticket] = deque()
         self._closing = False
         self._resume = False  # Rule 2
+        self._busy = threading.Lock()  # one transaction at a time, on any thread (Rule 6)
         self.batches = 0
         self.jobs = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -119,13 +143,47 @@ class WriterThread:
                 ticket.value, ticket.error = None, died
             self._deliver(left)
         finally:
-            # Rule 5: what the index still lacks, in a transaction of its own; if
-            # that fails too, whoever writes next indexes it.
-            with contextlib.suppress(Exception):
-                self._transactor.execute([JobSpec(index_new_messages, (), {})])
-            self._transactor.close()
+            # After a transaction another thread may still be running (Rule 6).
+            with self._busy:
+                # Rule 5: what the index still lacks, in a transaction of its own;
+                # if that fails too, whoever writes next indexes it.
+                with contextlib.suppress(Exception):
+                    self._transactor.execute([JobSpec(index_new_messages, (), {})])
+                self._transactor.close()
+
+    def run_here(self, batch: list[Ticket]) -> bool:
+        """Commit `batch` on this thread if the writer is free (Rule 6); False if not,
+        and then nothing was run. The caller is told through each ticket's `on_done`."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        assert len(batch) <= MAX_BATCH
+        try:
+            with self._cond:
+                if self._queue or self._closing or self._checkpoint_lock.locked():
+                    return False
+            self._execute_unlocked(batch, _notify)
+        except Exception as exc:
+            # A failure of this code, not of a job: as in _run, its callers are told
+            # and the Store takes no more jobs (what is queued fails in _run).
+            died = WriterDied(f"the Store's commit failed: {exc!r}")
+            died.__cause__ = exc
+            with self._cond:
+                self._closing = True
+                self._cond.notify()
+            for ticket in batch:
+                ticket.value, ticket.error = None, died
+            _notify(batch)
+        finally:
+            self._busy.release()
+        return True
 
     def _execute(self, batch: list[Ticket]) -> None:
+        with self._busy:
+            self._execute_unlocked(batch, self._deliver)
+
+    def _execute_unlocked(
+        self, batch: list[Ticket], deliver: Callable[[list[Ticket]], None]
+    ) -> None:
         jobs = [t.job for t in batch]
         if self._resume:
             jobs.insert(0, JobSpec(resume_writes, (), {}))
@@ -139,7 +197,7 @@ class WriterThread:
         self.jobs += len(batch)
         for ticket, (value, error) in zip(batch, outcomes, strict=True):
             ticket.value, ticket.error = value, error
-        self._deliver(batch)
+        deliver(batch)
 
     @staticmethod
     def _deliver(batch: list[Ticket]) -> None:
@@ -150,6 +208,10 @@ class WriterThread:
             # RuntimeError: that event loop is gone, and its waiters with it.
             with contextlib.suppress(RuntimeError):
                 post(functools.partial(_notify, tickets))
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     def close(self) -> None:
         with self._cond:
@@ -197,15 +259,51 @@ class Engine:
         self.refs = 0
         self._release = open_checked(path, synchronous)  # checks, claims, migrates
         try:
-            transactor = open_library_transactor(path, synchronous)
+            transactor, checkpoint_lock = open_library_transactor(path, synchronous)
         except BaseException:
             self._release()
             raise
-        self.writer = WriterThread(transactor, f"ledger-store-writer:{path.name}")
+        self.writer = WriterThread(transactor, checkpoint_lock, f"ledger-store-writer:{path.name}")
+        self.gather_on_loop = synchronous == "NORMAL"  # Rule 6
+        self._gathered: dict[object, list[Ticket]] = {}  # by event loop, until its callback
         self.readers = Readers(path, synchronous)
 
     def submit(self, ticket: Ticket) -> None:
-        self.writer.submit(ticket)
+        if ticket.post is run_now:
+            self.run_blocking(ticket)
+            return
+        loop = ticket.loop
+        if loop is None or not self.gather_on_loop:
+            self.writer.submit(ticket)
+            return
+        if self.writer.closing:
+            raise StoreClosed("the Store is closed; open it again to go on")
+        gathered = self._gathered.get(loop)
+        if gathered is None:
+            # Only this loop's thread touches its entry; the dict itself is shared.
+            gathered = self._gathered[loop] = []
+            loop.call_soon(self._commit_gathered, loop)
+        gathered.append(ticket)
+
+    def _commit_gathered(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._gathered.pop(loop)
+        # One transaction at most on the loop's thread: it holds up the loop's other
+        # tasks for as long as it runs; whatever is gathered beyond goes to the writer.
+        if self.writer.run_here(batch[:MAX_BATCH]):
+            batch = batch[MAX_BATCH:]
+        for n, ticket in enumerate(batch):
+            try:
+                self.writer.submit(ticket)
+            except StoreClosed as exc:  # closed since they were gathered: none of these ran
+                for late in batch[n:]:
+                    late.value, late.error = None, exc
+                _notify(batch[n:])
+                return
+
+    def run_blocking(self, ticket: Ticket) -> None:
+        """A blocking caller's job, on its own thread when the writer is free (Rule 6)."""
+        if not self.writer.run_here([ticket]):
+            self.writer.submit(ticket)
 
     def close(self) -> None:
         try:

@@ -82,6 +82,12 @@ def encode_items(items: Sequence[Any]) -> list[Row]:
     return rows
 
 
+def row_of_text(text: str) -> Row:
+    """The row of an item already encoded as JSON `text` (encoded once, by its
+    caller); ValueError if it is not JSON."""
+    return _role(orjson.loads(text)), text
+
+
 def encode_metadata(metadata: dict[str, Any] | None) -> str | None:
     if metadata is None:
         return None

@@ -27,7 +27,8 @@ from ..errors import LedgerLookupError
 from ..ids import new_id
 from ..jobs import JobSpec
 from ..sessions import export_snapshot, import_lines
-from .records import decode_item, encode_items, encode_metadata
+from . import adk_rows
+from .records import decode_item, encode_items, encode_metadata, row_of_text
 
 LibraryCall = str
 
@@ -128,6 +129,45 @@ def plan(call: LibraryCall, args: dict[str, Any], now: int) -> tuple[str, Any]: 
         return _read(reads_.turns, s("session", str))
     if call == "export":
         return _read(export_snapshot, s("session", str), now)
+    if call.startswith("adk."):
+        return _plan_adk(call, s, now)
+    raise Invalid(f"unknown library call {call!r}", field="call")
+
+
+def _text_row(value: str) -> tuple[str, str]:
+    try:
+        return row_of_text(value)
+    except ValueError:
+        raise Invalid("event is not JSON text", field="event") from None
+
+
+def _plan_adk(call: LibraryCall, s: Callable[..., Any], now: int) -> tuple[str, Any]:
+    """Google ADK's calls (adk_rows.py; ledger/integrations/adk/ makes them)."""
+    number = (int, float)
+    if call == "adk.create":
+        record = s("record", dict)
+        for key in ("id", "state", "create_time", "update_time"):
+            if key not in record:
+                raise Invalid(f"record.{key} is required", field="record")
+        return _job(
+            adk_rows.create, s("session", str), record, s("app", str), s("user", str),
+            s("app_delta", dict), s("user_delta", dict), s("ts", number), now,
+        )  # fmt: skip
+    if call == "adk.append":
+        return _job(
+            adk_rows.append, s("session", str), _text_row(s("event", str)),
+            s("session_delta", dict), s("app", str), s("user", str), s("app_delta", dict),
+            s("user_delta", dict), s("ts", number), now,
+        )  # fmt: skip
+    if call == "adk.get":
+        return _read(
+            adk_rows.session_view, s("app", str), s("user", str), s("session", str),
+            s("recent", int, None), s("after", number, None),
+        )  # fmt: skip
+    if call == "adk.list":
+        return _read(adk_rows.sessions_view, s("app", str), s("user", str, None))
+    if call == "adk.user_state":
+        return _read(adk_rows.shared_state, s("app", str), adk_rows.USER, s("user", str))
     raise Invalid(f"unknown library call {call!r}", field="call")
 
 
@@ -139,6 +179,8 @@ def answer(call: LibraryCall, value: Any) -> Any:
         return {"session": value[0], "turns": value[1]}
     if call == "create":
         return {"created": value}
+    if call == "adk.create":
+        return {"app": value[0], "user": value[1]}
     if call in ("append", "compact"):
         return {"turn": value}
     if call == "list":

@@ -25,11 +25,18 @@ Post = Callable[[Callable[[], None]], object]
 
 
 class Ticket:
-    __slots__ = ("error", "job", "on_done", "post", "value")
+    __slots__ = ("error", "job", "loop", "on_done", "post", "value")
 
-    def __init__(self, job: JobSpec, post: Post, on_done: Callable[[Ticket], None]) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        post: Post,
+        on_done: Callable[[Ticket], None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.job = job
         self.post = post
+        self.loop = loop  # the asyncio loop waiting, for a commit on its thread (engine.py Rule 6)
         self.on_done = on_done  # runs on the caller's side (Rule 1)
         self.value: Any = None
         self.error: BaseException | None = None
@@ -40,7 +47,7 @@ class Ticket:
         return self.value
 
 
-def _run_now(fn: Callable[[], None]) -> None:
+def run_now(fn: Callable[[], None]) -> None:
     fn()
 
 
@@ -53,7 +60,7 @@ async def _wait_asyncio(
         if not fut.done():  # Rule 2
             fut.set_result(None)
 
-    ticket = Ticket(job, loop.call_soon_threadsafe, done)
+    ticket = Ticket(job, loop.call_soon_threadsafe, done, loop)
     submit(ticket)
     await fut
     return ticket.outcome()
@@ -80,9 +87,10 @@ async def wait_async(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
 
 
 def wait_blocking(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
-    """Hand `job` to the writer and block this thread until its commit."""
+    """Hand `job` to the writer (or run it here: engine.py Rule 6) and block this
+    thread until its commit."""
     done = threading.Event()
-    ticket = Ticket(job, _run_now, lambda _: done.set())
+    ticket = Ticket(job, run_now, lambda _: done.set())
     submit(ticket)
     done.wait()
     return ticket.outcome()

@@ -58,3 +58,46 @@ async def test_bad_calls_are_refused_naming_the_argument(port: LedgerPort) -> No
     assert unknown.value.field == "call"
     with pytest.raises(NotFound):
         await port.library_call("get", {"session": "s"}, tick())
+
+
+async def test_adk_calls_keep_a_session_record_beside_its_turns(port: LedgerPort) -> None:
+    record = {"id": "s", "state": {"k": 1}, "create_time": 10.5, "update_time": 10.5}
+    label = "adk:app:ada:s"
+    base = {"session": label, "app": "app", "user": "ada"}
+    shared = await port.library_call(
+        "adk.create",
+        {**base, "record": record, "app_delta": {"lang": "en"}, "user_delta": {}, "ts": 10.5},
+        tick(),
+    )
+    assert shared == {"app": {"lang": "en"}, "user": {}}
+    for n, delta in ((1, {"k": 2}), (2, {})):
+        await port.library_call(
+            "adk.append",
+            {
+                **base,
+                "event": f'{{"n": {n}, "timestamp": {10.5 + n}}}',
+                "session_delta": delta,
+                "app_delta": {},
+                "user_delta": {"name": "Ada"} if n == 1 else {},
+                "ts": 10.5 + n,
+            },
+            tick(),
+        )
+    view = await port.library_call("adk.get", {**base, "recent": 1}, tick())
+    assert view["events"] == [{"n": 2, "timestamp": 12.5}]
+    assert view["record"] == {**record, "user": "ada", "state": {"k": 2}, "update_time": 12.5}
+    assert (view["app"], view["user"]) == ({"lang": "en"}, {"name": "Ada"})
+    listed = await port.library_call("adk.list", {"app": "app"}, tick())
+    assert [r["id"] for r in listed["records"]] == ["s"]
+    with pytest.raises(LedgerLookupError) as bad:
+        await port.library_call("adk.append", {**base, "event": "{not json"}, tick())
+    assert bad.value.field == "event"
+    with pytest.raises(NotFound):
+        await port.library_call(
+            "adk.append",
+            {**base, "session": "adk:app:ada:ghost", "event": "{}", "session_delta": {},
+             "app_delta": {}, "user_delta": {}, "ts": 1.0},
+            tick(),
+        )  # fmt: skip
+    await port.library_call("delete", {"session": label}, tick())
+    assert await port.library_call("adk.get", {**base, "recent": None}, tick()) == {}

@@ -6,6 +6,7 @@ session tests run against it too: docs/integrations.md.)"""
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from google.genai import types
 
 from ledger.api import LedgerError, NotALedger
 from ledger.integrations.adk import LedgerSessionService
+from tests.harness import DaemonProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -382,3 +384,78 @@ def test_a_file_that_is_not_a_ledger_is_refused_and_left_untouched(tmp_path: Pat
     assert theirs.read_bytes() == before
     with pytest.raises(LedgerError, match="nowhere"):
         LedgerSessionService(path=tmp_path / "nowhere" / "sessions.db")
+
+
+async def test_through_a_daemon_socket(daemon: DaemonProcess) -> None:
+    remote = LedgerSessionService(socket=daemon.socket)
+    made = await remote.create_session(
+        app_name=APP, user_id=USER, session_id="s", state={"app:lang": "en", "k": 1, "temp:t": 0}
+    )
+    assert made.state == {"app:lang": "en", "k": 1}
+    events = [text_event("hi", delta={"user:name": "Ada", "k": 2}), text_event("there")]
+    for event in events:
+        await remote.append_event(made, event)
+    got = await remote.get_session(app_name=APP, user_id=USER, session_id="s")
+    assert got is not None
+    assert got.events == events
+    assert got.state == {"app:lang": "en", "user:name": "Ada", "k": 2}
+    assert got.last_update_time == events[-1].timestamp
+    recent = await remote.get_session(
+        app_name=APP, user_id=USER, session_id="s", config=GetSessionConfig(num_recent_events=1)
+    )
+    assert recent is not None and recent.events == events[-1:]
+    listed = await remote.list_sessions(app_name=APP, user_id=USER)
+    assert [(s.id, s.state) for s in listed.sessions] == [("s", got.state)]
+    assert await remote.get_user_state(app_name=APP, user_id=USER) == {"name": "Ada"}
+    # The daemon's own ledger holds it, as a session of turns.
+    store = await remote.remote()
+    assert len(await store.items("adk:weather:ada:s")) == 2
+    with pytest.raises(AlreadyExistsError):
+        await remote.create_session(app_name=APP, user_id=USER, session_id="s")
+    ghost = made.model_copy(update={"id": "ghost"})
+    with pytest.raises(SessionNotFoundError):
+        await remote.append_event(ghost, text_event("lost"))
+    await remote.delete_session(app_name=APP, user_id=USER, session_id="s")
+    assert await remote.get_session(app_name=APP, user_id=USER, session_id="s") is None
+    remote.close()
+    with pytest.raises(RuntimeError):
+        await remote.get_session(app_name=APP, user_id=USER, session_id="s")
+
+
+def test_path_or_socket_but_not_both(path: Path) -> None:
+    with pytest.raises(ValueError, match="either path"):
+        LedgerSessionService(path=path, socket="/run/x.sock")
+    with pytest.raises(ValueError, match="either path"):
+        LedgerSessionService()
+
+
+def test_the_migration_moves_a_session_record_out_of_the_session_row(tmp_path: Path) -> None:
+    from ledger.db import load_migrations
+
+    migrations = load_migrations()
+    (ours,) = [m for m in migrations if m.name == "adk_sessions"]
+    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    for migration in migrations[: migrations.index(ours)]:
+        conn.executescript(migration.sql)
+    record = {
+        "app": APP,
+        "user": USER,
+        "id": "s",
+        "state": {"k": [1, "x"]},
+        "create_time": 1764000000.25,
+        "update_time": 1764000001.123456,
+    }
+    conn.execute(
+        "INSERT INTO sessions (label, kind, origin, metadata, created_at, updated_at)"
+        " VALUES ('adk:weather:ada:s', 'library', 'library', ?, 1, 1),"
+        " ('lib:other', 'library', 'library', '{\"k\": 1}', 1, 1)",
+        (json.dumps({"adk": record}),),
+    )
+    conn.executescript(ours.sql)
+    assert conn.execute("SELECT * FROM adk_sessions").fetchall() == [
+        ("adk:weather:ada:s", APP, USER, "s", '{"k":[1,"x"]}', 1764000000.25, 1764000001.123456)
+    ]
+    assert conn.execute("SELECT label, metadata FROM sessions ORDER BY label").fetchall() == [
+        ("adk:weather:ada:s", None),
+        ("lib:other", '{"k": 1}'),
+    ]

@@ -1,5 +1,5 @@
 """Google ADK on the ledger: `LedgerSessionService` (service.py), a drop-in
-`BaseSessionService`, and what it keeps in the ledger (storage.py)."""
+`BaseSessionService`; what it keeps in the ledger is ledger/api/adk_rows.py."""
 
 from .service import LedgerSessionService
 

@@ -3,6 +3,7 @@
     from ledger.integrations.adk import LedgerSessionService
     service = LedgerSessionService(path="sessions.db")   # was SqliteSessionService(...)
     runner = Runner(agent=agent, app_name="app", session_service=service)
+    service = LedgerSessionService(socket="/run/agent-broker/broker.sock")  # via a daemon
 
 Rule 1: `append_event` never refuses a session for being behind: ADK's own
         services raise `StaleSessionError` when another writer appended since
@@ -20,6 +21,12 @@ Rule 3: a call that raises stored nothing and left the caller's Session as it
 Rule 4: events come back equal to what was appended: each is stored as its
         JSON (`model_dump(mode="json", exclude_none=True)`, bytes as base64),
         as ADK's SqliteSessionService stores it, and read back in append order.
+Rule 5: every call is one of the library's `adk.*` calls (ledger/api/served.py,
+        ledger/api/adk_rows.py), run on the file's own writer and a read
+        connection of this thread (`path=`), or sent to a running daemon that
+        runs the same jobs and reads (`socket=`, as `Store.connect` does). A
+        daemon connection belongs to the event loop it was made in; another
+        loop makes its own.
 """
 
 from __future__ import annotations
@@ -43,16 +50,15 @@ from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ...api import reads
+from ...api import adk_rows, served
 from ...api.engine import acquire
-from ...api.records import encode_items
+from ...api.errors import StoreClosed
+from ...api.remote import RemoteStore
 from ...api.store import Store
-from ...api.waiting import wait_async
+from ...api.waiting import current_loop, wait_async
 from ...db import Synchronous
 from ...errors import Conflict, NotFound
 from ...ids import now_ms
-from ...jobs import JobSpec
-from . import storage
 
 Deltas = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]  # app, user, session
 
@@ -120,26 +126,59 @@ class LedgerSessionService(BaseSessionService):
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | None = None,
         *,
+        socket: str | Path | None = None,
         synchronous: Synchronous = "NORMAL",
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if (path is None) == (socket is None):
+            raise ValueError(
+                "give LedgerSessionService either path= (a ledger file) or socket= (a daemon)"
+            )
         # Opening is blocking, as SqliteSessionService's schema check is.
-        self._store = Store(acquire(Path(path), synchronous), now_ms)
+        self._local = None if path is None else Store(acquire(Path(path), synchronous), now_ms)
+        self._socket = None if socket is None else str(socket)
+        self._remote: RemoteStore | None = None
+        self._remote_loop: object = None
         self._clock = clock
 
     @property
     def store(self) -> Store:
-        """The Store underneath (fork, compact, export of a session's events)."""
-        return self._store
+        """The Store underneath (fork, compact, export of a session's events); with
+        `socket=`, `await service.remote()` is its counterpart."""
+        if self._local is None:
+            raise StoreClosed("this service reaches a daemon: use `await service.remote()`")
+        return self._local
+
+    async def remote(self) -> RemoteStore:
+        """The daemon's Store calls, on a connection of this event loop (Rule 5)."""
+        if self._socket is None:
+            raise StoreClosed("the LedgerSessionService is closed, or has no daemon")
+        loop = current_loop()
+        if self._remote is None or self._remote_loop is not loop:
+            self._remote, self._remote_loop = await RemoteStore.connect(self._socket), loop
+        return self._remote
 
     def close(self) -> None:
-        """Let go of the ledger file; the service cannot be used after."""
-        self._store._close()
+        """Let go of the ledger file or the daemon's connection; the service cannot be
+        used after."""
+        if self._local is not None:
+            self._local._close()
+        if self._remote is not None:
+            self._remote.close_now()
+        self._socket = None
 
-    async def _write(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await wait_async(JobSpec(fn, args, {}), self._store._submit)
+    async def _call(self, call: str, **args: Any) -> Any:
+        """One `adk.*` call (Rule 5): its JSON answer."""
+        if self._local is None:
+            return await (await self.remote())._call(call, **args)
+        kind, what = served.plan(call, args, now_ms())
+        if kind == "write":
+            value = await wait_async(what, self._local._submit)
+        else:
+            value = what(self._local._reads())
+        return served.answer(call, value)
 
     async def create_session(
         self,
@@ -161,15 +200,15 @@ class LedgerSessionService(BaseSessionService):
             "create_time": now,
             "update_time": now,
         }
-        metadata = orjson.dumps({"adk": record}).decode()
-        label = storage.label(app_name, user_id, sid)
         try:
-            app, user = await self._write(
-                storage.create, label, metadata, app_name, user_id, app_delta, user_delta,
-                now, now_ms(),
+            shared = await self._call(
+                "adk.create", session=adk_rows.label(app_name, user_id, sid),
+                record=record, app=app_name, user=user_id, app_delta=app_delta,
+                user_delta=user_delta, ts=now,
             )  # fmt: skip
         except Conflict:
             raise AlreadyExistsError(f"Session with id {sid} already exists.") from None
+        app, user = shared["app"], shared["user"]
         return Session(
             app_name=app_name,
             user_id=user_id,
@@ -188,34 +227,28 @@ class LedgerSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         sid = _session_id(session_id)
-        label = storage.label(app_name, user_id, sid)
-        with storage.snapshot(self._store._reads()) as conn:
-            try:
-                info = reads.get(conn, label)
-            except NotFound:
-                return None
-            record = info.metadata.get("adk")
-            if not isinstance(record, dict):
-                return None
-            items = _event_items(conn, label, config)
-            app = storage.shared_state(conn, app_name, storage.APP, "")
-            user = storage.shared_state(conn, app_name, storage.USER, user_id)
+        view = await self._call(
+            "adk.get", app=app_name, user=user_id, session=adk_rows.label(app_name, user_id, sid),
+            recent=config.num_recent_events if config else None,
+            after=config.after_timestamp if config else None,
+        )  # fmt: skip
+        if not view:
+            return None
+        record = view["record"]
         return Session(
             app_name=app_name,
             user_id=user_id,
             id=sid,
-            state=merged_state(app, user, record["state"]),
-            events=[Event.model_validate(item) for item in items],
+            state=merged_state(view["app"], view["user"], record["state"]),
+            events=[Event.model_validate(item) for item in view["events"]],
             last_update_time=record["update_time"],
         )
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
-        with storage.snapshot(self._store._reads()) as conn:
-            records = storage.session_records(conn, app_name, user_id)
-            app = storage.shared_state(conn, app_name, storage.APP, "")
-            users = storage.user_states(conn, app_name)
+        view = await self._call("adk.list", app=app_name, user=user_id)
+        app, users = view["app"], view["users"]
         return ListSessionsResponse(
             sessions=[
                 Session(
@@ -226,18 +259,21 @@ class LedgerSessionService(BaseSessionService):
                     events=[],
                     last_update_time=r["update_time"],
                 )
-                for r in records
+                for r in view["records"]
             ]
         )
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         try:
-            await self._store.delete(storage.label(app_name, user_id, _session_id(session_id)))
+            await self._call(
+                "delete", session=adk_rows.label(app_name, user_id, _session_id(session_id))
+            )
         except NotFound:
             return
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return storage.shared_state(self._store._reads(), app_name, storage.USER, user_id)
+        state: dict[str, Any] = await self._call("adk.user_state", app=app_name, user=user_id)
+        return state
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -246,14 +282,14 @@ class LedgerSessionService(BaseSessionService):
         delta = event.actions.state_delta if event.actions else None
         app_delta, user_delta, own_delta = split_state(delta, "state_delta")
         try:
-            (row,) = encode_items([event_json(event)])
+            text = orjson.dumps(event_json(event)).decode()
         except TypeError as exc:  # beyond what JSON holds (orjson: 64-bit integers)
             raise TypeError(f"event {event.id!r} cannot be stored: {exc}") from None
         try:
-            await self._write(
-                storage.append, storage.label(session.app_name, session.user_id, session.id),
-                row, own_delta, session.app_name, session.user_id, app_delta, user_delta,
-                event.timestamp, now_ms(),
+            await self._call(
+                "adk.append", session=adk_rows.label(session.app_name, session.user_id, session.id),
+                event=text, session_delta=own_delta, app=session.app_name, user=session.user_id,
+                app_delta=app_delta, user_delta=user_delta, ts=event.timestamp,
             )  # fmt: skip
         except NotFound:
             raise SessionNotFoundError(f"Session {session.id} not found.") from None
@@ -261,16 +297,3 @@ class LedgerSessionService(BaseSessionService):
         event = self._trim_temp_delta_state(event)
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
-
-
-def _event_items(conn: Any, label: str, config: GetSessionConfig | None) -> list[Any]:
-    """The stored events `config` asks for, oldest first: those at or after
-    `after_timestamp`, the last `num_recent_events` of them."""
-    recent = config.num_recent_events if config else None
-    after = config.after_timestamp if config else None
-    if recent == 0:
-        return []
-    if after is None:
-        return reads.items(conn, label) if recent is None else reads.last_items(conn, label, recent)
-    items = [i for i in reads.items(conn, label) if i.get("timestamp", 0) >= after]
-    return items if recent is None else items[-recent:]

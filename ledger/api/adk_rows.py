@@ -1,13 +1,16 @@
-"""What `LedgerSessionService` keeps in the ledger: jobs for the Store's one writer
-(ledger/jobs.py Rule 1: functions of a connection and plain arguments) and reads
-on the caller's read connection. Nothing here knows ADK's classes; service.py
-turns them into these plain values.
+"""What Google ADK's `LedgerSessionService` (ledger/integrations/adk/) keeps in the
+ledger: jobs for the one writer (ledger/jobs.py Rule 1: functions of a connection
+and plain arguments) and reads of a read connection, run by the in-process Store
+or by a daemon (served.py: the `adk.*` calls). Nothing here knows ADK's classes,
+so a daemon without ADK installed serves them; the service turns them into these
+plain values.
 
 Rule 1: an ADK session is a ledger session labelled `adk:<app>:<user>:<id>`, each
         part percent-quoted: the label is one to one with the triple, and an
-        app's or a user's sessions are one range of the label index. Its own
-        state, its ids and its ADK times (float seconds, kept exactly) are its
-        `metadata` under "adk".
+        app's or a user's sessions are one range of the label index. Its ids,
+        its own state and its ADK times (float seconds, kept exactly) are its
+        row of `adk_sessions`: an append rewrites that small row, not the
+        session's.
 Rule 2: an event is a turn holding one item, the event's JSON, on the head read in
         the same transaction: two appends to one session are serialized by the
         writer and neither is lost (ledger/api/writes.py Rule 1).
@@ -28,9 +31,9 @@ from urllib.parse import quote
 
 import orjson
 
-from ...api import writes
-from ...api.records import Row
-from ...errors import NotFound
+from ..errors import NotFound
+from . import reads, writes
+from .records import Row
 
 PREFIX = "adk:"
 APP, USER = "app", "user"
@@ -79,7 +82,7 @@ def _merge_shared(
 def create(
     conn: sqlite3.Connection,
     session_label: str,
-    metadata: str,
+    record: dict[str, Any],
     app_name: str,
     user_id: str,
     app_delta: dict[str, Any],
@@ -89,7 +92,20 @@ def create(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Make the session (`Conflict` if it exists) and merge the shared deltas; the
     app's and the user's state after them."""
-    writes.create_session(conn, session_label, None, metadata, now_ms)
+    writes.create_session(conn, session_label, None, None, now_ms)
+    conn.execute(
+        "INSERT INTO adk_sessions (session_label, app_name, user_id, session_id, state,"
+        " create_time, update_time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            session_label,
+            app_name,
+            user_id,
+            record["id"],
+            orjson.dumps(record["state"]).decode(),
+            record["create_time"],
+            record["update_time"],
+        ),
+    )
     _merge_shared(conn, app_name, APP, "", app_delta, ts)
     _merge_shared(conn, app_name, USER, user_id, user_delta, ts)
     return shared_state(conn, app_name, APP, ""), shared_state(conn, app_name, USER, user_id)
@@ -108,18 +124,24 @@ def append(
     now_ms: int,
 ) -> None:
     """One event on the session's head with its state deltas (Rules 2, 3)."""
-    row = conn.execute("SELECT metadata FROM sessions WHERE label = ?", (session_label,)).fetchone()
-    if row is None or row[0] is None:
+    if session_delta:
+        row = conn.execute(
+            "SELECT state FROM adk_sessions WHERE session_label = ?", (session_label,)
+        ).fetchone()
+        state = orjson.loads(row[0]) if row else {}
+        state.update(session_delta)
+        cur = conn.execute(
+            "UPDATE adk_sessions SET state = ?, update_time = ? WHERE session_label = ?",
+            (orjson.dumps(state).decode(), ts, session_label),
+        )
+    else:
+        cur = conn.execute(
+            "UPDATE adk_sessions SET update_time = ? WHERE session_label = ?",
+            (ts, session_label),
+        )
+    if cur.rowcount == 0:
         raise NotFound(f"no ADK session {session_label!r}", field="session")
-    metadata = orjson.loads(row[0])
-    adk = metadata["adk"]
-    adk["state"].update(session_delta)
-    adk["update_time"] = ts
     writes.append_turn(conn, session_label, [event], now_ms, create=False)
-    conn.execute(
-        "UPDATE sessions SET metadata = ? WHERE label = ?",
-        (orjson.dumps(metadata).decode(), session_label),
-    )
     _merge_shared(conn, app_name, APP, "", app_delta, ts)
     _merge_shared(conn, app_name, USER, user_id, user_delta, ts)
 
@@ -155,17 +177,81 @@ def user_states(conn: sqlite3.Connection, app_name: str) -> dict[str, dict[str, 
     return {str(user): orjson.loads(state) for user, state in rows}
 
 
+_RECORD = "SELECT user_id, session_id, state, create_time, update_time FROM adk_sessions"
+
+
+def _record(row: tuple[Any, ...]) -> dict[str, Any]:
+    user, sid, state, created, updated = row
+    return {
+        "user": user,
+        "id": sid,
+        "state": orjson.loads(state),
+        "create_time": created,
+        "update_time": updated,
+    }
+
+
 def session_records(
     conn: sqlite3.Connection, app_name: str, user_id: str | None
 ) -> list[dict[str, Any]]:
-    """The "adk" metadata of an app's sessions (or one user's), oldest update first,
-    ties by user then id, as ADK lists them."""
+    """The records of an app's sessions (or one user's), oldest update first, ties
+    by user then id, as ADK lists them."""
     low, high = label_range(app_name, user_id)
     rows = conn.execute(
-        "SELECT metadata FROM sessions WHERE label >= ? AND label < ? AND metadata IS NOT NULL",
-        (low, high),
+        f"{_RECORD} WHERE session_label >= ? AND session_label < ?", (low, high)
     ).fetchall()
-    found = [orjson.loads(r[0]).get("adk") for r in rows]
-    records = [r for r in found if isinstance(r, dict)]
+    records = [_record(r) for r in rows]
     records.sort(key=lambda r: (r["update_time"], r["user"], r["id"]))
     return records
+
+
+def session_record(conn: sqlite3.Connection, session_label: str) -> dict[str, Any] | None:
+    row = conn.execute(f"{_RECORD} WHERE session_label = ?", (session_label,)).fetchone()
+    return None if row is None else _record(row)
+
+
+def event_items(
+    conn: sqlite3.Connection, session_label: str, recent: int | None, after: float | None
+) -> list[Any]:
+    """The stored events ADK's `GetSessionConfig` asks for, oldest first: those at or
+    after `after` (a timestamp), the last `recent` of them."""
+    if recent == 0:
+        return []
+    if after is None:
+        if recent is None:
+            return reads.items(conn, session_label)
+        return reads.last_items(conn, session_label, recent)
+    found = [i for i in reads.items(conn, session_label) if i.get("timestamp", 0) >= after]
+    return found if recent is None else found[-recent:]
+
+
+def session_view(
+    conn: sqlite3.Connection,
+    app_name: str,
+    user_id: str,
+    session_label: str,
+    recent: int | None,
+    after: float | None,
+) -> dict[str, Any] | None:
+    """A session as `get_session` needs it, of one moment (Rule 4); None if there is
+    no such ADK session."""
+    with snapshot(conn):
+        record = session_record(conn, session_label)
+        if record is None:
+            return None
+        return {
+            "record": record,
+            "events": event_items(conn, session_label, recent, after),
+            "app": shared_state(conn, app_name, APP, ""),
+            "user": shared_state(conn, app_name, USER, user_id),
+        }
+
+
+def sessions_view(conn: sqlite3.Connection, app_name: str, user_id: str | None) -> dict[str, Any]:
+    """An app's sessions (or one user's) as `list_sessions` needs them (Rule 4)."""
+    with snapshot(conn):
+        return {
+            "records": session_records(conn, app_name, user_id),
+            "app": shared_state(conn, app_name, APP, ""),
+            "users": user_states(conn, app_name),
+        }
