@@ -157,8 +157,8 @@ data_path = "{work}/data"
 prosody_user = "{user}"
 run_as_root = true
 admins = {{}}
-plugin_paths = {{}}
-modules_enabled = {{ "roster", "saslauth", "disco", "ping", "mam", "smacks" }}
+plugin_paths = {{ "{plugins}" }}
+modules_enabled = {{ "roster", "saslauth", "disco", "ping", "mam", "smacks"{modules} }}
 modules_disabled = {{ "s2s", "offline" }}
 c2s_ports = {{ {port} }}
 c2s_interfaces = {{ "127.0.0.1" }}
@@ -179,6 +179,7 @@ smacks_hibernation_time = 5
 -- peer's delayed ACK (Nagle): ~40 ms per stream-managed reply.
 network_settings = {{ tcp_nodelay = true }}
 log = {{ {{ levels = {{ min = "info" }}, to = "file", filename = "{work}/server.log" }} }}
+{extra}
 VirtualHost "localhost"
 Component "conference.localhost" "muc"
   modules_enabled = {{ "muc_mam" }}
@@ -189,9 +190,13 @@ Component "conference.localhost" "muc"
 
 
 @contextlib.contextmanager
-def start_prosody(accounts: dict[str, str]) -> Iterator[Server]:
+def start_prosody(
+    accounts: dict[str, str], modules: tuple[str, ...] = (), extra: str = ""
+) -> Iterator[Server]:
     """Prosody on loopback for `localhost` (MUC at conference.localhost), with
-    mod_mam, mod_muc_mam and mod_smacks, and the accounts given (name -> password)."""
+    mod_mam, mod_muc_mam and mod_smacks, and the accounts given (name -> password).
+    `modules` are enabled too (from Prosody or from prosody_modules/ here), `extra`
+    is more global config (Lua; "{work}" in it is the server's directory)."""
     binary = require("prosody", "prosody")
     ctl = require("prosodyctl", "prosody")
     with _workdir("xmppd-") as work:
@@ -199,7 +204,16 @@ def start_prosody(accounts: dict[str, str]) -> Iterator[Server]:
         (work / "data").mkdir()
         (work / "certs").mkdir()
         conf = work / "prosody.cfg.lua"
-        conf.write_text(PROSODY_CONF.format(port=port, work=work, user=getpass.getuser()))
+        conf.write_text(
+            PROSODY_CONF.format(
+                port=port,
+                work=work,
+                user=getpass.getuser(),
+                plugins=Path(__file__).parent / "prosody_modules",
+                modules="".join(f', "{name}"' for name in modules),
+                extra=extra.replace("{work}", str(work)),
+            )
+        )
         for name, password in accounts.items():
             subprocess.run(
                 [ctl, "--config", str(conf), "register", name, "localhost", password],
