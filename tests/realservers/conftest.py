@@ -44,6 +44,12 @@ def ngircd() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
+def ngircd_tls() -> Iterator[Server]:
+    with start_ngircd(tls=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def prosody() -> Iterator[Server]:
     with start_prosody(XMPP_ACCOUNTS) as server:
         yield server

@@ -120,20 +120,54 @@ PingTimeout = 120
 DNS = no
 Ident = no
 PAM = no
+{tls}"""
+
+NGIRCD_TLS = """\
+[SSL]
+CertFile = {work}/cert.pem
+KeyFile = {work}/key.pem
+Ports = {port}
 """
 
 
+def self_signed_cert(work: Path) -> Path:
+    """A certificate for 127.0.0.1 (cert.pem, key.pem in `work`), made by openssl."""
+    openssl = require("openssl", "openssl")
+    files = ["-keyout", str(work / "key.pem"), "-out", str(work / "cert.pem")]
+    subject = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", *files, *subject],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return work / "cert.pem"
+
+
 @contextlib.contextmanager
-def start_ngircd(password: str | None = None, penalties: bool = False) -> Iterator[Server]:
+def start_ngircd(
+    password: str | None = None, penalties: bool = False, tls: bool = False
+) -> Iterator[Server]:
     """ngIRCd on loopback. `penalties=False` turns off its flood throttle
-    (MaxPenaltyTime = 0) so tests and benchmarks are not paced at ~1 line/s."""
+    (MaxPenaltyTime = 0) so tests and benchmarks are not paced at ~1 line/s.
+    `tls`: the server's port speaks TLS only, with a self-signed certificate
+    (workdir/cert.pem, for 127.0.0.1); ngIRCd must be built with SSL."""
     binary = require("ngircd", "ngircd")
     with _workdir("ircd-") as work:
         port = free_port()
+        plain_port = free_port() if tls else port  # ngIRCd always listens in plain too
+        if tls:
+            self_signed_cert(work)
+            if (
+                "+SSL"
+                not in subprocess.run([binary, "--version"], capture_output=True).stdout.decode()
+            ):
+                raise ServerMissing("this ngIRCd is built without SSL: the IRC TLS test needs it")
         conf = work / "ngircd.conf"
         conf.write_text(
             NGIRCD_CONF.format(
-                port=port,
+                port=plain_port,
+                tls=NGIRCD_TLS.format(work=work, port=port) if tls else "",
                 work=work,
                 uid=os.getuid(),
                 gid=os.getgid(),
