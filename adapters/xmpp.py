@@ -50,7 +50,7 @@ from slixmpp.exceptions import IqError, IqTimeout
 
 from .bridge import Incoming, Target, main
 from .position import PositionStore
-from .retry import RetryClock, ServerUnavailable
+from .retry import RetryClock, ServerUnavailable, single_error
 from .sdk import Backoff, Deliver, Delta
 from .settings import AdapterSection, Strict, read_secret, section
 from .xmpp_session import XmppSession
@@ -118,7 +118,8 @@ class XmppChannel:
                         await session.join(room, self.nick)
                 self.retry.succeeded()
                 log.info("connected to %s as %s", where, session.client.boundjid.full)
-                await self._serve(session, live_out, inbox)
+                with single_error():  # a ConnectionError from inside its task group
+                    await self._serve(session, live_out, inbox)
                 error = "the stream ended"
             except (OSError, TimeoutError, ConnectionError) as exc:
                 error = str(exc) or type(exc).__name__
