@@ -15,6 +15,10 @@ Rule 2: a stanza error answering a stanza still waiting settles it instead:
         the ack that counts the stanza; that ack then finds nothing waiting.
         An ack settles only the very stanza object it counts, so a late ack of
         a bounced send never confirms the resend that has the same id.
+Rule 3: the stream's socket does not wait to fill segments (TCP_NODELAY):
+        the server asks for an ack after every stanza it sends, so a reply
+        written soon after the small <a/> answer would otherwise wait for the
+        server's delayed ACK of it (Nagle), up to 40 ms.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, Literal
@@ -102,6 +107,7 @@ class XmppSession:
         self._waiting: dict[str, Sent] = {}
         self._ids = itertools.count(1)
         self._warned_no_sm = False
+        client.add_event_handler("connected", lambda _e: self._no_delay())
         client.add_event_handler("session_start", lambda _e: self.started.set())
         client.add_event_handler("failed_auth", self._on_refused)
         client.add_event_handler("disconnected", lambda _e: self._end())
@@ -184,6 +190,13 @@ class XmppSession:
         with anyio.move_on_after(2, shield=True), contextlib.suppress(Exception):
             await self.client.disconnect(wait=1)
         self.client.abort()
+
+    def _no_delay(self) -> None:
+        """Rule 3."""
+        transport = self.client.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _on_acked(self, stanza: Any) -> None:
         if stanza is None:
