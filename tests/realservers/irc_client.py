@@ -26,11 +26,13 @@ class IrcClient:
     @classmethod
     async def connect(cls, port: int, nick: str, ca_file: Path | None = None) -> IrcClient:
         """Over TLS when `ca_file` (the server's certificate authority) is given."""
-        context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else None
         with anyio.fail_after(WAIT):
-            stream = await anyio.connect_tcp(
-                "127.0.0.1", port, tls=context is not None, ssl_context=context
-            )
+            stream: anyio.abc.ByteStream
+            if ca_file is None:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            else:
+                context = ssl.create_default_context(cafile=str(ca_file))
+                stream = await anyio.connect_tcp("127.0.0.1", port, ssl_context=context)
             client = cls(stream, nick)
             await client.send(f"NICK {nick}")
             await client.send(f"USER {nick} 0 * :{nick}")
