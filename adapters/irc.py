@@ -6,6 +6,7 @@
     host = "irc.example.org"
     port = 6667
     tls = false
+    # tls_ca_file = "..."  # trust this CA (PEM), not the system's: a self-signed server
     nick = "agent"
     channels = ["#help"]
     password_file = "..."   # optional server password; else $CREDENTIALS_DIRECTORY/irc-password
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,6 +63,7 @@ class IrcSection(Strict):
     host: str
     port: int = Field(default=6667, gt=0, lt=65536)
     tls: bool = False
+    tls_ca_file: Path | None = None
     nick: str = Field(min_length=1, max_length=30)
     username: str | None = None
     realname: str = "agent-broker"
@@ -120,7 +123,10 @@ class IrcChannel:
         with anyio.fail_after(cfg.connect_timeout_s):
             stream: anyio.abc.ByteStream
             if cfg.tls:
-                stream = await anyio.connect_tcp(cfg.host, cfg.port, tls=True)
+                context = ssl.create_default_context(
+                    cafile=str(cfg.tls_ca_file) if cfg.tls_ca_file else None
+                )
+                stream = await anyio.connect_tcp(cfg.host, cfg.port, tls=True, ssl_context=context)
             else:
                 stream = await anyio.connect_tcp(cfg.host, cfg.port)
         conn = IrcConnection(stream, TokenBucket(cfg.rate_per_s, cfg.burst), self._on_line)

@@ -66,7 +66,7 @@ from .matrix_events import (
 from .matrix_position import AckedTokens
 from .matrix_session import StoredLogin, log_in, new_client
 from .position import PositionStore
-from .retry import RetryClock, ServerUnavailable
+from .retry import RetryClock, ServerUnavailable, single_error
 from .sdk import Backoff, Deliver, Delta
 from .settings import AdapterSection, Strict, read_secret, section
 
@@ -136,7 +136,8 @@ class MatrixChannel:
                     self.bot = Bot(self.cfg.user_id, named if isinstance(named, str) else None)
                 self.retry.succeeded()
                 log.info("connected to %s as %s", self.cfg.homeserver, client.user_id)
-                await self._serve(client, inbox)
+                with single_error():  # a ConnectionError from inside its task group
+                    await self._serve(client, inbox)
                 error = "the sync ended"
             except (OSError, TimeoutError, ConnectionError, aiohttp.ClientError) as exc:
                 error = str(exc) or type(exc).__name__

@@ -20,8 +20,10 @@ Rule 1: on each (re)connect the adapter catches up from the server's archive
         begins at the time the process started.
 Rule 2: a reply is confirmed only after the server acked its stanza (XEP-0198
         stream management); a stream without it counts a written stanza as
-        accepted (logged once). A reply not acked before the stream drops is
-        sent again, with the same id, after reconnecting.
+        accepted (logged once). A reply not acked before the stream drops, or
+        answered with a stanza error of type `wait` (the server's rate limit),
+        is sent again with the same id after a backoff. Any other stanza error
+        is for good: logged, and the reply confirmed as undeliverable.
 Rule 3: a reply still streaming `correction_interval_s` after its first delta
         is shown as a message (id = the reply's out_id), then corrected
         (XEP-0308) at most once per interval; the final text is the last
@@ -48,7 +50,7 @@ from slixmpp.exceptions import IqError, IqTimeout
 
 from .bridge import Incoming, Target, main
 from .position import PositionStore
-from .retry import RetryClock, ServerUnavailable
+from .retry import RetryClock, ServerUnavailable, single_error
 from .sdk import Backoff, Deliver, Delta
 from .settings import AdapterSection, Strict, read_secret, section
 from .xmpp_session import XmppSession
@@ -116,7 +118,8 @@ class XmppChannel:
                         await session.join(room, self.nick)
                 self.retry.succeeded()
                 log.info("connected to %s as %s", where, session.client.boundjid.full)
-                await self._serve(session, live_out, inbox)
+                with single_error():  # a ConnectionError from inside its task group
+                    await self._serve(session, live_out, inbox)
                 error = "the stream ended"
             except (OSError, TimeoutError, ConnectionError) as exc:
                 error = str(exc) or type(exc).__name__
@@ -252,14 +255,33 @@ class XmppChannel:
         while True:
             await self._up.wait()  # the run loop gives up (exit 75) if it never comes
             session = self.session
+            reason = "the stream is down"
             if session is not None:
                 replace = reply.out_id if streamed else None
-                acked = session.send_text(target, reply.text, reply.out_id, replace=replace)
+                sent = session.send_text(target, reply.text, reply.out_id, replace=replace)
+                reason = f"not acked within {self.cfg.ack_timeout_s:g}s"
                 with anyio.move_on_after(self.cfg.ack_timeout_s):
-                    if await acked.wait_accepted():
+                    outcome = await sent.wait()
+                    if outcome == "accepted":
                         return
-                log.warning("reply %s to %s not acked yet; sending again", reply.out_id, target)
-            await anyio.sleep(Backoff(initial=0.2, maximum=5.0).delay(attempt, random.random()))
+                    if outcome == "refused":
+                        log.error(
+                            "reply %s to %s refused: %s; undeliverable",
+                            reply.out_id,
+                            target.peer_id,
+                            sent.reason,
+                        )
+                        return
+                    reason = sent.reason
+            delay = Backoff(initial=0.2, maximum=5.0).delay(attempt, random.random())
+            log.warning(
+                "reply %s to %s: %s; sending again in %.2fs",
+                reply.out_id,
+                target.peer_id,
+                reason,
+                delay,
+            )
+            await anyio.sleep(delay)
             attempt += 1
 
 

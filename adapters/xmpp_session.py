@@ -8,6 +8,17 @@ Rule 1: a sent stanza is accepted when the server acks it (XEP-0198). If the
         stream has no stream management, a written stanza counts as accepted.
         If the stream ends first, every stanza still waiting is reported not
         accepted, and the sender sends it again on the next stream.
+Rule 2: a stanza error answering a stanza still waiting settles it instead:
+        type `wait` (a rate limit: resource-constraint, policy-violation, …)
+        means "again later", any other type means refused for good. The
+        server handles a stream's stanzas in order, so its error comes before
+        the ack that counts the stanza; that ack then finds nothing waiting.
+        An ack settles only the very stanza object it counts, so a late ack of
+        a bounced send never confirms the resend that has the same id.
+Rule 3: the stream's socket does not wait to fill segments (TCP_NODELAY):
+        the server asks for an ack after every stanza it sends, so a reply
+        written soon after the small <a/> answer would otherwise wait for the
+        server's delayed ACK of it (Nagle), up to 40 ms.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, Literal
@@ -41,27 +53,34 @@ PLUGINS = (
 )
 SM_WAIT_S = 2.0  # how long after session start stream management may take to be enabled
 MAM_PAGE = 50
+STANZA_ERRORS = "{urn:ietf:params:xml:ns:xmpp-stanzas}"
 
 
 class LoginRefused(ConnectionError):
     """The server refused the account's credentials."""
 
 
+Outcome = Literal["accepted", "again", "refused"]
+
+
 class Sent:
-    """A stanza waiting for the server's ack (Rule 1)."""
+    """A stanza waiting for the server's ack (Rules 1 and 2)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stanza: Message | None = None) -> None:
+        self.stanza = stanza
         self._done = anyio.Event()
-        self.accepted = False
+        self.outcome: Outcome = "again"
+        self.reason = ""
 
-    def settle(self, accepted: bool) -> None:
+    def settle(self, outcome: Outcome, reason: str = "") -> None:
         if not self._done.is_set():
-            self.accepted = accepted
+            self.outcome = outcome
+            self.reason = reason
             self._done.set()
 
-    async def wait_accepted(self) -> bool:
+    async def wait(self) -> Outcome:
         await self._done.wait()  # bounded by the caller
-        return self.accepted
+        return self.outcome
 
 
 class XmppSession:
@@ -88,6 +107,7 @@ class XmppSession:
         self._waiting: dict[str, Sent] = {}
         self._ids = itertools.count(1)
         self._warned_no_sm = False
+        client.add_event_handler("connected", lambda _e: self._no_delay())
         client.add_event_handler("session_start", lambda _e: self.started.set())
         client.add_event_handler("failed_auth", self._on_refused)
         client.add_event_handler("disconnected", lambda _e: self._end())
@@ -95,6 +115,7 @@ class XmppSession:
         client.add_event_handler("sm_enabled", lambda _e: self._sm_ready.set())
         client.add_event_handler("sm_failed", lambda _e: self._sm_ready.set())
         client.add_event_handler("stanza_acked", self._on_acked)
+        client.add_event_handler("message_error", self._on_error)
         client.add_event_handler("message", lambda msg: self.on_message(msg))
 
     @property
@@ -149,16 +170,16 @@ class XmppSession:
             msg["replace"]["id"] = replace
         if target.thread_id:
             msg["thread"] = target.thread_id
-        sent = Sent()
+        sent = Sent(msg)
         if not wait_ack:
-            sent.settle(True)
+            sent.settle("accepted")
         elif self.stream_management:
             self._waiting[str(msg["id"])] = sent
         else:
             if not self._warned_no_sm:
                 log.warning("no stream management on this stream: a sent reply counts as accepted")
                 self._warned_no_sm = True
-            sent.settle(True)
+            sent.settle("accepted")
         msg.send()
         if wait_ack and self.stream_management:
             self.client.send(RequestAck(self.client))  # queued behind the message
@@ -170,10 +191,33 @@ class XmppSession:
             await self.client.disconnect(wait=1)
         self.client.abort()
 
+    def _no_delay(self) -> None:
+        """Rule 3."""
+        transport = self.client.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def _on_acked(self, stanza: Any) -> None:
-        sent = self._waiting.pop(str(stanza["id"]), None) if stanza is not None else None
-        if sent is not None:
-            sent.settle(True)
+        if stanza is None:
+            return
+        key = str(stanza["id"])
+        sent = self._waiting.get(key)
+        if sent is not None and sent.stanza is stanza:
+            del self._waiting[key]
+            sent.settle("accepted")
+
+    def _on_error(self, msg: Message) -> None:
+        """Rule 2."""
+        error = msg["error"]
+        reason = f"{error['type']}/{_condition(error)}"
+        if error["text"]:
+            reason += f" ({error['text']})"
+        sent = self._waiting.pop(str(msg["id"]), None)
+        if sent is None:
+            log.warning("stanza error for %s, which is not waiting: %s", msg["id"], reason)
+            return
+        sent.settle("again" if error["type"] == "wait" else "refused", reason)
 
     def _on_refused(self, stanza: Any) -> None:
         self.refused = str(stanza["condition"] or "not-authorized")
@@ -183,7 +227,15 @@ class XmppSession:
         self.ended.set()
         waiting, self._waiting = self._waiting, {}
         for sent in waiting.values():
-            sent.settle(False)
+            sent.settle("again", "the stream ended")
+
+
+def _condition(error: Any) -> str:
+    """The error's defined condition, also one slixmpp does not list (policy-violation)."""
+    for child in error.xml:
+        if child.tag.startswith(STANZA_ERRORS) and not child.tag.endswith("}text"):
+            return str(child.tag[len(STANZA_ERRORS) :])
+    return "undefined-condition"
 
 
 async def _set_when(event: anyio.Event, scope: anyio.CancelScope) -> None:

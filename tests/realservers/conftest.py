@@ -44,8 +44,29 @@ def ngircd() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
+def ngircd_tls() -> Iterator[Server]:
+    with start_ngircd(tls=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def prosody() -> Iterator[Server]:
     with start_prosody(XMPP_ACCOUNTS) as server:
+        yield server
+
+
+# A second Prosody that rate-limits every client stream (mod_limits, read side)
+# and bounces marked messages from the bot with stanza errors (mod_test_bounce).
+LIMITED_PROSODY = """\
+limits = { c2s = { rate = "2kb/s"; burst = "1s" } }
+bounce_from = "bot"
+"""
+
+
+@pytest.fixture(scope="session")
+def prosody_limited() -> Iterator[Server]:
+    modules = ("limits", "test_bounce")
+    with start_prosody(XMPP_ACCOUNTS, modules, LIMITED_PROSODY) as server:
         yield server
 
 

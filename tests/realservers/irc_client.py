@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -14,7 +16,7 @@ WAIT = 10.0
 
 
 class IrcClient:
-    def __init__(self, stream: anyio.abc.SocketStream, nick: str) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, nick: str) -> None:
         self.stream = stream
         self.nick = nick
         self.reader = BufferedByteReceiveStream(stream)
@@ -22,9 +24,16 @@ class IrcClient:
         self._stash: list[Line] = []
 
     @classmethod
-    async def connect(cls, port: int, nick: str) -> IrcClient:
+    async def connect(cls, port: int, nick: str, ca_file: Path | None = None) -> IrcClient:
+        """Over TLS when `ca_file` (the server's certificate authority) is given."""
         with anyio.fail_after(WAIT):
-            client = cls(await anyio.connect_tcp("127.0.0.1", port), nick)
+            stream: anyio.abc.ByteStream
+            if ca_file is None:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            else:
+                context = ssl.create_default_context(cafile=str(ca_file))
+                stream = await anyio.connect_tcp("127.0.0.1", port, ssl_context=context)
+            client = cls(stream, nick)
             await client.send(f"NICK {nick}")
             await client.send(f"USER {nick} 0 * :{nick}")
             await client.expect(lambda line: line.command == "001")

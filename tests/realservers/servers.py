@@ -120,20 +120,54 @@ PingTimeout = 120
 DNS = no
 Ident = no
 PAM = no
+{tls}"""
+
+NGIRCD_TLS = """\
+[SSL]
+CertFile = {work}/cert.pem
+KeyFile = {work}/key.pem
+Ports = {port}
 """
 
 
+def self_signed_cert(work: Path) -> Path:
+    """A certificate for 127.0.0.1 (cert.pem, key.pem in `work`), made by openssl."""
+    openssl = require("openssl", "openssl")
+    files = ["-keyout", str(work / "key.pem"), "-out", str(work / "cert.pem")]
+    subject = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", *files, *subject],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return work / "cert.pem"
+
+
 @contextlib.contextmanager
-def start_ngircd(password: str | None = None, penalties: bool = False) -> Iterator[Server]:
+def start_ngircd(
+    password: str | None = None, penalties: bool = False, tls: bool = False
+) -> Iterator[Server]:
     """ngIRCd on loopback. `penalties=False` turns off its flood throttle
-    (MaxPenaltyTime = 0) so tests and benchmarks are not paced at ~1 line/s."""
+    (MaxPenaltyTime = 0) so tests and benchmarks are not paced at ~1 line/s.
+    `tls`: the server's port speaks TLS only, with a self-signed certificate
+    (workdir/cert.pem, for 127.0.0.1); ngIRCd must be built with SSL."""
     binary = require("ngircd", "ngircd")
     with _workdir("ircd-") as work:
         port = free_port()
+        plain_port = free_port() if tls else port  # ngIRCd always listens in plain too
+        if tls:
+            self_signed_cert(work)
+            if (
+                "+SSL"
+                not in subprocess.run([binary, "--version"], capture_output=True).stdout.decode()
+            ):
+                raise ServerMissing("this ngIRCd is built without SSL: the IRC TLS test needs it")
         conf = work / "ngircd.conf"
         conf.write_text(
             NGIRCD_CONF.format(
-                port=port,
+                port=plain_port,
+                tls=NGIRCD_TLS.format(work=work, port=port) if tls else "",
                 work=work,
                 uid=os.getuid(),
                 gid=os.getgid(),
@@ -157,8 +191,8 @@ data_path = "{work}/data"
 prosody_user = "{user}"
 run_as_root = true
 admins = {{}}
-plugin_paths = {{}}
-modules_enabled = {{ "roster", "saslauth", "disco", "ping", "mam", "smacks" }}
+plugin_paths = {{ "{plugins}" }}
+modules_enabled = {{ "roster", "saslauth", "disco", "ping", "mam", "smacks"{modules} }}
 modules_disabled = {{ "s2s", "offline" }}
 c2s_ports = {{ {port} }}
 c2s_interfaces = {{ "127.0.0.1" }}
@@ -179,6 +213,7 @@ smacks_hibernation_time = 5
 -- peer's delayed ACK (Nagle): ~40 ms per stream-managed reply.
 network_settings = {{ tcp_nodelay = true }}
 log = {{ {{ levels = {{ min = "info" }}, to = "file", filename = "{work}/server.log" }} }}
+{extra}
 VirtualHost "localhost"
 Component "conference.localhost" "muc"
   modules_enabled = {{ "muc_mam" }}
@@ -189,9 +224,13 @@ Component "conference.localhost" "muc"
 
 
 @contextlib.contextmanager
-def start_prosody(accounts: dict[str, str]) -> Iterator[Server]:
+def start_prosody(
+    accounts: dict[str, str], modules: tuple[str, ...] = (), extra: str = ""
+) -> Iterator[Server]:
     """Prosody on loopback for `localhost` (MUC at conference.localhost), with
-    mod_mam, mod_muc_mam and mod_smacks, and the accounts given (name -> password)."""
+    mod_mam, mod_muc_mam and mod_smacks, and the accounts given (name -> password).
+    `modules` are enabled too (from Prosody or from prosody_modules/ here), `extra`
+    is more global config (Lua; "{work}" in it is the server's directory)."""
     binary = require("prosody", "prosody")
     ctl = require("prosodyctl", "prosody")
     with _workdir("xmppd-") as work:
@@ -199,7 +238,16 @@ def start_prosody(accounts: dict[str, str]) -> Iterator[Server]:
         (work / "data").mkdir()
         (work / "certs").mkdir()
         conf = work / "prosody.cfg.lua"
-        conf.write_text(PROSODY_CONF.format(port=port, work=work, user=getpass.getuser()))
+        conf.write_text(
+            PROSODY_CONF.format(
+                port=port,
+                work=work,
+                user=getpass.getuser(),
+                plugins=Path(__file__).parent / "prosody_modules",
+                modules="".join(f', "{name}"' for name in modules),
+                extra=extra.replace("{work}", str(work)),
+            )
+        )
         for name, password in accounts.items():
             subprocess.run(
                 [ctl, "--config", str(conf), "register", name, "localhost", password],
