@@ -41,6 +41,17 @@ class LedgerSettings(_Section):
     write_fail_exit_s: float = Field(60.0, gt=0)
     # The integrity check at start stops after this long (0: no check); see ledger/db.py.
     check_s: float = Field(10.0, ge=0)
+    # -- the ledger on PostgreSQL (ledger/postgres/, docs/cluster.md) --
+    # "postgres" keeps the ledger in the database `dsn` names; `path`, `synchronous`,
+    # `writer` and `check_s` are then SQLite's alone and unused.
+    kind: Literal["sqlite", "postgres"] = "sqlite"
+    dsn: str | None = None  # postgresql://user[:password]@host[:port]/dbname
+
+    @model_validator(mode="after")
+    def _postgres_has_a_dsn(self) -> LedgerSettings:
+        if self.kind == "postgres" and not self.dsn:
+            raise ValueError('[ledger] kind = "postgres" needs dsn = "postgresql://..."')
+        return self
 
 
 class EngineSettings(_Section):

@@ -82,6 +82,7 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         write_fail_exit_s: float = math.inf,
     ) -> None:
         self.path = path
+        self.location = str(path)  # for logs: the file, or the database (ledger/postgres)
         self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s)
         super().__init__(readers)
         self._process = process  # the writer process, None when it is a thread

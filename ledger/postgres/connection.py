@@ -15,8 +15,10 @@ Rule 2: errors come out as the `sqlite3` exceptions the shared code already
         and retries it after a back-off, and readers report it, never
         dropping a write.
 Rule 3: a connection that was lost is opened again at the next statement
-        outside a transaction (a BEGIN, or a reader's query); inside a
-        transaction the loss fails the transaction, which the writer retries.
+        outside a transaction (a BEGIN, or any statement of a reader, whose
+        statements are each their own transaction); inside a transaction the
+        loss fails the transaction, which the writer retries whole, and its
+        ROLLBACK has nothing left to undo.
 Rule 4: sums of integers come back as int, as in SQLite, not as Decimal.
 """
 
@@ -112,8 +114,9 @@ def _params(params: Sequence[Any]) -> tuple[Any, ...]:
 class PgConnection:
     """One PostgreSQL session used the way the jobs use an sqlite3 connection."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, reader: bool = True) -> None:
         self._dsn = dsn
+        self._reader = reader
         self._conn: psycopg.Connection[Any] | None = None
         self._row_factory: Any = None
         self.full_text = FullText()  # the shared recall code searches through it (recall.py)
@@ -129,14 +132,18 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
         return self._conn
 
-    def _live(self, sql: str) -> psycopg.Connection[Any]:
+    def lost(self) -> bool:
         conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            if conn is not None and not sql.lstrip().upper().startswith(("BEGIN", "SELECT")):
+        return conn is None or conn.closed or conn.broken
+
+    def _live(self, sql: str) -> psycopg.Connection[Any]:
+        if self.lost():
+            if not (self._reader or sql.lstrip().upper().startswith("BEGIN")):
                 # Inside a transaction that the loss ended: it must fail whole (Rule 3).
                 raise _as_sqlite_error(psycopg.OperationalError("the connection was lost"))
-            conn = self._reconnect()
-        return conn
+            return self._reconnect()
+        assert self._conn is not None
+        return self._conn
 
     @property
     def row_factory(self) -> Any:
@@ -149,10 +156,10 @@ class PgConnection:
 
     @property
     def in_transaction(self) -> bool:
-        conn = self._conn
-        if conn is None or conn.closed:
-            return False
-        return conn.info.transaction_status != pq.TransactionStatus.IDLE
+        if self.lost():
+            return False  # what the loss interrupted is gone with it (Rule 3)
+        assert self._conn is not None
+        return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         statement = translate(sql)

@@ -52,7 +52,7 @@ class WriterPgConnection(PgConnection):
     """The writer's connection, with the identity caches the ingest jobs use."""
 
     def __init__(self, dsn: str) -> None:
-        super().__init__(dsn)
+        super().__init__(dsn, reader=False)
         self.identity = IdentityCache()
 
 
@@ -103,6 +103,7 @@ class PgLedger(Ledger):
         transactor = Transactor(cast(Any, writer_conn), on_rollback=writer_conn.identity.clear)
         pool = ReaderPool(cast(Any, read_conns))
         ledger = cls(Path(address_of(dsn)), ThreadLink(transactor), pool, None, write_fail_exit_s)
+        ledger.location = address_of(dsn)
         ledger.migrations_applied = applied
         try:
             async with anyio.create_task_group() as tg:

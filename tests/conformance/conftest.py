@@ -2,14 +2,15 @@
 
 A backend is a `ledger_backend` param; `port` opens a fresh, empty ledger of
 that backend and hands the tests only its `LedgerPort` face. PostgreSQL runs
-in a private cluster started once per test session (ledger/postgres/devcluster.py);
-each test gets a database of its own, copied from a migrated template.
+in a private cluster started once per test session (`pg_template` in
+tests/conftest.py); each test gets a database of its own, copied from a
+migrated template.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,19 +24,6 @@ _databases = itertools.count()
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def ledger_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture(scope="session")
-def pg_template() -> Iterator[tuple[object, str]]:
-    # Imported here: a machine without psycopg still runs the SQLite half, and
-    # the PostgreSQL half fails naming what is missing (never skips).
-    from ledger.postgres import devcluster
-
-    cluster = devcluster.create(durable=False)
-    try:
-        yield cluster, devcluster.template_database(cluster)
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture
