@@ -167,3 +167,26 @@ def fresh_database(cluster: DevCluster, name: str, template: str | None = None) 
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"{copy}')
     return cluster.dsn(name)
+
+
+def empty_database(dsn: str) -> None:
+    """Delete every row of the ledger database at `dsn` and number its keys from 1
+    again: a fresh ledger for the next test, in a few milliseconds where CREATE
+    DATABASE or TRUNCATE take hundreds (each makes new files for every table).
+    Foreign keys are not checked meanwhile (`session_replication_role`), so the
+    order of the tables does not matter."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            " AND tablename != 'ledger_schema'"
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(f'DELETE FROM "{table}"')
+        sequences = conn.execute(
+            "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'"
+        ).fetchall()
+        for (sequence,) in sequences:
+            conn.execute(f"SELECT setval('\"{sequence}\"', 1, false)")

@@ -3,27 +3,44 @@
 A backend is a `ledger_backend` param; `port` opens a fresh, empty ledger of
 that backend and hands the tests only its `LedgerPort` face. PostgreSQL runs
 in a private cluster started once per test session (`pg_template` in
-tests/conftest.py); each test gets a database of its own, copied from a
-migrated template.
+tests/conftest.py); each test gets the suite's database emptied (faster than a
+new database per test, and as empty).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ledger.port import LedgerPort
 from ledger.store import Ledger
 
-_databases = itertools.count()
-
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def ledger_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def pg_conformance_db(pg_template: tuple[Any, str]) -> str:
+    """One database for the suite, emptied before each test (`pg_conformance`)."""
+    from ledger.postgres import devcluster
+
+    cluster, template = pg_template
+    return devcluster.fresh_database(cluster, "conformance", template)
+
+
+@pytest.fixture
+def pg_conformance(pg_conformance_db: str) -> str:
+    """The DSN of an empty ledger database: the suite's, emptied (tests run one at a
+    time within a session, each with its own cluster)."""
+    from ledger.postgres import devcluster
+
+    devcluster.empty_database(pg_conformance_db)
+    return pg_conformance_db
 
 
 @pytest.fixture
@@ -37,12 +54,8 @@ async def port(
             yield ledger
     elif ledger_backend == "postgres":
         from ledger import postgres
-        from ledger.postgres import devcluster
 
-        cluster, template = request.getfixturevalue("pg_template")
-        assert isinstance(cluster, devcluster.DevCluster)
-        dsn = devcluster.fresh_database(cluster, f"t{next(_databases)}", template)
-        async with postgres.open(dsn) as pg:
+        async with postgres.open(request.getfixturevalue("pg_conformance")) as pg:
             yield pg
     else:  # pragma: no cover - a new backend adds its branch here
         raise AssertionError(f"no conformance setup for {ledger_backend!r}")

@@ -135,6 +135,7 @@ def test_an_unreachable_database_at_start_exits_69_naming_it(tmp_path: Path) -> 
     assert str(nowhere) in done.stderr and "s3cret" not in done.stderr + done.stdout
 
 
+@pytest.mark.slow
 async def test_postgres_killed_and_restarted_loses_no_ack_and_service_resumes(
     cluster: Any, make_daemon: DaemonFactory, anyio_backend: str
 ) -> None:
