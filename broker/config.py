@@ -45,6 +45,17 @@ class LedgerSettings(_Section):
     # a message past it waits up to `writer_wait_s` for room, then is `overloaded`.
     writer_queue: int = Field(100_000, ge=1, le=10_000_000)
     writer_wait_s: float = Field(10.0, ge=0, le=3600)
+    # -- the ledger on PostgreSQL (ledger/postgres/, docs/cluster.md) --
+    # "postgres" keeps the ledger in the database `dsn` names; `path`, `synchronous`,
+    # `writer` and `check_s` are then SQLite's alone and unused.
+    kind: Literal["sqlite", "postgres"] = "sqlite"
+    dsn: str | None = None  # postgresql://user[:password]@host[:port]/dbname
+
+    @model_validator(mode="after")
+    def _postgres_has_a_dsn(self) -> LedgerSettings:
+        if self.kind == "postgres" and not self.dsn:
+            raise ValueError('[ledger] kind = "postgres" needs dsn = "postgresql://..."')
+        return self
 
 
 class EngineSettings(_Section):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import signal
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +25,7 @@ import anyio.abc
 from ledger import logs
 from ledger.api.errors import LedgerInUse
 from ledger.api.owner import claim as claim_ledger
-from ledger.db import LedgerError, LedgerNotWritable, damaged, is_damage
+from ledger.db import LedgerError, LedgerNotWritable, LedgerUnreachable, damaged, is_damage
 from ledger.inspect import FailureKind, storage_failure
 from ledger.jobs import LedgerWriteFailed, WriterDied, WriterStuck
 from ledger.store import Ledger
@@ -154,13 +155,27 @@ class Daemon:
         s = self.settings
         # Own the ledger's writes before anything writes it: a library Store
         # (ledger/api/owner.py) then refuses the file and names this socket.
+        if s.ledger.kind == "postgres":  # many nodes share it: PostgreSQL keeps order
+            await self._run_on_ledger(task_status)
+            return
         s.ledger.path.parent.mkdir(parents=True, exist_ok=True)
         with claim_ledger(s.ledger.path, socket=str(s.socket_path)):
             await self._run_on_ledger(task_status)
 
-    async def _run_on_ledger(self, task_status: anyio.abc.TaskStatus[Daemon]) -> None:
+    def _open_ledger(self) -> AbstractAsyncContextManager[Ledger]:
         s = self.settings
-        async with Ledger.open(
+        if s.ledger.kind == "postgres":
+            from ledger import postgres  # psycopg is needed only here (the `postgres` extra)
+
+            assert s.ledger.dsn is not None  # LedgerSettings checks it
+            return postgres.open(
+                s.ledger.dsn,
+                readers=s.ledger.readers,
+                write_fail_exit_s=s.ledger.write_fail_exit_s,
+                writer_queue=s.ledger.writer_queue,
+                writer_wait_s=s.ledger.writer_wait_s,
+            )
+        return Ledger.open(
             s.ledger.path,
             s.ledger.synchronous,
             readers=s.ledger.readers,
@@ -170,7 +185,11 @@ class Daemon:
             check_s=s.ledger.check_s,
             writer_queue=s.ledger.writer_queue,
             writer_wait_s=s.ledger.writer_wait_s,
-        ) as ledger:
+        )
+
+    async def _run_on_ledger(self, task_status: anyio.abc.TaskStatus[Daemon]) -> None:
+        s = self.settings
+        async with self._open_ledger() as ledger:
             self.ledger = ledger
             ledger.snapshot_max_bytes = s.snapshots.max_bytes
             if not ledger.check_finished:
@@ -180,9 +199,7 @@ class Daemon:
                     check_s=s.ledger.check_s,
                 )
             if ledger.migrations_applied:
-                log.info(
-                    "ledger migrated", applied=ledger.migrations_applied, path=str(s.ledger.path)
-                )
+                log.info("ledger migrated", applied=ledger.migrations_applied, path=ledger.location)
             router = Router(
                 load_rules(s),
                 frozenset((o.channel, o.sender_id) for o in s.owners),
@@ -231,7 +248,7 @@ class Daemon:
                 log.info(
                     "ready",
                     socket=str(s.socket_path),
-                    ledger=str(s.ledger.path),
+                    ledger=ledger.location,
                     synchronous=s.ledger.synchronous,
                     engine=s.engine.kind,
                 )
@@ -386,7 +403,7 @@ def exit_status(exc: BaseException) -> int:
     """The sysexits status of a start-up failure (README: the table under Operating)."""
     if isinstance(exc, LedgerNotWritable):
         return EX_NOPERM
-    if isinstance(exc, LedgerInUse):
+    if isinstance(exc, LedgerInUse | LedgerUnreachable):
         return EX_UNAVAILABLE
     if isinstance(exc, LedgerError):
         return EX_DATAERR  # damaged, or a schema newer than this broker

@@ -44,8 +44,11 @@ def store(
     conn: sqlite3.Connection, conversation: Conversation, session: str, by: BoundBy, now: int
 ) -> None:
     conn.execute(
-        "INSERT OR REPLACE INTO route_bindings (channel, peer_kind, peer_id, thread_id,"
-        " session_label, bound_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO route_bindings (channel, peer_kind, peer_id, thread_id,"
+        " session_label, bound_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (channel, peer_kind, peer_id, thread_id) DO UPDATE SET"
+        " session_label = excluded.session_label, bound_by = excluded.bound_by,"
+        " created_at = excluded.created_at",
         (*conversation.key(), session, by, now),
     )
     forget_routes(conn)

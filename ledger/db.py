@@ -32,6 +32,10 @@ class LedgerDamaged(LedgerError):
     """SQLite cannot read all of the ledger file; the message says how to recover."""
 
 
+class LedgerUnreachable(LedgerError):
+    """The database server holding the ledger (ledger/postgres) cannot be reached."""
+
+
 class LedgerNotWritable(LedgerError):
     """The ledger file cannot be written (owner, mode or an immutable attribute)."""
 

@@ -105,9 +105,11 @@ class WriterConnection(sqlite3.Connection):
 
 
 def identity_of(conn: sqlite3.Connection) -> IdentityCache:
-    """The identity cache of the writer connection `conn`."""
-    assert isinstance(conn, WriterConnection), "identity caches live on the writer connection"
-    return conn.identity
+    """The identity cache of the writer connection `conn` (a `WriterConnection`, or
+    the PostgreSQL writer's, which carries one too)."""
+    identity = getattr(conn, "identity", None)
+    assert isinstance(identity, IdentityCache), "identity caches live on the writer connection"
+    return identity
 
 
 def ingest_job(

@@ -39,6 +39,11 @@ def report(conn: sqlite3.Connection, stuck_before: int) -> LedgerReport:
     problems = integrity_check(conn)
     if problems:
         return LedgerReport(damage=problems)
+    return activity(conn, stuck_before, schema_version(conn), len(load_migrations()))
+
+
+def activity(conn: sqlite3.Connection, stuck_before: int, schema: int, latest: int) -> LedgerReport:
+    """The report's part any engine answers alike: the schema, stuck turns and replies."""
     running = conn.execute(
         "SELECT session_label, min(updated_at) FROM queue_items WHERE status = 'running'"
         " AND updated_at < ? GROUP BY session_label",
@@ -50,8 +55,8 @@ def report(conn: sqlite3.Connection, stuck_before: int) -> LedgerReport:
         (stuck_before,),
     ).fetchall()
     return LedgerReport(
-        schema=schema_version(conn),
-        latest=len(load_migrations()),
+        schema=schema,
+        latest=latest,
         running_since=[(str(label), int(since)) for label, since in running],
         unconfirmed=[(str(channel), int(n)) for channel, n in pending],
     )

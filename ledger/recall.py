@@ -136,6 +136,9 @@ def search(
     flt = _filter(sessions, before_ms, after_ms, roles)
     if sessions:
         require_session(conn, sessions[0])
+    engine = getattr(conn, "full_text", None)  # another engine's own search: ledger/postgres
+    if engine is not None:
+        return engine.search(conn, terms(query), match, flt, limit)  # type: ignore[no-any-return]
     try:
         ranked = _rank(conn, fts, flt, limit)[:limit]
         return _hits(conn, fts, ranked)

@@ -31,6 +31,11 @@ def found_terms(
             fts = " ".join(recall.terms(f'"{term}"'))  # the whole term, as one phrase
         except ValueError:
             continue
+        engine = getattr(conn, "full_text", None)  # another engine's own search: ledger/postgres
+        if engine is not None:
+            if engine.holds_term(conn, session, fts, own_msg_ids, PROBE):
+                out.append(term)
+            continue
         row = conn.execute(
             "SELECT 1 FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
             " ORDER BY rowid DESC LIMIT ?) f JOIN messages m ON m.id = f.rowid"

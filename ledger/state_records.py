@@ -105,7 +105,8 @@ def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState
         before = state_at(conn, rec.parent_id)
     after = advance(before, facts_of(rec))
     conn.execute(
-        "INSERT OR REPLACE INTO turn_state (turn_id, state) VALUES (?, ?)",
+        "INSERT INTO turn_state (turn_id, state) VALUES (?, ?)"
+        " ON CONFLICT (turn_id) DO UPDATE SET state = excluded.state",
         (rec.turn_id, dumps(after).decode()),
     )
     if rec.bridges and rec.status == "completed":
@@ -121,7 +122,9 @@ def seed_thread(conn: sqlite3.Connection, label: str, state: SessionState, now: 
     """The session's next thread starts from `state` (Rule 4): for an automatic
     rollover, which carries the old thread's record (`state_at` its head) over."""
     conn.execute(
-        "INSERT OR REPLACE INTO thread_seeds (session_label, state, created_at) VALUES (?, ?, ?)",
+        "INSERT INTO thread_seeds (session_label, state, created_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (session_label) DO UPDATE SET state = excluded.state,"
+        " created_at = excluded.created_at",
         (label, dumps(state).decode(), now),
     )
 

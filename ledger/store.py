@@ -84,6 +84,7 @@ class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMetho
         writer_queue: int = 100_000,
     ) -> None:
         self.path = path
+        self.location = str(path)  # for logs: the file, or the database (ledger/postgres)
         self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s, max_queue=writer_queue)
         super().__init__(readers)
         self._process = process  # the writer process, None when it is a thread

@@ -21,8 +21,32 @@ def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))
 
 
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[tuple[Any, str]]:
+    """A private PostgreSQL cluster for this test session and the name of a database
+    migrated to the ledger's schema, to copy per test (ledger/postgres/devcluster.py).
+    A machine without PostgreSQL fails here, naming what is missing."""
+    # Imported here: a machine without psycopg still runs everything else.
+    from ledger.postgres import devcluster
+
+    cluster = devcluster.create(durable=False)
+    try:
+        yield cluster, devcluster.template_database(cluster)
+    finally:
+        cluster.destroy()
+
+
 @pytest.fixture
-def make_daemon(short_tmp: Path) -> Iterator[DaemonFactory]:
+def daemon_ledger() -> Callable[[str], dict[str, Any]]:
+    """The `[ledger]` settings of each daemon a test starts, by its name: none here
+    (SQLite in the daemon's directory); tests/integration/postgres overrides it."""
+    return lambda name: {}
+
+
+@pytest.fixture
+def make_daemon(
+    short_tmp: Path, daemon_ledger: Callable[[str], dict[str, Any]]
+) -> Iterator[DaemonFactory]:
     """Start daemons with extra config; all are stopped at the end of the test."""
     started: list[DaemonProcess] = []
 
@@ -31,6 +55,10 @@ def make_daemon(short_tmp: Path) -> Iterator[DaemonFactory]:
     ) -> DaemonProcess:
         work = short_tmp / name
         work.mkdir(exist_ok=True)
+        ledger = daemon_ledger(name)
+        if ledger:
+            config = {**(config or {})}
+            config["ledger"] = {**config.get("ledger", {}), **ledger}
         daemon = DaemonProcess(work, config, backend=backend).start()
         started.append(daemon)
         return daemon

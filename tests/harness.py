@@ -15,7 +15,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 
 def _toml_value(value: Any) -> str:
@@ -195,7 +195,11 @@ class DaemonProcess:
         return self.start()
 
     def db(self) -> sqlite3.Connection:
-        """A read connection to the ledger file."""
+        """A read connection to the ledger file (or database, on PostgreSQL)."""
+        if self.config["ledger"].get("kind") == "postgres":
+            from ledger.postgres.connection import PgConnection
+
+            return cast(sqlite3.Connection, PgConnection(self.config["ledger"]["dsn"]))
         conn = sqlite3.connect(f"file:{self.ledger}?mode=ro", uri=True)
         conn.execute("PRAGMA busy_timeout = 5000")
         return conn

@@ -86,12 +86,15 @@ def list_sessions(
     return Page(page, page[-1].id if len(rows) > limit else None)
 
 
+# The walk's bound is a depth, not a LIMIT inside the recursive query: PostgreSQL
+# has no LIMIT there (ledger/postgres). WHOLE walks the whole thread.
+WHOLE = 2**62
 _WALK = (
     "WITH RECURSIVE chain(id, depth, type, parent, engine) AS ("
     " SELECT t.id, 0, t.type, t.parent_id, t.engine FROM sessions s"
     " JOIN turns t ON t.id = s.head_turn_id WHERE s.label = ?"
     " UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine FROM chain c"
-    " JOIN turns t ON t.id = c.parent WHERE c.type != 'compaction' LIMIT ?)"
+    " JOIN turns t ON t.id = c.parent WHERE c.type != 'compaction' AND c.depth + 1 < ?)"
 )
 
 
@@ -110,7 +113,7 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
     rows = conn.execute(sql, (label, (n + 1) // 2, n)).fetchall()
     whole = bool(rows) and (rows[-1][3] is None or rows[-1][4] == "compaction")
     if len(rows) < n and not whole:
-        rows = conn.execute(sql, (label, -1, n)).fetchall()
+        rows = conn.execute(sql, (label, WHOLE, n)).fetchall()
         if not rows and not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
     rows.reverse()
@@ -123,7 +126,7 @@ def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:
         f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
         " m.content FROM chain c JOIN turns t ON t.id = c.id"
         " LEFT JOIN messages m ON m.turn_id = c.id ORDER BY c.depth DESC, m.seq",
-        (label, -1),
+        (label, WHOLE),
     ).fetchall()
     if not rows and not exists(conn, label):
         raise NotFound(f"no session {label!r}", field="session")
@@ -141,7 +144,7 @@ def items(conn: sqlite3.Connection, label: str) -> list[Any]:
     rows = conn.execute(
         f"{_WALK} SELECT c.engine, m.role, m.content FROM chain c"
         " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth DESC, m.seq",
-        (label, -1),
+        (label, WHOLE),
     ).fetchall()
     if not rows and not exists(conn, label):
         raise NotFound(f"no session {label!r}", field="session")

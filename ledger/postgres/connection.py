@@ -1,0 +1,200 @@
+"""A PostgreSQL connection with the face of the `sqlite3.Connection` the jobs use.
+
+The ledger's jobs and reads take a connection and call `execute`,
+`executemany`, `fetchone`/`fetchall`, `rowcount` and `lastrowid` on it. This
+class gives them that on psycopg 3, so one set of jobs serves both backends.
+
+Rule 1: statements are translated once each (dialect.py) and bound on the
+        client (`ClientCursor`): SQLite's untyped `? IS NULL` then reaches the
+        server as a literal and needs no type inference.
+Rule 2: errors come out as the `sqlite3` exceptions the shared code already
+        handles: a unique or foreign-key violation is `IntegrityError`, and a
+        lost or refused connection is an `OperationalError` whose
+        `sqlite_errorcode` is SQLITE_IOERR, so the writer's storage-failure
+        path (jobs.py `storage_error`, writer.py Rule 7) holds the batch back
+        and retries it after a back-off, and readers report it, never
+        dropping a write.
+Rule 3: a connection that was lost is opened again at the next statement
+        outside a transaction (a BEGIN, or any statement of a reader, whose
+        statements are each their own transaction); inside a transaction the
+        loss fails the transaction, which the writer retries whole, and its
+        ROLLBACK has nothing left to undo.
+Rule 4: sums of integers come back as int, as in SQLite, not as Decimal.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg import ClientCursor, pq
+from psycopg.adapt import Loader
+from psycopg.rows import dict_row, tuple_row
+
+from .dialect import translate
+from .recall import FullText
+
+CONNECT_TIMEOUT_S = 5
+
+
+class _NumericLoader(Loader):
+    """numeric → int when whole, else float (Rule 4)."""
+
+    def load(self, data: Buffer) -> int | float:
+        value = Decimal(bytes(data).decode())
+        return int(value) if value == value.to_integral_value() else float(value)
+
+
+Buffer = bytes | bytearray | memoryview
+
+
+def _as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
+    """The sqlite3 exception the shared code expects for `exc` (Rule 2)."""
+    out: sqlite3.Error
+    if isinstance(exc, psycopg.errors.IntegrityError):
+        out = sqlite3.IntegrityError(str(exc))
+    elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or exc.sqlstate in (
+        None,
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now
+    ):
+        out = sqlite3.OperationalError(f"PostgreSQL unreachable: {exc}")
+        out.sqlite_errorcode = sqlite3.SQLITE_IOERR
+    elif isinstance(exc, psycopg.errors.DiskFull):
+        out = sqlite3.OperationalError(str(exc))
+        out.sqlite_errorcode = sqlite3.SQLITE_FULL
+    else:
+        out = sqlite3.OperationalError(str(exc))
+    return out
+
+
+def connect_pg(dsn: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(
+        dsn, autocommit=True, cursor_factory=ClientCursor, connect_timeout=CONNECT_TIMEOUT_S
+    )
+    conn.adapters.register_loader("numeric", _NumericLoader)
+    return conn
+
+
+class PgCursor:
+    """What a job reads back from `execute`: rows, `rowcount`, `lastrowid`."""
+
+    def __init__(self, cur: psycopg.Cursor[Any], lastrowid: int | None) -> None:
+        self._cur = cur
+        self.lastrowid = lastrowid
+        self.rowcount = cur.rowcount
+
+    @property
+    def description(self) -> Any:
+        return self._cur.description
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone() if self._cur.description is not None else None
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall() if self._cur.description is not None else []
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        return self._cur.fetchmany(size) if self._cur.description is not None else []
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+
+def _params(params: Sequence[Any]) -> tuple[Any, ...]:
+    # SQLite stores a bool as 0 or 1; PostgreSQL would refuse true in an integer column.
+    return tuple(int(p) if isinstance(p, bool) else p for p in params)
+
+
+class PgConnection:
+    """One PostgreSQL session used the way the jobs use an sqlite3 connection."""
+
+    def __init__(self, dsn: str, *, reader: bool = True) -> None:
+        self._dsn = dsn
+        self._reader = reader
+        self._conn: psycopg.Connection[Any] | None = None
+        self._row_factory: Any = None
+        self.full_text = FullText()  # the shared recall code searches through it (recall.py)
+        self._reconnect()
+
+    def _reconnect(self) -> psycopg.Connection[Any]:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        try:
+            self._conn = connect_pg(self._dsn)
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+        return self._conn
+
+    def lost(self) -> bool:
+        conn = self._conn
+        return conn is None or conn.closed or conn.broken
+
+    def _live(self, sql: str) -> psycopg.Connection[Any]:
+        if self.lost():
+            if not (self._reader or sql.lstrip().upper().startswith("BEGIN")):
+                # Inside a transaction that the loss ended: it must fail whole (Rule 3).
+                raise _as_sqlite_error(psycopg.OperationalError("the connection was lost"))
+            return self._reconnect()
+        assert self._conn is not None
+        return self._conn
+
+    @property
+    def row_factory(self) -> Any:
+        return self._row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        # Any factory (sqlite3.Row in the shared code) means rows by column name.
+        self._row_factory = factory
+
+    @property
+    def in_transaction(self) -> bool:
+        if self.lost():
+            return False  # what the loss interrupted is gone with it (Rule 3)
+        assert self._conn is not None
+        return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        statement = translate(sql)
+        conn = self._live(sql)
+        cur = conn.cursor(row_factory=dict_row if self._row_factory else tuple_row)
+        try:
+            if statement.param_order is not None:
+                params = [list(params)[i] for i in statement.param_order]
+            cur.execute(statement.sql, _params(params))
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+        lastrowid = None
+        if statement.rowid_column is not None:
+            row: Any = cur.fetchone()
+            lastrowid = row[0] if row else None
+        return PgCursor(cur, lastrowid)
+
+    def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> PgCursor:
+        statement = translate(sql)
+        conn = self._live(sql)
+        cur = conn.cursor()
+        try:
+            cur.executemany(statement.sql, [_params(p) for p in seq])
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+        return PgCursor(cur, None)
+
+    def executescript(self, sql: str) -> None:
+        """Run a whole script (a migration) as it is, without placeholders."""
+        conn = self._live("BEGIN")
+        try:
+            conn.execute(sql.encode())
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc) from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()

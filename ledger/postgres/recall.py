@@ -1,0 +1,98 @@
+"""Full-text recall on PostgreSQL: a GIN index on `ledger_tsv(content)` (the
+migration defines it) in place of SQLite's FTS5 table.
+
+The shared recall code (ledger/recall.py, recall_hint.py) builds the terms and
+the filter, and hands the search to the connection's `full_text` (this
+module) when it has one.
+
+Rule 1: the terms are FTS5 strings built by `recall.terms` (quoted words, a
+        trailing `*` for a prefix), made only of letters and digits; here they
+        become a tsquery: a phrase is `a <-> b`, a prefix `word:*`, and terms
+        are joined by `&` (all) or `|` (any). User text is never tsquery syntax.
+Rule 2: ranking is `ts_rank` over the newest matching messages (the newest
+        CANDIDATES, or FILTERED that pass the filter), as recall.py Rule 3
+        ranks with bm25: higher is better, ties to the newer message.
+Rule 3: snippets are `ts_headline` with recall's marks around matched words.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import recall
+
+VECTOR = "ledger_tsv(m.content)"  # the expression the GIN index holds
+_WORD = re.compile(r"[^\W_]+")
+
+
+def tsquery(fts_terms: list[str], match: recall.Match) -> str:
+    """The tsquery text of `recall.terms`' strings (Rule 1)."""
+    out = []
+    for term in fts_terms:
+        prefix = term.endswith("*")
+        words = [w.lower() for w in _WORD.findall(term)]
+        if not words:
+            continue
+        if prefix:
+            words[-1] += ":*"
+        out.append("(" + " <-> ".join(words) + ")" if len(words) > 1 else words[0])
+    return (" | " if match == "any" else " & ").join(out)
+
+
+def search(
+    conn: Any, fts_terms: list[str], match: recall.Match, flt: Any, limit: int
+) -> list[recall.Hit]:
+    """The best `limit` messages, best first (Rules 2, 3)."""
+    q = tsquery(fts_terms, match)
+    if not q:
+        return []
+    k = max(recall.FILTERED, limit) if flt.where else max(recall.CANDIDATES, limit)
+    rows = conn.execute(
+        "SELECT c.id, c.session_label, c.turn_id, c.role, c.created_at,"
+        " ts_headline('simple', c.content, to_tsquery('simple', ?), ?),"
+        " ts_rank(ledger_tsv(c.content), to_tsquery('simple', ?)) AS score"
+        " FROM (SELECT m.id, t.session_label, m.turn_id, m.role, m.created_at, m.content"
+        " FROM messages m JOIN turns t ON t.id = m.turn_id"
+        f" WHERE {VECTOR} @@ to_tsquery('simple', ?)" + flt.where + " ORDER BY m.id DESC LIMIT ?) c"
+        " ORDER BY score DESC, c.id DESC LIMIT ?",
+        (q, _headline_options(), q, q, *flt.args, k, limit),
+    ).fetchall()
+    return [recall.Hit(*_hit_fields(r), float(f"{float(r[6]):.6g}")) for r in rows]
+
+
+def _hit_fields(r: Any) -> tuple[int, str, str, str, int, str]:
+    return int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5])
+
+
+def _headline_options() -> str:
+    start, stop = recall.MARK
+    return (
+        f"StartSel={start}, StopSel={stop}, MaxWords={recall.SNIPPET_TOKENS}, MinWords=4,"
+        " FragmentDelimiter=…"
+    )
+
+
+def holds_term(conn: Any, session: str, fts: str, own_msg_ids: tuple[str, ...], probe: int) -> bool:
+    """Whether one of the newest `probe` messages holding `fts` is an earlier one of
+    `session` (recall_hint.py)."""
+    q = tsquery([fts], "all")
+    if not q:
+        return False
+    own = list(own_msg_ids) or [""]
+    marks = ",".join("?" * len(own))
+    row = conn.execute(
+        "SELECT 1 FROM (SELECT m.id, m.turn_id, m.msg_id FROM messages m"
+        f" WHERE {VECTOR} @@ to_tsquery('simple', ?) ORDER BY m.id DESC LIMIT ?) f"
+        " JOIN turns t ON t.id = f.turn_id WHERE t.session_label = ?"
+        f" AND coalesce(f.msg_id, '') NOT IN ({marks}) LIMIT 1",
+        (q, probe, session, *own),
+    ).fetchone()
+    return row is not None
+
+
+class FullText:
+    """What the shared recall code calls on a connection's `full_text`."""
+
+    search = staticmethod(search)
+    holds_term = staticmethod(holds_term)

@@ -1,0 +1,146 @@
+"""The PostgreSQL ledger behind the port: the SQLite ledger's jobs and reads on a
+PostgreSQL database.
+
+Rule 1: the same single writer (ledger/writer.py: group commit, one
+        transaction per batch, an ack only after COMMIT, storage failures held
+        back and retried) runs the same jobs, on one PostgreSQL connection in a
+        worker thread; the reads run on a small pool of connections of their
+        own, in threads, as SQLite's readers do.
+Rule 2: what is SQLite's alone has no counterpart here: no WAL file to size,
+        no checkpointer, no quick_check. Full-text search is PostgreSQL's
+        (recall.py).
+Rule 3: a database that cannot be reached at open raises `LedgerUnreachable`
+        naming the address without its password (the daemon exits 69).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+from psycopg.conninfo import conninfo_to_dict
+
+from .. import inspect
+from ..db import LedgerError, LedgerUnreachable
+from ..ingest import IdentityCache
+from ..port import WriterStats
+from ..sqlite_reads import ReaderPool
+from ..store import Ledger
+from ..transactor import Transactor
+from ..writer import ThreadLink
+from .connection import PgConnection
+from .schema import load_migrations, migrate, schema_version
+
+
+def address_of(dsn: str) -> str:
+    """The DSN's server and database, without user or password, for messages."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "the configured DSN (unparseable)"
+    host = str(parts.get("host") or "localhost")
+    port = parts.get("port")
+    where = f"{host}:{port}" if port and not host.startswith("/") else host
+    return f"postgresql://{where}/{parts.get('dbname') or ''}"
+
+
+class WriterPgConnection(PgConnection):
+    """The writer's connection, with the identity caches the ingest jobs use."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn, reader=False)
+        self.identity = IdentityCache()
+
+
+class PgLedger(Ledger):
+    backend = "postgres"
+
+    async def check(self, stuck_before: int) -> inspect.LedgerReport:
+        """What `brokerctl doctor` reports: no file to check here (Rule 2), the rest alike."""
+
+        def run(c: Any) -> inspect.LedgerReport:
+            return inspect.activity(c, stuck_before, schema_version(c), len(load_migrations()))
+
+        return await self.readers.run(run)
+
+    def wal_bytes(self) -> int:
+        return 0  # Rule 2: PostgreSQL's WAL is the server's business
+
+    def writer_stats(self) -> WriterStats:
+        w = self.writer
+        return WriterStats(w.queued, w.commits, w.jobs, None, 0)
+
+    @classmethod
+    @asynccontextmanager
+    async def open_pg(
+        cls,
+        dsn: str,
+        *,
+        readers: int = 2,
+        write_fail_exit_s: float = math.inf,
+        writer_queue: int = 100_000,
+        writer_wait_s: float = 10.0,
+    ) -> AsyncIterator[PgLedger]:
+        """Connect, migrate and run the ledger; the writer stops when the block exits."""
+
+        def opener() -> tuple[list[str], WriterPgConnection, list[PgConnection]]:
+            opened: list[PgConnection] = []
+            try:
+                writer = WriterPgConnection(dsn)
+                opened.append(writer)
+                applied = migrate(writer)
+                for _ in range(readers):
+                    opened.append(PgConnection(dsn))
+            except BaseException as exc:
+                for conn in opened:
+                    conn.close()
+                if isinstance(exc, LedgerError):
+                    raise
+                raise LedgerUnreachable(
+                    f"cannot open the ledger at {address_of(dsn)}: {exc}"
+                ) from exc
+            return applied, writer, opened[1:]
+
+        applied, writer_conn, read_conns = await anyio.to_thread.run_sync(opener)
+        transactor = Transactor(cast(Any, writer_conn), on_rollback=writer_conn.identity.clear)
+        pool = ReaderPool(cast(Any, read_conns))
+        link = ThreadLink(transactor)
+        ledger = cls(Path(address_of(dsn)), link, pool, None, write_fail_exit_s, writer_queue)
+        ledger.writer_wait_s = writer_wait_s
+        ledger.location = address_of(dsn)
+        ledger.migrations_applied = applied
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(ledger.writer.run)
+                try:
+                    yield ledger
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            ledger.readers.close()
+            await ledger.writer.aclose()
+
+
+def open(  # the backend's entry point, as `Ledger.open` is SQLite's
+    dsn: str,
+    *,
+    readers: int = 2,
+    write_fail_exit_s: float = math.inf,
+    writer_queue: int = 100_000,
+    writer_wait_s: float = 10.0,
+) -> AbstractAsyncContextManager[PgLedger]:
+    """`async with ledger.postgres.open(dsn) as ledger:` a `LedgerPort` on PostgreSQL.
+
+    `writer_queue`, `writer_wait_s`: the writer's backpressure (ledger/writer.py Rule 9).
+    """
+    return PgLedger.open_pg(
+        dsn,
+        readers=readers,
+        write_fail_exit_s=write_fail_exit_s,
+        writer_queue=writer_queue,
+        writer_wait_s=writer_wait_s,
+    )

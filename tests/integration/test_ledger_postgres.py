@@ -1,0 +1,188 @@
+"""The daemon on the ledger on PostgreSQL (`[ledger] kind = "postgres"`): end to
+end, an unreachable database at start, and the database killed under it.
+
+Each test runs a private PostgreSQL cluster of its own (ledger/postgres/devcluster.py),
+as the last one stops and starts it. tests/integration/postgres/ runs the
+protocol tests on PostgreSQL as a second configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from broker.client import BrokerClient
+from tests.conftest import DaemonFactory
+from tests.harness import DaemonProcess, brokerd_once, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+WAIT = 10.0
+EX_UNAVAILABLE = 69
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    from ledger.postgres import devcluster
+
+    running = devcluster.create(durable=False)
+    try:
+        yield running
+    finally:
+        running.destroy()
+
+
+def on_postgres(cluster: Any, **more: Any) -> dict[str, Any]:
+    from ledger.postgres import devcluster
+
+    # No template: the daemon migrates the empty database itself.
+    return {"ledger": {"kind": "postgres", "dsn": devcluster.fresh_database(cluster, "ledger")}}
+
+
+def inbound(i: int, text: str = "hello") -> dict[str, Any]:
+    return {
+        "type": "inbound",
+        "req": f"r{i}",
+        "msg_id": f"m{i}",
+        "sender_id": f"+1555{i:04d}",
+        "peer_kind": "dm",
+        "text": f"{text} {i}",
+    }
+
+
+async def answer(c: BrokerClient, frame: dict[str, Any]) -> dict[str, Any]:
+    await c.send(frame)
+    with anyio.fail_after(WAIT):
+        return await c.recv_until(frame["req"])
+
+
+async def until_health(operator: BrokerClient, ok: bool, wait: float = WAIT) -> dict[str, Any]:
+    with anyio.fail_after(wait):
+        while True:
+            found: dict[str, Any] = await operator.op("health")
+            if found["ok"] is ok:
+                return found
+            await anyio.sleep(0.05)
+
+
+def rows(d: DaemonProcess, sql: str) -> list[tuple[Any, ...]]:
+    conn = d.db()
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+async def all_answered(d: DaemonProcess, msg_ids: set[str]) -> list[tuple[Any, ...]]:
+    """(msg_id, item status, turns of its session) once every item is done."""
+    sql = (
+        "SELECT i.msg_id, q.status, s.turns FROM inbound i"
+        " JOIN queue_items q ON q.inbound_id = i.id JOIN sessions s ON s.label = q.session_label"
+    )
+    with anyio.fail_after(WAIT):
+        while True:
+            found = await anyio.to_thread.run_sync(rows, d, sql)
+            if {r[0] for r in found} == msg_ids and all(r[1] == "done" for r in found):
+                return found
+            await anyio.sleep(0.1)
+
+
+async def test_a_message_is_acked_answered_and_listed(
+    cluster: Any, make_daemon: DaemonFactory, anyio_backend: str
+) -> None:
+    d = make_daemon(on_postgres(cluster), backend=anyio_backend)
+    async with (
+        await BrokerClient.connect(d.socket, role="adapter", channel="sms") as adapter,
+        await BrokerClient.connect(d.socket) as operator,
+    ):
+        ack = await answer(adapter, inbound(1, "hi there"))
+        assert ack["type"] == "ack" and ack["duplicate"] is False
+        with anyio.fail_after(WAIT):
+            deliver = await adapter.recv()
+            while deliver["type"] != "deliver":
+                deliver = await adapter.recv()
+        assert deliver["text"] == "hi there 1" and deliver["in_reply_to"] == ["m1"]
+        again = await answer(adapter, inbound(1, "hi there"))
+        assert again["type"] == "ack" and again["duplicate"] is True
+        assert again["item"] == ack["item"]
+        sessions = await operator.op("sessions.list")
+        health = await operator.op("health")
+        found = await operator.op("recall.search", query="there")
+    assert [(s["label"], s["turns"]) for s in sessions] == [(ack["session"], 1)]
+    assert health["ok"] is True and health["ledger"] == "postgres"
+    assert {h["session"] for h in found} == {ack["session"]}
+
+
+def test_an_unreachable_database_at_start_exits_69_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "broker.toml"
+    nowhere = tmp_path / "no-server-here"
+    write_config(
+        config,
+        {
+            "socket_path": str(tmp_path / "b.sock"),
+            "ledger": {
+                "kind": "postgres",
+                "dsn": f"postgresql://broker:s3cret@/ledger?host={nowhere}",
+            },
+        },
+    )
+    done = brokerd_once(config)
+    assert done.returncode == EX_UNAVAILABLE, done.stderr
+    assert str(nowhere) in done.stderr and "s3cret" not in done.stderr + done.stdout
+
+
+@pytest.mark.slow
+async def test_postgres_killed_and_restarted_loses_no_ack_and_service_resumes(
+    cluster: Any, make_daemon: DaemonFactory, anyio_backend: str
+) -> None:
+    d = make_daemon(on_postgres(cluster), backend=anyio_backend)
+    acked: dict[str, dict[str, Any]] = {}
+    held: dict[str, Any] | None = None  # sent as the server went away: no answer yet
+    refused: list[dict[str, Any]] = []
+    async with (
+        await BrokerClient.connect(d.socket, role="adapter", channel="sms") as adapter,
+        await BrokerClient.connect(d.socket) as operator,
+    ):
+        for i in range(5):
+            reply = await answer(adapter, inbound(i))
+            assert reply["type"] == "ack", reply
+            acked[reply["msg_id"]] = reply
+
+        await anyio.to_thread.run_sync(cluster.stop, "immediate")  # a crash: no checkpoint
+        first = inbound(5)
+        await adapter.send(first)
+        with anyio.move_on_after(1.0):
+            reply = await adapter.recv_until(first["req"])
+            # Another write (a turn's, a delivery's) found the server gone first.
+            assert reply["type"] == "error" and reply["code"] == "overloaded", reply
+            refused.append(first)
+        if not refused:
+            held = first  # its write failed and waits to be run again
+        failing = await until_health(operator, ok=False)
+        assert failing["ledger"] == "postgres" and failing["problems"], failing
+        late = inbound(6)
+        reply = await answer(adapter, late)
+        assert reply["type"] == "error" and reply["code"] in ("overloaded", "internal"), reply
+        refused.append(late)
+
+        await anyio.to_thread.run_sync(cluster.start)
+        if held is not None:  # acked once the server is back, without being sent again
+            with anyio.fail_after(WAIT):
+                reply = await adapter.recv_until(held["req"])
+            assert reply["type"] == "ack" and reply["duplicate"] is False, reply
+            acked[held["msg_id"]] = reply
+        await until_health(operator, ok=True)
+        for frame in refused:
+            retry = await answer(adapter, frame)
+            assert retry["type"] == "ack" and retry["duplicate"] is False, retry
+            acked[frame["msg_id"]] = retry
+
+    # Every acked message is in the ledger once, and was answered by exactly one turn.
+    answered = await all_answered(d, set(acked))
+    assert sorted(r[0] for r in answered) == sorted(acked)
+    assert all(r[2] == 1 for r in answered), answered
+    assert d.proc is not None and d.proc.poll() is None, "the daemon died"
