@@ -1,0 +1,187 @@
+"""The activities of a session workflow: a turn, chat commands, dropped items.
+
+A turn runs on whichever node's worker picked the activity up, through the same
+actor code as the local runtime (`broker/mailbox/actor.py`): a `OneTurnActor`
+given exactly the items the workflow's queue machine chose. Inside it the
+turn-lifecycle machine (`broker.core.lifecycle`) decides the turn's own steps
+(compaction first, a reactive compaction, progress saves) as it does locally;
+the queue decisions between turns are the workflow's.
+
+Rule 1: the ledger decides what may run: items it no longer holds open (done,
+        dropped, cancelled) are skipped, so a retried activity or a signal sent
+        twice never runs a finished item again. A retry after a node died first
+        records that node's cut-off turn as aborted (crash), as a restart does.
+Rule 2: the activity heartbeats every `POLL_S` while the turn runs; at each beat
+        it asks the workflow (`control` query) for items steered into the turn and
+        for an abort. Steering goes through the workflow, not the ledger: the query
+        reaches the workflow wherever it runs, writes nothing, and the activity
+        already wakes that often to heartbeat.
+Rule 3: a cancelled activity (an interrupt, `/stop`) aborts its turn with the
+        workflow's reason and returns only once that abort is committed, so the next
+        turn cannot overlap it (workflow.py Rule 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from temporalio import activity
+from temporalio.client import Client
+
+from broker.core import lifecycle as lc
+from broker.mailbox.actor import Posted, SessionActor
+from broker.mailbox.ports import ActorPorts
+from broker.mailbox.registry import Mailboxes
+from ledger import logs
+from ledger.ids import now_ms
+from ledger.items import ItemInfo
+
+from .workflow import (
+    CONTROL_QUERY,
+    DROP_ITEMS,
+    RUN_COMMANDS,
+    RUN_ITEMS,
+    Control,
+    Drops,
+    TurnOrder,
+    TurnResult,
+)
+
+log = logs.get("broker.runtime.temporal")
+POLL_S = 0.2
+OPEN = frozenset({"queued", "running"})
+
+
+def item_from_record(record: list[Any]) -> ItemInfo:
+    return ItemInfo(*record)
+
+
+class OneTurnActor(SessionActor):
+    """A session actor that runs the one turn it is given, then stops opening turns."""
+
+    def __init__(self, label: str, ports: ActorPorts) -> None:
+        super().__init__(label, ports)
+        self.ended = anyio.Event()
+        self.looping = anyio.Event()  # loaded, its recovered commands handled
+        self.result = TurnResult("failed")
+
+    async def _loop(self) -> None:
+        self.looping.set()
+        await super()._loop()
+
+    def post(self, event: Posted) -> None:
+        if isinstance(event, lc.TurnCommitted):
+            # Items steered and not taken go back to the workflow's queue, not this one's.
+            self._apply(lc.Drain())
+            self.result = TurnResult(event.outcome, list(event.steer_taken))
+            self.ended.set()
+        super().post(event)
+
+
+class Activities:
+    """The node's activities; they share its ledger, engines and adapters' connections."""
+
+    def __init__(self, mailboxes: Mailboxes, client: Client) -> None:
+        self.mailboxes = mailboxes
+        self.client = client
+
+    def all(self) -> list[Any]:
+        return [self.run_items, self.run_commands, self.drop_items]
+
+    async def _open_records(self, order: TurnOrder) -> list[ItemInfo]:
+        ledger = self.mailboxes.ledger
+        if activity.info().attempt > 1:  # Rule 1: the turn that was cut off, first
+            await ledger.recover_crashed(now_ms(), session=order.label)
+        await ledger.settled()
+        held = {i.id: i for i in await ledger.open_items(order.label)}
+        wanted = [item_from_record(r) for r in order.records]
+        return [held[i.id]._replace(mode=i.mode) for i in wanted if i.id in held]
+
+    @activity.defn(name=RUN_ITEMS)
+    async def run_items(self, order: TurnOrder) -> TurnResult:
+        items = await self._open_records(order)
+        if not items:
+            return TurnResult("completed")  # all done already (Rule 1)
+        if len(items) > 1:  # one turn of them all, as the workflow's machine decided
+            items = [i._replace(mode="collect") for i in items]
+        actor = OneTurnActor(order.label, self.mailboxes.ports)
+        self.mailboxes.actors[order.label] = actor
+        try:
+            return await self._run(actor, order, items)
+        finally:
+            if self.mailboxes.actors.get(order.label) is actor:
+                del self.mailboxes.actors[order.label]
+
+    async def _run(
+        self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo]
+    ) -> TurnResult:
+        handle = self.client.get_workflow_handle(order.label)
+        steered: set[str] = set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor.run, items)
+            try:
+                while not actor.ended.is_set():
+                    activity.heartbeat()
+                    with anyio.move_on_after(POLL_S):
+                        await actor.ended.wait()
+                    if actor.ended.is_set():
+                        break
+                    if actor._live and actor.turn is None and actor.state.quiet:
+                        actor.result = TurnResult("completed")  # nothing of it could run
+                        break
+                    control = await self._control(handle, order.turn_no)
+                    if control is not None:
+                        self._steer(actor, control, steered)
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await self._abort(actor, handle, order.turn_no)
+                tg.cancel_scope.cancel()
+                raise
+            tg.cancel_scope.cancel()
+        return actor.result
+
+    async def _control(self, handle: Any, turn_no: int) -> Control | None:
+        try:
+            with anyio.fail_after(POLL_S * 5):
+                control: Control = await handle.query(CONTROL_QUERY, turn_no, result_type=Control)
+                return control
+        except Exception as exc:  # the turn goes on; the next beat asks again
+            log.debug("control query failed", error=str(exc))
+            return None
+
+    def _steer(self, actor: OneTurnActor, control: Control, steered: set[str]) -> None:
+        for record in control.steer:
+            item = item_from_record(record)
+            if item.id not in steered:
+                steered.add(item.id)
+                actor.post(item._replace(mode="steer"))
+
+    async def _abort(self, actor: OneTurnActor, handle: Any, turn_no: int) -> None:
+        """Rule 3: abort with the workflow's reason, and wait for the commit."""
+        control = await self._control(handle, turn_no)
+        reason = control.abort if control is not None and control.abort else "interrupt"
+        turn = actor.turn
+        if turn is None:
+            return  # not begun, or committed already
+        turn.abort(reason)
+        with anyio.move_on_after(self.mailboxes.settings.engine.timeout_s):
+            await actor.ended.wait()
+
+    @activity.defn(name=RUN_COMMANDS)
+    async def run_commands(self, order: TurnOrder) -> None:
+        items = await self._open_records(order)
+        if not items:
+            return
+        actor = OneTurnActor(order.label, self.mailboxes.ports)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
+            await actor.looping.wait()
+            await self.mailboxes.ledger.settled()
+            tg.cancel_scope.cancel()
+
+    @activity.defn(name=DROP_ITEMS)
+    async def drop_items(self, drops: Drops) -> None:
+        for item_id, reason in drops.drops:
+            self.mailboxes.ports.drop_item(drops.label, item_id, reason, None)
+        await self.mailboxes.ledger.settled()
