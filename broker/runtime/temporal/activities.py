@@ -16,9 +16,11 @@ Rule 2: the activity heartbeats every `POLL_S` while the turn runs; at each beat
         for an abort. Steering goes through the workflow, not the ledger: the query
         reaches the workflow wherever it runs, writes nothing, and the activity
         already wakes that often to heartbeat.
-Rule 3: a cancelled activity (an interrupt, `/stop`) aborts its turn with the
-        workflow's reason and returns only once that abort is committed, so the next
-        turn cannot overlap it (workflow.py Rule 1).
+Rule 3: an interrupt or `/stop` aborts the turn with the workflow's reason, seen at
+        the next beat's query (sooner than the activity's cancellation, which the SDK
+        delivers with a throttled heartbeat) or on that cancellation; either way the
+        activity returns only once the abort is committed, so the next turn cannot
+        overlap it (workflow.py Rule 1).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import orjson
 from temporalio import activity
 from temporalio.client import Client
 
 from broker.core import lifecycle as lc
+from broker.core import queue_machine as m
 from broker.mailbox.actor import Posted, SessionActor
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.registry import Mailboxes
@@ -42,8 +46,10 @@ from .workflow import (
     DROP_ITEMS,
     RUN_COMMANDS,
     RUN_ITEMS,
+    SESSION_QUEUE,
     Control,
     Drops,
+    QueueSetup,
     TurnOrder,
     TurnResult,
 )
@@ -60,8 +66,9 @@ def item_from_record(record: list[Any]) -> ItemInfo:
 class OneTurnActor(SessionActor):
     """A session actor that runs the one turn it is given, then stops opening turns."""
 
-    def __init__(self, label: str, ports: ActorPorts) -> None:
+    def __init__(self, label: str, ports: ActorPorts, noted: list[ItemInfo]) -> None:
         super().__init__(label, ports)
+        self.noted = noted  # dropped under "summarize": this turn's note names them
         self.ended = anyio.Event()
         self.looping = anyio.Event()  # loaded, its recovered commands handled
         self.result = TurnResult("failed")
@@ -69,6 +76,14 @@ class OneTurnActor(SessionActor):
     async def _loop(self) -> None:
         self.looping.set()
         await super()._loop()
+
+    def _apply(self, event: lc.Event) -> None:
+        if isinstance(event, m.Resume) and self.noted:  # the workflow's machine dropped them
+            self.items.update((i.id, i) for i in self.noted)
+            note = tuple(self._machine_item(i) for i in self.noted)
+            self.state = self.state._replace(queue=self.state.queue._replace(dropped_note=note))
+            self.noted = []
+        super()._apply(event)
 
     def post(self, event: Posted) -> None:
         if isinstance(event, lc.TurnCommitted):
@@ -87,7 +102,21 @@ class Activities:
         self.client = client
 
     def all(self) -> list[Any]:
-        return [self.run_items, self.run_commands, self.drop_items]
+        return [self.session_queue, self.run_items, self.run_commands, self.drop_items]
+
+    @activity.defn(name=SESSION_QUEUE)
+    async def session_queue(self, label: str) -> QueueSetup:
+        """The session's queue limits: the config's, under its `/queue` override."""
+        await self.mailboxes.ledger.settled()
+        start = (await self.mailboxes.ledger.session_start(label)).start
+        override = orjson.loads(start.override) if start.override else {}
+        q = self.mailboxes.settings.queue
+        return QueueSetup(
+            override.get("debounce_ms", q.debounce_ms) / 1000,
+            override.get("cap", q.cap),
+            override.get("drop", q.drop),
+            override.get("mode"),
+        )
 
     async def _open_records(self, order: TurnOrder) -> list[ItemInfo]:
         ledger = self.mailboxes.ledger
@@ -105,7 +134,8 @@ class Activities:
             return TurnResult("completed")  # all done already (Rule 1)
         if len(items) > 1:  # one turn of them all, as the workflow's machine decided
             items = [i._replace(mode="collect") for i in items]
-        actor = OneTurnActor(order.label, self.mailboxes.ports)
+        noted = [item_from_record(r) for r in order.noted]
+        actor = OneTurnActor(order.label, self.mailboxes.ports, noted)
         self.mailboxes.actors[order.label] = actor
         try:
             return await self._run(actor, order, items)
@@ -133,6 +163,11 @@ class Activities:
                     control = await self._control(handle, order.turn_no)
                     if control is not None:
                         self._steer(actor, control, steered)
+                        turn = actor.turn
+                        if control.abort and turn is not None and turn.abort_reason is None:
+                            # Sooner than the cancellation, which waits for a heartbeat
+                            # to be sent (throttled by the SDK).
+                            turn.abort(control.abort)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     await self._abort(actor, handle, order.turn_no)
@@ -169,16 +204,17 @@ class Activities:
             await actor.ended.wait()
 
     @activity.defn(name=RUN_COMMANDS)
-    async def run_commands(self, order: TurnOrder) -> None:
+    async def run_commands(self, order: TurnOrder) -> QueueSetup:
         items = await self._open_records(order)
         if not items:
-            return
-        actor = OneTurnActor(order.label, self.mailboxes.ports)
+            return await self.session_queue(order.label)
+        actor = OneTurnActor(order.label, self.mailboxes.ports, [])
         async with anyio.create_task_group() as tg:
             tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
             await actor.looping.wait()
             await self.mailboxes.ledger.settled()
             tg.cancel_scope.cancel()
+        return await self.session_queue(order.label)
 
     @activity.defn(name=DROP_ITEMS)
     async def drop_items(self, drops: Drops) -> None:

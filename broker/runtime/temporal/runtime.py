@@ -29,10 +29,8 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from broker.config import RuntimeSettings, Settings
-from broker.core import queue_machine as m
 from broker.mailbox.commands import is_command
 from broker.mailbox.registry import Mailboxes
-from broker.mailbox.session_facts import SOURCES
 from broker.runtime import RuntimeUnreachable
 from ledger import logs
 from ledger.items import ItemInfo
@@ -155,7 +153,7 @@ class TemporalRuntime:
                 item.session
             )
             await self._stop(handle)
-        arrival = Arrival(list(item), self._mode(item), command)
+        arrival = Arrival(list(item), self.mailboxes.ports.default_mode(item), command)
         with anyio.fail_after(rt.connect_timeout_s):
             await self.client.start_workflow(
                 SessionWorkflow.run,
@@ -174,23 +172,12 @@ class TemporalRuntime:
         except Exception as exc:  # no run: nothing to stop
             log.debug("no session run to stop", error=str(exc))
 
-    def _mode(self, item: ItemInfo) -> str:
-        source = SOURCES.get(item.source, "operator")
-        default = self.mailboxes.ports.default_mode(item)
-        try:
-            return m.resolve_mode(item.mode, None, None, default, source)
-        except m.ModeRefused:
-            return m.resolve_mode(None, None, None, default, source)
-
     def _spec(self, label: str) -> SessionSpec:
         s = self.settings
         q = s.queue
         engine = self.mailboxes.ports.engine
         return SessionSpec(
             label=label,
-            debounce_s=q.debounce_ms / 1000,
-            cap=q.cap,
-            drop=q.drop,
             idle_s=q.idle_stop_s,
             steerable=bool(getattr(engine, "accepts_steering", False)),
             turn_timeout_s=s.engine.timeout_s + s.engine.compaction_timeout_s + TURN_MARGIN_S,

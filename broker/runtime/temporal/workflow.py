@@ -33,6 +33,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from broker.core import queue_machine as m
 
+SESSION_QUEUE = "session_queue"
 RUN_ITEMS = "run_items"
 RUN_COMMANDS = "run_commands"
 DROP_ITEMS = "drop_items"
@@ -46,9 +47,6 @@ class SessionSpec:
     """What a node knows of the session when it starts the workflow."""
 
     label: str
-    debounce_s: float
-    cap: int | None
-    drop: str
     idle_s: float
     steerable: bool  # the engine takes steering (engines/base.py Rule 3)
     turn_timeout_s: float
@@ -56,12 +54,22 @@ class SessionSpec:
 
 
 @dataclass
+class QueueSetup:
+    """The session's queue limits and `/queue` mode, its override over the config's."""
+
+    debounce_s: float
+    cap: int | None
+    drop: str
+    mode: str | None = None
+
+
+@dataclass
 class Arrival:
     """One committed queue item: its ledger record (`ledger.items.ItemInfo` fields)
-    and its queue mode, resolved by the node that handed it over."""
+    and the mode its route gives it when it names none (router.py)."""
 
     record: list[Any]
-    mode: str
+    default_mode: str | None
     command: bool = False  # a chat command: not a turn of its own
 
 
@@ -70,6 +78,7 @@ class TurnOrder:
     label: str
     turn_no: int
     records: list[list[Any]]
+    noted: list[list[Any]] = field(default_factory=list)  # dropped: named in a note
 
 
 @dataclass
@@ -103,6 +112,8 @@ class SessionWorkflow:
         self._pending: m.StartTurn | None = None
         self._turn: tuple[int, workflow.ActivityHandle[TurnResult]] | None = None
         self._ended_unstarted: int | None = None
+        self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
+        self._mode: str | None = None
 
     @workflow.signal(name=ITEM_SIGNAL)
     def arrive(self, arrival: Arrival) -> None:
@@ -123,8 +134,13 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
-        limits = m.Limits(spec.debounce_s, spec.cap, spec.drop)  # type: ignore[arg-type]
-        self.state = m.State(limits=limits)
+        setup = await workflow.execute_activity(
+            SESSION_QUEUE,
+            spec.label,
+            result_type=QueueSetup,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+        self.state = m.State(limits=self._configure(setup))
         while True:
             await self._take_events()
             await self._finish_turn()
@@ -139,6 +155,24 @@ class SessionWorkflow:
             timeout = None if deadline is None else max(0.0, deadline - self._now())
             if not await self._wait(timeout):
                 await self._handle(m.Tick())
+
+    def _configure(self, setup: QueueSetup) -> m.Limits:
+        self._mode = setup.mode
+        drop: m.DropPolicy = setup.drop  # type: ignore[assignment]
+        return m.Limits(setup.debounce_s, setup.cap, drop)
+
+    def _item(self, arrival: Arrival) -> m.Item:
+        """The item as the machine sees it: its mode resolved as an actor resolves it
+        (broker/mailbox/session_facts.py)."""
+        record = arrival.record
+        source = _source(record[3])
+        override: m.QueueMode | None = self._mode  # type: ignore[assignment]
+        default: m.QueueMode | None = arrival.default_mode  # type: ignore[assignment]
+        try:
+            mode = m.resolve_mode(record[4], None, override, default, source)
+        except m.ModeRefused:
+            mode = m.resolve_mode(None, None, override, default, source)
+        return m.Item(str(record[0]), int(record[1]), mode, source)
 
     def _now(self) -> float:
         return workflow.now().timestamp()
@@ -176,10 +210,8 @@ class SessionWorkflow:
             if arrival.command:
                 self._commands.append(arrival.record)
                 continue
-            record = arrival.record
-            self._records[str(record[0])] = record
-            mode: m.QueueMode = arrival.mode  # type: ignore[assignment]
-            item = m.Item(str(record[0]), int(record[1]), mode, _source(record[3]))
+            self._records[str(arrival.record[0])] = arrival.record
+            item = self._item(arrival)
             await self._handle(m.Arrived(item, self.spec.steerable))
         while self._stops:
             self._stops -= 1
@@ -205,6 +237,8 @@ class SessionWorkflow:
                     # A stopped turn's commit recorded its items (as the actor does).
                     if action.reason not in ("stopped", "cancelled"):
                         drops.append((action.item.id, action.reason))
+                    if action.reason == "cap:summarize":
+                        self._noted[action.item.id] = self._records[action.item.id]
                 case m.WakeAt():
                     pass  # the deadline is in the state: `run` waits for it
         if drops:
@@ -229,7 +263,10 @@ class SessionWorkflow:
             self._ended_unstarted = start.turn_no
             return
         order = TurnOrder(
-            self.spec.label, start.turn_no, [self._records[i.id] for i in start.items]
+            self.spec.label,
+            start.turn_no,
+            [self._records[i.id] for i in start.items],
+            [self._noted.pop(i.id) for i in start.dropped_note if i.id in self._noted],
         )
         handle = workflow.start_activity(
             RUN_ITEMS,
@@ -279,13 +316,15 @@ class SessionWorkflow:
         if self._turn is not None or not self._commands:
             return
         commands, self._commands = self._commands, []
-        await workflow.execute_activity(
+        setup = await workflow.execute_activity(
             RUN_COMMANDS,
             TurnOrder(self.spec.label, 0, commands),
+            result_type=QueueSetup,
             start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
             heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
+        await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
 
 
 def _source(value: Any) -> m.Source:
