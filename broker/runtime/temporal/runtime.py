@@ -41,6 +41,9 @@ from .workflow import ITEM_SIGNAL, STOP_SIGNAL, Arrival, SessionSpec, SessionWor
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64
 RETRY_MAX_S = 2.0
+# One hand-off's bound: it takes milliseconds when Temporal answers, and past this the
+# node says `overloaded` (Rule 2) rather than ack messages it cannot hand over.
+SIGNAL_TIMEOUT_S = 1.0
 TURN_MARGIN_S = 60.0  # a turn's activity may also compact: beyond the engine's own bound
 
 
@@ -154,7 +157,7 @@ class TemporalRuntime:
             )
             await self._stop(handle)
         arrival = Arrival(list(item), self.mailboxes.ports.default_mode(item), command)
-        with anyio.fail_after(rt.connect_timeout_s):
+        with anyio.fail_after(SIGNAL_TIMEOUT_S):
             await self.client.start_workflow(
                 SessionWorkflow.run,
                 self._spec(item.session),
