@@ -97,7 +97,7 @@ async def test_temporal_killed_and_restarted_loses_nothing_acked(
         session = (await a.send_inbound(first, "before", sender))["session"]
         await a.deliver(msg_id=first)
         temporal_server.kill()
-        acked, refused = [first], 0
+        acked, refused, codes = [first], 0, list[str]()
         try:
             for n in range(6):
                 msg = uniq("m")
