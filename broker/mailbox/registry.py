@@ -131,7 +131,9 @@ class Mailboxes:
 
     async def _rehydrate(self) -> None:
         now = now_ms()
-        recovered = await self.ledger.recover_crashed(now)
+        # Under another runtime a running turn may be another node's: the runtime
+        # recovers a session's cut-off turn itself (broker/runtime/temporal/activities.py).
+        recovered = [] if self.forward is not None else await self.ledger.recover_crashed(now)
         if recovered:
             log.warning("turns cut off by a crash recorded as aborted", turns=len(recovered))
         items = await self.ledger.open_items()

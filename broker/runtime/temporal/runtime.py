@@ -102,7 +102,24 @@ class TemporalRuntime:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(worker.run)
+            tg.start_soon(self._hand_over_open_items_forever)
             task_status.started()
+
+    async def _hand_over_open_items_forever(self) -> None:
+        """Rule 2: every `stuck_after_s`, hand the ledger's open items over again. An
+        item acked by a node that died before its hand-off landed is then taken by
+        the others; one its workflow holds already is ignored there (workflow.py
+        Rule 2)."""
+        while True:
+            await anyio.sleep(self.settings.queue.stuck_after_s)
+            try:
+                open_items = await self.mailboxes.ledger.open_items()
+            except Exception as exc:  # a ledger that fails to read now: next round
+                log.warning("could not read open items", error=str(exc))
+                continue
+            for item in open_items:
+                if item.session not in self._waiting:
+                    self.hand_over(item)
 
     # -- hand-off (Rules 1-3) ---------------------------------------------------
 
