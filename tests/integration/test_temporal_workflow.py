@@ -23,7 +23,6 @@ from broker.runtime.temporal.workflow import (
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
-    STOP_SIGNAL,
     Arrival,
     Control,
     Drops,
@@ -195,15 +194,3 @@ async def test_a_steer_reaches_the_running_turn_through_the_query(
     fake.release.set()
     await anyio.sleep(0.3)  # "b" was steered, taken by no one: it runs after
     assert fake.turns == [["a"], ["b"]]
-
-
-async def test_stop_aborts_with_its_reason(client: Client, node: tuple[Node, str]) -> None:
-    fake, queue = node
-    label = f"s-{uuid.uuid4().hex[:8]}"
-    handle = await arrive(client, queue, label, record("a", 1), "followup")
-    await fake.next_turn()
-    await handle.signal(STOP_SIGNAL)
-    await until(lambda: fake.cancelled == [1], "the turn cancelled")
-    fake.release.set()
-    await anyio.sleep(0.3)
-    assert fake.turns == [["a"]]  # stopped: not run again

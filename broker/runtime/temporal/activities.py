@@ -12,11 +12,13 @@ Rule 1: the ledger decides what may run: items it no longer holds open (done,
         twice never runs a finished item again. A retry after a node died first
         records that node's cut-off turn as aborted (crash), as a restart does.
 Rule 2: the activity heartbeats every `POLL_S` while the turn runs; at each beat
-        it asks the workflow (`control` query) for items steered into the turn and
-        for an abort. Steering goes through the workflow, not the ledger: the query
-        reaches the workflow wherever it runs, writes nothing, and the activity
-        already wakes that often to heartbeat.
-Rule 3: an interrupt or `/stop` aborts the turn with the workflow's reason, seen at
+        it asks the workflow (`control` query) for items steered into the turn, for
+        an abort, and for chat commands, which the turn's actor answers (`/stop`
+        aborts the turn there, after the command's policy check). Steering goes
+        through the workflow, not the ledger: the query reaches the workflow
+        wherever it runs, writes nothing, and the activity already wakes that often
+        to heartbeat.
+Rule 3: an interrupt aborts the turn with the workflow's reason, seen at
         the next beat's query (sooner than the activity's cancellation, which the SDK
         delivers with a throttled heartbeat) or on that cancellation; either way the
         activity returns only once the abort is committed, so the next turn cannot
@@ -71,7 +73,12 @@ class OneTurnActor(SessionActor):
         self.noted = noted  # dropped under "summarize": this turn's note names them
         self.ended = anyio.Event()
         self.looping = anyio.Event()  # loaded, its recovered commands handled
+        self.waiting_behind = 0  # items the workflow holds behind this turn
         self.result = TurnResult("failed")
+
+    @property
+    def backlog(self) -> int:
+        return super().backlog + self.waiting_behind
 
     async def _loop(self) -> None:
         self.looping.set()
@@ -148,6 +155,7 @@ class Activities:
     ) -> TurnResult:
         handle = self.client.get_workflow_handle(order.label)
         steered: set[str] = set()
+        commanded: list[str] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(actor.run, items)
             try:
@@ -162,7 +170,9 @@ class Activities:
                         break
                     control = await self._control(handle, order.turn_no)
                     if control is not None:
+                        actor.waiting_behind = control.waiting
                         self._steer(actor, control, steered)
+                        self._commands(actor, control, commanded)
                         turn = actor.turn
                         if control.abort and turn is not None and turn.abort_reason is None:
                             # Sooner than the cancellation, which waits for a heartbeat
@@ -174,6 +184,7 @@ class Activities:
                 tg.cancel_scope.cancel()
                 raise
             tg.cancel_scope.cancel()
+        actor.result.commands_taken = commanded
         return actor.result
 
     async def _control(self, handle: Any, turn_no: int) -> Control | None:
@@ -191,6 +202,13 @@ class Activities:
             if item.id not in steered:
                 steered.add(item.id)
                 actor.post(item._replace(mode="steer"))
+
+    def _commands(self, actor: OneTurnActor, control: Control, taken: list[str]) -> None:
+        for record in control.commands:
+            item = item_from_record(record)
+            if item.id not in taken and actor.turn is not None:
+                taken.append(item.id)
+                actor.post(item)  # the actor answers it (actor.py `_arrived`)
 
     async def _abort(self, actor: OneTurnActor, handle: Any, turn_no: int) -> None:
         """Rule 3: abort with the workflow's reason, and wait for the commit."""

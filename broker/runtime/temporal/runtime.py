@@ -23,7 +23,7 @@ from datetime import timedelta
 
 import anyio
 import anyio.abc
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -36,7 +36,7 @@ from ledger import logs
 from ledger.items import ItemInfo
 
 from .activities import Activities
-from .workflow import ITEM_SIGNAL, STOP_SIGNAL, Arrival, SessionSpec, SessionWorkflow
+from .workflow import ITEM_SIGNAL, Arrival, SessionSpec, SessionWorkflow
 
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64
@@ -168,11 +168,6 @@ class TemporalRuntime:
     async def _signal(self, item: ItemInfo) -> None:
         rt = self.settings.runtime
         command = item.source == "person" and is_command(item.text or "")
-        if command and (item.text or "").strip().lower().split(" ", 1)[0] == "/stop":
-            handle: WorkflowHandle[SessionWorkflow, None] = self.client.get_workflow_handle(
-                item.session
-            )
-            await self._stop(handle)
         arrival = Arrival(list(item), self.mailboxes.ports.default_mode(item), command)
         with anyio.fail_after(SIGNAL_TIMEOUT_S):
             await self.client.start_workflow(
@@ -184,13 +179,6 @@ class TemporalRuntime:
                 start_signal_args=[arrival],
                 retry_policy=RetryPolicy(maximum_attempts=1),
             )
-
-    async def _stop(self, handle: WorkflowHandle[SessionWorkflow, None]) -> None:
-        """`/stop` reaches a running turn at once; the command's reply runs as usual."""
-        try:
-            await handle.signal(STOP_SIGNAL)
-        except Exception as exc:  # no run: nothing to stop
-            log.debug("no session run to stop", error=str(exc))
 
     def _spec(self, label: str) -> SessionSpec:
         s = self.settings

@@ -13,9 +13,10 @@ Rule 2: an arrival is taken once: a signal sent again (a node retried after an
         ambiguous failure) carries an item id already seen and is ignored. The
         activity skips items the ledger no longer holds open, so even a new run
         of the workflow cannot run a finished item twice.
-Rule 3: an interrupt or `/stop` cancels the running turn's activity; the reason
-        and the items steered into a turn are read by that activity through the
-        `control` query at its heartbeats.
+Rule 3: an interrupt cancels the running turn's activity; the reason, the items
+        steered into the turn and the chat commands that came while it runs
+        (`/stop`, `/status`: the turn's actor answers them, as a local actor does)
+        are read by that activity through the `control` query at its heartbeats.
 Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`; the next
         arrival's signal-with-start begins a new run. The history stays short.
 """
@@ -38,7 +39,6 @@ RUN_ITEMS = "run_items"
 RUN_COMMANDS = "run_commands"
 DROP_ITEMS = "drop_items"
 ITEM_SIGNAL = "arrive"
-STOP_SIGNAL = "stop"
 CONTROL_QUERY = "control"
 
 
@@ -85,12 +85,15 @@ class TurnOrder:
 class TurnResult:
     outcome: str  # completed | failed | aborted
     steer_taken: list[str] = field(default_factory=list)
+    commands_taken: list[str] = field(default_factory=list)  # handled by the turn's actor
 
 
 @dataclass
 class Control:
     abort: str | None
     steer: list[list[Any]]
+    commands: list[list[Any]] = field(default_factory=list)  # arrived while it runs
+    waiting: int = 0  # items in the queue behind it (`/status`)
 
 
 @dataclass
@@ -103,12 +106,12 @@ class Drops:
 class SessionWorkflow:
     def __init__(self) -> None:
         self._arrivals: list[Arrival] = []
-        self._stops = 0
         self._seen: set[str] = set()
         self._records: dict[str, list[Any]] = {}
         self._commands: list[list[Any]] = []
         self._abort: dict[int, str] = {}
         self._steer: dict[int, list[list[Any]]] = {}
+        self._turn_commands: dict[int, list[list[Any]]] = {}
         self._pending: m.StartTurn | None = None
         self._turn: tuple[int, workflow.ActivityHandle[TurnResult]] | None = None
         self._ended_unstarted: int | None = None
@@ -123,13 +126,14 @@ class SessionWorkflow:
         self._seen.add(item_id)
         self._arrivals.append(arrival)
 
-    @workflow.signal(name=STOP_SIGNAL)
-    def stop(self) -> None:
-        self._stops += 1
-
     @workflow.query(name=CONTROL_QUERY)
     def control(self, turn_no: int) -> Control:
-        return Control(self._abort.get(turn_no), list(self._steer.get(turn_no, ())))
+        return Control(
+            self._abort.get(turn_no),
+            list(self._steer.get(turn_no, ())),
+            list(self._turn_commands.get(turn_no, ())),
+            len(self.state.backlog),
+        )
 
     @workflow.run
     async def run(self, spec: SessionSpec) -> None:
@@ -185,7 +189,6 @@ class SessionWorkflow:
             and self._turn is None
             and not self._arrivals
             and not self._commands
-            and not self._stops
         )
 
     async def _wait(self, seconds: float | None) -> bool:
@@ -193,7 +196,7 @@ class SessionWorkflow:
 
         def due() -> bool:
             turn = self._turn
-            return bool(self._arrivals or self._stops or (turn is not None and turn[1].done()))
+            return bool(self._arrivals or (turn is not None and turn[1].done()))
 
         if seconds is None:
             await workflow.wait_condition(due)
@@ -208,14 +211,17 @@ class SessionWorkflow:
         arrivals, self._arrivals = self._arrivals, []
         for arrival in arrivals:
             if arrival.command:
-                self._commands.append(arrival.record)
+                # While a turn runs, its actor answers it (`/status`, `/stop`) as a
+                # local actor would; else it runs between turns.
+                turn = self._turn
+                if turn is not None:
+                    self._turn_commands.setdefault(turn[0], []).append(arrival.record)
+                else:
+                    self._commands.append(arrival.record)
                 continue
             self._records[str(arrival.record[0])] = arrival.record
             item = self._item(arrival)
             await self._handle(m.Arrived(item, self.spec.steerable))
-        while self._stops:
-            self._stops -= 1
-            await self._handle(m.Stop())
 
     async def _handle(self, event: m.Event) -> None:
         try:
@@ -298,6 +304,10 @@ class SessionWorkflow:
             result = TurnResult("aborted" if cancelled else "failed")
         self._abort.pop(turn_no, None)
         self._steer.pop(turn_no, None)
+        taken = set(result.commands_taken)
+        for command in self._turn_commands.pop(turn_no, ()):
+            if str(command[0]) not in taken:  # came too late for the turn: after it
+                self._commands.append(command)
         outcome: m.Outcome = result.outcome  # type: ignore[assignment]
         await self._handle(m.TurnEnded(turn_no, outcome, tuple(result.steer_taken)))
         self._forget_finished()
@@ -312,7 +322,8 @@ class SessionWorkflow:
             del self._records[item_id]
 
     async def _run_commands(self) -> None:
-        """Chat commands other than `/stop` run between turns, in arrival order."""
+        """Chat commands that came while no turn ran, or too late for one, run between
+        turns, in arrival order."""
         if self._turn is not None or not self._commands:
             return
         commands, self._commands = self._commands, []
