@@ -13,7 +13,9 @@ import uuid
 from typing import Any
 
 ENV = "TEST_RUNTIME"
-_address: str | None = None
+# A dev server already running (a benchmark's: `TEST_TEMPORAL_ADDRESS=127.0.0.1:port
+# python -m bench.turns` runs its daemons on the Temporal runtime).
+_address: str | None = os.environ.get("TEST_TEMPORAL_ADDRESS") or None
 
 
 def wanted() -> bool:
