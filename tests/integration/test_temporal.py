@@ -170,3 +170,29 @@ def test_temporal_on_a_sqlite_ledger_exits_78_saying_why(short_tmp: Path) -> Non
     done = brokerd_once(config)
     assert done.returncode == 78, done.stderr
     assert "shared" in done.stderr or "share one ledger" in done.stderr
+
+
+@asyncio_only
+@pytest.mark.slow
+async def test_a_turn_cut_by_a_clean_stop_runs_again_after_the_restart(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """SIGTERM with a short grace: the running turn is committed aborted (shutdown),
+    its activity fails for a retry, and the restarted node runs the message once."""
+    config = on_temporal(temporal_server, **SLOW_ECHO, shutdown_grace_s=0.1)
+    d = make_daemon(config)
+    sender, msg = uniq("u"), uniq("m")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        session = (await a.send_inbound(msg, "one two three four", sender))["session"]
+        await a.delta(session=session)
+        await a.delta(session=session)
+        assert d.terminate() == 0
+    d.start()
+    await wait_until(
+        lambda: anyio.to_thread.run_sync(lambda: completed_inputs(d, session) == [[msg]]),
+        "the message's turn to complete after the restart",
+        within=30,
+    )
+    statuses = [(t["status"], t["reason"]) for t in turns(d, session)]
+    assert statuses == [("aborted", "shutdown"), ("completed", None)], statuses
+    assert_run_once_in_order(d, session, [msg])

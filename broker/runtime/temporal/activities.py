@@ -33,6 +33,7 @@ import anyio
 import orjson
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from broker.core import lifecycle as lc
 from broker.core import queue_machine as m
@@ -136,6 +137,8 @@ class Activities:
 
     @activity.defn(name=RUN_ITEMS)
     async def run_items(self, order: TurnOrder) -> TurnResult:
+        if self.mailboxes.draining:  # this node stops: another one, or its restart, runs it
+            raise ApplicationError("the node is stopping", type="NodeStopping")
         items = await self._open_records(order)
         if not items:
             return TurnResult("completed")  # all done already (Rule 1)
@@ -185,6 +188,10 @@ class Activities:
                 raise
             tg.cancel_scope.cancel()
         actor.result.commands_taken = commanded
+        if actor.result.outcome == "aborted" and self.mailboxes.draining:
+            # This node stops: the turn was aborted (`shutdown`) and its items went back
+            # to the queue; another node, or this one restarted, runs them again.
+            raise ApplicationError("the node stopped during the turn", type="NodeStopping")
         return actor.result
 
     async def _control(self, handle: Any, turn_no: int) -> Control | None:
