@@ -3,9 +3,11 @@ standing in for the node's (no daemon): what it decides, turn by turn."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -194,3 +196,39 @@ async def test_a_steer_reaches_the_running_turn_through_the_query(
     fake.release.set()
     await anyio.sleep(0.3)  # "b" was steered, taken by no one: it runs after
     assert fake.turns == [["a"], ["b"]]
+
+
+@pytest.fixture(scope="module")
+def short_history_server() -> Iterator[DevServer]:
+    """A dev server that suggests a new run after a few dozen history events."""
+    work = Path(tempfile.mkdtemp(prefix="tmprl-", dir="/tmp"))
+    server = DevServer(work, dynamic_config={"limit.historyCount.suggestContinueAsNew": "40"})
+    with server:
+        yield server
+
+
+async def test_a_busy_session_continues_as_new_between_turns_losing_nothing(
+    short_history_server: DevServer,
+) -> None:
+    client = await Client.connect(short_history_server.address)
+    fake = Node()
+    fake.release.set()
+    queue = f"wf-{uuid.uuid4().hex[:10]}"
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[SessionWorkflow],
+        activities=[fake.session_queue, fake.run_items, fake.run_commands, fake.drop_items],
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+        ),
+    )
+    async with worker:
+        first = await arrive(client, queue, label, record("i0", 1), "followup")
+        for n in range(1, 30):
+            await arrive(client, queue, label, record(f"i{n}", n + 1), "followup")
+        await until(lambda: len(fake.turns) == 30, "thirty turns")
+        latest = await client.get_workflow_handle(label).describe()
+    assert fake.turns == [[f"i{n}"] for n in range(30)]
+    assert latest.run_id != first.result_run_id  # it went on as a new run

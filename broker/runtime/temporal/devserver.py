@@ -45,8 +45,11 @@ def free_port() -> int:
 
 
 class DevServer:
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, port: int | None = None, dynamic_config: dict[str, str] | None = None
+    ) -> None:
         self.workdir = workdir
+        self.dynamic_config = dynamic_config or {}
         self.port = port or free_port()
         self.http_port = free_port()
         self.ui_port = free_port()
@@ -88,6 +91,11 @@ class DevServer:
                     NAMESPACE,
                     "--log-level",
                     "warn",
+                    *(
+                        arg
+                        for key, value in self.dynamic_config.items()
+                        for arg in ("--dynamic-config-value", f"{key}={value}")
+                    ),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

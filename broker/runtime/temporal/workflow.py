@@ -18,7 +18,9 @@ Rule 3: an interrupt cancels the running turn's activity; the reason, the items
         (`/stop`, `/status`: the turn's actor answers them, as a local actor does)
         are read by that activity through the `control` query at its heartbeats.
 Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`; the next
-        arrival's signal-with-start begins a new run. The history stays short.
+        arrival's signal-with-start begins a new run. The history stays short; a
+        session never quiet that long continues as a new run between two turns
+        when Temporal suggests it, carrying what waits.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class SessionSpec:
     steerable: bool  # the engine takes steering (engines/base.py Rule 3)
     turn_timeout_s: float
     heartbeat_timeout_s: float
+    # What a run that continued as new carried over: its waiting items and commands.
+    carried: list[Arrival] = field(default_factory=list)
 
 
 @dataclass
@@ -144,10 +148,20 @@ class SessionWorkflow:
             result_type=QueueSetup,
             start_to_close_timeout=timedelta(seconds=30),
         )
-        self.state = m.State(limits=self._configure(setup))
+        limits = self._configure(setup)
+        carried = [a for a in spec.carried if not a.command]
+        self._commands.extend(a.record for a in spec.carried if a.command)
+        for arrival in carried:
+            self._records[str(arrival.record[0])] = arrival.record
+            self._seen.add(str(arrival.record[0]))
+        # What the last run held, as a restart finds it: its batch starts as it would have.
+        self.state = m.State.initial(limits, [self._item(a) for a in carried])
+        await self._handle(m.Resume())
         while True:
             await self._take_events()
             await self._finish_turn()
+            if self._history_full():
+                workflow.continue_as_new(self._carry_over())
             await self._run_commands()
             self._start_turn()
             if self._quiet():
@@ -159,6 +173,27 @@ class SessionWorkflow:
             timeout = None if deadline is None else max(0.0, deadline - self._now())
             if not await self._wait(timeout):
                 await self._handle(m.Tick())
+
+    def _history_full(self) -> bool:
+        """Rule 4 for a session that is never quiet: past Temporal's suggested history
+        size, go on as a new run, between turns."""
+        between_turns = self._turn is None and self._ended_unstarted is None
+        return between_turns and workflow.info().is_continue_as_new_suggested()
+
+    def _carry_over(self) -> SessionSpec:
+        records, s = self._records, self.state
+        held = (*(s.running.items + s.running.steered if s.running else ()), *s.backlog)
+        waiting = [Arrival(records[i.id], i.mode) for i in held if i.id in records]
+        commands = [Arrival(record, None, command=True) for record in self._commands]
+        spec = self.spec
+        return SessionSpec(
+            spec.label,
+            spec.idle_s,
+            spec.steerable,
+            spec.turn_timeout_s,
+            spec.heartbeat_timeout_s,
+            [*waiting, *commands, *self._arrivals],
+        )
 
     def _configure(self, setup: QueueSetup) -> m.Limits:
         self._mode = setup.mode
@@ -196,7 +231,8 @@ class SessionWorkflow:
 
         def due() -> bool:
             turn = self._turn
-            return bool(self._arrivals or (turn is not None and turn[1].done()))
+            done = turn is not None and turn[1].done()
+            return bool(self._arrivals or done or self._ended_unstarted is not None)
 
         if seconds is None:
             await workflow.wait_condition(due)
