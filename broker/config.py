@@ -192,6 +192,20 @@ class Persona(_Section):
     compaction_model: str | None = None  # None: its engine's `compaction_model`
 
 
+class RuntimeSettings(_Section):
+    """`[runtime]`: where sessions run (docs/cluster.md "Sessions on Temporal")."""
+
+    kind: Literal["local", "temporal"] = "local"  # local: in-process actors
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "broker"
+    connect_timeout_s: float = Field(5.0, gt=0, le=300)
+    # A turn activity that has not heartbeat for this long is given to another worker.
+    heartbeat_timeout_s: float = Field(10.0, gt=0, le=3600)
+    # Single node only, for tests and a demo: a cluster needs a shared ledger.
+    allow_local_ledger: bool = False
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -228,6 +242,8 @@ class Settings(BaseSettings):
     reset: ResetSettings = ResetSettings()
 
     titles: TitleSettings = TitleSettings()
+    node_id: str = Field("", max_length=64)  # unique per node of a cluster; shown in `health`
+    runtime: RuntimeSettings = RuntimeSettings()
 
     @field_validator("socket_path")
     @classmethod
@@ -243,6 +259,19 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"max_pending_bytes ({self.max_pending_bytes}) is less than max_frame_bytes"
                 f" ({self.max_frame_bytes}): the largest frame allowed could never be accepted"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _a_cluster_shares_its_ledger(self) -> Settings:
+        # `ledger.kind` comes with the PostgreSQL backend; without it the ledger is a file.
+        ledger_kind = getattr(self.ledger, "kind", "sqlite")
+        rt = self.runtime
+        if rt.kind == "temporal" and ledger_kind == "sqlite" and not rt.allow_local_ledger:
+            raise ValueError(
+                'runtime.kind = "temporal" needs ledger.kind = "postgres": the nodes of a'
+                " cluster share one ledger, and a SQLite file belongs to one machine"
+                " (runtime.allow_local_ledger = true runs a single node, for tests)"
             )
         return self
 

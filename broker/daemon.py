@@ -41,6 +41,7 @@ from .mailbox.registry import Mailboxes
 from .ops import Ops
 from .protocol import Hello
 from .router import Router
+from .runtime import RuntimeUnreachable
 from .server import AlreadyRunning, Server
 from .timers import TimerWheel
 from .titler import Titler
@@ -218,6 +219,7 @@ class Daemon:
             titler = Titler.build(s.titles, s.engines, ledger)
             mailboxes.ports.commits.on_written = titler.offer
             ops = Ops(ledger, self.state_of, mailboxes, timers)
+            runtime = await _sessions_runtime(s, mailboxes, ingress)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":
@@ -236,6 +238,8 @@ class Daemon:
             self.server = server
             listener = await server.open_listener()
             async with anyio.create_task_group() as tg:
+                if runtime is not None:  # before the backlog: it is handed to the runtime
+                    await tg.start(runtime.run)
                 # Rehydrate the backlog before the socket takes new work.
                 await tg.start(mailboxes.run)
                 # Acks and hand-offs of committed messages (ingress.py Rule 2).
@@ -274,7 +278,29 @@ class Daemon:
         log.info("stopped")
 
 
-RESTART_ONLY = ("socket_path", "socket_mode", "ledger", "server_name", "policies_file")
+async def _sessions_runtime(s: Settings, mailboxes: Mailboxes, ingress: Ingress) -> Any:
+    """`[runtime] kind = "temporal"`: the node's Temporal runtime, installed (None: local).
+    Imported only then: `temporalio` is the optional extra `temporal`."""
+    if s.runtime.kind != "temporal":
+        return None
+    from .runtime.temporal.runtime import TemporalRuntime, connect
+
+    runtime = TemporalRuntime(s, mailboxes, await connect(s.runtime))
+    runtime.install()
+    ingress.runtime_failure = runtime.failure
+    log.info("sessions run on Temporal", address=s.runtime.address, queue=s.runtime.task_queue)
+    return runtime
+
+
+RESTART_ONLY = (
+    "socket_path",
+    "socket_mode",
+    "ledger",
+    "server_name",
+    "policies_file",
+    "runtime",
+    "node_id",
+)
 ENGINE_LIVE = frozenset({"timeout_s"})
 
 
@@ -415,7 +441,7 @@ def exit_status(exc: BaseException) -> int:
     kind = storage_failure(exc)
     if kind is not None:
         return _STORAGE_STATUS[kind]
-    if isinstance(exc, AlreadyRunning):
+    if isinstance(exc, AlreadyRunning | RuntimeUnreachable):
         return EX_UNAVAILABLE
     if isinstance(exc, OSError):
         return _ERRNO_STATUS.get(exc.errno or 0, EX_IOERR)

@@ -40,6 +40,9 @@ def run(
     if backend not in ("asyncio", "trio"):
         print(f"brokerd: invalid --backend {backend!r}: use asyncio or trio", file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
+    if settings.runtime.kind == "temporal" and backend != "asyncio":
+        print('brokerd: runtime.kind = "temporal" needs --backend asyncio', file=sys.stderr)
+        raise typer.Exit(EX_CONFIG)
     if check:
         print("brokerd: configuration is valid")
         return

@@ -85,6 +85,8 @@ class Ingress:
         self.adapters: dict[str, AdapterState] = {}
         self.frame_handlers: dict[str, Callable[[Connection, dict[str, Any]], Any]] = {}
         self.accepting = True  # False while the daemon shuts down
+        # Why the sessions' runtime cannot take work now (Temporal unreachable), or None.
+        self.runtime_failure: Callable[[], str | None] = lambda: None
         self.pending_bytes = 0  # Rule 4
         self._filed, self._to_answer = anyio.create_memory_object_stream[Filed](FILED_BUFFER)
         self._unanswered = 0  # in the channel's buffer (read here without its statistics)
@@ -168,6 +170,9 @@ class Ingress:
         assert conn.channel is not None
         routed = self.router.route(conn.channel, msg, req, self.settings.queue.person_mode)
         failing = self.ledger.write_failure  # refused now rather than held unacked
+        if failing is not None:
+            raise ProtocolError("overloaded", f"{failing}; retry later", req=req)
+        failing = self.runtime_failure()
         if failing is not None:
             raise ProtocolError("overloaded", f"{failing}; retry later", req=req)
         try:

@@ -116,6 +116,7 @@ class Ops:
             int(self.mailboxes.settings.queue.stuck_after_s * 1000) if self.mailboxes else 0
         )
         counts, untouched, unreadable = await self.ledger.health_reads(now - stuck_after_ms)
+        settings = self.mailboxes.settings if self.mailboxes is not None else None
         if unreadable is not None:
             problems.append(unreadable)
         stuck = stuck_items(self.mailboxes, untouched, now)
@@ -132,6 +133,8 @@ class Ops:
             "sessions": counts.get("sessions"),
             "queued": counts.get("queued"),
             "ledger": self.ledger.backend,
+            "node_id": settings.node_id if settings is not None else "",
+            "runtime": settings.runtime.kind if settings is not None else "local",
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,
             "writer_queue": writer.queued,
             "writer_pid": writer.pid,
@@ -343,7 +346,9 @@ def stuck_items(
     handed over. The bound leaves room for an actor's restart back-off (5 s at
     most) and for an item committed just before this look.
     """
-    if mailboxes is None:
+    if mailboxes is None or mailboxes.forward is not None:
+        # Another runtime holds the items (a Temporal workflow, perhaps on another
+        # node); it hands open items over again itself (runtime/temporal/runtime.py).
         return []
     out = []
     for label, count, oldest in sorted(rows, key=lambda row: row[2]):  # longest first

@@ -4,13 +4,45 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests import temporal_runtime
 from tests.harness import DaemonProcess
 
+if TYPE_CHECKING:
+    from broker.runtime.temporal.devserver import DevServer
+
 DaemonFactory = Callable[..., DaemonProcess]
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[DevServer]:
+    """One Temporal dev server for the whole test session (its state in a temporary
+    directory). Tests that kill it restart it on the same port and file."""
+    import tempfile
+
+    from broker.runtime.temporal.devserver import DevServer
+
+    work = Path(tempfile.mkdtemp(prefix="tmprl-", dir="/tmp"))
+    server = DevServer(work).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runtime_switch(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`TEST_RUNTIME=temporal`: every daemon of the run on the Temporal runtime."""
+    if not temporal_runtime.wanted():
+        yield
+        return
+    server: DevServer = request.getfixturevalue("temporal_server")
+    temporal_runtime.set_address(server.address)
+    yield
+    temporal_runtime.set_address(None)
 
 
 @pytest.fixture

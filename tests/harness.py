@@ -17,6 +17,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, cast
 
+from tests.temporal_runtime import default_runtime
+
 
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
@@ -113,6 +115,9 @@ class DaemonProcess:
             "log_level": "info",
             "ledger": {"path": str(self.ledger)},
         }
+        runtime = default_runtime()  # TEST_RUNTIME=temporal (tests/temporal_runtime.py)
+        if runtime is not None:
+            base["runtime"] = runtime
         for key, value in (config or {}).items():
             if isinstance(value, dict) and isinstance(base.get(key), dict):
                 base[key] = {**base[key], **value}

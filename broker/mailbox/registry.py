@@ -63,6 +63,9 @@ class Mailboxes:
         self.draining = False
         # The timer wheel's `changed` (the daemon sets it): a tool added a timer.
         self.timers_changed: Callable[[], None] = lambda: None
+        # Another runtime's hand-off of an item (broker/runtime/): set, no local actor
+        # starts for an item; the runtime runs it (the actors here run its turns).
+        self.forward: Callable[[ItemInfo], None] | None = None
         commits = TurnCommits(ledger, deliveries, self.post)
         # What the actors see of the daemon; `self` is what the tools see (broker/tools.py).
         self.ports = SessionPorts(
@@ -128,7 +131,9 @@ class Mailboxes:
 
     async def _rehydrate(self) -> None:
         now = now_ms()
-        recovered = await self.ledger.recover_crashed(now)
+        # Under another runtime a running turn may be another node's: the runtime
+        # recovers a session's cut-off turn itself (broker/runtime/temporal/activities.py).
+        recovered = [] if self.forward is not None else await self.ledger.recover_crashed(now)
         if recovered:
             log.warning("turns cut off by a crash recorded as aborted", turns=len(recovered))
         items = await self.ledger.open_items()
@@ -136,7 +141,11 @@ class Mailboxes:
         for item in items:
             by_session.setdefault(item.session, []).append(item)
         for label, backlog in by_session.items():
-            self._start(label, backlog)
+            if self.forward is not None:
+                for item in backlog:
+                    self.forward(item)
+            else:
+                self._start(label, backlog)
         if items:
             log.info("backlog rehydrated", items=len(items), sessions=len(by_session))
 
@@ -148,7 +157,8 @@ class Mailboxes:
 
         The record comes from the daemon, which holds it: the writer does not send it back.
         """
-        if accepted.thread is not None:  # the message starts a new thread (ledger/resets.py)
+        # Under another runtime the turn's actor finds the new thread pending in the ledger.
+        if accepted.thread is not None and self.forward is None:  # ledger/resets.py
             thread, reason = accepted.thread
             log.info(
                 "thread reset",
@@ -184,6 +194,9 @@ class Mailboxes:
         )
 
     def post(self, item: ItemInfo) -> None:
+        if self.forward is not None:
+            self.forward(item)
+            return
         self._actor_for(item.session).post(item)
 
     def _actor_for(self, label: str) -> SessionActor:

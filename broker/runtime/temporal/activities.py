@@ -1,0 +1,248 @@
+"""The activities of a session workflow: a turn, chat commands, dropped items.
+
+A turn runs on whichever node's worker picked the activity up, through the same
+actor code as the local runtime (`broker/mailbox/actor.py`): a `OneTurnActor`
+given exactly the items the workflow's queue machine chose. Inside it the
+turn-lifecycle machine (`broker.core.lifecycle`) decides the turn's own steps
+(compaction first, a reactive compaction, progress saves) as it does locally;
+the queue decisions between turns are the workflow's.
+
+Rule 1: the ledger decides what may run: items it no longer holds open (done,
+        dropped, cancelled) are skipped, so a retried activity or a signal sent
+        twice never runs a finished item again. A retry after a node died first
+        records that node's cut-off turn as aborted (crash), as a restart does.
+Rule 2: the activity heartbeats every `POLL_S` while the turn runs; at each beat
+        it asks the workflow (`control` query) for items steered into the turn, for
+        an abort, and for chat commands, which the turn's actor answers (`/stop`
+        aborts the turn there, after the command's policy check). Steering goes
+        through the workflow, not the ledger: the query reaches the workflow
+        wherever it runs, writes nothing, and the activity already wakes that often
+        to heartbeat.
+Rule 3: an interrupt aborts the turn with the workflow's reason, seen at
+        the next beat's query (sooner than the activity's cancellation, which the SDK
+        delivers with a throttled heartbeat) or on that cancellation; either way the
+        activity returns only once the abort is committed, so the next turn cannot
+        overlap it (workflow.py Rule 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import orjson
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from broker.core import lifecycle as lc
+from broker.core import queue_machine as m
+from broker.mailbox.actor import Posted, SessionActor
+from broker.mailbox.ports import ActorPorts
+from broker.mailbox.registry import Mailboxes
+from ledger import logs
+from ledger.ids import now_ms
+from ledger.items import ItemInfo
+
+from .workflow import (
+    CONTROL_QUERY,
+    DROP_ITEMS,
+    RUN_COMMANDS,
+    RUN_ITEMS,
+    SESSION_QUEUE,
+    Control,
+    Drops,
+    QueueSetup,
+    TurnOrder,
+    TurnResult,
+)
+
+log = logs.get("broker.runtime.temporal")
+POLL_S = 0.2
+OPEN = frozenset({"queued", "running"})
+
+
+def item_from_record(record: list[Any]) -> ItemInfo:
+    return ItemInfo(*record)
+
+
+class OneTurnActor(SessionActor):
+    """A session actor that runs the one turn it is given, then stops opening turns."""
+
+    def __init__(self, label: str, ports: ActorPorts, noted: list[ItemInfo]) -> None:
+        super().__init__(label, ports)
+        self.noted = noted  # dropped under "summarize": this turn's note names them
+        self.ended = anyio.Event()
+        self.looping = anyio.Event()  # loaded, its recovered commands handled
+        self.waiting_behind = 0  # items the workflow holds behind this turn
+        self.result = TurnResult("failed")
+
+    @property
+    def backlog(self) -> int:
+        return super().backlog + self.waiting_behind
+
+    async def _loop(self) -> None:
+        self.looping.set()
+        await super()._loop()
+
+    def _apply(self, event: lc.Event) -> None:
+        if isinstance(event, m.Resume) and self.noted:  # the workflow's machine dropped them
+            self.items.update((i.id, i) for i in self.noted)
+            note = tuple(self._machine_item(i) for i in self.noted)
+            self.state = self.state._replace(queue=self.state.queue._replace(dropped_note=note))
+            self.noted = []
+        super()._apply(event)
+
+    def post(self, event: Posted) -> None:
+        if isinstance(event, lc.TurnCommitted):
+            # Items steered and not taken go back to the workflow's queue, not this one's.
+            self._apply(lc.Drain())
+            self.result = TurnResult(event.outcome, list(event.steer_taken))
+            self.ended.set()
+        super().post(event)
+
+
+class Activities:
+    """The node's activities; they share its ledger, engines and adapters' connections."""
+
+    def __init__(self, mailboxes: Mailboxes, client: Client) -> None:
+        self.mailboxes = mailboxes
+        self.client = client
+
+    def all(self) -> list[Any]:
+        return [self.session_queue, self.run_items, self.run_commands, self.drop_items]
+
+    @activity.defn(name=SESSION_QUEUE)
+    async def session_queue(self, label: str) -> QueueSetup:
+        """The session's queue limits: the config's, under its `/queue` override."""
+        await self.mailboxes.ledger.settled()
+        start = (await self.mailboxes.ledger.session_start(label)).start
+        override = orjson.loads(start.override) if start.override else {}
+        q = self.mailboxes.settings.queue
+        return QueueSetup(
+            override.get("debounce_ms", q.debounce_ms) / 1000,
+            override.get("cap", q.cap),
+            override.get("drop", q.drop),
+            override.get("mode"),
+        )
+
+    async def _open_records(self, order: TurnOrder) -> list[ItemInfo]:
+        ledger = self.mailboxes.ledger
+        if activity.info().attempt > 1:  # Rule 1: the turn that was cut off, first
+            await ledger.recover_crashed(now_ms(), session=order.label)
+        await ledger.settled()
+        held = {i.id: i for i in await ledger.open_items(order.label)}
+        wanted = [item_from_record(r) for r in order.records]
+        return [held[i.id]._replace(mode=i.mode) for i in wanted if i.id in held]
+
+    @activity.defn(name=RUN_ITEMS)
+    async def run_items(self, order: TurnOrder) -> TurnResult:
+        if self.mailboxes.draining:  # this node stops: another one, or its restart, runs it
+            raise ApplicationError("the node is stopping", type="NodeStopping")
+        items = await self._open_records(order)
+        if not items:
+            return TurnResult("completed")  # all done already (Rule 1)
+        if len(items) > 1:  # one turn of them all, as the workflow's machine decided
+            items = [i._replace(mode="collect") for i in items]
+        noted = [item_from_record(r) for r in order.noted]
+        actor = OneTurnActor(order.label, self.mailboxes.ports, noted)
+        self.mailboxes.actors[order.label] = actor
+        try:
+            return await self._run(actor, order, items)
+        finally:
+            if self.mailboxes.actors.get(order.label) is actor:
+                del self.mailboxes.actors[order.label]
+
+    async def _run(
+        self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo]
+    ) -> TurnResult:
+        handle = self.client.get_workflow_handle(order.label)
+        steered: set[str] = set()
+        commanded: list[str] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor.run, items)
+            try:
+                while not actor.ended.is_set():
+                    activity.heartbeat()
+                    with anyio.move_on_after(POLL_S):
+                        await actor.ended.wait()
+                    if actor.ended.is_set():
+                        break
+                    if actor._live and actor.turn is None and actor.state.quiet:
+                        actor.result = TurnResult("completed")  # nothing of it could run
+                        break
+                    control = await self._control(handle, order.turn_no)
+                    if control is not None:
+                        actor.waiting_behind = control.waiting
+                        self._steer(actor, control, steered)
+                        self._commands(actor, control, commanded)
+                        turn = actor.turn
+                        if control.abort and turn is not None and turn.abort_reason is None:
+                            # Sooner than the cancellation, which waits for a heartbeat
+                            # to be sent (throttled by the SDK).
+                            turn.abort(control.abort)
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await self._abort(actor, handle, order.turn_no)
+                tg.cancel_scope.cancel()
+                raise
+            tg.cancel_scope.cancel()
+        actor.result.commands_taken = commanded
+        if actor.result.outcome == "aborted" and self.mailboxes.draining:
+            # This node stops: the turn was aborted (`shutdown`) and its items went back
+            # to the queue; another node, or this one restarted, runs them again.
+            raise ApplicationError("the node stopped during the turn", type="NodeStopping")
+        return actor.result
+
+    async def _control(self, handle: Any, turn_no: int) -> Control | None:
+        try:
+            with anyio.fail_after(POLL_S * 5):
+                control: Control = await handle.query(CONTROL_QUERY, turn_no, result_type=Control)
+                return control
+        except Exception as exc:  # the turn goes on; the next beat asks again
+            log.debug("control query failed", error=str(exc))
+            return None
+
+    def _steer(self, actor: OneTurnActor, control: Control, steered: set[str]) -> None:
+        for record in control.steer:
+            item = item_from_record(record)
+            if item.id not in steered:
+                steered.add(item.id)
+                actor.post(item._replace(mode="steer"))
+
+    def _commands(self, actor: OneTurnActor, control: Control, taken: list[str]) -> None:
+        for record in control.commands:
+            item = item_from_record(record)
+            if item.id not in taken and actor.turn is not None:
+                taken.append(item.id)
+                actor.post(item)  # the actor answers it (actor.py `_arrived`)
+
+    async def _abort(self, actor: OneTurnActor, handle: Any, turn_no: int) -> None:
+        """Rule 3: abort with the workflow's reason, and wait for the commit."""
+        control = await self._control(handle, turn_no)
+        reason = control.abort if control is not None and control.abort else "interrupt"
+        turn = actor.turn
+        if turn is None:
+            return  # not begun, or committed already
+        turn.abort(reason)
+        with anyio.move_on_after(self.mailboxes.settings.engine.timeout_s):
+            await actor.ended.wait()
+
+    @activity.defn(name=RUN_COMMANDS)
+    async def run_commands(self, order: TurnOrder) -> QueueSetup:
+        items = await self._open_records(order)
+        if not items:
+            return await self.session_queue(order.label)
+        actor = OneTurnActor(order.label, self.mailboxes.ports, [])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
+            await actor.looping.wait()
+            await self.mailboxes.ledger.settled()
+            tg.cancel_scope.cancel()
+        return await self.session_queue(order.label)
+
+    @activity.defn(name=DROP_ITEMS)
+    async def drop_items(self, drops: Drops) -> None:
+        for item_id, reason in drops.drops:
+            self.mailboxes.ports.drop_item(drops.label, item_id, reason, None)
+        await self.mailboxes.ledger.settled()

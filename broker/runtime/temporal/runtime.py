@@ -1,0 +1,193 @@
+"""The node's side of the Temporal runtime: its client, its worker, and the hand-off
+of every committed item to its session's workflow.
+
+Rule 1: an item is handed over only after the ledger committed it (and, for a
+        message, after its ack): the ledger is the truth, the workflow a mailbox.
+        The hand-off is a signal-with-start of the workflow whose id is the session
+        label, carrying the item's record.
+Rule 2: nothing is dropped. A hand-off that fails is tried again, with back-off,
+        until it lands; while the last one failed the node answers new inbound
+        messages `overloaded` (`failure`). The item waits in the ledger meanwhile;
+        a restart hands every open item over again (registry.py rehydration).
+Rule 3: one session's items are handed over in order, one at a time: the
+        workflow's queue machine sees them in seq order. Sessions go in parallel,
+        up to `MAX_SIGNALS_IN_FLIGHT`.
+Rule 4: Temporal unreachable at start is a start-up failure naming the address
+        (exit 69); the client is asyncio's, so the runtime needs the asyncio backend.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import timedelta
+
+import anyio
+import anyio.abc
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from broker.config import RuntimeSettings, Settings
+from broker.mailbox.commands import is_command
+from broker.mailbox.registry import Mailboxes
+from broker.runtime import RuntimeUnreachable
+from ledger import logs
+from ledger.items import ItemInfo
+
+from .activities import Activities
+from .workflow import ITEM_SIGNAL, Arrival, SessionSpec, SessionWorkflow
+
+log = logs.get("broker.runtime.temporal")
+MAX_SIGNALS_IN_FLIGHT = 64
+RETRY_MAX_S = 2.0
+# One hand-off's bound: it takes milliseconds when Temporal answers, and past this the
+# node says `overloaded` (Rule 2) rather than ack messages it cannot hand over.
+SIGNAL_TIMEOUT_S = 1.0
+TURN_MARGIN_S = 60.0  # a turn's activity may also compact: beyond the engine's own bound
+
+
+class TemporalUnreachable(RuntimeUnreachable):
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"cannot reach Temporal at {address}: {reason}")
+        self.address = address
+
+
+async def connect(rt: RuntimeSettings) -> Client:
+    """Rule 4: the client, or `TemporalUnreachable` naming the address."""
+    try:
+        with anyio.fail_after(rt.connect_timeout_s):
+            return await Client.connect(rt.address, namespace=rt.namespace)
+    except TimeoutError as exc:
+        raise TemporalUnreachable(rt.address, f"no answer in {rt.connect_timeout_s:g} s") from exc
+    except Exception as exc:  # the SDK raises RuntimeError for a refused connection
+        raise TemporalUnreachable(rt.address, str(exc) or type(exc).__name__) from exc
+
+
+class TemporalRuntime:
+    def __init__(self, settings: Settings, mailboxes: Mailboxes, client: Client) -> None:
+        self.settings = settings
+        self.mailboxes = mailboxes
+        self.client = client
+        self._waiting: dict[str, deque[ItemInfo]] = {}
+        self._limit = anyio.CapacityLimiter(MAX_SIGNALS_IN_FLIGHT)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._failing: str | None = None
+        self.handed_over = 0
+
+    def failure(self) -> str | None:
+        """Why the node cannot hand messages over now (Rule 2), or None."""
+        return self._failing
+
+    def install(self) -> None:
+        """From now on the registry hands items to this runtime, not to local actors."""
+        self.mailboxes.forward = self.hand_over
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run the node's worker and its hand-offs until cancelled."""
+        rt = self.settings.runtime
+        worker = Worker(
+            self.client,
+            task_queue=rt.task_queue,
+            workflows=[SessionWorkflow],
+            activities=Activities(self.mailboxes, self.client).all(),
+            workflow_runner=SandboxedWorkflowRunner(
+                restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+            ),
+            identity=self.settings.node_id or None,
+            graceful_shutdown_timeout=timedelta(seconds=1),
+        )
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(worker.run)
+            tg.start_soon(self._hand_over_open_items_forever)
+            task_status.started()
+
+    async def _hand_over_open_items_forever(self) -> None:
+        """Rule 2: every `stuck_after_s`, hand the ledger's open items over again. An
+        item acked by a node that died before its hand-off landed is then taken by
+        the others; one its workflow holds already is ignored there (workflow.py
+        Rule 2)."""
+        while True:
+            await anyio.sleep(self.settings.queue.stuck_after_s)
+            try:
+                open_items = await self.mailboxes.ledger.open_items()
+            except Exception as exc:  # a ledger that fails to read now: next round
+                log.warning("could not read open items", error=str(exc))
+                continue
+            for item in open_items:
+                if item.session not in self._waiting:
+                    self.hand_over(item)
+
+    # -- hand-off (Rules 1-3) ---------------------------------------------------
+
+    def hand_over(self, item: ItemInfo) -> None:
+        queue = self._waiting.get(item.session)
+        if queue is not None:
+            queue.append(item)  # its session's task takes it next (Rule 3)
+            return
+        assert self._tg is not None, "the runtime is not running"
+        self._waiting[item.session] = deque([item])
+        self._tg.start_soon(self._hand_over_session, item.session)
+
+    async def _hand_over_session(self, label: str) -> None:
+        queue = self._waiting[label]
+        try:
+            async with self._limit:
+                while queue:
+                    await self._signal_until_landed(queue[0])
+                    queue.popleft()
+        finally:
+            del self._waiting[label]
+
+    async def _signal_until_landed(self, item: ItemInfo) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self._signal(item)
+            except Exception as exc:
+                if self._failing is None:
+                    log.error(
+                        "Temporal unreachable; refusing messages until it answers",
+                        address=self.settings.runtime.address,
+                        error=str(exc),
+                    )
+                address = self.settings.runtime.address
+                self._failing = f"the sessions' runtime (Temporal at {address}) is unreachable"
+                await anyio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            if self._failing is not None:
+                log.info("Temporal answers again", address=self.settings.runtime.address)
+                self._failing = None
+            self.handed_over += 1
+            return
+
+    async def _signal(self, item: ItemInfo) -> None:
+        rt = self.settings.runtime
+        command = item.source == "person" and is_command(item.text or "")
+        arrival = Arrival(list(item), self.mailboxes.ports.default_mode(item), command)
+        with anyio.fail_after(SIGNAL_TIMEOUT_S):
+            await self.client.start_workflow(
+                SessionWorkflow.run,
+                self._spec(item.session),
+                id=item.session,
+                task_queue=rt.task_queue,
+                start_signal=ITEM_SIGNAL,
+                start_signal_args=[arrival],
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            )
+
+    def _spec(self, label: str) -> SessionSpec:
+        s = self.settings
+        q = s.queue
+        engine = self.mailboxes.ports.engine
+        return SessionSpec(
+            label=label,
+            idle_s=q.idle_stop_s,
+            steerable=bool(getattr(engine, "accepts_steering", False)),
+            turn_timeout_s=s.engine.timeout_s + s.engine.compaction_timeout_s + TURN_MARGIN_S,
+            heartbeat_timeout_s=s.runtime.heartbeat_timeout_s,
+        )

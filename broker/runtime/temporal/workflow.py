@@ -1,0 +1,379 @@
+"""A session's mailbox as a Temporal workflow: its id is the session label.
+
+Deterministic and free of I/O: it runs the pure queue machine
+(`broker.core.queue_machine`) on the workflow's clock (`workflow.now()`), and
+everything that touches the ledger or an engine is an activity (activities.py).
+
+Rule 1: one turn at a time. Temporal keeps one live run per workflow id across
+        the cluster, and a run starts a turn activity only on the machine's
+        `StartTurn`, after the last turn's activity has finished (an aborted one
+        included: it is cancelled with WAIT_CANCELLATION_COMPLETED, so its commit
+        is done before the next turn starts).
+Rule 2: an arrival is taken once: a signal sent again (a node retried after an
+        ambiguous failure) carries an item id already seen and is ignored. The
+        activity skips items the ledger no longer holds open, so even a new run
+        of the workflow cannot run a finished item twice.
+Rule 3: an interrupt cancels the running turn's activity; the reason, the items
+        steered into the turn and the chat commands that came while it runs
+        (`/stop`, `/status`: the turn's actor answers them, as a local actor does)
+        are read by that activity through the `control` query at its heartbeats.
+Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`; the next
+        arrival's signal-with-start begins a new run. The history stays short; a
+        session never quiet that long continues as a new run between two turns
+        when Temporal suggests it, carrying what waits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from broker.core import queue_machine as m
+
+SESSION_QUEUE = "session_queue"
+RUN_ITEMS = "run_items"
+RUN_COMMANDS = "run_commands"
+DROP_ITEMS = "drop_items"
+ITEM_SIGNAL = "arrive"
+CONTROL_QUERY = "control"
+
+
+@dataclass
+class SessionSpec:
+    """What a node knows of the session when it starts the workflow."""
+
+    label: str
+    idle_s: float
+    steerable: bool  # the engine takes steering (engines/base.py Rule 3)
+    turn_timeout_s: float
+    heartbeat_timeout_s: float
+    # What a run that continued as new carried over: its waiting items and commands.
+    carried: list[Arrival] = field(default_factory=list)
+
+
+@dataclass
+class QueueSetup:
+    """The session's queue limits and `/queue` mode, its override over the config's."""
+
+    debounce_s: float
+    cap: int | None
+    drop: str
+    mode: str | None = None
+
+
+@dataclass
+class Arrival:
+    """One committed queue item: its ledger record (`ledger.items.ItemInfo` fields)
+    and the mode its route gives it when it names none (router.py)."""
+
+    record: list[Any]
+    default_mode: str | None
+    command: bool = False  # a chat command: not a turn of its own
+
+
+@dataclass
+class TurnOrder:
+    label: str
+    turn_no: int
+    records: list[list[Any]]
+    noted: list[list[Any]] = field(default_factory=list)  # dropped: named in a note
+
+
+@dataclass
+class TurnResult:
+    outcome: str  # completed | failed | aborted
+    steer_taken: list[str] = field(default_factory=list)
+    commands_taken: list[str] = field(default_factory=list)  # handled by the turn's actor
+
+
+@dataclass
+class Control:
+    abort: str | None
+    steer: list[list[Any]]
+    commands: list[list[Any]] = field(default_factory=list)  # arrived while it runs
+    waiting: int = 0  # items in the queue behind it (`/status`)
+
+
+@dataclass
+class Drops:
+    label: str
+    drops: list[tuple[str, str]]  # (item id, reason)
+
+
+@workflow.defn(name="Session")
+class SessionWorkflow:
+    def __init__(self) -> None:
+        self._arrivals: list[Arrival] = []
+        self._seen: set[str] = set()
+        self._records: dict[str, list[Any]] = {}
+        self._commands: list[list[Any]] = []
+        self._abort: dict[int, str] = {}
+        self._steer: dict[int, list[list[Any]]] = {}
+        self._turn_commands: dict[int, list[list[Any]]] = {}
+        self._pending: m.StartTurn | None = None
+        self._turn: tuple[int, workflow.ActivityHandle[TurnResult]] | None = None
+        self._ended_unstarted: int | None = None
+        self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
+        self._mode: str | None = None
+
+    @workflow.signal(name=ITEM_SIGNAL)
+    def arrive(self, arrival: Arrival) -> None:
+        item_id = str(arrival.record[0])
+        if item_id in self._seen:
+            return
+        self._seen.add(item_id)
+        self._arrivals.append(arrival)
+
+    @workflow.query(name=CONTROL_QUERY)
+    def control(self, turn_no: int) -> Control:
+        return Control(
+            self._abort.get(turn_no),
+            list(self._steer.get(turn_no, ())),
+            list(self._turn_commands.get(turn_no, ())),
+            len(self.state.backlog),
+        )
+
+    @workflow.run
+    async def run(self, spec: SessionSpec) -> None:
+        self.spec = spec
+        setup = await workflow.execute_activity(
+            SESSION_QUEUE,
+            spec.label,
+            result_type=QueueSetup,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+        limits = self._configure(setup)
+        carried = [a for a in spec.carried if not a.command]
+        self._commands.extend(a.record for a in spec.carried if a.command)
+        for arrival in carried:
+            self._records[str(arrival.record[0])] = arrival.record
+            self._seen.add(str(arrival.record[0]))
+        # What the last run held, as a restart finds it: its batch starts as it would have.
+        self.state = m.State.initial(limits, [self._item(a) for a in carried])
+        await self._handle(m.Resume())
+        while True:
+            await self._take_events()
+            await self._finish_turn()
+            if self._history_full():
+                workflow.continue_as_new(self._carry_over())
+            await self._run_commands()
+            self._start_turn()
+            if self._quiet():
+                woke = await self._wait(spec.idle_s)
+                if not woke and self._quiet():
+                    return  # Rule 4
+                continue
+            deadline = self.state.collect_deadline
+            timeout = None if deadline is None else max(0.0, deadline - self._now())
+            if not await self._wait(timeout):
+                await self._handle(m.Tick())
+
+    def _history_full(self) -> bool:
+        """Rule 4 for a session that is never quiet: past Temporal's suggested history
+        size, go on as a new run, between turns."""
+        between_turns = self._turn is None and self._ended_unstarted is None
+        return between_turns and workflow.info().is_continue_as_new_suggested()
+
+    def _carry_over(self) -> SessionSpec:
+        records, s = self._records, self.state
+        held = (*(s.running.items + s.running.steered if s.running else ()), *s.backlog)
+        waiting = [Arrival(records[i.id], i.mode) for i in held if i.id in records]
+        commands = [Arrival(record, None, command=True) for record in self._commands]
+        spec = self.spec
+        return SessionSpec(
+            spec.label,
+            spec.idle_s,
+            spec.steerable,
+            spec.turn_timeout_s,
+            spec.heartbeat_timeout_s,
+            [*waiting, *commands, *self._arrivals],
+        )
+
+    def _configure(self, setup: QueueSetup) -> m.Limits:
+        self._mode = setup.mode
+        drop: m.DropPolicy = setup.drop  # type: ignore[assignment]
+        return m.Limits(setup.debounce_s, setup.cap, drop)
+
+    def _item(self, arrival: Arrival) -> m.Item:
+        """The item as the machine sees it: its mode resolved as an actor resolves it
+        (broker/mailbox/session_facts.py)."""
+        record = arrival.record
+        source = _source(record[3])
+        override: m.QueueMode | None = self._mode  # type: ignore[assignment]
+        default: m.QueueMode | None = arrival.default_mode  # type: ignore[assignment]
+        try:
+            mode = m.resolve_mode(record[4], None, override, default, source)
+        except m.ModeRefused:
+            mode = m.resolve_mode(None, None, override, default, source)
+        return m.Item(str(record[0]), int(record[1]), mode, source)
+
+    def _now(self) -> float:
+        return workflow.now().timestamp()
+
+    def _quiet(self) -> bool:
+        s = self.state
+        return (
+            s.running is None
+            and not s.backlog
+            and self._turn is None
+            and not self._arrivals
+            and not self._commands
+        )
+
+    async def _wait(self, seconds: float | None) -> bool:
+        """Until something happens (True) or `seconds` pass (False)."""
+
+        def due() -> bool:
+            turn = self._turn
+            done = turn is not None and turn[1].done()
+            return bool(self._arrivals or done or self._ended_unstarted is not None)
+
+        if seconds is None:
+            await workflow.wait_condition(due)
+            return True
+        try:
+            await workflow.wait_condition(due, timeout=timedelta(seconds=seconds))
+        except TimeoutError:
+            return False
+        return True
+
+    async def _take_events(self) -> None:
+        arrivals, self._arrivals = self._arrivals, []
+        for arrival in arrivals:
+            if arrival.command:
+                # While a turn runs, its actor answers it (`/status`, `/stop`) as a
+                # local actor would; else it runs between turns.
+                turn = self._turn
+                if turn is not None:
+                    self._turn_commands.setdefault(turn[0], []).append(arrival.record)
+                else:
+                    self._commands.append(arrival.record)
+                continue
+            self._records[str(arrival.record[0])] = arrival.record
+            item = self._item(arrival)
+            await self._handle(m.Arrived(item, self.spec.steerable))
+
+    async def _handle(self, event: m.Event) -> None:
+        try:
+            self.state, actions = m.handle(self.state, event, self._now())
+        except m.IllegalTransition:
+            workflow.logger.exception("illegal queue transition", extra={"event": repr(event)})
+            return
+        drops: list[tuple[str, str]] = []
+        for action in actions:
+            match action:
+                case m.StartTurn():
+                    self._pending = action
+                case m.AbortTurn():
+                    self._abort_turn(action.turn_no, action.reason)
+                case m.Steer():
+                    record = self._records[action.item.id]
+                    self._steer.setdefault(action.turn_no, []).append(record)
+                case m.Drop():
+                    # A stopped turn's commit recorded its items (as the actor does).
+                    if action.reason not in ("stopped", "cancelled"):
+                        drops.append((action.item.id, action.reason))
+                    if action.reason == "cap:summarize":
+                        self._noted[action.item.id] = self._records[action.item.id]
+                case m.WakeAt():
+                    pass  # the deadline is in the state: `run` waits for it
+        if drops:
+            await workflow.execute_activity(
+                DROP_ITEMS,
+                Drops(self.spec.label, drops),
+                start_to_close_timeout=timedelta(seconds=30),
+            )
+
+    def _abort_turn(self, turn_no: int, reason: str) -> None:
+        self._abort[turn_no] = reason
+        turn = self._turn
+        if turn is not None and turn[0] == turn_no:
+            turn[1].cancel()
+
+    def _start_turn(self) -> None:
+        start = self._pending
+        if start is None or self._turn is not None or self._commands:
+            return
+        self._pending = None
+        if start.turn_no in self._abort:  # aborted before it began: nothing ran
+            self._ended_unstarted = start.turn_no
+            return
+        order = TurnOrder(
+            self.spec.label,
+            start.turn_no,
+            [self._records[i.id] for i in start.items],
+            [self._noted.pop(i.id) for i in start.dropped_note if i.id in self._noted],
+        )
+        handle = workflow.start_activity(
+            RUN_ITEMS,
+            order,
+            result_type=TurnResult,
+            start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
+            heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
+        )
+        self._turn = (start.turn_no, handle)
+
+    async def _finish_turn(self) -> None:
+        if self._ended_unstarted is not None:
+            turn_no, self._ended_unstarted = self._ended_unstarted, None
+            self._abort.pop(turn_no, None)
+            await self._handle(m.TurnEnded(turn_no, "aborted"))
+            self._forget_finished()
+            return
+        turn = self._turn
+        if turn is None or not turn[1].done():
+            return
+        turn_no, handle = turn
+        self._turn = None
+        try:
+            result = handle.result()
+        except ActivityError as exc:
+            cancelled = isinstance(exc.cause, CancelledError)
+            result = TurnResult("aborted" if cancelled else "failed")
+        self._abort.pop(turn_no, None)
+        self._steer.pop(turn_no, None)
+        taken = set(result.commands_taken)
+        for command in self._turn_commands.pop(turn_no, ()):
+            if str(command[0]) not in taken:  # came too late for the turn: after it
+                self._commands.append(command)
+        outcome: m.Outcome = result.outcome  # type: ignore[assignment]
+        await self._handle(m.TurnEnded(turn_no, outcome, tuple(result.steer_taken)))
+        self._forget_finished()
+
+    def _forget_finished(self) -> None:
+        """Keep the records of the items the machine still holds, no others."""
+        s = self.state
+        live = {i.id for i in s.backlog}
+        if s.running is not None:
+            live.update(i.id for i in s.running.items + s.running.steered)
+        for item_id in [k for k in self._records if k not in live]:
+            del self._records[item_id]
+
+    async def _run_commands(self) -> None:
+        """Chat commands that came while no turn ran, or too late for one, run between
+        turns, in arrival order."""
+        if self._turn is not None or not self._commands:
+            return
+        commands, self._commands = self._commands, []
+        setup = await workflow.execute_activity(
+            RUN_COMMANDS,
+            TurnOrder(self.spec.label, 0, commands),
+            result_type=QueueSetup,
+            start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
+            heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
+
+
+def _source(value: Any) -> m.Source:
+    sources: tuple[m.Source, ...] = ("person", "worker", "timer", "operator")
+    return next((s for s in sources if s == value), "operator")

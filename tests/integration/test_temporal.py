@@ -1,0 +1,198 @@
+"""Sessions on the Temporal runtime: one node, its own SQLite ledger
+(`runtime.allow_local_ledger`), a dev server shared by the test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from broker.client import BrokerError
+from broker.runtime.temporal.devserver import DevServer
+from tests.conftest import DaemonFactory
+from tests.harness import brokerd_once, write_config
+from tests.integration.wire import (
+    Adapter,
+    assert_run_once_in_order,
+    completed_inputs,
+    turns,
+    uniq,
+    wait_until,
+)
+from tests.temporal_runtime import runtime_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.temporal]
+asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+
+def on_temporal(server: DevServer, **config: Any) -> dict[str, Any]:
+    return {**config, "runtime": runtime_config(server.address)}
+
+
+@asyncio_only
+async def test_a_message_runs_as_a_workflow_turn(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    d = make_daemon(on_temporal(temporal_server))
+    async with await Adapter.connect(d, uniq("t")) as a:
+        ack = await a.send_inbound("m1", "hello temporal", uniq("u"))
+        reply = await a.deliver(msg_id="m1")
+    assert reply["session"] == ack["session"]
+    assert "hello temporal" in reply["text"]
+    # It ran as the session's workflow, not in a local actor.
+    assert await workflow_ran(temporal_server, ack["session"]) in ("RUNNING", "COMPLETED")
+
+
+async def workflow_ran(server: DevServer, session: str) -> str:
+    """The status of the session's latest workflow run, as Temporal tells it."""
+    from temporalio.client import Client
+
+    client = await Client.connect(server.address)
+    described = await client.get_workflow_handle(session).describe()
+    return described.status.name if described.status is not None else "UNKNOWN"
+
+
+SLOW_ECHO = {"engine": {"chunks": 4, "delay_ms": 150}, "queue": {"debounce_ms": 0}}
+
+
+@asyncio_only
+@pytest.mark.slow
+async def test_kill9_mid_turn_the_acked_message_runs_once(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """The node dies while the turn streams; after its restart the turn's activity
+    is retried (its heartbeat stopped), the cut-off turn is recorded aborted, and
+    the message is an input of exactly one completed turn."""
+    d = make_daemon(on_temporal(temporal_server, **SLOW_ECHO))
+    sender, msg = uniq("u"), uniq("m")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        session = (await a.send_inbound(msg, "one two three four", sender))["session"]
+        await a.delta(session=session)
+        await a.delta(session=session)  # its items' `running` mark has committed by now
+        d.kill()
+    d.start()
+    await wait_until(
+        lambda: anyio.to_thread.run_sync(lambda: completed_inputs(d, session) == [[msg]]),
+        "the message's turn to complete after the restart",
+        within=30,
+    )
+    statuses = [t["status"] for t in turns(d, session)]
+    assert statuses == ["aborted", "completed"], statuses
+    assert_run_once_in_order(d, session, [msg])
+
+
+@asyncio_only
+@pytest.mark.slow
+async def test_temporal_killed_and_restarted_loses_nothing_acked(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """While the dev server is down, messages are either acked (and run once it is
+    back) or refused `overloaded`; none is acked and lost."""
+    d = make_daemon(on_temporal(temporal_server))
+    sender = uniq("u")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        first = uniq("m")
+        session = (await a.send_inbound(first, "before", sender))["session"]
+        await a.deliver(msg_id=first)
+        temporal_server.kill()
+        acked, refused, codes = [first], 0, list[str]()
+        try:
+            for n in range(6):
+                msg = uniq("m")
+                try:
+                    await a.send_inbound(msg, f"during {n}", sender, mode="followup")
+                    acked.append(msg)
+                except BrokerError as exc:
+                    codes.append(exc.code)
+                    refused += 1
+                await anyio.sleep(0.2)
+        finally:
+            temporal_server.start()
+        assert refused > 0, "the node must say `overloaded` while Temporal is down"
+        assert set(codes) == {"overloaded"}, codes
+        after = uniq("m")
+        await wait_until(
+            lambda: _accepts(a, after, sender), "the node to take messages again", within=30
+        )
+        acked.append(after)
+        await wait_until(
+            lambda: anyio.to_thread.run_sync(
+                lambda: sum(len(i) for i in completed_inputs(d, session)) == len(acked)
+            ),
+            "every acked message to run",
+            within=30,
+        )
+    assert_run_once_in_order(d, session, acked)
+
+
+async def _accepts(a: Adapter, msg: str, sender: str) -> bool:
+    try:
+        await a.send_inbound(msg, "after", sender, mode="followup")
+    except BrokerError as exc:
+        if exc.code != "overloaded":
+            raise
+        return False
+    return True
+
+
+def test_unreachable_temporal_exits_69_naming_the_address(short_tmp: Path) -> None:
+    from broker.runtime.temporal.devserver import free_port
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    config = short_tmp / "broker.toml"
+    runtime = {**runtime_config(address), "connect_timeout_s": 2.0}
+    write_config(
+        config,
+        {
+            "socket_path": str(short_tmp / "b.sock"),
+            "ledger": {"path": str(short_tmp / "l.db")},
+            "runtime": runtime,
+        },
+    )
+    done = brokerd_once(config)
+    assert done.returncode == 69, done.stderr
+    assert address in done.stderr
+
+
+def test_temporal_on_a_sqlite_ledger_exits_78_saying_why(short_tmp: Path) -> None:
+    config = short_tmp / "broker.toml"
+    runtime = {**runtime_config("127.0.0.1:7233"), "allow_local_ledger": False}
+    write_config(
+        config,
+        {
+            "socket_path": str(short_tmp / "b.sock"),
+            "ledger": {"path": str(short_tmp / "l.db")},
+            "runtime": runtime,
+        },
+    )
+    done = brokerd_once(config)
+    assert done.returncode == 78, done.stderr
+    assert "shared" in done.stderr or "share one ledger" in done.stderr
+
+
+@asyncio_only
+@pytest.mark.slow
+async def test_a_turn_cut_by_a_clean_stop_runs_again_after_the_restart(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """SIGTERM with a short grace: the running turn is committed aborted (shutdown),
+    its activity fails for a retry, and the restarted node runs the message once."""
+    config = on_temporal(temporal_server, **SLOW_ECHO, shutdown_grace_s=0.1)
+    d = make_daemon(config)
+    sender, msg = uniq("u"), uniq("m")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        session = (await a.send_inbound(msg, "one two three four", sender))["session"]
+        await a.delta(session=session)
+        await a.delta(session=session)
+        assert d.terminate() == 0
+    d.start()
+    await wait_until(
+        lambda: anyio.to_thread.run_sync(lambda: completed_inputs(d, session) == [[msg]]),
+        "the message's turn to complete after the restart",
+        within=30,
+    )
+    statuses = [(t["status"], t["reason"]) for t in turns(d, session)]
+    assert statuses == [("aborted", "shutdown"), ("completed", None)], statuses
+    assert_run_once_in_order(d, session, [msg])

@@ -1,0 +1,234 @@
+"""The session workflow on a real Temporal dev server, with fake activities
+standing in for the node's (no daemon): what it decides, turn by turn."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from broker.runtime.temporal.devserver import DevServer
+from broker.runtime.temporal.workflow import (
+    CONTROL_QUERY,
+    DROP_ITEMS,
+    ITEM_SIGNAL,
+    RUN_COMMANDS,
+    RUN_ITEMS,
+    SESSION_QUEUE,
+    Arrival,
+    Control,
+    Drops,
+    QueueSetup,
+    SessionSpec,
+    SessionWorkflow,
+    TurnOrder,
+    TurnResult,
+)
+from tests.integration.wire import wait_until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.temporal]
+WAIT = 10.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the Temporal SDK is asyncio's
+
+
+@dataclass
+class Node:
+    """Fake activities: each turn waits until the test releases it (or it is cancelled)."""
+
+    debounce_s: float = 0.0
+    turns: list[list[str]] = field(default_factory=list)
+    cancelled: list[int] = field(default_factory=list)
+    release: anyio.Event = field(default_factory=anyio.Event)
+    started: anyio.Event = field(default_factory=anyio.Event)
+
+    @activity.defn(name=SESSION_QUEUE)
+    async def session_queue(self, label: str) -> QueueSetup:
+        return QueueSetup(self.debounce_s, None, "old")
+
+    @activity.defn(name=RUN_ITEMS)
+    async def run_items(self, order: TurnOrder) -> TurnResult:
+        self.turns.append([str(r[0]) for r in order.records])
+        self.started.set()
+        try:
+            while not self.release.is_set():
+                activity.heartbeat()
+                with anyio.move_on_after(0.05):
+                    await self.release.wait()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.append(order.turn_no)
+            raise
+        return TurnResult("completed")
+
+    @activity.defn(name=RUN_COMMANDS)
+    async def run_commands(self, order: TurnOrder) -> QueueSetup:
+        return await self.session_queue(order.label)
+
+    @activity.defn(name=DROP_ITEMS)
+    async def drop_items(self, drops: Drops) -> None:
+        pass
+
+    async def next_turn(self) -> None:
+        with anyio.fail_after(WAIT):
+            await self.started.wait()
+        self.started = anyio.Event()
+
+
+@pytest.fixture
+async def client(temporal_server: DevServer) -> Client:
+    return await Client.connect(temporal_server.address)
+
+
+@pytest.fixture
+async def node(client: Client) -> AsyncIterator[tuple[Node, str]]:
+    fake = Node()
+    queue = f"wf-{uuid.uuid4().hex[:10]}"
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[SessionWorkflow],
+        activities=[fake.session_queue, fake.run_items, fake.run_commands, fake.drop_items],
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+        ),
+    )
+    async with worker:
+        yield fake, queue
+
+
+def record(item: str, seq: int, source: str = "person") -> list[Any]:
+    """An ItemInfo's fields as the signal carries them (ledger/items.py)."""
+    return [item, seq, "s", source, None, "queued", None, None, "c", f"m-{item}"] + [None] * 8
+
+
+async def arrive(
+    client: Client, queue: str, label: str, rec: list[Any], mode: str
+) -> WorkflowHandle[Any, Any]:
+    spec = SessionSpec(label, idle_s=5, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
+    return await client.start_workflow(
+        SessionWorkflow.run,
+        spec,
+        id=label,
+        task_queue=queue,
+        start_signal=ITEM_SIGNAL,
+        start_signal_args=[Arrival(rec, mode)],
+    )
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    async def holds() -> bool:
+        return check()
+
+    await wait_until(holds, what, WAIT)
+
+
+async def test_followups_run_one_turn_each_in_order(client: Client, node: tuple[Node, str]) -> None:
+    fake, queue = node
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup")
+    await fake.next_turn()
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await arrive(client, queue, label, record("c", 3), "followup")
+    fake.release.set()
+    await until(lambda: len(fake.turns) == 3, "three turns")
+    assert fake.turns == [["a"], ["b"], ["c"]]
+
+
+async def test_a_signal_sent_twice_runs_once(client: Client, node: tuple[Node, str]) -> None:
+    fake, queue = node
+    fake.release.set()
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup")
+    await arrive(client, queue, label, record("a", 1), "followup")  # a node's retry
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await until(lambda: len(fake.turns) == 2, "two turns")
+    await anyio.sleep(0.3)  # a third turn would start within this
+    assert fake.turns == [["a"], ["b"]]
+
+
+async def test_an_interrupt_cancels_the_turn_and_reruns_everything_once(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    fake, queue = node
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    handle = await arrive(client, queue, label, record("a", 1), "followup")
+    await fake.next_turn()
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await arrive(client, queue, label, record("c", 3), "interrupt")
+    await until(lambda: fake.cancelled == [1], "the first turn cancelled")
+    await fake.next_turn()
+    control = await handle.query(CONTROL_QUERY, 2, result_type=Control)
+    assert control.abort is None
+    fake.release.set()
+    assert fake.turns == [["a"], ["a", "b", "c"]]
+
+
+async def test_a_steer_reaches_the_running_turn_through_the_query(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    fake, queue = node
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    handle = await arrive(client, queue, label, record("a", 1), "followup")
+    await fake.next_turn()
+    await arrive(client, queue, label, record("b", 2), "steer")
+
+    async def steered() -> list[str]:
+        control = await handle.query(CONTROL_QUERY, 1, result_type=Control)
+        return [str(r[0]) for r in control.steer]
+
+    async def steered_b() -> bool:
+        return await steered() == ["b"]
+
+    await wait_until(steered_b, "b steered into turn 1", WAIT)
+    fake.release.set()
+    await anyio.sleep(0.3)  # "b" was steered, taken by no one: it runs after
+    assert fake.turns == [["a"], ["b"]]
+
+
+@pytest.fixture(scope="module")
+def short_history_server() -> Iterator[DevServer]:
+    """A dev server that suggests a new run after a few dozen history events."""
+    work = Path(tempfile.mkdtemp(prefix="tmprl-", dir="/tmp"))
+    server = DevServer(work, dynamic_config={"limit.historyCount.suggestContinueAsNew": "40"})
+    with server:
+        yield server
+
+
+async def test_a_busy_session_continues_as_new_between_turns_losing_nothing(
+    short_history_server: DevServer,
+) -> None:
+    client = await Client.connect(short_history_server.address)
+    fake = Node()
+    fake.release.set()
+    queue = f"wf-{uuid.uuid4().hex[:10]}"
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[SessionWorkflow],
+        activities=[fake.session_queue, fake.run_items, fake.run_commands, fake.drop_items],
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+        ),
+    )
+    async with worker:
+        first = await arrive(client, queue, label, record("i0", 1), "followup")
+        for n in range(1, 30):
+            await arrive(client, queue, label, record(f"i{n}", n + 1), "followup")
+        await until(lambda: len(fake.turns) == 30, "thirty turns")
+        latest = await client.get_workflow_handle(label).describe()
+    assert fake.turns == [[f"i{n}"] for n in range(30)]
+    assert latest.run_id != first.result_run_id  # it went on as a new run
