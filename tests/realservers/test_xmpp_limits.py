@@ -59,6 +59,7 @@ def bot_replies(person: XmppPerson) -> list[str]:
     return list(shown.values())
 
 
+@pytest.mark.slow  # ~8 s: every stream on this server is read at 2 kB/s
 async def test_a_wait_error_backs_off_and_sends_again_once(
     prosody_limited: Server,
     ann: XmppPerson,
@@ -115,6 +116,7 @@ async def test_any_other_stanza_error_is_undeliverable_and_the_next_reply_goes_o
     await wait_db(d, DELIVERED, (), 2)
 
 
+@pytest.mark.slow  # ~8 s: every stream on this server is read at 2 kB/s
 async def test_a_burst_under_the_c2s_rate_limit_loses_and_reorders_no_reply(
     prosody_limited: Server,
     ann: XmppPerson,
