@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 def index_new_messages(conn: sqlite3.Connection) -> int:
     """Index the messages written since the last call; return how many."""
+    if getattr(conn, "full_text", None) is not None:
+        return 0  # another engine's index, kept up to date by its database (ledger/postgres)
     cur = conn.execute(
         "INSERT INTO messages_fts (rowid, content) SELECT id, content FROM messages"
         " WHERE id > (SELECT indexed_through FROM fts_progress)"
