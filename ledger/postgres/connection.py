@@ -33,7 +33,7 @@ import psycopg
 import psycopg.errors
 from psycopg import ClientCursor, pq
 from psycopg.adapt import Loader
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import RowMaker, tuple_row
 
 from .dialect import translate
 from .recall import FullText
@@ -106,6 +106,31 @@ class PgCursor:
         return iter(self.fetchall())
 
 
+class Row(tuple[Any, ...]):
+    """A row read by position or by column name, as `sqlite3.Row` is."""
+
+    names: tuple[str, ...] = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return super().__getitem__(self.names.index(key))
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+def named_row(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
+    names = tuple(c.name for c in cursor.description or ())
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row.names = names
+        return row
+
+    return make
+
+
 def _params(params: Sequence[Any]) -> tuple[Any, ...]:
     # SQLite stores a bool as 0 or 1; PostgreSQL would refuse true in an integer column.
     return tuple(int(p) if isinstance(p, bool) else p for p in params)
@@ -151,7 +176,7 @@ class PgConnection:
 
     @row_factory.setter
     def row_factory(self, factory: Any) -> None:
-        # Any factory (sqlite3.Row in the shared code) means rows by column name.
+        # Any factory (sqlite3.Row in the shared code) means rows by position or name.
         self._row_factory = factory
 
     @property
@@ -164,7 +189,7 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         statement = translate(sql)
         conn = self._live(sql)
-        cur = conn.cursor(row_factory=dict_row if self._row_factory else tuple_row)
+        cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
         try:
             if statement.param_order is not None:
                 params = [list(params)[i] for i in statement.param_order]
