@@ -52,23 +52,24 @@ class _NumericLoader(Loader):
 Buffer = bytes | bytearray | memoryview
 
 
-def _as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
-    """The sqlite3 exception the shared code expects for `exc` (Rule 2)."""
+def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
+    """The sqlite3 exception the shared code expects for `exc` (Rule 2); `lost`: the
+    connection is gone with it."""
     out: sqlite3.Error
+    code = exc.sqlstate or ""
     if isinstance(exc, psycopg.errors.IntegrityError):
         out = sqlite3.IntegrityError(str(exc))
-    elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or exc.sqlstate in (
-        None,
-        "57P01",  # admin_shutdown
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now
+    elif (
+        lost
+        or code.startswith(("08", "57P"))  # connection exceptions; the server shutting down
+        or (isinstance(exc, psycopg.OperationalError) and not code)  # no server to answer
     ):
         out = sqlite3.OperationalError(f"PostgreSQL unreachable: {exc}")
         out.sqlite_errorcode = sqlite3.SQLITE_IOERR
-    elif isinstance(exc, psycopg.errors.DiskFull):
+    elif code.startswith("53"):  # insufficient resources: disk full, out of memory
         out = sqlite3.OperationalError(str(exc))
         out.sqlite_errorcode = sqlite3.SQLITE_FULL
-    else:
+    else:  # the statement's own fault (a bug): fails its job, never retried
         out = sqlite3.OperationalError(str(exc))
     return out
 
@@ -195,7 +196,7 @@ class PgConnection:
                 params = [list(params)[i] for i in statement.param_order]
             cur.execute(statement.sql, _params(params))
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc) from exc
+            raise _as_sqlite_error(exc, self.lost()) from exc
         lastrowid = None
         if statement.rowid_column is not None:
             row: Any = cur.fetchone()
@@ -209,7 +210,7 @@ class PgConnection:
         try:
             cur.executemany(statement.sql, [_params(p) for p in seq])
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc) from exc
+            raise _as_sqlite_error(exc, self.lost()) from exc
         return PgCursor(cur, None)
 
     def executescript(self, sql: str) -> None:
