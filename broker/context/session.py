@@ -11,7 +11,8 @@ Rule 3: the state record is the thread's (ledger/state_records.py): loaded with
         the thread, then moved on by each turn committed on it with the same pure
         `advance` the ledger stores, so what a turn's context shows is what
         `session.state` shows. It goes into the context only within the budget
-        (packing Rule 2a): whole, else short, else not at all.
+        (packing Rule 2a): whole, else short, else not at all. It is counted line
+        by line (tokens.py Rule 5): a turn changes only a line or two of it.
 Rule 4: bridge notes (what a merged-in session was about) wait here until a
         turn that showed them completes; the ledger keeps them until then too.
 """
@@ -43,10 +44,12 @@ class SessionContext:
     # -1: stale, made again (once) by the next `build`; `add_turn` grows it in place.
     _whole: WholeHistory = field(default_factory=WholeHistory, repr=False)
     _whole_blocks: int = field(default=-1, repr=False)
-    # The state record's texts (whole, short) as last rendered, and for which record.
-    _rendered: tuple[SessionState, str | None, str | None, str | None] | None = field(
+    # The state record's messages (whole, short) as last rendered, and for which record;
+    # its lines' token counts, so a new record costs only its changed lines (Rule 3).
+    _rendered: tuple[SessionState, str | None, Msg | None, Msg | None] | None = field(
         default=None, repr=False
     )
+    _state_lines: dict[str, int] = field(default_factory=dict, repr=False)
 
     def fixed(self, role: str, content: str) -> Msg:
         """A message that recurs turn after turn (the system prompt, the state record):
@@ -79,15 +82,15 @@ class SessionContext:
         summary = None
         if self.summary:
             summary = Msg("system", summary_text(self.summary), self.summary_tokens)
-        whole, short = self._state_texts(label)
+        whole, short = self._state_msgs(label)
         bridge = bridge_text(self.bridges)
         plan = assemble(
             ContextInput(
                 window=window,
                 reserve_reply=min(reserve, window - 1),
                 system=system,
-                state=self.fixed("system", whole) if whole else None,
-                state_short=self.fixed("system", short) if short else None,
+                state=whole,
+                state_short=short,
                 summary=summary,
                 history=tuple(self.blocks),
                 inputs=inputs,
@@ -101,12 +104,21 @@ class SessionContext:
         self.planned_bridges = tuple(self.bridges) if plan.bridge is not None else ()
         return plan
 
-    def _state_texts(self, label: str | None) -> tuple[str | None, str | None]:
+    def _state_msgs(self, label: str | None) -> tuple[Msg | None, Msg | None]:
         done = self._rendered
         if done is None or done[0] is not self.state or done[1] != label:
-            whole, short = render(self.state, label), render(self.state, label, short=True)
+            whole = self._state_msg(render(self.state, label))
+            short = self._state_msg(render(self.state, label, short=True))
             done = self._rendered = (self.state, label, whole, short)
         return done[2], done[3]
+
+    def _state_msg(self, text: str | None) -> Msg | None:
+        # Each turn changes the record's counts line: counted by line, the rest is known
+        # (docs/performance.md, "The per-turn cost of round 2's features").
+        if not text:
+            return None
+        tokens = self.counter.count_message_lines("system", text, self._state_lines)
+        return Msg("system", text, tokens)
 
     def turn_committed(self, facts: TurnFacts, bridges_shown: tuple[str, ...]) -> None:
         """A turn committed on this thread (Rules 3 and 4)."""

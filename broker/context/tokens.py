@@ -11,6 +11,11 @@ Rule 3. Counting never raises on content: text is encoded with ``encode_ordinary
         strings such as ``<|endoftext|>`` count as ordinary text.
 Rule 4. A ``TokenCounter`` is immutable after construction and tiktoken's encoders are
         safe to share between threads, so one counter may serve every thread.
+Rule 5. A text counted line by line (``count_lines``) counts exactly as the whole: it
+        is cut only after a newline followed by a letter or ``-``, where the
+        encodings' pre-tokenizer always ends a piece, and tiktoken never merges across
+        pieces. So a text that changes in one line, like the session-state record,
+        costs only that line's count.
 
 Message overhead follows OpenAI's chat counting formula (the cookbook's
 ``num_tokens_from_messages`` for gpt-3.5-turbo-0613 / gpt-4 and later): each message
@@ -35,6 +40,7 @@ NAME_OVERHEAD = 1
 REPLY_PRIMING = 3
 OFFLINE_SUFFIX = "_offline"
 CHAT_ROLES = ("system", "user", "assistant", "tool")
+MAX_KNOWN_LINES = 256  # line counts a caller of `count_lines` keeps (Rule 5)
 
 _lock = threading.Lock()
 _encodings: dict[str, Any] = {}  # offline name -> tiktoken.Encoding
@@ -92,6 +98,18 @@ class TokenCounter:
         encode = self._encoding.encode_ordinary
         return [len(encode(text)) for text in texts]
 
+    def count_lines(self, text: str, known: dict[str, int]) -> int:
+        """``count(text)``, from the counts of its lines kept in ``known`` (Rule 5)."""
+        total = 0
+        for line in split_lines(text):
+            tokens = known.get(line)
+            if tokens is None:
+                if len(known) >= MAX_KNOWN_LINES:
+                    known.clear()
+                tokens = known[line] = self.count(line)
+            total += tokens
+        return total
+
     def count_message(self, role: str, content: str, name: str | None = None) -> int:
         """Tokens one chat message takes in a prompt (see the module docstring)."""
         role_tokens = self._role_tokens.get(role)
@@ -102,5 +120,25 @@ class TokenCounter:
             tokens += NAME_OVERHEAD + self.count(name)
         return tokens
 
+    def count_message_lines(self, role: str, content: str, known: dict[str, int]) -> int:
+        """``count_message(role, content)`` with ``count_lines`` (Rule 5)."""
+        role_tokens = self._role_tokens.get(role)
+        if role_tokens is None:
+            role_tokens = self.count(role)
+        return MESSAGE_OVERHEAD + role_tokens + self.count_lines(content, known)
+
     def __repr__(self) -> str:
         return f"TokenCounter({self.encoding_name!r})"
+
+
+def split_lines(text: str) -> list[str]:
+    """``text`` cut after each newline that a letter or ``-`` follows (Rule 5)."""
+    lines = text.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        if line[:1].isalpha() or line[:1] == "-":
+            out[-1] += "\n"
+            out.append(line)
+        else:
+            out[-1] += "\n" + line
+    return out

@@ -1,0 +1,84 @@
+"""Counting a text line by line (broker/context/tokens.py Rule 5) and the state record's
+message counted that way (broker/context/session.py Rule 3): always the whole's count."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.context import TokenCounter
+from broker.context.session import SessionContext
+from broker.context.tokens import MAX_KNOWN_LINES, split_lines
+from broker.core.packing import ContextPlan
+from broker.core.session_state import EMPTY, TurnFacts, advance, render
+
+COUNTER = TokenCounter()
+
+# Every kind of character the encodings' pre-tokenizer treats apart, newlines often.
+pieces = [*"ab Zé9-/)'\r\t:.,_ß", "\n", "\n-", "\n ", "'s", "\n\n", "word", "123456"]
+texts = st.lists(st.sampled_from(pieces), max_size=40).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts)
+def test_a_text_counted_by_lines_counts_as_the_whole(text: str) -> None:
+    known: dict[str, int] = {}
+    assert "".join(split_lines(text)) == text
+    assert COUNTER.count_lines(text, known) == COUNTER.count(text)
+    assert COUNTER.count_lines(text, known) == COUNTER.count(text)  # from what it knows
+
+
+def test_lines_are_cut_only_before_a_letter_or_a_dash() -> None:
+    assert split_lines("a)\nb\n- c\n d\n\n/e\nf") == ["a)\n", "b\n", "- c\n d\n\n/e\n", "f"]
+
+
+def test_the_lines_known_stay_bounded() -> None:
+    known: dict[str, int] = {}
+    for n in range(MAX_KNOWN_LINES * 2):
+        COUNTER.count_lines(f"line {n}\nsame", known)
+    assert len(known) <= MAX_KNOWN_LINES
+
+
+def plan(ctx: SessionContext, label: str = "dm:x") -> ContextPlan:
+    return ctx.build(
+        window=100_000,
+        reserve=0,
+        threshold=0.85,
+        system=None,
+        inputs=(ctx.msg("user", "hello"),),
+        notes=(),
+        label=label,
+    )
+
+
+@pytest.mark.parametrize("label", ["dm:x", None])
+def test_the_state_record_in_the_context_counts_as_its_whole_text(label: str | None) -> None:
+    ctx = SessionContext(TokenCounter())
+    assert plan(ctx, label or "dm:x").state is None  # an empty record is left out
+    for n in range(30):
+        events = (("decision", {"text": f"decision {n}: keep it\n  short"}),) if n % 3 else ()
+        facts = TurnFacts(
+            "turn",
+            "failed" if n % 7 == 0 else "completed",
+            error="boom (it broke)" if n % 7 == 0 else None,
+            inputs=(("person", f"question {n}? über-long\n\nsecond line"),),
+            events=events,
+            prompt_tokens=n * 11,
+        )
+        ctx.turn_committed(facts, ())
+        p = plan(ctx, label or "dm:x")
+        whole = render(ctx.state, label or "dm:x")
+        assert p.state is not None and p.state.content == whole
+        assert p.state.tokens == COUNTER.count_message("system", whole)
+
+
+def test_an_unchanged_record_is_not_rendered_again() -> None:
+    ctx = SessionContext(TokenCounter())
+    ctx.turn_committed(TurnFacts("turn", "completed", inputs=(("person", "hi"),)), ())
+    first = plan(ctx).state
+    assert first is not None and plan(ctx).state is first
+    ctx.turn_committed(TurnFacts("turn", "completed", inputs=(("person", "hi"),)), ())
+    again = plan(ctx).state
+    assert again is not None and again is not first and "2 turns" in again.content
+    assert ctx.state != EMPTY and advance(EMPTY, TurnFacts("compaction", "completed")) == EMPTY
