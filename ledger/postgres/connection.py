@@ -33,7 +33,7 @@ import psycopg
 import psycopg.errors
 from psycopg import ClientCursor, pq
 from psycopg.adapt import Loader
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import RowMaker, tuple_row
 
 from .dialect import translate
 from .recall import FullText
@@ -52,23 +52,24 @@ class _NumericLoader(Loader):
 Buffer = bytes | bytearray | memoryview
 
 
-def _as_sqlite_error(exc: psycopg.Error) -> sqlite3.Error:
-    """The sqlite3 exception the shared code expects for `exc` (Rule 2)."""
+def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
+    """The sqlite3 exception the shared code expects for `exc` (Rule 2); `lost`: the
+    connection is gone with it."""
     out: sqlite3.Error
+    code = exc.sqlstate or ""
     if isinstance(exc, psycopg.errors.IntegrityError):
         out = sqlite3.IntegrityError(str(exc))
-    elif isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError) or exc.sqlstate in (
-        None,
-        "57P01",  # admin_shutdown
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now
+    elif (
+        lost
+        or code.startswith(("08", "57P"))  # connection exceptions; the server shutting down
+        or (isinstance(exc, psycopg.OperationalError) and not code)  # no server to answer
     ):
         out = sqlite3.OperationalError(f"PostgreSQL unreachable: {exc}")
         out.sqlite_errorcode = sqlite3.SQLITE_IOERR
-    elif isinstance(exc, psycopg.errors.DiskFull):
+    elif code.startswith("53"):  # insufficient resources: disk full, out of memory
         out = sqlite3.OperationalError(str(exc))
         out.sqlite_errorcode = sqlite3.SQLITE_FULL
-    else:
+    else:  # the statement's own fault (a bug): fails its job, never retried
         out = sqlite3.OperationalError(str(exc))
     return out
 
@@ -104,6 +105,31 @@ class PgCursor:
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.fetchall())
+
+
+class Row(tuple[Any, ...]):
+    """A row read by position or by column name, as `sqlite3.Row` is."""
+
+    names: tuple[str, ...] = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return super().__getitem__(self.names.index(key))
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self.names)
+
+
+def named_row(cursor: psycopg.Cursor[Any]) -> RowMaker[Row]:
+    names = tuple(c.name for c in cursor.description or ())
+
+    def make(values: Sequence[Any]) -> Row:
+        row = Row(values)
+        row.names = names
+        return row
+
+    return make
 
 
 def _params(params: Sequence[Any]) -> tuple[Any, ...]:
@@ -151,7 +177,7 @@ class PgConnection:
 
     @row_factory.setter
     def row_factory(self, factory: Any) -> None:
-        # Any factory (sqlite3.Row in the shared code) means rows by column name.
+        # Any factory (sqlite3.Row in the shared code) means rows by position or name.
         self._row_factory = factory
 
     @property
@@ -164,13 +190,13 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         statement = translate(sql)
         conn = self._live(sql)
-        cur = conn.cursor(row_factory=dict_row if self._row_factory else tuple_row)
+        cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
         try:
             if statement.param_order is not None:
                 params = [list(params)[i] for i in statement.param_order]
             cur.execute(statement.sql, _params(params))
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc) from exc
+            raise _as_sqlite_error(exc, self.lost()) from exc
         lastrowid = None
         if statement.rowid_column is not None:
             row: Any = cur.fetchone()
@@ -184,7 +210,7 @@ class PgConnection:
         try:
             cur.executemany(statement.sql, [_params(p) for p in seq])
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc) from exc
+            raise _as_sqlite_error(exc, self.lost()) from exc
         return PgCursor(cur, None)
 
     def executescript(self, sql: str) -> None:

@@ -47,6 +47,13 @@ def test_a_unique_violation_is_an_integrity_error_and_the_connection_goes_on(con
     assert conn.execute("SELECT count(*) FROM t").fetchone() == (1,)
 
 
+def test_a_bad_statement_fails_alone_and_is_no_storage_failure(conn: Any) -> None:
+    with pytest.raises(sqlite3.OperationalError) as bad:
+        conn.execute("SELECT no_such_column FROM t")
+    assert not storage_error(bad.value)  # a bug is not retried as an outage would be
+    assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
 def test_values_come_back_as_sqlite_gives_them(conn: Any) -> None:
     conn.executemany("INSERT INTO t (n) VALUES (?)", [(True,), (2,), (3,)])
     # A sum is an int, not a Decimal; an untyped NULL parameter needs no type.
