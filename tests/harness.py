@@ -115,8 +115,10 @@ class DaemonProcess:
             "log_level": "info",
             "ledger": {"path": str(self.ledger)},
         }
-        runtime = default_runtime()  # TEST_RUNTIME=temporal (tests/temporal_runtime.py)
-        if runtime is not None:
+        # TEST_RUNTIME=temporal (tests/temporal_runtime.py); the SDK is asyncio's, so a
+        # daemon on trio stays on the local runtime.
+        runtime = default_runtime()
+        if runtime is not None and backend == "asyncio":
             base["runtime"] = runtime
         for key, value in (config or {}).items():
             if isinstance(value, dict) and isinstance(base.get(key), dict):

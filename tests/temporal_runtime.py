@@ -2,7 +2,8 @@
 
 `TEST_RUNTIME=temporal pytest ...` runs every daemon the harness starts on the
 Temporal runtime, against one dev server for the whole session (conftest.py
-starts it); the tests marked `temporal` start it themselves. A single node on
+starts it); the tests marked `temporal` start it themselves. Daemons on trio stay
+on the local runtime (the Temporal SDK is asyncio's). A single node on
 its own SQLite ledger, through `runtime.allow_local_ledger` (single-node only).
 """
 

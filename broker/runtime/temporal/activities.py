@@ -129,7 +129,13 @@ class Activities:
     async def _open_records(self, order: TurnOrder) -> list[ItemInfo]:
         ledger = self.mailboxes.ledger
         if activity.info().attempt > 1:  # Rule 1: the turn that was cut off, first
-            await ledger.recover_crashed(now_ms(), session=order.label)
+            recovered = await ledger.recover_crashed(now_ms(), session=order.label)
+            if recovered:
+                log.warning(
+                    "turns cut off by a crash recorded as aborted",
+                    turns=len(recovered),
+                    session=order.label,
+                )
         await ledger.settled()
         held = {i.id: i for i in await ledger.open_items(order.label)}
         wanted = [item_from_record(r) for r in order.records]

@@ -8,7 +8,7 @@ Rule 2: the file is in WAL mode with `synchronous=normal`: it survives a kill of
         server (not a power loss, which a dev server need not), and a commit does not
         wait for an fsync. With the dev server's default the file's fsyncs made new
         workflow runs about 7 times slower on a busy machine (docs/cluster.md).
-Rule 3: `start` returns only when the frontend accepts connections, bounded by
+Rule 3: `start` returns only when the frontend answers its health check, bounded by
         `timeout`; a server that cannot start raises with the tail of its log.
 """
 
@@ -106,14 +106,29 @@ class DevServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"temporal dev server exited: {self.log_tail()}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
-            ):
+            if self._listening() and self._healthy():
                 return self
             time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"temporal dev server not up within {timeout} s: {self.log_tail()}")
+
+    def _listening(self) -> bool:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
+        ):
+            return True
+        return False
+
+    def _healthy(self) -> bool:
+        """The frontend serves its namespace (it listens, and says healthy, a little before)."""
+        describe = ["operator", "namespace", "describe", NAMESPACE, "--address", self.address]
+        check = subprocess.run(
+            [temporal_cli(), *describe],
+            capture_output=True,
+            timeout=10,
+        )
+        return check.returncode == 0
 
     def log_tail(self) -> str:
         try:

@@ -97,6 +97,8 @@ class TemporalRuntime:
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
             ),
             identity=self.settings.node_id or None,
+            # A dead node's cached workflows move to another as soon as its turns do.
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
             graceful_shutdown_timeout=timedelta(seconds=1),
         )
         async with anyio.create_task_group() as tg:
