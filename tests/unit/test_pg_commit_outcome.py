@@ -156,3 +156,39 @@ def test_a_commit_refused_on_a_live_connection_leaves_no_doubt(dsn: str) -> None
         assert writer.in_doubt is None and writer.commit_verdict() is None
     finally:
         writer.close()
+
+
+@pytest.mark.slow
+def test_an_async_commit_is_lost_by_a_server_crash_and_the_writers_is_not() -> None:
+    """What the author's lost turn was: with `synchronous_commit = off` a COMMIT
+    returns before its WAL leaves the server's memory, and `pg_ctl stop -m
+    immediate` loses it, while later commits (retried by the writer after the
+    restart) are kept. The writer's session commits synchronously (Rule 6)."""
+    from ledger.postgres import devcluster
+
+    # The WAL writer would flush the async commit within its delay: make that long.
+    cluster = devcluster.create(
+        durable=False, settings={"synchronous_commit": "off", "wal_writer_delay": "10s"}
+    )
+    try:
+        dsn = devcluster.fresh_database(cluster, "async")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = on")
+            conn.execute("CREATE TABLE t (who TEXT)")
+        plain = psycopg.connect(dsn, autocommit=True)
+        writer = WriterPgConnection(dsn)
+        try:
+            writer.execute("BEGIN")
+            writer.execute("INSERT INTO t VALUES ('writer')")
+            writer.execute("COMMIT")
+            plain.execute("INSERT INTO t VALUES ('async')")  # committed, by its answer
+            cluster.stop("immediate")
+        finally:
+            plain.close()
+            writer.close()
+        cluster.start()
+        with psycopg.connect(dsn) as conn:
+            kept = [r[0] for r in conn.execute("SELECT who FROM t").fetchall()]
+        assert kept == ["writer"]
+    finally:
+        cluster.destroy()
