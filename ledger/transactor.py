@@ -98,6 +98,8 @@ class Transactor:
                 try:
                     self._settle_unanswered()
                 except sqlite3.Error as exc:
+                    if not storage_error(exc):  # never to be known: its callers are told
+                        self._unanswered, self._held = [], None
                     return self._failed(jobs, exc)
             self._held = None
         if self._settled:

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from ledger.ids import new_id
+from ledger.jobs import LedgerWriteFailed
 from ledger.postgres.connection import PgConnection, _as_sqlite_error
 from ledger.postgres.store import PgLedger, WriterPgConnection
 from tests.conformance.records import inbound, ingest, tick, turn
@@ -128,6 +129,25 @@ async def test_a_server_that_cannot_answer_yet_keeps_the_batch_in_doubt_until_it
     assert acc.duplicate is False and writer.refusals == 0
     later = await ingest(ledger, inbound("m2"))  # and the writer goes on after it
     assert later.duplicate is False
+    assert count(dsn, "SELECT count(*) FROM inbound") == 2
+
+
+async def test_a_commit_whose_outcome_can_never_be_known_fails_its_callers_and_writes_go_on(
+    cut_off: tuple[PgLedger, CutOffWriter], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, writer = cut_off
+
+    def forgotten() -> bool:
+        writer.in_doubt = None
+        raise sqlite3.OperationalError("the outcome of transaction 1 is unknown")
+
+    monkeypatch.setattr(writer, "commit_verdict", forgotten)
+    writer.cut = "before_commit"
+    with pytest.raises(LedgerWriteFailed):
+        await ingest(ledger, inbound("m1"))  # the adapter sends it again: a duplicate, or new
+    monkeypatch.undo()
+    assert (await ingest(ledger, inbound("m2"))).duplicate is False
+    assert (await ingest(ledger, inbound("m1"))).duplicate is False
     assert count(dsn, "SELECT count(*) FROM inbound") == 2
 
 
