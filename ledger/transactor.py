@@ -13,6 +13,14 @@ Rule 2: if the COMMIT fails, nothing of the batch is kept and every job of it
         (`storage_error`: it may commit later, writer.py Rule 7), else with
         `LedgerWriteFailed`. After a storage failure no batch runs
         (`HeldBack`) until the failed one comes again, led by `resume_writes`.
+Rule 3: a COMMIT that got no answer (the server lost with it, on PostgreSQL)
+        may have committed. A connection that can tell (`commit_verdict`,
+        ledger/postgres/connection.py Rule 5) is asked before the failed batch
+        runs again: if it committed, its jobs get the outcomes of the run that
+        committed and are not run again (a second run would see its own
+        writes: an inbound message as a duplicate, a turn as a lost head
+        race); if not, they run again as after any storage failure. SQLite's
+        COMMIT is local: it leaves no doubt.
 """
 
 from __future__ import annotations
@@ -74,6 +82,10 @@ class Transactor:
             checkpointer.writing if checkpointer else nullcontext()
         )
         self._held: HeldBack | None = None  # set by a storage failure (Rule 2)
+        # The jobs of a batch whose COMMIT got no answer, with their outcomes (Rule 3).
+        self._unanswered: list[tuple[JobSpec, Outcome]] = []
+        # Those of them that committed after all, by id(job), until they come again.
+        self._settled: dict[int, tuple[JobSpec, Outcome]] = {}
         if checkpointer is not None:
             checkpointer.attach(conn)
             checkpointer.start()
@@ -82,7 +94,19 @@ class Transactor:
         if self._held is not None:
             if not (jobs and jobs[0].fn is resume_writes):
                 return [(None, self._held)] * len(jobs)  # Rule 2: the failed batch first
+            if self._unanswered:
+                try:
+                    self._settle_unanswered()
+                except sqlite3.Error as exc:
+                    if not storage_error(exc):  # never to be known: its callers are told
+                        self._unanswered, self._held = [], None
+                    return self._failed(jobs, exc)
             self._held = None
+        if self._settled:
+            return self._with_settled(jobs)
+        return self._run(jobs)
+
+    def _run(self, jobs: list[JobSpec]) -> list[Outcome]:
         with self._writing:
             try:
                 try:
@@ -92,17 +116,50 @@ class Transactor:
                     outcomes = self._transaction(jobs, savepoints=True)
             except sqlite3.Error as exc:
                 self._rolled_back()
-                failure: LedgerWriteFailed
-                if storage_error(exc):
-                    failure = StorageFailed(f"ledger write failed: {exc}")
-                    self._held = HeldBack(f"held back behind a batch that failed: {exc}")
-                else:
-                    failure = LedgerWriteFailed(f"ledger write failed: {exc}")
-                failure.__cause__ = exc
-                return [(None, failure)] * len(jobs)
+                return self._failed(jobs, exc)
         if self._checkpointer is not None:
             self._checkpointer.committed()
         return outcomes
+
+    def _failed(self, jobs: list[JobSpec], exc: sqlite3.Error) -> list[Outcome]:
+        failure: LedgerWriteFailed
+        if storage_error(exc):
+            failure = StorageFailed(f"ledger write failed: {exc}")
+            self._held = HeldBack(f"held back behind a batch that failed: {exc}")
+        else:
+            failure = LedgerWriteFailed(f"ledger write failed: {exc}")
+        failure.__cause__ = exc
+        return [(None, failure)] * len(jobs)
+
+    def _settle_unanswered(self) -> None:
+        """Rule 3: did the unanswered COMMIT commit? (Raises while that cannot be known.)"""
+        verdict = getattr(self._conn, "commit_verdict", None)
+        if verdict is not None and verdict():
+            self._settled = {id(job): (job, outcome) for job, outcome in self._unanswered}
+        self._unanswered = []
+
+    def _with_settled(self, jobs: list[JobSpec]) -> list[Outcome]:
+        """The outcomes of jobs that committed already (Rule 3); the others run now."""
+        settled = {
+            i: self._settled.pop(id(job)) for i, job in enumerate(jobs) if id(job) in self._settled
+        }
+        rest = [
+            job for i, job in enumerate(jobs) if i not in settled and job.fn is not resume_writes
+        ]
+        ran = self._run(rest) if rest else []
+        if rest and self._held is not None:
+            # They failed on the storage: all come again, the settled ones settled still.
+            self._settled.update((id(answer[0]), answer) for answer in settled.values())
+            return [ran[0]] * len(jobs)
+        more = iter(ran)
+        return [
+            settled[i][1]
+            if i in settled
+            else (None, None)
+            if job.fn is resume_writes
+            else next(more)
+            for i, job in enumerate(jobs)
+        ]
 
     def close(self) -> None:
         if self._checkpointer is not None:
@@ -134,7 +191,7 @@ class Transactor:
                     conn.execute("RELEASE job")
             if self._before_commit is not None:
                 self._before_commit(conn)
-            conn.execute("COMMIT")
+            self._commit(jobs, outcomes)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -142,6 +199,14 @@ class Transactor:
         if failed:
             self._rolled_back()  # caches may hold what a failed job wrote
         return outcomes
+
+    def _commit(self, jobs: list[JobSpec], outcomes: list[Outcome]) -> None:
+        try:
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if storage_error(exc) and getattr(self._conn, "in_doubt", None) is not None:
+                self._unanswered = list(zip(jobs, outcomes, strict=True))  # Rule 3
+            raise
 
     def _rolled_back(self) -> None:
         if self._on_rollback is not None:

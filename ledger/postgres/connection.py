@@ -20,6 +20,17 @@ Rule 3: a connection that was lost is opened again at the next statement
         loss fails the transaction, which the writer retries whole, and its
         ROLLBACK has nothing left to undo.
 Rule 4: sums of integers come back as int, as in SQLite, not as Decimal.
+Rule 5: a COMMIT whose answer was lost (the connection died after it was sent)
+        may have committed: the transaction's id, taken just before it, is
+        kept (`in_doubt`) and `commit_verdict` asks the server, once it can be
+        reached again, whether that transaction committed, so the writer never
+        runs a committed batch twice nor drops one that did not commit
+        (transactor.py Rule 3).
+Rule 6: the writer's session commits synchronously even if the server's
+        default says otherwise: with `synchronous_commit = off` a COMMIT
+        returns before its WAL is written, so a server crash loses acked
+        writes. `remote_write`, `remote_apply` and `local` are kept: each waits
+        for the local flush at least.
 """
 
 from __future__ import annotations
@@ -35,10 +46,12 @@ from psycopg import ClientCursor, pq
 from psycopg.adapt import Loader
 from psycopg.rows import RowMaker, tuple_row
 
+from .. import logs
 from .dialect import translate
 from .recall import FullText
 
 CONNECT_TIMEOUT_S = 5
+log = logs.get("ledger.postgres")
 
 
 class _NumericLoader(Loader):
@@ -145,6 +158,9 @@ class PgConnection:
         self._reader = reader
         self._conn: psycopg.Connection[Any] | None = None
         self._row_factory: Any = None
+        self._warned_async = False
+        # The id of the transaction whose COMMIT got no answer (Rule 5).
+        self.in_doubt: str | None = None
         self.full_text = FullText()  # the shared recall code searches through it (recall.py)
         self._reconnect()
 
@@ -154,9 +170,23 @@ class PgConnection:
             self._conn = None
         try:
             self._conn = connect_pg(self._dsn)
+            if not self._reader:
+                self._commit_synchronously(self._conn)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return self._conn
+
+    def _commit_synchronously(self, conn: psycopg.Connection[Any]) -> None:
+        """Rule 6."""
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        if row is not None and row[0] == "off":
+            if not self._warned_async:
+                log.warning(
+                    "the server's synchronous_commit is off; the ledger's writes"
+                    " commit synchronously anyway (an ack must mean durable)"
+                )
+                self._warned_async = True
+            conn.execute("SET synchronous_commit = on")
 
     def lost(self) -> bool:
         conn = self._conn
@@ -190,11 +220,13 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
         statement = translate(sql)
         conn = self._live(sql)
+        if statement.sql.strip().upper() == "COMMIT" and not self._reader:
+            return self._commit(conn)
         cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
         try:
             if statement.param_order is not None:
                 params = [list(params)[i] for i in statement.param_order]
-            cur.execute(statement.sql, _params(params))
+            self._send(cur, statement.sql, _params(params))
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc, self.lost()) from exc
         lastrowid = None
@@ -202,6 +234,47 @@ class PgConnection:
             row: Any = cur.fetchone()
             lastrowid = row[0] if row else None
         return PgCursor(cur, lastrowid)
+
+    def _send(self, cur: psycopg.Cursor[Any], sql: str, params: Sequence[Any]) -> None:
+        """Where a statement leaves for the server (tests put a failure here)."""
+        cur.execute(sql, params)
+
+    def _commit(self, conn: psycopg.Connection[Any]) -> PgCursor:
+        """COMMIT, keeping the transaction's id if its outcome cannot be known (Rule 5)."""
+        cur = conn.cursor()
+        xid: str | None = None  # None: the transaction wrote nothing, or was never sent
+        try:
+            self._send(cur, "SELECT pg_current_xact_id_if_assigned()::text", ())
+            row = cur.fetchone()
+            xid = row[0] if row else None
+            self._send(cur, "COMMIT", ())
+        except psycopg.Error as exc:
+            lost = self.lost()
+            if lost and xid is not None:
+                self.in_doubt = xid  # the COMMIT may have reached the server
+            raise _as_sqlite_error(exc, lost) from exc
+        return PgCursor(cur, None)
+
+    def commit_verdict(self) -> bool | None:
+        """Whether the transaction whose COMMIT got no answer committed (Rule 5);
+        None when none is in doubt. Raises a storage failure while the server
+        cannot tell yet (unreachable, or the cut-off session still finishing)."""
+        xid = self.in_doubt
+        if xid is None:
+            return None
+        conn = self._live("BEGIN")
+        try:
+            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc, self.lost()) from exc
+        status = row[0] if row else None
+        if status == "in progress":
+            raise _as_sqlite_error(psycopg.OperationalError(f"transaction {xid} still running"))
+        self.in_doubt = None
+        if status not in ("committed", "aborted"):
+            # Too old for the server to remember: no batch waits that long.
+            raise sqlite3.OperationalError(f"the outcome of transaction {xid} is unknown")
+        return bool(status == "committed")
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> PgCursor:
         statement = translate(sql)

@@ -102,9 +102,14 @@ class DevCluster:
 
 
 def create(
-    *, durable: bool = True, parent: str | None = None, run_as: str = "nobody"
+    *,
+    durable: bool = True,
+    parent: str | None = None,
+    run_as: str = "nobody",
+    settings: dict[str, str] | None = None,
 ) -> DevCluster:
-    """initdb a fresh cluster in a new directory under `parent` and start it."""
+    """initdb a fresh cluster in a new directory under `parent` and start it, with
+    the server `settings` given (tests use them to make a failure happen)."""
     bin_dir = find_bin_dir()
     user = run_as if os.geteuid() == 0 else None
     if user is not None:
@@ -132,6 +137,7 @@ def create(
             # Not synchronous_commit=off: a COMMIT must have reached the kernel before it
             # returns, or a crash of the server (pg_ctl stop -m immediate) loses it.
             options += ["-c fsync=off", "-c full_page_writes=off"]
+        options += [f"-c {name}={value}" for name, value in (settings or {}).items()]
         cluster._server_options = " ".join(options)
         cluster.start()
     except BaseException:

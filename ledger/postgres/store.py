@@ -16,7 +16,7 @@ Rule 3: a database that cannot be reached at open raises `LedgerUnreachable`
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -84,13 +84,18 @@ class PgLedger(Ledger):
         write_fail_exit_s: float = math.inf,
         writer_queue: int = 100_000,
         writer_wait_s: float = 10.0,
+        writer_connection: Callable[[str], WriterPgConnection] | None = None,
     ) -> AsyncIterator[PgLedger]:
-        """Connect, migrate and run the ledger; the writer stops when the block exits."""
+        """Connect, migrate and run the ledger; the writer stops when the block exits.
+
+        `writer_connection`: opens the writer's connection (tests cut it off).
+        """
+        connect_writer = writer_connection or WriterPgConnection
 
         def opener() -> tuple[list[str], WriterPgConnection, list[PgConnection]]:
             opened: list[PgConnection] = []
             try:
-                writer = WriterPgConnection(dsn)
+                writer = connect_writer(dsn)
                 opened.append(writer)
                 applied = migrate(writer)
                 for _ in range(readers):

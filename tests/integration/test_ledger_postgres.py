@@ -83,12 +83,14 @@ async def all_answered(d: DaemonProcess, msg_ids: set[str]) -> list[tuple[Any, .
         "SELECT i.msg_id, q.status, s.turns FROM inbound i"
         " JOIN queue_items q ON q.inbound_id = i.id JOIN sessions s ON s.label = q.session_label"
     )
-    with anyio.fail_after(WAIT):
+    found: list[tuple[Any, ...]] = []
+    with anyio.move_on_after(WAIT):
         while True:
             found = await anyio.to_thread.run_sync(rows, d, sql)
             if {r[0] for r in found} == msg_ids and all(r[1] == "done" for r in found):
                 return found
             await anyio.sleep(0.1)
+    raise AssertionError(f"acked {sorted(msg_ids)}, in the ledger: {sorted(found)}")
 
 
 async def test_a_message_is_acked_answered_and_listed(
