@@ -9,11 +9,14 @@ session's turn may run on any of them.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tests.harness import DaemonProcess
+if TYPE_CHECKING:
+    from tests.harness import DaemonProcess
 
 
 def node_config(
@@ -55,6 +58,8 @@ class Cluster:
     ) -> None:
         self.dsn = dsn
         self.task_queue = task_queue or f"c-{uuid.uuid4().hex[:12]}"
+        from tests.harness import DaemonProcess
+
         self.nodes: list[DaemonProcess] = []
         for n in range(size):
             work = workdir / f"n{n}"
@@ -82,3 +87,43 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# -- TEST_CLUSTER=2: every daemon of the run a pair of nodes --------------------------
+
+ENV = "TEST_CLUSTER"
+_pg: Any = None  # (the session's private PostgreSQL cluster, its template database)
+_address: str | None = None  # the session's Temporal dev server
+_databases = itertools.count()
+
+
+def wanted() -> bool:
+    """`TEST_CLUSTER=2 pytest tests/integration/...`: each daemon the harness starts
+    is two nodes on one fresh PostgreSQL database and one Temporal task queue; the
+    test's adapters and operators talk to the first, turns run on either."""
+    return os.environ.get(ENV, "") == "2"
+
+
+def configure(pg: Any, address: str | None) -> None:
+    global _pg, _address
+    _pg, _address = pg, address
+
+
+def pair_config() -> dict[str, Any] | None:
+    """The ledger and runtime of a new pair (None when the switch is off)."""
+    if _pg is None or _address is None:
+        return None
+    from ledger.postgres import devcluster
+
+    cluster, template = _pg
+    dsn = devcluster.fresh_database(cluster, f"p{os.getpid()}x{next(_databases)}", template)
+    return {
+        "node_id": "n0",
+        "ledger": {"kind": "postgres", "dsn": dsn},
+        "runtime": {
+            "kind": "temporal",
+            "address": _address,
+            "task_queue": f"p-{uuid.uuid4().hex[:12]}",
+            "heartbeat_timeout_s": 2.0,
+        },
+    }
