@@ -45,6 +45,13 @@ def _runtime_switch(request: pytest.FixtureRequest) -> Iterator[None]:
     temporal_runtime.set_address(None)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `TEST_CLUSTER=2` every test is of the two-node configuration."""
+    if cluster.wanted():
+        for item in items:
+            item.add_marker(pytest.mark.cluster)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cluster_switch(request: pytest.FixtureRequest) -> Iterator[None]:
     """`TEST_CLUSTER=2`: every daemon of the run a pair of nodes (tests/cluster.py)."""
