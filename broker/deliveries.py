@@ -22,6 +22,10 @@ Rule 4: a connecting adapter gets the whole pending backlog of its channel,
         adapter are held until the backlog is out, so none overtakes an older
         one. A reply no adapter can take now is not kept in memory: the ledger
         holds it for the next connect.
+Rule 5: on a cluster (`wake_follower` set) a reply is not sent from its commit
+        nor the whole backlog at a connect: another node may hold an adapter of
+        the channel too. This node sends what it claimed in the ledger
+        (broker/cluster_push.py); the rest of the rules hold for what it sends.
 """
 
 from __future__ import annotations
