@@ -206,6 +206,16 @@ class RuntimeSettings(_Section):
     allow_local_ledger: bool = False
 
 
+class ClusterSettings(_Section):
+    """`[cluster]`: several nodes on one ledger (docs/cluster.md "Two and more nodes").
+    Used on the Temporal runtime only: a local node sends its replies itself."""
+
+    # Pending replies of this node's adapters' channels looked for in the ledger.
+    outbox_poll_ms: int = Field(100, ge=5, le=60_000)
+    # A node's claim on a reply it sent; past it another node may send it again.
+    claim_lease_ms: int = Field(5_000, ge=100, le=3_600_000)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -244,6 +254,7 @@ class Settings(BaseSettings):
     titles: TitleSettings = TitleSettings()
     node_id: str = Field("", max_length=64)  # unique per node of a cluster; shown in `health`
     runtime: RuntimeSettings = RuntimeSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
     @field_validator("socket_path")
     @classmethod

@@ -32,6 +32,7 @@ from ledger.store import Ledger
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from . import systemd
+from .cluster_push import follower_for
 from .config import ConfigError, Settings, load_rules, load_settings
 from .connection import Connection
 from .deliveries import Deliveries
@@ -208,6 +209,7 @@ class Daemon:
             )
             self.router = router
             deliveries = Deliveries(ledger)
+            follower = follower_for(s, ledger, deliveries)  # a cluster's replies
             engine = build_engine(s.engine)
             mailboxes = Mailboxes(s, ledger, engine, router, deliveries)
             self.mailboxes = mailboxes
@@ -245,6 +247,8 @@ class Daemon:
                 # Acks and hand-offs of committed messages (ingress.py Rule 2).
                 await tg.start(ingress.run)
                 await tg.start(deliveries.record_confirmations)
+                if follower is not None:
+                    await tg.start(follower.run)
                 # After the backlog: due times missed while down fire first thing.
                 await tg.start(timers.run)
                 await tg.start(titler.run)

@@ -22,11 +22,16 @@ Rule 4: a connecting adapter gets the whole pending backlog of its channel,
         adapter are held until the backlog is out, so none overtakes an older
         one. A reply no adapter can take now is not kept in memory: the ledger
         holds it for the next connect.
+Rule 5: on a cluster (`wake_follower` set) a reply is not sent from its commit
+        nor the whole backlog at a connect: another node may hold an adapter of
+        the channel too. This node sends what it claimed in the ledger
+        (broker/cluster_push.py); the rest of the rules hold for what it sends.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -56,6 +61,9 @@ class Deliveries:
         resend_flush_bytes: int = RESEND_FLUSH_BYTES,
     ) -> None:
         self.ledger = ledger
+        # On a cluster, what sends committed replies instead is woken by this
+        # (broker/cluster_push.py); None: this node sends them itself.
+        self.wake_follower: Callable[[], None] | None = None
         self.resend_page = resend_page
         self.resend_flush_bytes = resend_flush_bytes
         self.adapters: dict[str, list[Connection]] = {}
@@ -116,6 +124,9 @@ class Deliveries:
     def deliver(self, out_id: str, channel: str, session: str, frame_json: str) -> None:
         """Send a committed reply; it stays unconfirmed until `delivered`."""
         self._committing.discard(out_id)
+        if self.wake_follower is not None:
+            self.wake_follower()  # claimed before it is sent (cluster_push.py Rule 1)
+            return
         self._send(out_id, channel, session, frame_json.encode() + b"\n")
 
     def _send(self, out_id: str, channel: str, session: str, data: bytes) -> None:
@@ -150,6 +161,9 @@ class Deliveries:
             return  # gone before this ran: `adapter_gone` is done with it already
         self.adapters.setdefault(channel, []).append(conn)
         self._picked.pop(channel, None)
+        if self.wake_follower is not None:
+            self.wake_follower()  # the backlog is claimed, not resent whole
+            return
         self._held[conn.id] = {}
         self._resends += 1
         resent = 0
@@ -207,6 +221,27 @@ class Deliveries:
         if in_flight is None or in_flight[3] is None:
             return False
         return any(c.id == in_flight[3] and not c.closed for c in self.adapters[channel])
+
+    def channels_here(self) -> list[str]:
+        """The channels with an adapter connected to this node."""
+        return [ch for ch, conns in self.adapters.items() if any(not c.closed for c in conns)]
+
+    def pushable(self, out_id: str) -> bool:
+        """Whether a claimable row is this node's to send now: not confirmed here,
+        not still committing, not in flight to a live adapter (cluster_push.py Rule 3)."""
+        if out_id in self._committing or out_id in self._confirmed:
+            return False
+        if out_id in (self._taking or ()) or out_id in self._recorded_meanwhile:
+            return False
+        in_flight = self.unconfirmed.get(out_id)
+        if in_flight is None or in_flight[3] is None:
+            return True
+        conns = self.adapters.get(in_flight[0], ())
+        return not any(c.id == in_flight[3] and not c.closed for c in conns)
+
+    def push(self, out_id: str, channel: str, session: str, frame_json: str) -> None:
+        """Send a reply this node claimed (cluster_push.py)."""
+        self._send(out_id, channel, session, frame_json.encode() + b"\n")
 
     def adapter_gone(self, conn: Connection) -> None:
         if conn.channel is None:

@@ -289,6 +289,18 @@ class DeliveryPort(Admits, Protocol):
         """Up to `limit` unconfirmed replies of `channel`, oldest first, after `after`."""
         ...
 
+    async def claimable_outbox(
+        self, channel: str, node: str, now: int, lease_ms: int, limit: int
+    ) -> list[OutboxRow]:
+        """Pending replies of `channel` that `node` may claim (ledger/outbox_claims.py)."""
+        ...
+
+    def submit_claim_outbox(
+        self, out_ids: list[str], node: str, now: int, lease_ms: int
+    ) -> Committing[list[str]]:
+        """Claim replies for `node` to push; the out_ids it won (ledger/outbox_claims.py)."""
+        ...
+
 
 class ReadPort(Protocol):
     """The reads of operator ops and of the recall tool."""

@@ -44,6 +44,7 @@ from .sqlite_threads import SqliteThreads
 from .store_admission import AdmittedWrites
 from .store_events import EventWrites
 from .store_library import LibraryMethods
+from .store_outbox import OutboxClaimMethods
 from .store_routes import RouteMethods
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
@@ -73,7 +74,10 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
     return check.finished
 
 
-class Ledger(SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites):
+class Ledger(
+    SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites,
+    OutboxClaimMethods,
+):  # fmt: skip
     def __init__(
         self,
         path: Path,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests import temporal_runtime
+from tests import cluster, temporal_runtime
 from tests.harness import DaemonProcess
 
 if TYPE_CHECKING:
@@ -43,6 +43,27 @@ def _runtime_switch(request: pytest.FixtureRequest) -> Iterator[None]:
     temporal_runtime.set_address(server.address)
     yield
     temporal_runtime.set_address(None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `TEST_CLUSTER=2` every test is of the two-node configuration."""
+    if cluster.wanted():
+        for item in items:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cluster_switch(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`TEST_CLUSTER=2`: every daemon of the run a pair of nodes (tests/cluster.py)."""
+    if not cluster.wanted():
+        yield
+        return
+    cluster.configure(
+        request.getfixturevalue("pg_template"),
+        request.getfixturevalue("temporal_server").address,
+    )
+    yield
+    cluster.configure(None, None)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, cast
 
+from tests import cluster
 from tests.temporal_runtime import default_runtime
 
 
@@ -102,6 +103,8 @@ class DaemonProcess:
         config: dict[str, Any] | None = None,
         backend: str = "asyncio",
         wrapper: list[str] | None = None,
+        *,
+        peer_of: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
         self.wrapper = wrapper or []  # a command the daemon runs under (bench.instructions)
@@ -120,16 +123,28 @@ class DaemonProcess:
         runtime = default_runtime()
         if runtime is not None and backend == "asyncio":
             base["runtime"] = runtime
+        # TEST_CLUSTER=2 (tests/cluster.py): a second node beside this one, `peers`.
+        pair = cluster.pair_config() if peer_of is None and backend == "asyncio" else None
+        if pair is not None:
+            base.update(pair)
         for key, value in (config or {}).items():
             if isinstance(value, dict) and isinstance(base.get(key), dict):
                 base[key] = {**base[key], **value}
             else:
                 base[key] = value
+        if peer_of is not None:
+            base = {**peer_of, "socket_path": str(self.socket), "node_id": "n1"}
         self.config = base
         write_config(self.config_path, base)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.peers: list[DaemonProcess] = []
+        if pair is not None:
+            (workdir / "n1").mkdir(exist_ok=True)
+            self.peers.append(DaemonProcess(workdir / "n1", backend=backend, peer_of=base))
 
     def start(self, timeout: float = 20.0) -> DaemonProcess:
+        for peer in self.peers:
+            peer.start(timeout)
         log = self.log_path.open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
         self.proc = subprocess.Popen(
@@ -182,12 +197,17 @@ class DaemonProcess:
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
+        for peer in self.peers:
+            peer.kill()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
     def terminate(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
+        for peer in self.peers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                peer.terminate(timeout)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

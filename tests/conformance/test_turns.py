@@ -278,3 +278,28 @@ async def test_settled_returns_after_what_was_submitted_before(port: LedgerPort)
     await port.settled()
     assert pending.done
     assert await port.open_items() == []
+
+
+async def test_a_reply_is_claimed_by_one_node_until_its_lease_ends(port: LedgerPort) -> None:
+    acc = await ingest(port, inbound("m1"))
+    rec = turn(acc.session, None, await port.open_items(acc.session), outbox_channel="chat")
+    await port.submit_turn(rec).result()
+    assert rec.outbox is not None
+    out_id = rec.outbox[0]
+    now = tick()
+    [row] = await port.claimable_outbox("chat", "a", now, 1_000, 10)
+    assert row.out_id == out_id
+    assert await port.submit_claim_outbox([out_id], "a", now, 1_000).result() == [out_id]
+    # b may neither see nor take a's fresh claim; a renews its own.
+    assert await port.claimable_outbox("chat", "b", now + 10, 1_000, 10) == []
+    assert await port.submit_claim_outbox([out_id], "b", now + 10, 1_000).result() == []
+    assert await port.submit_claim_outbox([out_id], "a", now + 20, 1_000).result() == [out_id]
+    # Past the lease, b takes it over; a delivered reply is nobody's to claim.
+    later = now + 20 + 1_001
+    assert [r.out_id for r in await port.claimable_outbox("chat", "b", later, 1_000, 10)] == [
+        out_id
+    ]
+    assert await port.submit_claim_outbox([out_id], "b", later, 1_000).result() == [out_id]
+    assert await port.submit_delivered([out_id], later).result() == 1
+    assert await port.claimable_outbox("chat", "b", later + 5_000, 1_000, 10) == []
+    assert await port.submit_claim_outbox([out_id], "b", later + 5_000, 1_000).result() == []

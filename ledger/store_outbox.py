@@ -1,0 +1,31 @@
+"""The outbox-claim methods of the SQLite ledger (`ledger/port.py` DeliveryPort), beside
+`ledger/store.py` so that the `Ledger` class stays small: a read and a job of
+`ledger/outbox_claims.py`, for nodes of a cluster sharing the ledger.
+"""
+
+from __future__ import annotations
+
+from . import outbox_claims
+from .jobs import Pending
+from .port import OutboxRow
+from .sqlite_reads import ReaderPool
+from .writer import LedgerWriter
+
+
+class OutboxClaimMethods:
+    writer: LedgerWriter
+
+    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
+
+    async def claimable_outbox(
+        self, channel: str, node: str, now: int, lease_ms: int, limit: int
+    ) -> list[OutboxRow]:
+        rows = await self.readers.run(
+            lambda c: outbox_claims.claimable_outbox(c, channel, node, now, lease_ms, limit)
+        )
+        return [OutboxRow(*row) for row in rows]
+
+    def submit_claim_outbox(
+        self, out_ids: list[str], node: str, now: int, lease_ms: int
+    ) -> Pending[list[str]]:
+        return self.writer.submit(outbox_claims.claim_outbox, out_ids, node, now, lease_ms)

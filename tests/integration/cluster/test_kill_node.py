@@ -1,0 +1,155 @@
+"""Kill a node: three nodes under load, one of them killed -9 mid-turn again and again
+and restarted each time; then, from the ledger: no acked message lost, none consumed
+twice, no two turns of a session overlapping in time (across nodes), and every session
+with work waiting at a kill answered again within 10 s of it.
+
+The scale is set by KILL_SESSIONS and KILL_COUNT (the issue's run: 300 and 20).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.harness import DaemonProcess
+from tests.integration.cluster.conftest import ClusterFactory
+from tests.integration.wire import Adapter, query, uniq, wait_until
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(600)]
+SESSIONS = int(os.environ.get("KILL_SESSIONS", "30"))
+KILLS = int(os.environ.get("KILL_COUNT", "4"))
+ECHO = {"engine": {"chunks": 3, "delay_ms": 100}, "queue": {"debounce_ms": 0}}
+ANSWERED_WITHIN_MS = 10_000
+
+
+def consumed(d: DaemonProcess) -> Counter[str]:
+    """msg_id -> the number of completed turns that took it as an input."""
+    rows = query(
+        d,
+        "SELECT m.msg_id FROM messages m JOIN turns t ON t.id = m.turn_id"
+        " WHERE m.role = 'user' AND t.status = 'completed' AND m.msg_id IS NOT NULL",
+    )
+    return Counter(str(r[0]) for r in rows)
+
+
+def turn_times(d: DaemonProcess) -> dict[str, list[tuple[int, int, str]]]:
+    """session -> (started_at, completed_at, status) of its turns, in start order."""
+    out: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    for session, start, end, status in query(
+        d, "SELECT session_label, started_at, completed_at, status FROM turns ORDER BY started_at"
+    ):
+        out[str(session)].append((int(start), int(end), str(status)))
+    return out
+
+
+async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3, ECHO)
+    first = cluster.nodes[0]  # holds the adapter; the others are killed in turn
+    channel = uniq("chat")
+    senders = [uniq("u") for _ in range(SESSIONS)]
+    acked: dict[str, tuple[str, int]] = {}  # msg_id -> (session, ack time ms)
+    kills: list[int] = []
+    stop = anyio.Event()
+    round_sent = anyio.Event()
+
+    async def load(adapter: Adapter) -> None:
+        """One message a session a round; the next round once this one is answered
+        (a closed loop: the load follows what the cluster serves)."""
+        nonlocal round_sent
+        n = 0
+        while not stop.is_set():
+            this_round = []
+            for sender in senders:
+                msg = uniq("m")
+                ack = await adapter.send_inbound(msg, f"one two three {n}", sender)
+                acked[msg] = (ack["session"], int(time.time() * 1000))
+                this_round.append(msg)
+            n += 1
+            round_sent.set()
+            round_sent = anyio.Event()
+
+            async def answered(msgs: list[str] = this_round) -> bool:
+                done = await anyio.to_thread.run_sync(consumed, first)
+                return all(m in done for m in msgs)
+
+            await wait_until(answered, f"round {n} answered", within=60)
+
+    async def kill_some() -> None:
+        for k in range(KILLS):
+            await round_sent.wait()
+            await anyio.sleep(0.2)  # its turns are streaming now (3 chunks, 100 ms apart)
+            victim = cluster.nodes[1 + k % 2]
+            await anyio.to_thread.run_sync(victim.kill)
+            kills.append(int(time.time() * 1000))
+            await anyio.to_thread.run_sync(functools.partial(victim.start, timeout=60))
+        await round_sent.wait()
+        stop.set()
+
+    async with await Adapter.connect(first, channel) as adapter:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(load, adapter)
+            tg.start_soon(kill_some)
+
+        async def all_consumed() -> bool:
+            done = await anyio.to_thread.run_sync(consumed, first)
+            return all(m in done for m in acked)
+
+        print(f"load done: {len(acked)} acked, {len(kills)} kills", flush=True)
+        await wait_until(all_consumed, "every acked message consumed", within=180)
+
+    done = consumed(first)
+    lost = [m for m in acked if m not in done]
+    twice = [m for m, n in done.items() if m in acked and n > 1]
+    times = turn_times(first)
+    overlaps = [
+        (s, a, b) for s, ts in times.items() for a, b in itertools.pairwise(ts) if b[0] < a[1]
+    ]
+    slowest = answered_again_ms(first, acked, times, kills)
+    report: dict[str, Any] = {
+        "sessions": SESSIONS,
+        "kills": len(kills),
+        "acked": len(acked),
+        "lost": len(lost),
+        "twice": len(twice),
+        "overlaps": len(overlaps),
+        "slowest_answer_after_kill_ms": slowest,
+    }
+    print("kill-a-node:", report)
+    assert not lost and not twice and not overlaps, report
+    if slowest > ANSWERED_WITHIN_MS:
+        # Known, not fixed (docs/cluster.md "Limits"): a node killed while it ran a
+        # session's short activity (the queue setup at a run's start, drops, a chat
+        # command) has it retried only after its 30 s start-to-close timeout.
+        pytest.xfail(f"a session answered again only {slowest} ms after a kill: {report}")
+
+
+def answered_again_ms(
+    d: DaemonProcess,
+    acked: dict[str, tuple[str, int]],
+    times: dict[str, list[tuple[int, int, str]]],
+    kills: list[int],
+) -> int:
+    """The longest wait, over kills and the sessions with a message acked before the
+    kill and answered after it, from the kill to that session's next completed turn."""
+    answered = {
+        str(m): int(end)
+        for m, end in query(
+            d,
+            "SELECT m.msg_id, t.completed_at FROM messages m JOIN turns t ON t.id = m.turn_id"
+            " WHERE m.role = 'user' AND t.status = 'completed' AND m.msg_id IS NOT NULL",
+        )
+    }
+    worst = 0
+    for kill in kills:
+        waiting = {s for m, (s, at) in acked.items() if at <= kill < answered.get(m, 0)}
+        for session in waiting:
+            ends = [end for _start, end, status in times[session] if status == "completed"]
+            worst = max(worst, min(end for end in ends if end > kill) - kill)
+    return worst
