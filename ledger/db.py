@@ -105,9 +105,10 @@ class Migration:
     sql: str
 
 
-def load_migrations() -> list[Migration]:
+def load_migrations(package: str = "ledger.migrations") -> list[Migration]:
+    """The numbered SQL files of `package` in order (each backend has its own)."""
     out = []
-    for entry in resources.files("ledger.migrations").iterdir():
+    for entry in resources.files(package).iterdir():
         match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
         if match:
             out.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))

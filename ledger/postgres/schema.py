@@ -10,9 +10,7 @@ Rule 2: nodes that open the same database at once take turns (an advisory
 
 from __future__ import annotations
 
-import re
-from importlib import resources
-
+from .. import db
 from ..db import LedgerError, Migration
 from .connection import PgConnection
 
@@ -20,16 +18,7 @@ MIGRATION_LOCK = 0x6C656467  # "ledg": any constant the nodes agree on
 
 
 def load_migrations() -> list[Migration]:
-    out = []
-    for entry in resources.files("ledger.postgres.migrations").iterdir():
-        match = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
-        if match:
-            out.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
-    out.sort(key=lambda m: m.version)
-    for expected, migration in enumerate(out, start=1):
-        if migration.version != expected:
-            raise LedgerError(f"migration numbering has a gap at {migration.name}")
-    return out
+    return db.load_migrations("ledger.postgres.migrations")
 
 
 def schema_version(conn: PgConnection) -> int:
