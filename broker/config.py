@@ -201,7 +201,7 @@ class RuntimeSettings(_Section):
     task_queue: str = "broker"
     connect_timeout_s: float = Field(5.0, gt=0, le=300)
     # A turn activity that has not heartbeat for this long is given to another worker.
-    heartbeat_timeout_s: float = Field(10.0, gt=0, le=3600)
+    heartbeat_timeout_s: float = Field(5.0, gt=0, le=3600)
     # Single node only, for tests and a demo: a cluster needs a shared ledger.
     allow_local_ledger: bool = False
 

@@ -180,6 +180,9 @@ class TemporalRuntime:
                 start_signal=ITEM_SIGNAL,
                 start_signal_args=[arrival],
                 retry_policy=RetryPolicy(maximum_attempts=1),
+                # A workflow task a dead node held is given to another one this soon
+                # (Temporal's default is 10 s): a session's failover bound.
+                task_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
             )
 
     def _spec(self, label: str) -> SessionSpec:

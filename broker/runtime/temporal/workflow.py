@@ -106,6 +106,13 @@ class Drops:
     drops: list[tuple[str, str]]  # (item id, reason)
 
 
+def quick_activity_bound(spec: SessionSpec) -> timedelta:
+    """A ledger read or idempotent write: a node that died running one is noticed as
+    soon as a silent turn is (`heartbeat_timeout_s`), not after a turn's bound; the
+    retry that follows is harmless."""
+    return timedelta(seconds=spec.heartbeat_timeout_s)
+
+
 @workflow.defn(name="Session")
 class SessionWorkflow:
     def __init__(self) -> None:
@@ -146,7 +153,7 @@ class SessionWorkflow:
             SESSION_QUEUE,
             spec.label,
             result_type=QueueSetup,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=quick_activity_bound(spec),
         )
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
@@ -287,7 +294,7 @@ class SessionWorkflow:
             await workflow.execute_activity(
                 DROP_ITEMS,
                 Drops(self.spec.label, drops),
-                start_to_close_timeout=timedelta(seconds=30),
+                start_to_close_timeout=quick_activity_bound(self.spec),
             )
 
     def _abort_turn(self, turn_no: int, reason: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from broker.client import BrokerError
 from tests.harness import DaemonProcess
 from tests.integration.cluster.conftest import ClusterFactory
 from tests.integration.wire import Adapter, query, uniq, wait_until
@@ -68,7 +69,7 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
             this_round = []
             for sender in senders:
                 msg = uniq("m")
-                ack = await adapter.send_inbound(msg, f"one two three {n}", sender)
+                ack = await send_retrying(adapter, msg, f"one two three {n}", sender)
                 acked[msg] = (ack["session"], int(time.time() * 1000))
                 this_round.append(msg)
             n += 1
@@ -80,6 +81,21 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
                 return all(m in done for m in msgs)
 
             await wait_until(answered, f"round {n} answered", within=60)
+
+    refused = 0
+
+    async def send_retrying(adapter: Adapter, msg: str, text: str, sender: str) -> Any:
+        """`overloaded` stores nothing and asks the adapter to try again (PROTOCOL.md):
+        under 300 sessions a node's hand-off to Temporal can miss its 1 s bound."""
+        nonlocal refused
+        for attempt in range(150):  # 30 s
+            try:
+                return await adapter.send_inbound(msg, text, sender)
+            except BrokerError as exc:
+                if "overloaded" not in str(exc) or attempt == 149:
+                    raise
+                refused += 1
+                await anyio.sleep(0.2)
 
     async def kill_some() -> None:
         for k in range(KILLS):
@@ -119,15 +135,12 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
         "lost": len(lost),
         "twice": len(twice),
         "overlaps": len(overlaps),
+        "overloaded_then_resent": refused,
         "slowest_answer_after_kill_ms": slowest,
     }
     print("kill-a-node:", report)
     assert not lost and not twice and not overlaps, report
-    if slowest > ANSWERED_WITHIN_MS:
-        # Known, not fixed (docs/cluster.md "Limits"): a node killed while it ran a
-        # session's short activity (the queue setup at a run's start, drops, a chat
-        # command) has it retried only after its 30 s start-to-close timeout.
-        pytest.xfail(f"a session answered again only {slowest} ms after a kill: {report}")
+    assert slowest <= ANSWERED_WITHIN_MS, report
 
 
 def answered_again_ms(
