@@ -92,11 +92,9 @@ async def client(temporal_server: DevServer) -> Client:
     return await Client.connect(temporal_server.address)
 
 
-@pytest.fixture
-async def node(client: Client) -> AsyncIterator[tuple[Node, str]]:
-    fake = Node()
-    queue = f"wf-{uuid.uuid4().hex[:10]}"
-    worker = Worker(
+def session_worker(client: Client, fake: Node, queue: str) -> Worker:
+    """A worker of the session workflow whose activities are `fake`'s."""
+    return Worker(
         client,
         task_queue=queue,
         workflows=[SessionWorkflow],
@@ -105,6 +103,13 @@ async def node(client: Client) -> AsyncIterator[tuple[Node, str]]:
             restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
         ),
     )
+
+
+@pytest.fixture
+async def node(client: Client) -> AsyncIterator[tuple[Node, str]]:
+    fake = Node()
+    queue = f"wf-{uuid.uuid4().hex[:10]}"
+    worker = session_worker(client, fake, queue)
     async with worker:
         yield fake, queue
 
@@ -215,15 +220,7 @@ async def test_a_busy_session_continues_as_new_between_turns_losing_nothing(
     fake.release.set()
     queue = f"wf-{uuid.uuid4().hex[:10]}"
     label = f"s-{uuid.uuid4().hex[:8]}"
-    worker = Worker(
-        client,
-        task_queue=queue,
-        workflows=[SessionWorkflow],
-        activities=[fake.session_queue, fake.run_items, fake.run_commands, fake.drop_items],
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
-        ),
-    )
+    worker = session_worker(client, fake, queue)
     async with worker:
         first = await arrive(client, queue, label, record("i0", 1), "followup")
         for n in range(1, 30):
