@@ -33,13 +33,13 @@ from broker.client import BrokerClient
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, writer_pid
+from tests.integration.storage_faults import WAIT, answer, storage_back, until_health
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="needs prlimit (Linux)"),
 ]
 
-WAIT = 10.0
 MAX_TEXT = 64 << 10
 HEADROOM = 400_000  # bytes any ledger file may still grow by: room for a few messages
 
@@ -51,12 +51,6 @@ def limit_file_size(pid: int, soft: int) -> None:
 
 def largest_file(d: DaemonProcess) -> int:
     return max(p.stat().st_size for p in d.workdir.iterdir() if p.is_file())
-
-
-async def answer(c: BrokerClient, frame: dict[str, Any]) -> dict[str, Any]:
-    await c.send(frame)
-    with anyio.fail_after(WAIT):
-        return await c.recv_until(frame["req"])
 
 
 def big(i: int) -> dict[str, Any]:
@@ -83,15 +77,6 @@ async def health(operator: BrokerClient) -> dict[str, Any]:
     with anyio.fail_after(WAIT):
         result: dict[str, Any] = await operator.op("health")
     return result
-
-
-async def until_health(operator: BrokerClient, ok: bool) -> dict[str, Any]:
-    with anyio.fail_after(WAIT):
-        while True:
-            found: dict[str, Any] = await operator.op("health")
-            if found["ok"] is ok:
-                return found
-            await anyio.sleep(0.05)
 
 
 def events(d: DaemonProcess, name: str) -> list[dict[str, Any]]:
@@ -155,16 +140,7 @@ async def test_a_full_disk_holds_the_write_and_refuses_new_work(
         # Space returns: the held message is acked without being sent again, and
         # the refused ones are accepted when the adapter retries them.
         limit_file_size(writer, resource.RLIM_INFINITY)
-        if held is not None:
-            with anyio.fail_after(WAIT):
-                reply = await adapter.recv_until(held["req"])
-            assert reply["type"] == "ack" and reply["duplicate"] is False, reply
-            acked[held["msg_id"]] = reply
-        await until_health(operator, ok=True)
-        for frame in refused:
-            retry = await answer(adapter, frame)
-            assert retry["type"] == "ack" and retry["duplicate"] is False, retry
-            acked[frame["msg_id"]] = retry
+        await storage_back(adapter, operator, held, refused, acked)
         with anyio.fail_after(WAIT):
             shown = await operator.op("contact.show", channel="sms", sender_id=late["sender_id"])
         assert shown["session"] == acked[late["msg_id"]]["session"] == f"dm:{shown['entity']}"

@@ -18,10 +18,10 @@ import pytest
 from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, brokerd_once, write_config
+from tests.integration.storage_faults import WAIT, answer, storage_back, until_health
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
-WAIT = 10.0
 EX_UNAVAILABLE = 69
 
 
@@ -52,21 +52,6 @@ def inbound(i: int, text: str = "hello") -> dict[str, Any]:
         "peer_kind": "dm",
         "text": f"{text} {i}",
     }
-
-
-async def answer(c: BrokerClient, frame: dict[str, Any]) -> dict[str, Any]:
-    await c.send(frame)
-    with anyio.fail_after(WAIT):
-        return await c.recv_until(frame["req"])
-
-
-async def until_health(operator: BrokerClient, ok: bool, wait: float = WAIT) -> dict[str, Any]:
-    with anyio.fail_after(wait):
-        while True:
-            found: dict[str, Any] = await operator.op("health")
-            if found["ok"] is ok:
-                return found
-            await anyio.sleep(0.05)
 
 
 def rows(d: DaemonProcess, sql: str) -> list[tuple[Any, ...]]:
@@ -172,16 +157,7 @@ async def test_postgres_killed_and_restarted_loses_no_ack_and_service_resumes(
         refused.append(late)
 
         await anyio.to_thread.run_sync(cluster.start)
-        if held is not None:  # acked once the server is back, without being sent again
-            with anyio.fail_after(WAIT):
-                reply = await adapter.recv_until(held["req"])
-            assert reply["type"] == "ack" and reply["duplicate"] is False, reply
-            acked[held["msg_id"]] = reply
-        await until_health(operator, ok=True)
-        for frame in refused:
-            retry = await answer(adapter, frame)
-            assert retry["type"] == "ack" and retry["duplicate"] is False, retry
-            acked[frame["msg_id"]] = retry
+        await storage_back(adapter, operator, held, refused, acked)
 
     # Every acked message is in the ledger once, and was answered by exactly one turn.
     answered = await all_answered(d, set(acked))
