@@ -44,7 +44,7 @@ from .protocol import Hello
 from .router import Router
 from .runtime import RuntimeUnreachable
 from .server import AlreadyRunning, Server
-from .timers import TimerWheel
+from .timers import Timers, TimerWheel
 from .titler import Titler
 
 log = logs.get("broker.daemon")
@@ -216,12 +216,14 @@ class Daemon:
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
-            timers = TimerWheel(ledger, mailboxes.post)
+            runtime = await _sessions_runtime(s, mailboxes, ingress)
+            timers: Timers = (
+                TimerWheel(ledger, mailboxes.post) if runtime is None else runtime.timers()
+            )
             mailboxes.timers_changed = timers.changed  # the agents' `schedule` tool
             titler = Titler.build(s.titles, s.engines, ledger)
             mailboxes.ports.commits.on_written = titler.offer
             ops = Ops(ledger, self.state_of, mailboxes, timers)
-            runtime = await _sessions_runtime(s, mailboxes, ingress)
 
             async def on_hello(conn: Connection, hello: Hello) -> None:
                 if hello.role == "adapter":

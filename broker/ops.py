@@ -27,7 +27,7 @@ from .ops_threads import ThreadOps
 from .ops_timers import TimerOps
 from .ops_workers import WorkerOps
 from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
-from .timers import TimerWheel
+from .timers import Timers
 
 log = logs.get("broker.ops")
 STUCK_LISTED = 100  # sessions named in `health`'s stuck_items; the problem counts them all
@@ -42,7 +42,7 @@ class Ops:
         ledger: LedgerPort,
         state_of: StateOf,
         mailboxes: Mailboxes | None = None,
-        timers: TimerWheel | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self.ledger = ledger
         self.mailboxes = mailboxes

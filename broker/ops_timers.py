@@ -11,7 +11,7 @@ from ledger.port import LedgerPort
 
 from .connection import Connection
 from .protocol import ArgSpec, ProtocolError, check_args
-from .timers import TimerWheel
+from .timers import Timers
 
 log = logs.get("broker.ops")
 TEXT = ArgSpec("text", str, True, 100_000)
@@ -30,7 +30,7 @@ def spec_of(args: dict[str, Any], now: int, req: str | None) -> TimerSpec:
 class TimerOps:
     """`timer.add`, `timer.list`, `timer.cancel`; the wheel looks again after every change."""
 
-    def __init__(self, ledger: LedgerPort, timers: TimerWheel | None) -> None:
+    def __init__(self, ledger: LedgerPort, timers: Timers | None) -> None:
         self.ledger = ledger
         self.timers = timers
         self.table = {

@@ -18,6 +18,7 @@ Rule 4: timer firings are not activity: the wheel touches nothing but the
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -33,6 +34,19 @@ log = logs.get("broker.timers")
 MAX_SLEEP_S = 60.0
 BATCH = 1000  # firings in one transaction: 10,000 due timers commit in ten
 RETRY_S = 1.0  # after a write the ledger refused (it retries by itself first)
+
+
+class Timers(Protocol):
+    """What the daemon and the ops need of the timers: this wheel, or the Temporal
+    runtime's timer workflows (broker/runtime/temporal/timers.py)."""
+
+    def changed(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None: ...
 
 
 class TimerWheel:

@@ -11,7 +11,7 @@ from broker.core.timers import TimerSpec
 from .binding_jobs import BindCommand
 from .items import ItemInfo
 from .port_base import Committing
-from .timers import TimerInfo
+from .timers import OneTimer, TimerInfo
 
 
 class TimerPort(Protocol):
@@ -38,6 +38,11 @@ class TimerPort(Protocol):
     async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
         """Fire up to `limit` timers due at `now`, each with its queue item and its
         `fired`/`next_at` update in one transaction: exactly once per due time."""
+        ...
+
+    async def fire_timer(self, timer: str, now: int) -> OneTimer:
+        """Fire the one timer `timer` if it is live and due at `now`, as
+        `fire_due_timers` would; its items and when it is next due (None: never)."""
         ...
 
 

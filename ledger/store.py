@@ -21,10 +21,9 @@ import anyio
 import anyio.abc
 
 from broker.core.identity import SessionSpec
-from broker.core.timers import TimerSpec
 
 from . import dispatch as dispatches
-from . import events, sessions, snapshots, threads, timers, turns
+from . import events, sessions, snapshots, threads, turns
 from .db import (
     LedgerNotWritable,
     Synchronous,
@@ -46,6 +45,7 @@ from .store_events import EventWrites
 from .store_library import LibraryMethods
 from .store_outbox import OutboxClaimMethods
 from .store_routes import RouteMethods
+from .store_timers import TimerMethods
 from .transactor import open_transactor
 from .writer import BatchLink, LedgerWriter, ThreadLink
 from .writer_process import ProcessLink, configure_logging
@@ -76,7 +76,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
 
 class Ledger(
     SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites,
-    OutboxClaimMethods,
+    OutboxClaimMethods, TimerMethods,
 ):  # fmt: skip
     def __init__(
         self,
@@ -315,23 +315,6 @@ class Ledger(
         """Why the ledger cannot write right now, or None while it can."""
         failure = self.writer.failure
         return failure.reason() if failure is not None else None
-
-    # -- timers (TimerPort) ---------------------------------------------------
-
-    async def add_timer(self, session: str, spec: TimerSpec, now: int) -> timers.TimerInfo:
-        return await self.writer.call(timers.add, session, spec, now)
-
-    async def list_timers(self, session: str | None) -> list[timers.TimerInfo]:
-        return await self.readers.run(lambda c: timers.list_live(c, session))
-
-    async def cancel_timer(self, timer: str, now: int) -> None:
-        await self.writer.call(timers.cancel, timer, now)
-
-    async def next_timer_at(self) -> int | None:
-        return await self.readers.run(timers.next_due)
-
-    async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
-        return await self.writer.call(timers.fire_due, now, limit)
 
     # -- file snapshots (SnapshotPort) ------------------------------------------
 

@@ -11,6 +11,10 @@ Rule 2: a timer names a session that exists (by label or alias), except a
 Rule 3: a missed due time fires once when next looked at; `fire_due` takes the
         timers due at `now` in due order, at most `limit` in one transaction,
         so a wheel with thousands due commits them in a few batches.
+Rule 4: `fire_one` fires one named timer by the same rules, for a runtime that
+        keeps each timer's sleep itself (a Temporal timer workflow): it fires
+        only when the timer is live and due at `now`, and says when it is next
+        due, so a caller woken early or late just sleeps again or fires once.
 """
 
 from __future__ import annotations
@@ -139,39 +143,74 @@ def next_due(conn: sqlite3.Connection) -> int | None:
 def fire_due(conn: sqlite3.Connection, now: int, limit: int) -> list[ItemInfo]:
     """Rules 1 and 3: fire up to `limit` timers due at `now`; the items they queued."""
     rows = conn.execute(
-        "SELECT id, session_label, text, next_at, every_ms, fired FROM timers"
+        f"SELECT {_COLUMNS} FROM timers"
         " WHERE status = 'live' AND next_at <= ? ORDER BY next_at, id LIMIT ?",
         (now, limit),
     ).fetchall()
     items: list[ItemInfo] = []
-    for timer, session, text, next_at, every_ms, fired in rows:
-        firing = core.fire(next_at, every_ms, fired, now)
-        assert firing is not None  # the query chose due timers only
-        name = core.msg_id(timer, firing.n)
-        item_id = new_id()
-        filed = conn.execute(
-            "INSERT INTO timer_firings (msg_id, timer_id, n, item_id, due_at, fired_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (msg_id) DO NOTHING",
-            (name, timer, firing.n, item_id, firing.due_at, now),
-        )
-        if filed.rowcount:
-            payload = orjson.dumps(
-                {"text": text, "msg_id": name, "timer": timer, "due_at": firing.due_at}
-            ).decode()
-            conn.execute(
-                "INSERT INTO queue_items (id, session_label, source, mode, payload,"
-                " created_at, updated_at) VALUES (?, ?, 'timer', 'followup', ?, ?, ?)",
-                (item_id, session, payload, now, now),
-            )
-            items.append(load_item(conn, item_id))
+    for row in rows:
+        items.extend(_fire(conn, row, now))
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class OneTimer:
+    """What `fire_one` did: the items it queued, and when the timer is next due
+    (None: it is done, cancelled or unknown, and will never fire again)."""
+
+    items: list[ItemInfo]
+    next_at: int | None
+
+
+def fire_one(conn: sqlite3.Connection, timer: str, now: int) -> OneTimer:
+    """Rule 4: fire one timer if it is due at `now`, as `fire_due` would."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM timers WHERE id = ? AND status = 'live'", (timer,)
+    ).fetchone()
+    if row is None:
+        return OneTimer([], None)
+    if row[3] > now:
+        return OneTimer([], int(row[3]))
+    items = _fire(conn, row, now)
+    after = conn.execute(
+        "SELECT next_at FROM timers WHERE id = ? AND status = 'live'", (timer,)
+    ).fetchone()
+    return OneTimer(items, None if after is None else int(after[0]))
+
+
+def _fire(
+    conn: sqlite3.Connection, row: tuple[str, str, str, int, int | None, int], now: int
+) -> list[ItemInfo]:
+    """Rule 1: one due timer's firing; its item, if this firing was not filed before."""
+    timer, session, text, next_at, every_ms, fired = row
+    firing = core.fire(next_at, every_ms, fired, now)
+    assert firing is not None  # the callers chose due timers only
+    name = core.msg_id(timer, firing.n)
+    item_id = new_id()
+    filed = conn.execute(
+        "INSERT INTO timer_firings (msg_id, timer_id, n, item_id, due_at, fired_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (msg_id) DO NOTHING",
+        (name, timer, firing.n, item_id, firing.due_at, now),
+    )
+    items: list[ItemInfo] = []
+    if filed.rowcount:
+        payload = orjson.dumps(
+            {"text": text, "msg_id": name, "timer": timer, "due_at": firing.due_at}
+        ).decode()
         conn.execute(
-            "UPDATE timers SET fired = ?, next_at = ?, status = ?, updated_at = ? WHERE id = ?",
-            (
-                firing.n,
-                firing.next_at,
-                "live" if firing.next_at is not None else "done",
-                now,
-                timer,
-            ),
+            "INSERT INTO queue_items (id, session_label, source, mode, payload,"
+            " created_at, updated_at) VALUES (?, ?, 'timer', 'followup', ?, ?, ?)",
+            (item_id, session, payload, now, now),
         )
+        items.append(load_item(conn, item_id))
+    conn.execute(
+        "UPDATE timers SET fired = ?, next_at = ?, status = ?, updated_at = ? WHERE id = ?",
+        (
+            firing.n,
+            firing.next_at,
+            "live" if firing.next_at is not None else "done",
+            now,
+            timer,
+        ),
+    )
     return items

@@ -83,6 +83,31 @@ async def test_missed_due_times_fire_once_then_follow_the_grid(port: LedgerPort)
     assert [_msg_id(i) for i in third] == [f"timer:{timer.timer}:3"]
 
 
+async def test_fire_timer_fires_one_timer_only_when_due(port: LedgerPort) -> None:
+    label = await _person_session(port)
+    now = tick()
+    beat = await port.add_timer(label, parse_spec("beat", 5, None, 10, now), now)
+    other = await port.add_timer(label, parse_spec("other", 5, None, None, now), now)
+    early = await port.fire_timer(beat.timer, now + 4_999)
+    assert (early.items, early.next_at) == ([], now + 5_000)
+    fired = await port.fire_timer(beat.timer, now + 5_000)
+    assert [_msg_id(i) for i in fired.items] == [f"timer:{beat.timer}:1"]
+    assert fired.next_at == now + 15_000
+    # Woken again at the same moment (a retried activity): nothing more.
+    again = await port.fire_timer(beat.timer, now + 5_000)
+    assert (again.items, again.next_at) == ([], now + 15_000)
+    # The other timer, due too, was left alone.
+    assert [t.timer for t in await port.list_timers(label)] == [other.timer, beat.timer]
+    await port.cancel_timer(beat.timer, tick())
+    gone = await port.fire_timer(beat.timer, now + 60_000)
+    assert (gone.items, gone.next_at) == ([], None)
+    unknown = await port.fire_timer("tmr_nope", now)
+    assert (unknown.items, unknown.next_at) == ([], None)
+    last = await port.fire_timer(other.timer, now + 5_000)
+    assert [_msg_id(i) for i in last.items] == [f"timer:{other.timer}:1"]
+    assert last.next_at is None  # a one-shot timer that fired is done
+
+
 async def test_many_due_timers_fire_in_batches_of_the_limit(port: LedgerPort) -> None:
     label = await _person_session(port)
     now = tick()

@@ -36,6 +36,8 @@ from ledger import logs
 from ledger.items import ItemInfo
 
 from .activities import Activities
+from .timer_workflow import TimerWorkflow
+from .timers import TemporalTimers, TimerActivities
 from .workflow import ITEM_SIGNAL, Arrival, SessionSpec, SessionWorkflow
 
 log = logs.get("broker.runtime.temporal")
@@ -79,6 +81,10 @@ class TemporalRuntime:
         """Why the node cannot hand messages over now (Rule 2), or None."""
         return self._failing
 
+    def timers(self) -> TemporalTimers:
+        """The node's timers: Temporal timer workflows in place of the wheel."""
+        return TemporalTimers(self.mailboxes, self.client, self.settings.runtime.task_queue)
+
     def install(self) -> None:
         """From now on the registry hands items to this runtime, not to local actors."""
         self.mailboxes.forward = self.hand_over
@@ -91,8 +97,11 @@ class TemporalRuntime:
         worker = Worker(
             self.client,
             task_queue=rt.task_queue,
-            workflows=[SessionWorkflow],
-            activities=Activities(self.mailboxes, self.client).all(),
+            workflows=[SessionWorkflow, TimerWorkflow],
+            activities=[
+                *Activities(self.mailboxes, self.client).all(),
+                TimerActivities(self.mailboxes).fire_timer,
+            ],
             workflow_runner=SandboxedWorkflowRunner(
                 restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
             ),

@@ -1,0 +1,113 @@
+"""Timers under the Temporal runtime: one timer workflow per live timer
+(timer_workflow.py), in place of the node's timer wheel (broker/timers.py).
+
+Rule 1: the ledger says which timers are live; Temporal keeps their sleeps. A node
+        starts the workflow of every live timer it has not started yet, at start,
+        after each add or cancel made through it (`changed`), and every
+        `RECONCILE_S` for the timers other nodes added. A start names the
+        workflow id `timer:<id>` and uses the run that exists, so nodes that
+        start the same timer together make one workflow.
+Rule 2: a timer that is no longer live (cancelled, or its last firing done) has its
+        workflow cancelled by the nodes that know it. A node that does not know
+        it leaves it: the workflow ends by itself at its due time, because the
+        ledger fires only live timers (timer_workflow.py Rule 2).
+Rule 3: the firing activity hands the items it queued to their sessions' workflows
+        like any committed item (runtime.py Rule 1). If the node dies between
+        the commit and the hand-off, the item waits in the ledger, and the
+        nodes' periodic hand-off of open items takes it (runtime.py Rule 2).
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+
+from broker.mailbox.registry import Mailboxes
+from ledger import logs
+from ledger.ids import now_ms
+
+from .timer_workflow import FIRE_TIMER, Fired, TimerRun, TimerWorkflow, workflow_id
+
+log = logs.get("broker.runtime.temporal.timers")
+RECONCILE_S = 30.0
+FIRE_TIMEOUT_S = 30.0  # one firing: a ledger write, and the writer's own retries
+START_TIMEOUT_S = 5.0  # one start or cancel call to Temporal
+RETRY_S = 1.0
+
+
+class TimerActivities:
+    def __init__(self, mailboxes: Mailboxes) -> None:
+        self.mailboxes = mailboxes
+
+    @activity.defn(name=FIRE_TIMER)
+    async def fire_timer(self, timer: str) -> Fired:
+        """Rules 2 and 3 of timer_workflow.py and this module."""
+        fired = await self.mailboxes.ledger.fire_timer(timer, now_ms())
+        for item in fired.items:
+            self.mailboxes.post(item)
+        if fired.items:
+            log.info("timer fired", timer=timer, next_at=fired.next_at)
+        return Fired(len(fired.items), fired.next_at)
+
+
+class TemporalTimers:
+    """The node's face of the timers, as the wheel's (`changed`, `stop`, `run`)."""
+
+    def __init__(self, mailboxes: Mailboxes, client: Client, task_queue: str) -> None:
+        self.mailboxes = mailboxes
+        self.client = client
+        self.task_queue = task_queue
+        self._started: set[str] = set()
+        self._changed = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+
+    def changed(self) -> None:
+        self._changed.set()
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            task_status.started()
+            while True:
+                # A fresh event before reading: a change made while we read wakes us.
+                self._changed = anyio.Event()
+                try:
+                    await self._reconcile()
+                except Exception as exc:  # Temporal or the ledger away: next round
+                    log.warning("could not bring the timers' workflows up to date", error=str(exc))
+                    await anyio.sleep(RETRY_S)
+                    self._changed.set()
+                    continue
+                with anyio.move_on_after(RECONCILE_S):
+                    await self._changed.wait()
+
+    async def _reconcile(self) -> None:
+        live = {t.timer: t for t in await self.mailboxes.ledger.list_timers(None)}
+        for timer, info in live.items():
+            if timer in self._started or info.next_at is None:
+                continue
+            with anyio.fail_after(START_TIMEOUT_S):
+                await self.client.start_workflow(
+                    TimerWorkflow.run,
+                    TimerRun(timer, info.next_at, FIRE_TIMEOUT_S),
+                    id=workflow_id(timer),
+                    task_queue=self.task_queue,
+                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                )
+            self._started.add(timer)
+        for timer in self._started - live.keys():
+            with anyio.move_on_after(START_TIMEOUT_S):
+                try:
+                    await self.client.get_workflow_handle(workflow_id(timer)).cancel()
+                except Exception as exc:  # it ended already: nothing to cancel
+                    log.debug("timer workflow not cancelled", timer=timer, error=str(exc))
+            self._started.discard(timer)
