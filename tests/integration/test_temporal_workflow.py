@@ -60,6 +60,8 @@ class Node:
     started: anyio.Event = field(default_factory=anyio.Event)
     failing: str | None = None  # an error type: each turn's activity fails with it
     failed: list[FailedTurn] = field(default_factory=list)
+    fail_breaks: bool = False  # recording the failed turn fails too
+    dropped: list[tuple[str, str]] = field(default_factory=list)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
@@ -88,11 +90,13 @@ class Node:
 
     @activity.defn(name=DROP_ITEMS)
     async def drop_items(self, drops: Drops) -> None:
-        pass
+        self.dropped.extend(drops.drops)
 
     @activity.defn(name=FAIL_ITEMS)
     async def fail_items(self, failed: FailedTurn) -> TurnResult:
         self.failed.append(failed)
+        if self.fail_breaks:
+            raise ApplicationError("it broke too", type="RuntimeError", non_retryable=True)
         return TurnResult("failed")
 
     async def next_turn(self) -> None:
@@ -243,6 +247,24 @@ async def test_a_turn_that_fails_every_attempt_is_failed_once_and_the_next_runs(
     [failed] = fake.failed
     assert failed.kind == "RuntimeError"
     assert [str(r[0]) for r in failed.order.records] == ["a"]
+
+
+async def test_a_failed_turn_that_cannot_be_recorded_drops_its_items(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py Rule 5: when `fail_items` fails too, the items are dropped (reason
+    `failed`), not handed over again, and the session goes on."""
+    fake, queue = node
+    fake.failing, fake.fail_breaks = "RuntimeError", True
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup")
+    await until(lambda: fake.dropped == [("a", "failed")], "the item dropped")
+    fake.failing = None
+    fake.release.set()
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await until(lambda: len(fake.turns) == 2, "the next turn")
+    assert fake.turns == [["a"], ["b"]]
+    assert len(fake.failed) == 1
 
 
 async def test_a_turn_whose_node_stops_runs_again_and_is_not_failed(

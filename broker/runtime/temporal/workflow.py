@@ -25,8 +25,9 @@ Rule 5: a turn activity that failed every attempt ends as a local turn that fail
         a `fail_items` activity records it failed with the runtime's reason and
         tells the person, consuming its items, before the next turn starts.
         Without it the items stay open in the ledger, are handed over again and
-        fail again, for ever. A node that stops is not a failure: its turn starts
-        again, on another node or after the restart.
+        fail again, for ever. If that too fails, the items are dropped (reason
+        `failed`). A node that stops is not a failure: its turn starts again, on
+        another node or after the restart.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ RUN_ITEMS = "run_items"
 RUN_COMMANDS = "run_commands"
 DROP_ITEMS = "drop_items"
 FAIL_ITEMS = "fail_items"
+FAILED_DROP = "failed"  # a dropped item's reason when even its failed turn was not recorded
 NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not a failure
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
@@ -382,23 +384,36 @@ class SessionWorkflow:
         self._forget_finished()
 
     async def _fail_turn(self, order: TurnOrder | None, exc: ActivityError) -> TurnResult:
-        """Rule 5. Retried until it lands (a ledger that is down now holds it back): the
-        turn must be recorded once, and the session waits for it as for any turn."""
+        """Rule 5. `fail_items` runs the items through the turn actor once more, so it
+        may fail as the turn did (a bug on that path); then, after its attempts, the
+        items are dropped with reason `failed`, a plain write retried until it lands:
+        the session is never held for ever, and no item is handed over again."""
         if order is None:
             return TurnResult("failed")
         cause = exc.cause
         kind = cause.type if isinstance(cause, ApplicationError) and cause.type else None
         failed = FailedTurn(order, kind or type(cause or exc).__name__)
         workflow.logger.warning("turn failed every attempt", extra={"kind": failed.kind})
-        result: TurnResult = await workflow.execute_activity(
-            FAIL_ITEMS,
-            failed,
-            result_type=TurnResult,
-            start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
-            heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
+        try:
+            result: TurnResult = await workflow.execute_activity(
+                FAIL_ITEMS,
+                failed,
+                result_type=TurnResult,
+                start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
+                heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
+                retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
+            )
+            return result
+        except ActivityError:
+            workflow.logger.error("a failed turn could not be recorded; its items are dropped")
+        drops = [(str(record[0]), FAILED_DROP) for record in order.records]
+        await workflow.execute_activity(
+            DROP_ITEMS,
+            Drops(order.label, drops),
+            start_to_close_timeout=quick_activity_bound(self.spec),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
         )
-        return result
+        return TurnResult("failed")
 
     def _forget_finished(self) -> None:
         """Keep the records of the items the machine still holds, no others."""
