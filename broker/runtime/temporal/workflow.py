@@ -372,7 +372,7 @@ class SessionWorkflow:
                 self._run_turn(order)  # Rule 5: not a failure; it runs again
                 return
             else:
-                result = await self._fail_turn(order, exc)
+                result = await fail_turn(self.spec, order, exc)
         self._abort.pop(turn_no, None)
         self._steer.pop(turn_no, None)
         taken = set(result.commands_taken)
@@ -382,38 +382,6 @@ class SessionWorkflow:
         outcome: m.Outcome = result.outcome  # type: ignore[assignment]
         await self._handle(m.TurnEnded(turn_no, outcome, tuple(result.steer_taken)))
         self._forget_finished()
-
-    async def _fail_turn(self, order: TurnOrder | None, exc: ActivityError) -> TurnResult:
-        """Rule 5. `fail_items` runs the items through the turn actor once more, so it
-        may fail as the turn did (a bug on that path); then, after its attempts, the
-        items are dropped with reason `failed`, a plain write retried until it lands:
-        the session is never held for ever, and no item is handed over again."""
-        if order is None:
-            return TurnResult("failed")
-        cause = exc.cause
-        kind = cause.type if isinstance(cause, ApplicationError) and cause.type else None
-        failed = FailedTurn(order, kind or type(cause or exc).__name__)
-        workflow.logger.warning("turn failed every attempt", extra={"kind": failed.kind})
-        try:
-            result: TurnResult = await workflow.execute_activity(
-                FAIL_ITEMS,
-                failed,
-                result_type=TurnResult,
-                start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
-                heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
-                retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
-            )
-            return result
-        except ActivityError:
-            workflow.logger.error("a failed turn could not be recorded; its items are dropped")
-        drops = [(str(record[0]), FAILED_DROP) for record in order.records]
-        await workflow.execute_activity(
-            DROP_ITEMS,
-            Drops(order.label, drops),
-            start_to_close_timeout=quick_activity_bound(self.spec),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
-        )
-        return TurnResult("failed")
 
     def _forget_finished(self) -> None:
         """Keep the records of the items the machine still holds, no others."""
@@ -439,6 +407,39 @@ class SessionWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
+
+
+async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityError) -> TurnResult:
+    """Rule 5. `fail_items` runs the items through the turn actor once more, so it
+    may fail as the turn did (a bug on that path); then, after its attempts, the
+    items are dropped with reason `failed`, a plain write retried until it lands:
+    the session is never held for ever, and no item is handed over again."""
+    if order is None:
+        return TurnResult("failed")
+    cause = exc.cause
+    kind = cause.type if isinstance(cause, ApplicationError) and cause.type else None
+    failed = FailedTurn(order, kind or type(cause or exc).__name__)
+    workflow.logger.warning("turn failed every attempt", extra={"kind": failed.kind})
+    try:
+        result: TurnResult = await workflow.execute_activity(
+            FAIL_ITEMS,
+            failed,
+            result_type=TurnResult,
+            start_to_close_timeout=timedelta(seconds=spec.turn_timeout_s),
+            heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
+        )
+        return result
+    except ActivityError:
+        workflow.logger.error("a failed turn could not be recorded; its items are dropped")
+    drops = [(str(record[0]), FAILED_DROP) for record in order.records]
+    await workflow.execute_activity(
+        DROP_ITEMS,
+        Drops(order.label, drops),
+        start_to_close_timeout=quick_activity_bound(spec),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
+    )
+    return TurnResult("failed")
 
 
 def _node_stopped(exc: ActivityError) -> bool:
