@@ -15,7 +15,7 @@ import pytest
 
 from broker.runtime.temporal.devserver import DevServer
 from tests.conftest import DaemonFactory
-from tests.integration.wire import Adapter, items, turns, uniq
+from tests.integration.wire import Adapter, items, turns, uniq, wait_until
 from tests.temporal_runtime import runtime_config
 
 pytestmark = pytest.mark.anyio
@@ -60,3 +60,46 @@ async def test_a_failing_engine_fails_each_turn_once_and_the_session_goes_on(
     done = items(d, session)
     assert done[first] == ("done", None, one["id"])
     assert done[second] == ("done", None, two["id"])
+
+
+@asyncio_only
+@pytest.mark.temporal
+@pytest.mark.slow
+async def test_a_turn_activity_that_fails_every_attempt_is_failed_once_on_temporal(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """workflow.py Rule 5 on a real node: every attempt of the turn's activity runs out
+    of its time (a run started by the test with a 1 s turn bound, against an engine
+    that takes 8 s); then `fail_items` records the turn failed (reason `runtime`),
+    tells the person, consumes the item, and the session takes its next message."""
+    from temporalio.client import Client
+
+    from broker.runtime.temporal.workflow import SessionSpec, SessionWorkflow
+
+    runtime = runtime_config(temporal_server.address)
+    slow = {"engine": {"chunks": 4, "delay_ms": 2000}, "queue": {"idle_stop_s": 0.3}}
+    d = make_daemon({**slow, "runtime": runtime})
+    client = await Client.connect(temporal_server.address)
+    sender, stuck = uniq("+"), uniq("m")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        # A command names the session without a turn; its run ends when quiet.
+        session = (await a.send_inbound(uniq("m"), "/status", sender))["session"]
+        await a.deliver(session=session)
+        handle = client.get_workflow_handle(session)
+
+        async def ended() -> bool:
+            status = (await handle.describe()).status
+            return status is not None and status.name == "COMPLETED"
+
+        await wait_until(ended, "the session's first run to end")
+        spec = SessionSpec(session, 30.0, False, turn_timeout_s=1.0, heartbeat_timeout_s=2.0)
+        await client.start_workflow(
+            SessionWorkflow.run, spec, id=session, task_queue=runtime["task_queue"]
+        )
+        await a.send_inbound(stuck, "abcd", sender)
+        told = await a.deliver(session=session, status="failed", within=60)
+    assert told["in_reply_to"] == [stuck]
+    assert told["text"] == "the agent failed (TimeoutError)"
+    failed = [t for t in turns(d, session) if t["status"] == "failed"]
+    assert [(t["reason"], t["inputs"]) for t in failed] == [("runtime", [stuck])]
+    assert items(d, session)[stuck] == ("done", None, failed[0]["id"])
