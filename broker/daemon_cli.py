@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -11,7 +12,7 @@ import typer
 
 from ledger import gc_policy, logs
 
-from .config import EX_CONFIG, ConfigError, config_path, load_rules, load_settings
+from .config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
 from .daemon import LedgerLost, StartupError, backend_options, run_until_signalled
 
 app = typer.Typer(
@@ -43,6 +44,9 @@ def run(
     if settings.runtime.kind == "temporal" and backend != "asyncio":
         print('brokerd: runtime.kind = "temporal" needs --backend asyncio', file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
+    if (missing := missing_extra(settings)) is not None:
+        print(f"brokerd: {missing}", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG)
     if check:
         print("brokerd: configuration is valid")
         return
@@ -63,6 +67,31 @@ def run(
     except LedgerLost as exc:
         print(f"brokerd: stopped: {exc}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
+
+
+# What a config's choice needs that a plain install lacks: (module, the extra).
+EXTRAS = {
+    ("ledger", "postgres"): ("psycopg", "postgres"),
+    ("runtime", "temporal"): ("temporalio", "temporal"),
+}
+
+
+def missing_extra(settings: Settings) -> str | None:
+    """The sentence for a chosen backend whose optional package is not installed. A
+    config error (78), not a crash: it holds until the operator installs the extra,
+    so a supervisor restarting the daemon would only fail again."""
+    chosen = {("ledger", settings.ledger.kind), ("runtime", settings.runtime.kind)}
+    for (section, kind), (module, extra) in EXTRAS.items():
+        if (section, kind) not in chosen:
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return (
+                f'{section}.kind = "{kind}" needs the optional package {module}, which is'
+                f" not installed ({exc}): pip install 'agent-broker[{extra}]'"
+            )
+    return None
 
 
 def main() -> None:

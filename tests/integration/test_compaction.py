@@ -6,6 +6,7 @@ starts: no two turns of a session overlap in the ledger's times (docs/turns.md).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 from pathlib import Path
@@ -49,13 +50,13 @@ async def chat(d: DaemonProcess, texts: list[str], sender: str = "+1") -> list[d
 
 
 def rows(d: DaemonProcess, sql: str) -> list[tuple[Any, ...]]:
-    with d.db() as db:
+    with contextlib.closing(d.db()) as db:
         return db.execute(sql).fetchall()
 
 
 def overlaps(d: DaemonProcess) -> list[str]:
     """Turns of one session that overlap in time, on the thread or off it."""
-    with d.db() as db:
+    with contextlib.closing(d.db()) as db:
         view = lc.load(db)
     return lc.check_no_overlap(view) + lc.check_serial_turns(view)
 
@@ -80,7 +81,8 @@ async def test_proactive_compaction_keeps_a_long_chat_working(make_daemon: Daemo
     types = [r[0] for r in rows(d, "SELECT type FROM turns ORDER BY started_at")]
     assert types.count("compaction") == len(compactions)
     assert rows(d, "SELECT count(*) FROM turns WHERE status != 'completed'") == [(0,)]
-    with d.db() as db:  # every message's token count was stored when it was written
+    # every message's token count was stored when it was written
+    with contextlib.closing(d.db()) as db:
         assert db.execute("SELECT count(*) FROM messages WHERE tokens IS NULL").fetchone() == (0,)
     async with await BrokerClient.connect(d.socket) as op:
         shown = await op.op("session.show", session=replies[0]["session"])

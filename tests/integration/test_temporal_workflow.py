@@ -14,6 +14,7 @@ import anyio
 import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -21,13 +22,16 @@ from broker.runtime.temporal.devserver import DevServer
 from broker.runtime.temporal.workflow import (
     CONTROL_QUERY,
     DROP_ITEMS,
+    FAIL_ITEMS,
     ITEM_SIGNAL,
+    NODE_STOPPING,
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
     Arrival,
     Control,
     Drops,
+    FailedTurn,
     QueueSetup,
     SessionSpec,
     SessionWorkflow,
@@ -54,6 +58,10 @@ class Node:
     cancelled: list[int] = field(default_factory=list)
     release: anyio.Event = field(default_factory=anyio.Event)
     started: anyio.Event = field(default_factory=anyio.Event)
+    failing: str | None = None  # an error type: each turn's activity fails with it
+    failed: list[FailedTurn] = field(default_factory=list)
+    fail_breaks: bool = False  # recording the failed turn fails too
+    dropped: list[tuple[str, str]] = field(default_factory=list)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
@@ -63,6 +71,9 @@ class Node:
     async def run_items(self, order: TurnOrder) -> TurnResult:
         self.turns.append([str(r[0]) for r in order.records])
         self.started.set()
+        if self.failing is not None:
+            # Not retryable: what the workflow sees once the fifth attempt failed.
+            raise ApplicationError("it broke", type=self.failing, non_retryable=True)
         try:
             while not self.release.is_set():
                 activity.heartbeat()
@@ -79,7 +90,14 @@ class Node:
 
     @activity.defn(name=DROP_ITEMS)
     async def drop_items(self, drops: Drops) -> None:
-        pass
+        self.dropped.extend(drops.drops)
+
+    @activity.defn(name=FAIL_ITEMS)
+    async def fail_items(self, failed: FailedTurn) -> TurnResult:
+        self.failed.append(failed)
+        if self.fail_breaks:
+            raise ApplicationError("it broke too", type="RuntimeError", non_retryable=True)
+        return TurnResult("failed")
 
     async def next_turn(self) -> None:
         with anyio.fail_after(WAIT):
@@ -98,7 +116,13 @@ def session_worker(client: Client, fake: Node, queue: str) -> Worker:
         client,
         task_queue=queue,
         workflows=[SessionWorkflow],
-        activities=[fake.session_queue, fake.run_items, fake.run_commands, fake.drop_items],
+        activities=[
+            fake.session_queue,
+            fake.run_items,
+            fake.run_commands,
+            fake.drop_items,
+            fake.fail_items,
+        ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
         ),
@@ -201,6 +225,63 @@ async def test_a_steer_reaches_the_running_turn_through_the_query(
     fake.release.set()
     await anyio.sleep(0.3)  # "b" was steered, taken by no one: it runs after
     assert fake.turns == [["a"], ["b"]]
+
+
+async def test_a_turn_that_fails_every_attempt_is_failed_once_and_the_next_runs(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py Rule 5: the failed turn's items go to `fail_items` once (which
+    records the turn failed and tells the person), not back into the queue; the
+    session goes on with its next message."""
+    fake, queue = node
+    fake.failing = "RuntimeError"
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup")
+    await until(lambda: len(fake.failed) == 1, "the failed turn recorded")
+    fake.failing = None
+    fake.release.set()
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await until(lambda: len(fake.turns) == 2, "the next turn")
+    await anyio.sleep(0.3)  # a turn run again, or a second failure, would come within this
+    assert fake.turns == [["a"], ["b"]]
+    [failed] = fake.failed
+    assert failed.kind == "RuntimeError"
+    assert [str(r[0]) for r in failed.order.records] == ["a"]
+
+
+async def test_a_failed_turn_that_cannot_be_recorded_drops_its_items(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py Rule 5: when `fail_items` fails too, the items are dropped (reason
+    `failed`), not handed over again, and the session goes on."""
+    fake, queue = node
+    fake.failing, fake.fail_breaks = "RuntimeError", True
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup")
+    await until(lambda: fake.dropped == [("a", "failed")], "the item dropped")
+    fake.failing = None
+    fake.release.set()
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await until(lambda: len(fake.turns) == 2, "the next turn")
+    assert fake.turns == [["a"], ["b"]]
+    assert len(fake.failed) == 1
+
+
+async def test_a_turn_whose_node_stops_runs_again_and_is_not_failed(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """A node that stops (`NodeStopping`) is not a failure: the turn starts again."""
+    fake, queue = node
+    fake.failing = NODE_STOPPING
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup")
+    await until(lambda: len(fake.turns) >= 2, "the turn started again")
+    fake.failing = None
+    fake.release.set()
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await until(lambda: fake.turns[-1] == ["b"], "the next turn, after a's")
+    assert fake.failed == []
+    assert {tuple(t) for t in fake.turns[:-1]} == {("a",)}
 
 
 @pytest.fixture(scope="module")

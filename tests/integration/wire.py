@@ -97,9 +97,12 @@ def running_daemon(
 class Adapter:
     """An adapter connection that keeps every frame it has read."""
 
-    def __init__(self, client: BrokerClient, channel: str) -> None:
+    def __init__(
+        self, client: BrokerClient, channel: str, daemon: DaemonProcess | None = None
+    ) -> None:
         self.client = client
         self.channel = channel
+        self.daemon = daemon
         self.seen: list[Frame] = []  # every frame read, in order
         self._stash: list[Frame] = []  # read but not yet returned by `expect`
 
@@ -107,7 +110,7 @@ class Adapter:
     async def connect(cls, d: DaemonProcess, channel: str) -> Adapter:
         with anyio.fail_after(WAIT):
             client = await BrokerClient.connect(d.socket, role="adapter", channel=channel)
-        return cls(client, channel)
+        return cls(client, channel, d)
 
     async def __aenter__(self) -> Adapter:
         return self
@@ -204,6 +207,21 @@ class Adapter:
             lambda f: f.get("type") == "delta" and (session is None or f["session"] == session),
             within,
         )
+
+    async def turn_runs(self, session: str, within: float = WAIT) -> None:
+        """A turn of the session has begun. On one node its first `delta` says so. On
+        a pair of nodes (TEST_CLUSTER=2) the turn may run on the other node, whose
+        deltas reach only its own adapters (docs/cluster.md, Limits): there the
+        ledger says so, an item of the session marked running."""
+        d = self.daemon
+        if d is None or not d.peers:
+            await self.delta(session=session, within=within)
+            return
+
+        async def running() -> bool:
+            return any(status == "running" for status, _, _ in items(d, session).values())
+
+        await wait_until(running, f"a turn of {session} running", within)
 
     async def confirm(self, out_id: str) -> None:
         await self.client.send({"type": "delivered", "out_id": out_id})

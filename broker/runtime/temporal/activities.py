@@ -23,6 +23,10 @@ Rule 3: an interrupt aborts the turn with the workflow's reason, seen at
         delivers with a throttled heartbeat) or on that cancellation; either way the
         activity returns only once the abort is committed, so the next turn cannot
         overlap it (workflow.py Rule 1).
+Rule 4: a turn that failed every attempt (workflow.py Rule 5) runs its items once
+        more through the same actor with an engine that fails at once
+        (failed_turn.py): the turn is recorded failed, the person is told, and the
+        items are consumed, as when a local turn's engine fails.
 """
 
 from __future__ import annotations
@@ -44,14 +48,18 @@ from ledger import logs
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
 
+from .failed_turn import failing_ports, failure_text
 from .workflow import (
     CONTROL_QUERY,
     DROP_ITEMS,
+    FAIL_ITEMS,
+    NODE_STOPPING,
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
     Control,
     Drops,
+    FailedTurn,
     QueueSetup,
     TurnOrder,
     TurnResult,
@@ -110,7 +118,13 @@ class Activities:
         self.client = client
 
     def all(self) -> list[Any]:
-        return [self.session_queue, self.run_items, self.run_commands, self.drop_items]
+        return [
+            self.session_queue,
+            self.run_items,
+            self.run_commands,
+            self.drop_items,
+            self.fail_items,
+        ]
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
@@ -126,9 +140,11 @@ class Activities:
             override.get("mode"),
         )
 
-    async def _open_records(self, order: TurnOrder) -> list[ItemInfo]:
+    async def _open_records(
+        self, order: TurnOrder, after_a_failure: bool = False
+    ) -> list[ItemInfo]:
         ledger = self.mailboxes.ledger
-        if activity.info().attempt > 1:  # Rule 1: the turn that was cut off, first
+        if after_a_failure or activity.info().attempt > 1:  # Rule 1: the cut-off turn first
             recovered = await ledger.recover_crashed(now_ms(), session=order.label)
             if recovered:
                 log.warning(
@@ -143,15 +159,27 @@ class Activities:
 
     @activity.defn(name=RUN_ITEMS)
     async def run_items(self, order: TurnOrder) -> TurnResult:
+        return await self._run_turn(order, self.mailboxes.ports, after_a_failure=False)
+
+    @activity.defn(name=FAIL_ITEMS)
+    async def fail_items(self, failed: FailedTurn) -> TurnResult:
+        """Rule 4: the turn whose activity failed every attempt, run once more with an
+        engine that fails at once: recorded failed, the person told, items consumed."""
+        ports = failing_ports(self.mailboxes.ports, failure_text(failed.kind))
+        return await self._run_turn(failed.order, ports, after_a_failure=True)
+
+    async def _run_turn(
+        self, order: TurnOrder, ports: ActorPorts, *, after_a_failure: bool
+    ) -> TurnResult:
         if self.mailboxes.draining:  # this node stops: another one, or its restart, runs it
-            raise ApplicationError("the node is stopping", type="NodeStopping")
-        items = await self._open_records(order)
+            raise ApplicationError("the node is stopping", type=NODE_STOPPING)
+        items = await self._open_records(order, after_a_failure)
         if not items:
             return TurnResult("completed")  # all done already (Rule 1)
         if len(items) > 1:  # one turn of them all, as the workflow's machine decided
             items = [i._replace(mode="collect") for i in items]
         noted = [item_from_record(r) for r in order.noted]
-        actor = OneTurnActor(order.label, self.mailboxes.ports, noted)
+        actor = OneTurnActor(order.label, ports, noted)
         self.mailboxes.actors[order.label] = actor
         try:
             return await self._run(actor, order, items)
@@ -197,7 +225,7 @@ class Activities:
         if actor.result.outcome == "aborted" and self.mailboxes.draining:
             # This node stops: the turn was aborted (`shutdown`) and its items went back
             # to the queue; another node, or this one restarted, runs them again.
-            raise ApplicationError("the node stopped during the turn", type="NodeStopping")
+            raise ApplicationError("the node stopped during the turn", type=NODE_STOPPING)
         return actor.result
 
     async def _control(self, handle: Any, turn_no: int) -> Control | None:

@@ -21,6 +21,13 @@ Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`; the next
         arrival's signal-with-start begins a new run. The history stays short; a
         session never quiet that long continues as a new run between two turns
         when Temporal suggests it, carrying what waits.
+Rule 5: a turn activity that failed every attempt ends as a local turn that fails:
+        a `fail_items` activity records it failed with the runtime's reason and
+        tells the person, consuming its items, before the next turn starts.
+        Without it the items stay open in the ledger, are handed over again and
+        fail again, for ever. If that too fails, the items are dropped (reason
+        `failed`). A node that stops is not a failure: its turn starts again, on
+        another node or after the restart.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from broker.core import queue_machine as m
@@ -40,6 +47,9 @@ SESSION_QUEUE = "session_queue"
 RUN_ITEMS = "run_items"
 RUN_COMMANDS = "run_commands"
 DROP_ITEMS = "drop_items"
+FAIL_ITEMS = "fail_items"
+FAILED_DROP = "failed"  # a dropped item's reason when even its failed turn was not recorded
+NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not a failure
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
 
@@ -86,6 +96,15 @@ class TurnOrder:
 
 
 @dataclass
+class FailedTurn:
+    """Rule 5: the turn whose activity failed every attempt, and why (the failure's
+    kind: its error type, or Temporal's timeout)."""
+
+    order: TurnOrder
+    kind: str
+
+
+@dataclass
 class TurnResult:
     outcome: str  # completed | failed | aborted
     steer_taken: list[str] = field(default_factory=list)
@@ -125,6 +144,7 @@ class SessionWorkflow:
         self._turn_commands: dict[int, list[list[Any]]] = {}
         self._pending: m.StartTurn | None = None
         self._turn: tuple[int, workflow.ActivityHandle[TurnResult]] | None = None
+        self._order: TurnOrder | None = None  # the running turn's, for Rule 5
         self._ended_unstarted: int | None = None
         self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
         self._mode: str | None = None
@@ -317,6 +337,9 @@ class SessionWorkflow:
             [self._records[i.id] for i in start.items],
             [self._noted.pop(i.id) for i in start.dropped_note if i.id in self._noted],
         )
+        self._run_turn(order)
+
+    def _run_turn(self, order: TurnOrder) -> None:
         handle = workflow.start_activity(
             RUN_ITEMS,
             order,
@@ -326,7 +349,7 @@ class SessionWorkflow:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
         )
-        self._turn = (start.turn_no, handle)
+        self._turn, self._order = (order.turn_no, handle), order
 
     async def _finish_turn(self) -> None:
         if self._ended_unstarted is not None:
@@ -339,12 +362,17 @@ class SessionWorkflow:
         if turn is None or not turn[1].done():
             return
         turn_no, handle = turn
-        self._turn = None
+        order, self._turn, self._order = self._order, None, None
         try:
             result = handle.result()
         except ActivityError as exc:
-            cancelled = isinstance(exc.cause, CancelledError)
-            result = TurnResult("aborted" if cancelled else "failed")
+            if isinstance(exc.cause, CancelledError):
+                result = TurnResult("aborted")
+            elif _node_stopped(exc) and order is not None:
+                self._run_turn(order)  # Rule 5: not a failure; it runs again
+                return
+            else:
+                result = await fail_turn(self.spec, order, exc)
         self._abort.pop(turn_no, None)
         self._steer.pop(turn_no, None)
         taken = set(result.commands_taken)
@@ -379,6 +407,44 @@ class SessionWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
         await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
+
+
+async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityError) -> TurnResult:
+    """Rule 5. `fail_items` runs the items through the turn actor once more, so it
+    may fail as the turn did (a bug on that path); then, after its attempts, the
+    items are dropped with reason `failed`, a plain write retried until it lands:
+    the session is never held for ever, and no item is handed over again."""
+    if order is None:
+        return TurnResult("failed")
+    cause = exc.cause
+    kind = cause.type if isinstance(cause, ApplicationError) and cause.type else None
+    failed = FailedTurn(order, kind or type(cause or exc).__name__)
+    workflow.logger.warning("turn failed every attempt", extra={"kind": failed.kind})
+    try:
+        result: TurnResult = await workflow.execute_activity(
+            FAIL_ITEMS,
+            failed,
+            result_type=TurnResult,
+            start_to_close_timeout=timedelta(seconds=spec.turn_timeout_s),
+            heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=5)),
+        )
+        return result
+    except ActivityError:
+        workflow.logger.error("a failed turn could not be recorded; its items are dropped")
+    drops = [(str(record[0]), FAILED_DROP) for record in order.records]
+    await workflow.execute_activity(
+        DROP_ITEMS,
+        Drops(order.label, drops),
+        start_to_close_timeout=quick_activity_bound(spec),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
+    )
+    return TurnResult("failed")
+
+
+def _node_stopped(exc: ActivityError) -> bool:
+    cause = exc.cause
+    return isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING
 
 
 def _source(value: Any) -> m.Source:
