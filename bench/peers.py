@@ -14,8 +14,10 @@ appended in one call, each call awaited before the caller's next. Two runs:
 - at once: one task per session, all running together, each awaiting its own.
 
 Then `--reads` reads of the last 30 items of a random session, one at a time.
-Printed per store and run: turns/s, append p50/p99, last-30 read p50, the
-bytes of its files after it closed, and its process's peak RSS. Every store
+Printed per store and run: turns/s, the process's CPU time per turn over the
+appends (all its threads: a figure that moves far less than turns/s when other
+jobs share the machine), append p50/p99, last-30 read p50, the bytes of its
+files after it closed, and its process's peak RSS. Every store
 runs in a child process of its own (fresh files, its own RSS), one after
 another on this machine; all at the same `synchronous` (the WAL journal for
 all: the ledger, SQLiteSession and LangGraph use it by default; the plain
@@ -258,7 +260,7 @@ async def drive(peer: Peer, args: argparse.Namespace, at_once: bool) -> dict[str
         for turn in range(args.turns):
             await one(session, turn)
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if at_once:
         async with anyio.create_task_group() as tg:
             for session in range(args.sessions):
@@ -267,7 +269,7 @@ async def drive(peer: Peer, args: argparse.Namespace, at_once: bool) -> dict[str
         for turn in range(args.turns):
             for session in range(args.sessions):
                 await one(session, turn)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     reads = []
     rnd = random.Random(7)
     for _ in range(args.reads):
@@ -278,6 +280,7 @@ async def drive(peer: Peer, args: argparse.Namespace, at_once: bool) -> dict[str
         assert len(got) == min(30, 2 * args.turns), (sid, len(got))
     return {
         "turns_s": args.sessions * args.turns / elapsed,
+        "cpu_us": cpu / (args.sessions * args.turns) * 1e6,
         "p50_ms": percentile(latencies, 0.5) * 1e3,
         "p99_ms": percentile(latencies, 0.99) * 1e3,
         "read_p50_ms": percentile(reads, 0.5) * 1e3,
@@ -298,7 +301,7 @@ def plain(path: Path, args: argparse.Namespace, sync: str, per_txn: int) -> dict
     conn.execute("CREATE INDEX items_session ON items (session_id, id)")
     turns = [(s, t) for t in range(args.turns) for s in range(args.sessions)]
     latencies = []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for first in range(0, len(turns), per_txn):
         t0 = time.perf_counter()
         conn.execute("BEGIN")
@@ -310,7 +313,7 @@ def plain(path: Path, args: argparse.Namespace, sync: str, per_txn: int) -> dict
             )
         conn.execute("COMMIT")
         latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     reads = []
     rnd = random.Random(7)
     for _ in range(args.reads):
@@ -324,6 +327,7 @@ def plain(path: Path, args: argparse.Namespace, sync: str, per_txn: int) -> dict
     conn.close()
     return {
         "turns_s": len(turns) / elapsed,
+        "cpu_us": cpu / len(turns) * 1e6,
         "p50_ms": percentile(latencies, 0.5) * 1e3,
         "p99_ms": percentile(latencies, 0.99) * 1e3,
         "read_p50_ms": percentile(reads, 0.5) * 1e3,
@@ -396,19 +400,20 @@ def main() -> None:
         f" synchronous={args.synchronous} (WAL) for every store except the sqlite3 FULL row"
     )
     print(
-        "| store | run | turns/s | append p50 ms | p99 ms | last-30 read p50 ms"
+        "| store | run | turns/s | CPU µs/turn | append p50 ms | p99 ms | last-30 read p50 ms"
         " | MB on disk | peak RSS MB |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         for mode in ("sequential", "at_once"):
             got = run_child(name, mode, args)
             if isinstance(got, str):
-                print(f"| {label_of(name)} | {mode} | {got} | | | | | |", flush=True)
+                print(f"| {label_of(name)} | {mode} | {got} | | | | | | |", flush=True)
                 continue
             print(
                 f"| {label_of(name)} | {mode.replace('_', ' ')} | {got['turns_s']:,.0f}"
-                f" | {got['p50_ms']:.3f} | {got['p99_ms']:.3f} | {got['read_p50_ms']:.3f}"
+                f" | {got['cpu_us']:.0f} | {got['p50_ms']:.3f} | {got['p99_ms']:.3f}"
+                f" | {got['read_p50_ms']:.3f}"
                 f" | {got['bytes'] / 1e6:.2f} | {got['rss_mb']:.0f} |",
                 flush=True,
             )

@@ -26,6 +26,13 @@ Rule 5: the full-text index (ledger/fts.py) is brought up to date once
         indexes what a Store cut short left waiting. Nothing in the library
         searches it meanwhile: the daemon's recall runs only where it owns the
         file (owner.py).
+Rule 5a: whether FTS_LAG messages wait is a query, and a query at every COMMIT
+        cost a library turn a statement. The connection's `total_changes`
+        (rows any statement inserted, updated or deleted, whether or not its
+        transaction committed) grows by at least one for every message
+        written, so it bounds how many can have come since the last answer:
+        the file is asked again only when that bound reaches FTS_LAG. After a
+        rollback (which may undo an indexing) it is asked at the next COMMIT.
 Rule 6: with synchronous=NORMAL a COMMIT writes to the WAL and syncs nothing
         (the checkpoints that sync run on their own thread: checkpoint.py), so
         it costs about what a read of the last 30 items does, and a thread hop
@@ -70,12 +77,29 @@ MAX_BATCH = 512  # jobs a transaction: bounds one commit's time, not the through
 FTS_LAG = 256  # messages the full-text index may lag behind (Rule 5)
 
 
-def index_when_due(conn: sqlite3.Connection) -> int:
-    """`index_new_messages` once FTS_LAG messages wait for it (Rule 5)."""
-    waiting = conn.execute(
-        "SELECT coalesce((SELECT max(id) FROM messages), 0) - indexed_through FROM fts_progress"
-    ).fetchone()[0]
-    return index_new_messages(conn) if waiting >= FTS_LAG else 0
+class IndexWhenDue:
+    """`index_new_messages` once FTS_LAG messages wait for it (Rule 5), asking the
+    file how many wait only when they may be that many (Rule 5a)."""
+
+    def __init__(self) -> None:
+        self._changes = -FTS_LAG  # the connection's total_changes when it was last asked
+        self._waiting = 0  # the messages that waited then
+
+    def __call__(self, conn: sqlite3.Connection) -> int:
+        changes = conn.total_changes  # a C int: below the last answer once it wraps
+        if self._changes <= changes < self._changes + FTS_LAG - self._waiting:
+            return 0
+        waiting = conn.execute(
+            "SELECT coalesce((SELECT max(id) FROM messages), 0) - indexed_through FROM fts_progress"
+        ).fetchone()[0]
+        indexed = index_new_messages(conn) if waiting >= FTS_LAG else 0
+        self._changes, self._waiting = conn.total_changes, 0 if indexed else waiting
+        return indexed
+
+    def forget(self) -> None:
+        """A transaction rolled back, maybe with the index it brought up to date: ask
+        the file next time."""
+        self._changes, self._waiting = -FTS_LAG, 0
 
 
 def open_library_transactor(
@@ -85,10 +109,16 @@ def open_library_transactor(
     and the lock its checkpointer holds while it catches up (checkpoint.py Rule 2)."""
     conn = connect(path, synchronous, factory=WriterConnection)
     assert isinstance(conn, WriterConnection)
+    indexer = IndexWhenDue()
+
+    def rolled_back() -> None:
+        conn.identity.clear()
+        indexer.forget()
+
     checkpointer = None
     try:
         checkpointer = WalCheckpointer(path)
-        transactor = Transactor(conn, conn.identity.clear, index_when_due, checkpointer)
+        transactor = Transactor(conn, rolled_back, indexer, checkpointer)
         return transactor, checkpointer.writing
     except BaseException:
         if checkpointer is not None:
