@@ -29,7 +29,7 @@ async def test_appends_chain_their_turns_and_count_them(tmp_path: Path) -> None:
         assert await store.items("s") == ["a", "b", "c"]
         with pytest.raises(NotFound):
             await store.append("ghost", ["x"], create=False)
-    parents = dict(_rows(path, "SELECT id, parent_id FROM turns"))
+    parents = {row[0]: row[1] for row in _rows(path, "SELECT id, parent_id FROM turns")}
     assert parents == {first: None, second: first}  # the refused append left no turn
     assert _rows(path, "SELECT count(*) FROM sessions WHERE label = 'ghost'") == [(0,)]
 
@@ -37,12 +37,13 @@ async def test_appends_chain_their_turns_and_count_them(tmp_path: Path) -> None:
 async def test_the_index_never_lags_fts_lag_messages(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     async with await Store.open(path) as store:
-        lags = []
+        lags: list[int] = []
         for n in range(FTS_LAG):  # two messages a turn: FTS_LAG turns index twice over
             await store.append("s", [{"role": "user", "content": f"w{n}"}, "answer"])
             [(lag,)] = _rows(
                 path, "SELECT (SELECT max(id) FROM messages) - indexed_through FROM fts_progress"
             )
+            assert isinstance(lag, int)
             lags.append(lag)
     assert max(lags) < FTS_LAG
     assert lags.count(0) >= 2  # it did index, more than once
