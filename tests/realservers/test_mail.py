@@ -228,7 +228,7 @@ async def test_html_mail_and_attachments_are_text_and_metadata(
     assert body(reply) == "See the\nreport\n."
     [row] = query(d, INBOUND)
     attachments = orjson.loads(row[6])["attachments"]
-    assert attachments == [{"filename": "r.pdf", "content_type": "application/pdf", "size": 13}]
+    assert attachments == [{"name": "r.pdf", "type": "application/pdf", "size": 13, "url": None}]
 
 
 async def test_malformed_mime_is_logged_and_skipped(
