@@ -45,7 +45,7 @@ from pydantic import Field
 
 from .bridge import Incoming, Target, main
 from .mail_book import ReplyBook
-from .mail_imap import ImapSession, LoginRefused
+from .mail_imap import FETCH_BATCH, ImapSession, LoginRefused
 from .mail_message import Malformed, ReplyContext, build_reply, parse
 from .position import PositionStore
 from .retry import RetryClock, ServerUnavailable, single_error
@@ -179,11 +179,15 @@ class MailChannel:
 
             tg.start_soon(watch)
             while True:
-                for uid in await session.wait_new(last, self.cfg.idle_s):
-                    raw = await session.fetch(uid)
-                    if raw is not None:
-                        await self._pass_on(raw, uid, uidvalidity, inbox)
-                    last = uid
+                new = await session.wait_new(last, self.cfg.idle_s)
+                for start in range(0, len(new), FETCH_BATCH):
+                    batch = new[start : start + FETCH_BATCH]
+                    mails = await session.fetch_many(batch)
+                    for uid in batch:
+                        raw = mails.get(uid)
+                        if raw is not None:  # else expunged meanwhile
+                            await self._pass_on(raw, uid, uidvalidity, inbox)
+                        last = uid
 
     async def _pass_on(
         self, raw: bytes, uid: int, uidvalidity: int, inbox: MemoryObjectSendStream[Incoming]

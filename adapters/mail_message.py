@@ -10,7 +10,8 @@ Rule 2: a mailing-list message (List-Id) is a `group` whose peer is the list
         thread is the root of References (else In-Reply-To, else the message
         itself), so every mail of a conversation shares one thread_id.
 Rule 3: text/plain is preferred; text/html alone is converted to text;
-        attachments become metadata (name, type, size). A message whose MIME
+        attachments become metadata (adapters/attachments.py: name, type,
+        size; url null: their bytes are not kept). A message whose MIME
         structure cannot be read, or that has no sender address, raises
         `Malformed`: the adapter logs it with its id and skips it.
 Rule 4: a reply is one message from the bot, threaded on the message it
@@ -34,6 +35,8 @@ from email.utils import format_datetime, getaddresses, parseaddr
 from typing import Any
 
 from bs4 import BeautifulSoup
+
+from .attachments import attachment
 
 MAX_MSG_ID = 128  # the broker's limit on msg_id
 MAX_THREAD_ID = 256  # and on thread_id / peer_id
@@ -232,13 +235,8 @@ def _body(msg: EmailMessage) -> tuple[str, list[dict[str, Any]]]:
             continue
         if part.is_attachment() or part.get_content_maintype() != "text":
             payload = part.get_payload(decode=True)
-            attachments.append(
-                {
-                    "filename": part.get_filename(),
-                    "content_type": part.get_content_type(),
-                    "size": len(payload) if isinstance(payload, bytes) else 0,
-                }
-            )
+            size = len(payload) if isinstance(payload, bytes) else None
+            attachments.append(attachment(part.get_filename(), part.get_content_type(), size, None))
     if body is None:
         return "", attachments
     content = _text_of(body)

@@ -17,9 +17,10 @@ Rule 3: a room the bot just joined shows its history in the sync: only the
 Rule 4: only `m.room.message` events from others are messages; `m.notice` is
         what bots send each other, so it is skipped (no bot loops). The
         attachments (`m.image`, `m.file`, `m.video`, `m.audio`) go to
-        `meta.attachments` (name, mimetype, size, mxc URL) and the body is
-        kept as the text. A message event without a text body is malformed:
-        `MalformedEvent`, which the caller logs with the event id and skips.
+        `meta.attachments` (adapters/attachments.py: name, type, size, url the
+        mxc URL, and `kind` the msgtype) and the body is kept as the text. A
+        message event without a text body is malformed: `MalformedEvent`,
+        which the caller logs with the event id and skips.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .attachments import attachment, size_of
 from .bridge import Incoming
 from .irc_text import mentions
 
@@ -75,14 +77,16 @@ def is_mentioned(content: dict[str, Any], body: str, bot: Bot) -> bool:
 def _attachment(content: dict[str, Any]) -> dict[str, Any]:
     info = content.get("info") if isinstance(content.get("info"), dict) else {}
     assert isinstance(info, dict)
-    found = {
-        "kind": content["msgtype"],
-        "name": content.get("filename") or content.get("body"),
-        "mimetype": info.get("mimetype"),
-        "size": info.get("size"),
-        "url": content.get("url"),
-    }
-    return {k: v for k, v in found.items() if v is not None}
+    name = content.get("filename") or content.get("body")
+    media_type = info.get("mimetype")
+    url = content.get("url")
+    return attachment(
+        name if isinstance(name, str) else None,
+        media_type if isinstance(media_type, str) else None,
+        size_of(info.get("size")),
+        url if isinstance(url, str) else None,
+        kind=content["msgtype"],
+    )
 
 
 def _thread(content: dict[str, Any]) -> str | None:

@@ -9,6 +9,7 @@
     port = 5222
     rooms = ["help@conference.example.org"]
     nick = "agent"             # the bot's nick in rooms
+    attachment_probe_s = 2.0   # ask a linked file's server its type and size; 0: never
 
 Runs on asyncio only: slixmpp is an asyncio library.
 
@@ -29,6 +30,9 @@ Rule 3: a reply still streaming `correction_interval_s` after its first delta
         (XEP-0308) at most once per interval; the final text is the last
         correction. A reply done sooner goes out as one message. Deltas are
         best effort.
+Rule 4: an attachment sent as a bare URL (XEP-0066) gets its type and size
+        from the file's HTTP server, asked for at most `attachment_probe_s`
+        before the message goes on with what is known (adapters/url_probe.py).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from .position import PositionStore
 from .retry import RetryClock, ServerUnavailable, single_error
 from .sdk import Backoff, Deliver, Delta
 from .settings import AdapterSection, Strict, read_secret, section
+from .url_probe import UrlProbe
 from .xmpp_session import XmppSession
 from .xmpp_stanzas import stanza_id, to_incoming
 
@@ -73,6 +78,7 @@ class XmppSection(Strict):
     correction_interval_s: float = Field(default=1.0, ge=0)
     connect_timeout_s: float = Field(default=15.0, gt=0)
     ack_timeout_s: float = Field(default=30.0, gt=0)
+    attachment_probe_s: float = Field(default=2.0, ge=0)
 
 
 @dataclass
@@ -100,10 +106,15 @@ class XmppChannel:
         self._up = anyio.Event()
         self._streams: dict[str, _Stream] = {}  # replies streaming, by out_id
         self._began = datetime.now(UTC)  # a first start catches up from here
+        self.probe = UrlProbe(cfg.attachment_probe_s)
 
     # -- in --------------------------------------------------------------------------
 
     async def run(self, inbox: MemoryObjectSendStream[Incoming]) -> None:
+        async with self.probe:
+            await self._run(inbox)
+
+    async def _run(self, inbox: MemoryObjectSendStream[Incoming]) -> None:
         where = f"{self.cfg.host or JID(self.cfg.jid).domain}:{self.cfg.port}"
         while True:
             session = XmppSession(self.cfg.jid, self.password, self.cfg.plaintext)
@@ -225,6 +236,9 @@ class XmppChannel:
         if incoming is None:
             # Not stored as a position: messages before it may still await their ack.
             return
+        files = incoming.meta.get("attachments")
+        if files:
+            await self.probe.fill(files)  # Rule 4: bounded, and the message goes on
         if key is not None and archive_id is not None:
             store, value = self.positions.put, {"after": archive_id}
             incoming.on_ack = lambda: store(key, value)

@@ -10,19 +10,32 @@ Rule 2: `chat`/`normal` messages are DMs (peer_id the sender's bare JID);
         `groupchat` is a group (peer_id the room's JID, sender_id the
         occupant's JID `room/nick`, `meta.mentioned` when the body names the
         bot's nick); `<thread>` is the thread_id.
-Rule 3: messages without a body (chat states, receipts) are not messages; the
-        bot's own messages echoed by a room are skipped; attachments (XEP-0066
-        out-of-band URLs) go to `meta.attachments` and the body is kept.
+Rule 3: messages with neither a body nor a file (chat states, receipts) are
+        not messages; the bot's own messages echoed by a room are skipped.
+Rule 4: files go to `meta.attachments` (adapters/attachments.py) and the body
+        is kept: XEP-0447 file sharing and XEP-0385 SIMS state name, media
+        type and size; an XEP-0066 out-of-band URL that neither names (most
+        clients send one alone) is named by its `desc`, else by the URL's last
+        segment, its type and size left null for the adapter's probe
+        (adapters/xmpp_probe.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from xml.etree.ElementTree import Element
 
 from slixmpp import JID, Message
 
+from .attachments import attachment, name_from_url, size_of, text_with
 from .bridge import Incoming
 from .irc_text import mentions
+
+OOB = "{jabber:x:oob}"
+SFS = "{urn:xmpp:sfs:0}"
+SIMS = "{urn:xmpp:sims:1}"
+REFERENCE = "{urn:xmpp:reference:0}"
+URL_DATA = "{http://jabber.org/protocol/url-data}"
 
 
 def stanza_id(msg: Message, archive: str) -> str | None:
@@ -46,15 +59,15 @@ def to_incoming(
     msg: Message, own_jid: str, room_nicks: dict[str, str], archive_id: str | None = None
 ) -> Incoming | None:
     """Rules 2 and 3; None for what is not a message for the broker."""
-    body = str(msg["body"] or "")
+    files = attachments(msg.xml)
+    body = text_with(str(msg["body"] or ""), files)
     if not body:
         return None
     sender = JID(msg["from"])
     kind = msg["type"] or "normal"
     meta: dict[str, Any] = {}
-    oob = msg["oob"]["url"] if msg.get_plugin("oob", check=True) is not None else ""
-    if oob:
-        meta["attachments"] = [{"url": str(oob), "name": str(msg["oob"]["desc"] or "")}]
+    if files:
+        meta["attachments"] = files
     if msg["replace"]["id"]:
         meta["correction_of"] = str(msg["replace"]["id"])
     thread = str(msg["thread"] or "") or None
@@ -89,3 +102,42 @@ def to_incoming(
         meta=meta,
         ts=ts,
     )
+
+
+def attachments(xml: Element) -> list[dict[str, Any]]:
+    """Rule 4, from the message's own children (not from a forwarded message inside)."""
+    found: list[dict[str, Any]] = []
+    oob: list[Element] = []
+    for child in xml:
+        if child.tag == f"{OOB}x":
+            oob.append(child)
+        elif child.tag == f"{SFS}file-sharing":
+            sources = child.find(f"{SFS}sources")
+            urls = [] if sources is None else sources.iter(f"{URL_DATA}url-data")
+            found.append(_described(child, [u.get("target", "") for u in urls]))
+        elif child.tag == f"{REFERENCE}reference":
+            shared = child.find(f"{SIMS}media-sharing")
+            if shared is not None:
+                sources = shared.find(f"{SIMS}sources")
+                refs = [] if sources is None else sources.iter(f"{REFERENCE}reference")
+                found.append(_described(shared, [r.get("uri", "") for r in refs]))
+    stated = {a["url"] for a in found}
+    for child in oob:
+        url = (child.findtext(f"{OOB}url") or "").strip()
+        if url and url not in stated:
+            desc = (child.findtext(f"{OOB}desc") or "").strip()
+            found.append(attachment(desc or name_from_url(url), None, None, url))
+            stated.add(url)
+    return found
+
+
+def _described(holder: Element, urls: list[str]) -> dict[str, Any]:
+    """The `<file>` (XEP-0446 metadata, or Jingle file transfer in SIMS) in `holder`."""
+    fields: dict[str, str] = {}
+    for file in holder:
+        if file.tag.endswith("}file"):
+            for item in file:
+                fields.setdefault(item.tag.rpartition("}")[2], (item.text or "").strip())
+    url = next((u for u in urls if u.startswith(("https:", "http:"))), urls[0] if urls else None)
+    name = fields.get("name") or (name_from_url(url) if url else None)
+    return attachment(name, fields.get("media-type"), size_of(fields.get("size")), url)

@@ -38,6 +38,7 @@ class Server:
     workdir: Path
     proc: subprocess.Popen[bytes]
     accounts: dict[str, str] = field(default_factory=dict)  # name -> password
+    http_port: int | None = None  # a server's HTTP side, where it has one (Prosody's uploads)
 
     @property
     def log_path(self) -> Path:
@@ -197,7 +198,12 @@ modules_disabled = {{ "s2s", "offline" }}
 c2s_ports = {{ {port} }}
 c2s_interfaces = {{ "127.0.0.1" }}
 s2s_ports = {{}}
-http_ports = {{}}
+-- HTTP only for XEP-0363 uploads (upload.localhost), at 127.0.0.1: *.localhost
+-- names do not resolve everywhere, so requests for any host go to the uploads.
+http_ports = {{ {http_port} }}
+http_interfaces = {{ "127.0.0.1" }}
+http_default_host = "upload.localhost"
+http_external_url = "http://127.0.0.1:{http_port}/"
 https_ports = {{}}
 c2s_direct_tls_ports = {{}}
 legacy_ssl_ports = {{}}
@@ -220,6 +226,8 @@ Component "conference.localhost" "muc"
   muc_log_by_default = true
   muc_room_locking = false
   restrict_room_creation = false
+Component "upload.localhost" "http_file_share"
+  http_file_share_size_limit = 1048576
 """
 
 
@@ -228,19 +236,23 @@ def start_prosody(
     accounts: dict[str, str], modules: tuple[str, ...] = (), extra: str = ""
 ) -> Iterator[Server]:
     """Prosody on loopback for `localhost` (MUC at conference.localhost), with
-    mod_mam, mod_muc_mam and mod_smacks, and the accounts given (name -> password).
+    mod_mam, mod_muc_mam and mod_smacks, XEP-0363 uploads (upload.localhost, served
+    at http://127.0.0.1:`http_port`/file_share/), and the accounts given (name -> password).
     `modules` are enabled too (from Prosody or from prosody_modules/ here), `extra`
     is more global config (Lua; "{work}" in it is the server's directory)."""
     binary = require("prosody", "prosody")
     ctl = require("prosodyctl", "prosody")
     with _workdir("xmppd-") as work:
-        port = free_port()
+        port, http_port = free_port(), free_port()
+        while http_port == port:
+            http_port = free_port()
         (work / "data").mkdir()
         (work / "certs").mkdir()
         conf = work / "prosody.cfg.lua"
         conf.write_text(
             PROSODY_CONF.format(
                 port=port,
+                http_port=http_port,
                 work=work,
                 user=getpass.getuser(),
                 plugins=Path(__file__).parent / "prosody_modules",
@@ -260,7 +272,8 @@ def start_prosody(
             proc = subprocess.Popen([binary, "-F", "--config", str(conf)], stdout=out, stderr=out)
         try:
             wait_listening(port, proc, log, 15)
-            yield Server("prosody", "127.0.0.1", port, work, proc, dict(accounts))
+            wait_listening(http_port, proc, log, 15)
+            yield Server("prosody", "127.0.0.1", port, work, proc, dict(accounts), http_port)
         finally:
             stop(proc)
 

@@ -24,6 +24,7 @@ import anyio
 import orjson
 import pytest
 
+from adapters.mail_imap import ImapSession
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.mailservers import BUSY, DOMAIN, MailServer, start_mail
@@ -228,7 +229,7 @@ async def test_html_mail_and_attachments_are_text_and_metadata(
     assert body(reply) == "See the\nreport\n."
     [row] = query(d, INBOUND)
     attachments = orjson.loads(row[6])["attachments"]
-    assert attachments == [{"filename": "r.pdf", "content_type": "application/pdf", "size": 13}]
+    assert attachments == [{"name": "r.pdf", "type": "application/pdf", "size": 13, "url": None}]
 
 
 async def test_malformed_mime_is_logged_and_skipped(
@@ -343,3 +344,27 @@ async def test_an_smtp_server_that_stays_down_ends_with_exit_75(
     send(mailserver, "no way out")
     assert await anyio.to_thread.run_sync(proc.wait_exit, 20) == 75
     assert "SMTP server" in proc.log() and "giving up" in proc.log()
+
+
+async def test_a_burst_of_mail_is_read_in_one_fetch_by_uid(mailserver: MailServer) -> None:
+    session = ImapSession(mailserver.host, mailserver.imap_port, False, 10)
+    try:
+        box = await session.open(ANN, mailserver.accounts[ANN], "INBOX")
+        texts = [uniq("burst ") for _ in range(3)]
+        for text in texts:
+            msg = EmailMessage()
+            msg["From"], msg["To"], msg["Subject"] = BOT, ANN, text
+            msg.set_content(text)
+            send_raw(mailserver, msg.as_bytes(), [ANN])
+        uids: list[int] = []
+        with anyio.fail_after(15):
+            while len(uids) < len(texts):
+                uids += await session.wait_new(uids[-1] if uids else box.uidnext - 1, 1.0)
+        gone = uids[-1] + 1000  # a UID the mailbox does not hold: missing, not an error
+        mails = await session.fetch_many([*uids, gone])
+    finally:
+        await session.close()
+    assert sorted(mails) == uids
+    parser = BytesParser(policy=policy.default)
+    subjects = [str(parser.parsebytes(mails[uid])["Subject"]) for uid in uids]
+    assert [s for s in subjects if s in texts] == texts

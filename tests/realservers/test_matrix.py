@@ -147,7 +147,7 @@ async def test_an_attachment_is_passed_as_metadata_with_its_text(
                 {
                     "kind": "m.image",
                     "name": "cat.png",
-                    "mimetype": "image/png",
+                    "type": "image/png",
                     "size": 1234,
                     "url": "mxc://localhost/abc",
                 }

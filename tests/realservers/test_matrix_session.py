@@ -100,7 +100,7 @@ async def test_the_rooms_configured_are_joined_and_files_and_unknown_types_keep_
         {
             "kind": "m.file",
             "name": "report.pdf",
-            "mimetype": "application/pdf",
+            "type": "application/pdf",
             "size": 52314,
             "url": "mxc://localhost/report",
         }

@@ -1,6 +1,7 @@
 """adapters.xmpp against a real Prosody: what a message carries besides its text.
 
-An out-of-band attachment (XEP-0066) is metadata next to the kept text; a
+An out-of-band attachment (XEP-0066) is metadata next to the kept text (its
+server not asked: the probe is off, so the type comes from the name); a
 message the adapter cannot read (a delay stamp that is no date) is logged
 with its id and skipped, and the messages after it are answered.
 """
@@ -47,7 +48,8 @@ async def test_an_oob_attachment_is_metadata_and_a_malformed_stanza_is_skipped(
     short_tmp: Path,
 ) -> None:
     d = make_daemon()
-    proc = start_adapter(adapters, short_tmp, xmpp_config(d.socket, prosody, short_tmp))
+    cfg = xmpp_config(d.socket, prosody, short_tmp, attachment_probe_s=0)
+    proc = start_adapter(adapters, short_tmp, cfg)
 
     oob = (
         "<x xmlns='jabber:x:oob'><url>https://files.example.org/cat.png</url>"
@@ -69,5 +71,12 @@ async def test_an_oob_attachment_is_metadata_and_a_malformed_stanza_is_skipped(
     texts = {r[0]: r[1] for r in query(d, "SELECT text, meta FROM inbound")}
     assert set(texts) == {"look at this", after}
     assert orjson.loads(texts["look at this"]) == {
-        "attachments": [{"url": "https://files.example.org/cat.png", "name": "cat.png"}]
+        "attachments": [
+            {
+                "name": "cat.png",
+                "type": "image/png",
+                "size": None,
+                "url": "https://files.example.org/cat.png",
+            }
+        ]
     }

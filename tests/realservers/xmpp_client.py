@@ -13,7 +13,7 @@ WAIT = 10.0
 
 
 class XmppPerson:
-    def __init__(self, server: Server, name: str) -> None:
+    def __init__(self, server: Server, name: str, plugins: tuple[str, ...] = ()) -> None:
         mechanisms = {"unencrypted_scram": True}
         self.client = ClientXMPP(
             f"{name}@localhost",
@@ -23,7 +23,7 @@ class XmppPerson:
         self.client.enable_starttls = False
         self.client.enable_direct_tls = False
         self.client.enable_plaintext = True
-        for plugin in ("xep_0030", "xep_0045", "xep_0308", "xep_0359"):
+        for plugin in ("xep_0030", "xep_0045", "xep_0308", "xep_0359", *plugins):
             self.client.register_plugin(plugin)
         self.server = server
         self.seen: list[Message] = []

@@ -106,7 +106,7 @@ def test_attachments_are_metadata_and_the_text_is_kept() -> None:
     got = parse(msg.as_bytes(), BOT, "u")
     assert got.text == "see attached"
     assert got.meta["attachments"] == [
-        {"filename": "a.png", "content_type": "image/png", "size": 5}
+        {"name": "a.png", "type": "image/png", "size": 5, "url": None}
     ]
 
 

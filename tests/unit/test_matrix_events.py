@@ -89,7 +89,7 @@ def test_an_attachment_is_metadata_and_its_body_stays_the_text() -> None:
         {
             "kind": "m.file",
             "name": "report.pdf",
-            "mimetype": "application/pdf",
+            "type": "application/pdf",
             "size": 99,
             "url": "mxc://example.org/x",
         }

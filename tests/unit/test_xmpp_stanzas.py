@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from slixmpp import JID, ClientXMPP, Message
+from slixmpp.xmlstream import ET
 
 from adapters.xmpp_stanzas import to_incoming
 
@@ -97,7 +98,78 @@ def test_what_is_not_a_message_for_the_broker_is_skipped(client: ClientXMPP) -> 
 
 
 def test_an_attachment_is_metadata_and_the_text_is_kept(client: ClientXMPP) -> None:
-    url = "https://files.example.org/cat.png"
+    url = "https://files.example.org/a/my%20cat.png"
     incoming = to_incoming(message(client, "ann@example.org/x", url, oob=url), BOT, NICKS)
     assert incoming is not None and incoming.text == url
-    assert incoming.meta["attachments"] == [{"url": url, "name": ""}]
+    # Type and size are left to the adapter's probe of the URL (adapters/url_probe.py).
+    assert incoming.meta["attachments"] == [
+        {"name": "my cat.png", "type": None, "size": None, "url": url}
+    ]
+
+
+def with_xml(client: ClientXMPP, body: str, *children: str) -> Message:
+    msg = message(client, "ann@example.org/x", body)
+    for child in children:
+        msg.xml.append(ET.fromstring(child))
+    return msg
+
+
+SFS = """<file-sharing xmlns='urn:xmpp:sfs:0' disposition='inline'>
+  <file xmlns='urn:xmpp:file:metadata:0'>
+    <media-type>image/jpeg</media-type><name>summit.jpg</name><size>3032449</size>
+  </file>
+  <sources><url-data xmlns='http://jabber.org/protocol/url-data'
+    target='https://download.example.org/f/summit.jpg'/></sources>
+</file-sharing>"""
+
+SIMS = """<reference xmlns='urn:xmpp:reference:0' type='data'>
+  <media-sharing xmlns='urn:xmpp:sims:1'>
+    <file xmlns='urn:xmpp:jingle:apps:file-transfer:5'>
+      <media-type>application/pdf</media-type><name>plan.pdf</name><size>5120</size>
+    </file>
+    <sources><reference xmlns='urn:xmpp:reference:0' type='data'
+      uri='https://download.example.org/f/plan.pdf'/></sources>
+  </media-sharing>
+</reference>"""
+
+
+def test_stateless_file_sharing_and_sims_state_name_type_and_size(client: ClientXMPP) -> None:
+    oob = "<x xmlns='jabber:x:oob'><url>https://download.example.org/f/summit.jpg</url></x>"
+    incoming = to_incoming(with_xml(client, "photos", SFS, SIMS, oob), BOT, NICKS)
+    assert incoming is not None and incoming.text == "photos"
+    # The out-of-band fallback of the shared file is the same file, not a second one.
+    assert incoming.meta["attachments"] == [
+        {
+            "name": "summit.jpg",
+            "type": "image/jpeg",
+            "size": 3032449,
+            "url": "https://download.example.org/f/summit.jpg",
+        },
+        {
+            "name": "plan.pdf",
+            "type": "application/pdf",
+            "size": 5120,
+            "url": "https://download.example.org/f/plan.pdf",
+        },
+    ]
+
+
+def test_a_file_without_a_body_is_a_message_whose_text_is_its_url(client: ClientXMPP) -> None:
+    incoming = to_incoming(with_xml(client, "", SFS), BOT, NICKS)
+    assert incoming is not None
+    assert incoming.text == "https://download.example.org/f/summit.jpg"
+
+
+def test_a_stated_size_that_is_no_number_is_null(client: ClientXMPP) -> None:
+    odd = SFS.replace("<size>3032449</size>", "<size>big</size>")
+    oob = "<x xmlns='jabber:x:oob'><url>https://x.example.org/y</url><desc>the Y</desc></x>"
+    incoming = to_incoming(with_xml(client, "see", odd, oob), BOT, NICKS)
+    assert incoming is not None
+    files = incoming.meta["attachments"]
+    assert files[0]["size"] is None and files[0]["type"] == "image/jpeg"
+    assert files[1] == {
+        "name": "the Y",
+        "type": None,
+        "size": None,
+        "url": "https://x.example.org/y",
+    }
