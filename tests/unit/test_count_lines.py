@@ -23,7 +23,7 @@ texts = st.lists(st.sampled_from(pieces), max_size=40).map("".join)
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_a_text_counted_by_lines_counts_as_the_whole(text: str) -> None:
-    known: dict[str, int] = {}
+    known: dict[str | bytes, int] = {}
     assert "".join(split_lines(text)) == text
     assert COUNTER.count_lines(text, known) == COUNTER.count(text)
     assert COUNTER.count_lines(text, known) == COUNTER.count(text)  # from what it knows
@@ -39,7 +39,7 @@ digit_texts = st.lists(
 @settings(max_examples=600, deadline=None)
 @given(digit_texts, digit_texts)
 def test_lines_that_differ_in_their_digits_count_as_themselves(a: str, b: str) -> None:
-    known: dict[str, int] = {}
+    known: dict[str | bytes, int] = {}
     for text in (a, b, a + b, b):  # each from what the others left known
         assert COUNTER.count_lines(text, known) == COUNTER.count(text)
 
@@ -52,11 +52,12 @@ def test_each_piece_of_one_to_three_digits_is_one_token(encoding: str) -> None:
     assert all(counter.count(p) == 1 for p in pieces_)
     # And a run is cut into pieces of three from its start, apart from its neighbours.
     assert counter.count("a1234567b") == counter.count("a0b") + 2
+    assert counter.count("a1234567b") == counter.count("a0000000b")
 
 
 def test_the_counts_line_of_each_turn_is_known_after_the_first() -> None:
-    known: dict[str, int] = {}
-    for n in (1, 22, 333, 4444, 55555):
+    known: dict[str | bytes, int] = {}
+    for n in (100, 117, 129, 142):  # numbers of the same lengths: one form
         text = f"session: dm:x, {n} turns, {n * 7} prompt and {n * 3} completion tokens"
         assert COUNTER.count_lines(text, known) == COUNTER.count(text)
     assert len(known) == 1
@@ -67,7 +68,7 @@ def test_lines_are_cut_only_before_a_letter_or_a_dash() -> None:
 
 
 def test_the_lines_known_stay_bounded() -> None:
-    known: dict[str, int] = {}
+    known: dict[str | bytes, int] = {}
     for n in range(MAX_KNOWN_LINES * 2):
         COUNTER.count_lines(f"line {n}\nsame", known)
     assert len(known) <= MAX_KNOWN_LINES
