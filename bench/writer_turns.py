@@ -1,0 +1,128 @@
+"""The writer's side of a turn, in process, counted by callgrind: with and without
+the broker's own events (issue 21's `intent` and `llm`).
+
+    .venv/bin/python -m bench.writer_turns [--events both|none] [--text 30]
+
+`bench.instructions` counts the whole daemon and writer; this isolates the ledger
+work of one echo turn (ingest, mark running, commit with its state record and
+events, four turns a transaction over 100 sessions, the record pickled and
+unpickled as on its way to the writer process) so a change to the event rows
+shows without the batching noise of a live daemon. Each count runs twice under
+`valgrind --tool=callgrind`, 200 and 1,000 turns, and prints the difference over
+800: instructions per turn. `--text`: characters of each person's message (the
+`intent` repeats up to 500 of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from broker.core import turn_events as te
+from broker.core.identity import SessionSpec
+from ledger import turns as lt
+from ledger.db import connect, migrate
+from ledger.ids import new_id
+from ledger.ingest import IdentityCache, InboundRecord, ingest
+
+SESSIONS, BATCH = 100, 4
+COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def events_of(item: Any, kind: str) -> list[te.Event]:
+    if kind == "none":
+        return []
+    sender = item.sender_name or item.sender_id
+    return [
+        ("intent", te.intent_payload([(item.msg_id, sender, item.content)])),
+        ("llm", te.llm_payload("echo", None, None, 1, "end_turn")),
+    ]
+
+
+def run(turns: int, kind: str, text_chars: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="wt-", dir="/tmp") as tmp:
+        c = connect(Path(tmp) / "ledger.db")
+        migrate(c)
+        cache, heads, now = IdentityCache(), dict[str, str](), 1_000
+        for first in range(0, turns, BATCH):
+            c.execute("BEGIN IMMEDIATE")
+            accepted = []
+            for n in range(first, first + BATCH):
+                peer = f"u{n % SESSIONS}"
+                text = (f"m{n}: the quick brown fox " * (text_chars // 20 + 1))[:text_chars]
+                msg = InboundRecord(
+                    "chat", f"m{n}", peer, None, "dm", peer, None, text, None, None, None
+                )
+                accepted.append(ingest(c, cache, msg, SessionSpec(None, None), now))
+            c.execute("COMMIT")
+            items = {i.id: i for i in lt.load_open_items(c)}
+            ids = [new_id() for _ in accepted]
+            c.execute("BEGIN IMMEDIATE")
+            for a, turn_id in zip(accepted, ids, strict=True):
+                lt.mark_running(c, turn_id, [a.item], now)
+            c.execute("COMMIT")
+            records = []
+            for a, turn_id in zip(accepted, ids, strict=True):
+                item = items[a.item]
+                rec = lt.TurnRecord(
+                    turn_id=turn_id, session=a.session, parent_id=heads.get(a.session),
+                    type="turn", status="completed", reason=None, error=None,
+                    output="echo: " + item.content, engine="echo", model=None,
+                    started_at=now, completed_at=now + 1, prompt_tokens=None,
+                    completion_tokens=None, inputs=[item], item_status="done",
+                    outbox=(new_id(), "chat", '{"type":"deliver","text":"x"}'),
+                    input_tokens=[10], output_tokens=12, events=events_of(item, kind),
+                    title="t", title_source="mechanical", outcome="completed",
+                )  # fmt: skip
+                records.append(pickle.loads(pickle.dumps(rec, protocol=5)))
+            c.execute("BEGIN IMMEDIATE")
+            for rec in records:
+                lt.commit_turn(c, rec)
+                heads[rec.session] = rec.turn_id
+            c.execute("COMMIT")
+            now += 10
+        c.close()
+
+
+def counted(turns: int, kind: str, text_chars: int) -> int:
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+        "-m", "bench.writer_turns", "--run", str(turns), "--events", kind,
+        "--text", str(text_chars),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    found = COLLECTED.search(done.stderr)
+    if found is None:
+        raise RuntimeError(f"no callgrind total:\n{done.stderr[-2000:]}")
+    return int(found[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--events", choices=("both", "none"), default="both")
+    parser.add_argument("--text", type=int, default=30)
+    parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # one run, uncounted
+    args = parser.parse_args()
+    if args.run is not None:
+        run(args.run, args.events, args.text)
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("bench.writer_turns needs valgrind (Debian package valgrind)")
+    short, long = counted(200, args.events, args.text), counted(1000, args.events, args.text)
+    print(
+        f"events {args.events}, text {args.text} chars:"
+        f" {(long - short) / 800:,.0f} instructions per turn"
+    )
+
+
+if __name__ == "__main__":
+    main()
