@@ -40,6 +40,7 @@ from broker.core import queue_machine as m
 from broker.mailbox.actor import Posted, SessionActor
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.registry import Mailboxes
+from broker.mailbox.warm_threads import WarmThreads
 from ledger import logs
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
@@ -108,6 +109,7 @@ class Activities:
     def __init__(self, mailboxes: Mailboxes, client: Client) -> None:
         self.mailboxes = mailboxes
         self.client = client
+        self.warm = mailboxes.ports.warm = WarmThreads()
 
     def all(self) -> list[Any]:
         return [self.session_queue, self.run_items, self.run_commands, self.drop_items]
@@ -154,10 +156,16 @@ class Activities:
         actor = OneTurnActor(order.label, self.mailboxes.ports, noted)
         self.mailboxes.actors[order.label] = actor
         try:
-            return await self._run(actor, order, items)
+            result = await self._run(actor, order, items)
         finally:
             if self.mailboxes.actors.get(order.label) is actor:
                 del self.mailboxes.actors[order.label]
+        # Ended without an error: its facts are what the ledger committed, kept for the
+        # session's next turn on this node (warm_threads.py).
+        head = actor.facts.head
+        if actor.looping.is_set() and head is not None:
+            self.warm.keep(order.label, head, actor.facts.ctx)
+        return result
 
     async def _run(
         self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo]
