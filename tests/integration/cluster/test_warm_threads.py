@@ -34,10 +34,21 @@ async def answered(node: DaemonProcess, session: str, count: int) -> list[dict[s
             await anyio.sleep(0.05)
 
 
+async def logged(a: DaemonProcess, b: DaemonProcess, msg_id: str) -> None:
+    """A node logged the turn of `msg_id` (its log line follows the commit)."""
+    with anyio.fail_after(5):
+        while True:
+            if ran_on(a, msg_id) or ran_on(b, msg_id):
+                return
+            await anyio.sleep(0.05)
+
+
 async def run_ended(client: Client, session: str) -> None:
     """The session's workflow run ended (quiet for idle_stop_s)."""
     with anyio.fail_after(10):
-        while (await client.get_workflow_handle(session).describe()).status == RUNNING:
+        while True:
+            if (await client.get_workflow_handle(session).describe()).status != RUNNING:
+                return
             await anyio.sleep(0.05)
 
 
@@ -64,9 +75,7 @@ async def test_a_turn_after_one_on_another_node_sees_that_turn(
             ack = await (on_a if node is a else on_b).send_inbound(msg, text, sender)
             session = ack["session"]
             done = await answered(a, session, n)
-            with anyio.fail_after(5):  # its log line follows the commit
-                while not (ran_on(a, msg) or ran_on(b, msg)):
-                    await anyio.sleep(0.05)
+            await logged(a, b, msg)
             assert ran_on(node, msg), f"turn {n} was meant to run on {node.config['node_id']}"
             await run_ended(client, session)  # the next message may start one elsewhere
     prompts = [int(t["prompt_tokens"]) for t in done]
