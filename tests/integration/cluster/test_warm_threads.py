@@ -4,6 +4,8 @@ head, and the next turn here loads the thread again rather than use what it kept
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import orjson
 import pytest
@@ -20,12 +22,10 @@ QUICK = {"engine": {"chunks": 1}, "queue": {"debounce_ms": 0, "idle_stop_s": 0.1
 
 def ran_on(node: DaemonProcess, msg_id: str) -> bool:
     lines = (orjson.loads(line) for line in node.log_lines() if line.startswith("{"))
-    return any(
-        e.get("event") == "turn completed" and msg_id in e.get("msg_ids", ()) for e in lines
-    )
+    return any(e.get("event") == "turn completed" and msg_id in e.get("msg_ids", ()) for e in lines)
 
 
-async def answered(node: DaemonProcess, session: str, count: int) -> list[dict[str, object]]:
+async def answered(node: DaemonProcess, session: str, count: int) -> list[dict[str, Any]]:
     with anyio.fail_after(20):
         while True:
             done = [t for t in turns(node, session) if t["status"] == "completed"]
