@@ -23,6 +23,9 @@ Rule 3: an interrupt aborts the turn with the workflow's reason, seen at
         delivers with a throttled heartbeat) or on that cancellation; either way the
         activity returns only once the abort is committed, so the next turn cannot
         overlap it (workflow.py Rule 1).
+Rule 4: a turn that ended without an error leaves its actor's context to the node
+        (broker/mailbox/warm_threads.py): the session's next turn here loads the
+        thread again only if the head moved meanwhile.
 """
 
 from __future__ import annotations
