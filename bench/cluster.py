@@ -18,17 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from bench.runtime_cpu import cpu_s
+from bench.runtime_cpu import drive
 from broker.runtime.temporal.devserver import DevServer
 from tests.cluster import Cluster
 from tests.harness import DaemonProcess
-from tests.integration.wire import Adapter, Frame, uniq
 
 BASE: dict[str, Any] = {
     "log_level": "warning",
@@ -37,60 +35,14 @@ BASE: dict[str, Any] = {
 }
 
 
-class TimedAdapter(Adapter):
-    """Stamps each frame with the time it was read."""
-
-    async def _read(self) -> Frame:
-        frame = await super()._read()
-        frame["_at"] = time.monotonic()
-        return frame
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
-
-async def drive(first: DaemonProcess, pids: dict[str, int], args: argparse.Namespace) -> str:
-    async with await TimedAdapter.connect(first, "bench") as a:
-        senders = [uniq("u") for _ in range(args.sessions)]
-        for sender in senders:
-            msg = uniq("m")
-            await a.send_inbound(msg, "warm", sender, mode="followup")
-            await a.deliver(msg_id=msg, within=120)
-        cpu0 = {name: cpu_s(pid) for name, pid in pids.items()}
-        began = time.monotonic()
-        sent_at: dict[str, float] = {}
-        for n in range(args.turns):
-            due = began + n / args.rate
-            if due > time.monotonic():
-                await anyio.sleep(due - time.monotonic())
-            msg = uniq("m")
-            sent_at[msg] = time.monotonic()
-            await a.send_inbound(msg, "hi", senders[n % len(senders)], mode="followup")
-        latencies = []
-        for msg, at in sent_at.items():
-            frame = await a.deliver(msg_id=msg, within=600)
-            await a.confirm(frame["out_id"])
-            latencies.append(frame["_at"] - at)
-        wall = max(at + lat for at, lat in zip(sent_at.values(), latencies, strict=True)) - began
-        cpu = {name: cpu_s(pid) - cpu0[name] for name, pid in pids.items()}
-    n = len(sent_at)
-    parts = [
-        f"{n} turns in {wall:.1f} s = {n / wall:.0f} turns/s",
-        f"send->deliver p50 {1000 * percentile(latencies, 0.5):.0f} ms"
-        f" p99 {1000 * percentile(latencies, 0.99):.0f} ms",
-        "CPU ms a turn: " + ", ".join(f"{k} {1000 * v / n:.2f}" for k, v in cpu.items()),
-    ]
-    return "; ".join(parts)
-
-
 async def embedded(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory(prefix="bcl-", dir="/tmp") as tmp:
         d = DaemonProcess(Path(tmp), BASE).start()
         try:
             assert d.proc is not None
-            return await drive(d, {"broker": d.proc.pid}, args)
+            return await drive(
+                d.socket, {"broker": d.proc.pid}, args.sessions, args.turns, args.rate
+            )
         finally:
             d.kill()
 
@@ -105,7 +57,8 @@ async def clustered(
             assert server.proc is not None
             pids["temporal"] = server.proc.pid
             pids["postgres"] = pg_pid
-            return await drive(cluster.nodes[0], pids, args)
+            socket = cluster.nodes[0].socket
+            return await drive(socket, pids, args.sessions, args.turns, args.rate)
         finally:
             cluster.stop()
 

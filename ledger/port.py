@@ -113,12 +113,15 @@ class SessionStart:
     of ledger/reads.py), read in one go; `thread` is None for a session with no head.
     `bridges`: the bridge notes waiting for its next turn (ledger/bridges.py), by id,
     for `SessionContext.add_bridges`; `seed`: the state record a session with no head
-    starts from (what a rollover carried over: ledger/state_records.py Rule 4)."""
+    starts from (what a rollover carried over: ledger/state_records.py Rule 4).
+    `known`: the head is the `known_head` the caller named, so the thread was not read
+    (`thread` and `seed` are None): the caller holds it already."""
 
     start: ActorStart
     thread: Thread | None
     bridges: dict[str, str] = field(default_factory=dict)
     seed: SessionState | None = None
+    known: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +250,11 @@ class TurnPort(Admits, Protocol):
         """Queued and running items in arrival order, of one session or all."""
         ...
 
-    async def session_start(self, label: str) -> SessionStart: ...
+    async def session_start(self, label: str, known_head: str | None = None) -> SessionStart:
+        """The session's row and its thread; with `known_head`, the thread only when
+        the head moved from it (a node that ran the session's last turn keeps its
+        thread, and a head is never reused: the thread behind a head never changes)."""
+        ...
 
     async def dispatch(
         self,

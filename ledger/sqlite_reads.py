@@ -75,9 +75,11 @@ class SqliteReads:
     async def open_items(self, session: str | None = None) -> list[ItemInfo]:
         return await self.readers.run(functools.partial(turns.load_open_items, session=session))
 
-    async def session_start(self, label: str) -> SessionStart:
+    async def session_start(self, label: str, known_head: str | None = None) -> SessionStart:
         def both(c: sqlite3.Connection) -> SessionStart:
             start = turns.actor_start(c, label)
+            if known_head is not None and start.head == known_head:
+                return SessionStart(start, None, pending_bridges(c, label), known=True)
             thread = reads.load_thread(c, start.head) if start.head is not None else None
             seed = state_records.thread_seed(c, label) if thread is None else None
             return SessionStart(start, thread, pending_bridges(c, label), seed)

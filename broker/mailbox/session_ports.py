@@ -34,6 +34,7 @@ from ledger.writer import WriterClosed, WriterOverloaded
 from .chat import ChatCommands
 from .ports import CommandTarget
 from .turn_commit import TurnCommits
+from .warm_threads import WarmThreads
 
 log = logs.get("broker.actor")
 
@@ -64,6 +65,7 @@ class SessionPorts:
         self.deliveries = deliveries
         # anyio's clock; the loop's own, read without the backend lookup, once running.
         self.clock: Callable[[], float] = anyio.current_time
+        self.warm: WarmThreads | None = None  # the Temporal runtime's (warm_threads.py)
         # Made only while `drain` waits on it: a turn's end costs nothing otherwise.
         self._turn_ended: anyio.Event | None = None
 
@@ -79,7 +81,15 @@ class SessionPorts:
         await self.ledger.settled()
 
     async def load(self, label: str) -> tuple[ActorStart, SessionContext]:
-        read = await self.ledger.session_start(label)
+        """The session's start and context; a context kept at the session's head
+        (warm_threads.py) is used as it is while the ledger's head is still that one."""
+        known = self.warm.take(label) if self.warm is not None else None
+        read = await self.ledger.session_start(label, known[0] if known else None)
+        if read.known and known is not None:
+            ctx = known[1]
+            ctx.bridges.clear()  # the ledger's pending notes, as a load finds them
+            ctx.add_bridges(read.bridges)
+            return read.start, ctx
         ctx = from_thread(read.thread, self.counter)
         ctx.add_bridges(read.bridges)
         if read.start.head is None and read.seed is not None:

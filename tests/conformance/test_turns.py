@@ -303,3 +303,23 @@ async def test_a_reply_is_claimed_by_one_node_until_its_lease_ends(port: LedgerP
     assert await port.submit_delivered([out_id], later).result() == 1
     assert await port.claimable_outbox("chat", "b", later + 5_000, 1_000, 10) == []
     assert await port.submit_claim_outbox([out_id], "b", later + 5_000, 1_000).result() == []
+
+
+async def test_a_known_head_skips_the_thread_until_the_head_moves(port: LedgerPort) -> None:
+    acc = await ingest(port, inbound("m1"))
+    [item] = await port.open_items(acc.session)
+    first = turn(acc.session, None, [item], "hi alice")
+    await port.submit_turn(first).result()
+    kept = await port.session_start(acc.session, known_head=first.turn_id)
+    assert kept.known and kept.thread is None and kept.seed is None
+    assert (kept.start.head, kept.start.turns) == (first.turn_id, 1)
+    assert kept.start.route == ("chat", "dm", "alice", None)
+    elsewhere = await port.session_start(acc.session, known_head="another-head")
+    assert not elsewhere.known and elsewhere.thread is not None
+    await ingest(port, inbound("m2"))
+    [second_item] = await port.open_items(acc.session)
+    second = turn(acc.session, first.turn_id, [second_item], "again")
+    await port.submit_turn(second).result()
+    moved = await port.session_start(acc.session, known_head=first.turn_id)
+    assert not moved.known and moved.thread is not None
+    assert [t.id for t in moved.thread.turns] == [first.turn_id, second.turn_id]

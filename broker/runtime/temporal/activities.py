@@ -27,6 +27,9 @@ Rule 4: a turn that failed every attempt (workflow.py Rule 5) runs its items onc
         more through the same actor with an engine that fails at once
         (failed_turn.py): the turn is recorded failed, the person is told, and the
         items are consumed, as when a local turn's engine fails.
+Rule 5: a turn that ended without an error leaves its actor's context to the node
+        (broker/mailbox/warm_threads.py): the session's next turn here loads the
+        thread again only if the head moved meanwhile.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from broker.core import queue_machine as m
 from broker.mailbox.actor import Posted, SessionActor
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.registry import Mailboxes
+from broker.mailbox.warm_threads import WarmThreads
 from ledger import logs
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
@@ -116,6 +120,7 @@ class Activities:
     def __init__(self, mailboxes: Mailboxes, client: Client) -> None:
         self.mailboxes = mailboxes
         self.client = client
+        self.warm = mailboxes.ports.warm = WarmThreads()
 
     def all(self) -> list[Any]:
         return [
@@ -182,10 +187,16 @@ class Activities:
         actor = OneTurnActor(order.label, ports, noted)
         self.mailboxes.actors[order.label] = actor
         try:
-            return await self._run(actor, order, items)
+            result = await self._run(actor, order, items)
         finally:
             if self.mailboxes.actors.get(order.label) is actor:
                 del self.mailboxes.actors[order.label]
+        # Ended without an error: its facts are what the ledger committed, kept for the
+        # session's next turn on this node (warm_threads.py).
+        head = actor.facts.head
+        if actor.looping.is_set() and head is not None:
+            self.warm.keep(order.label, head, actor.facts.ctx)
+        return result
 
     async def _run(
         self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo]
