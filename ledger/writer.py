@@ -148,6 +148,7 @@ class LedgerWriter:
         self._max_queue = max_queue
         self._admission = Admission(max_queue, lambda: self.queued, lambda: self._closed)
         self.admit = self._admission.admit  # Rule 9
+        self.has_room = self._admission.has_room
         self._queue: deque[Pending[Any]] = deque()
         self._lazy: deque[Pending[Any]] = deque()  # Rule 6
         self._lazy_s = lazy_s
