@@ -148,7 +148,6 @@ class LedgerWriter:
         self._max_batch = max_batch
         self._admission = Admission(max_queue, lambda: self.queued, lambda: self._closed)
         self.admit = self._admission.admit  # Rule 9
-        self.has_room = self._admission.has_room
         self._queue: deque[Pending[Any]] = deque()
         self._lazy: deque[Pending[Any]] = deque()  # Rule 6
         self._lazy_s = lazy_s
@@ -173,6 +172,10 @@ class LedgerWriter:
     @property
     def queued(self) -> int:
         return len(self._queue) + len(self._lazy)
+
+    def has_room(self) -> bool:
+        """Would `admit` return at once? (ledger/admission.py Rule 3, inlined: per event.)"""
+        return len(self._queue) + len(self._lazy) < self._admission.bound and not self._closed
 
     @property
     def failure(self) -> WriteFailure | None:

@@ -167,7 +167,8 @@ class SessionActor:
                     await self.wake.wait()
                 self._wake_by = -math.inf  # awake: posts need not wake us
             self.wake = anyio.Event()
-            await self.room.wait(self.queue)
+            if not self.room.has_room():
+                await self.room.wait(self.queue)
             self._handle_queue()
             if self.clock() >= lc.wake_at(self.state):
                 self._apply(lc.Woke())
