@@ -8,9 +8,9 @@ Rule 1: a submitter that can wait asks `admit(wait_s)` before it queues a job.
         `overloaded`, never by a silent drop.
 Rule 2: the event waiters sleep on is made only while someone waits, so a batch
         taken with nobody waiting costs one attribute read.
-Rule 3: `has_room` is the same test without the wait, for a submitter that cannot
-        await where it writes: it writes at once with room, else awaits `admit` first
-        in a task of its own (broker/mailbox/actor.py Rule 5).
+Rule 3: the writer's `has_room` is the same test without the wait, for a
+        submitter that cannot await where it writes: it writes at once with room,
+        else awaits `admit` first (broker/mailbox/actor.py Rule 5).
 """
 
 from __future__ import annotations
@@ -34,10 +34,6 @@ class Admission:
         self._queued = queued
         self._closed = closed
         self._has_room: anyio.Event | None = None  # Rule 2
-
-    def has_room(self) -> bool:
-        """Would `admit` return at once (Rule 3)?"""
-        return self._queued() < self.bound and not self._closed()
 
     async def admit(self, wait_s: float) -> None:
         """Return once the queue takes another job (Rule 1); WriterOverloaded after
