@@ -56,7 +56,6 @@ class SessionPorts:
         self.router = router
         self.commits = commits
         self.commit_turn = commits.commit  # bound: no second coroutine a turn
-        self.has_room, self.admit = ledger.has_room, ledger.admit  # bound: a call less each
         self.chat = ChatCommands(ledger, router, deliveries)
         self.tool_context = tool_context
         self.retire = retire
@@ -89,6 +88,12 @@ class SessionPorts:
 
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None:
         self.ledger.submit_mark_running(turn_id, item_ids, started_ms)
+
+    def has_room(self) -> bool:
+        return self.ledger.has_room()
+
+    async def admit(self) -> None:
+        await self.ledger.admit()
 
     async def save_progress(self, turn_id: str, label: str, text: str) -> bool:
         try:
