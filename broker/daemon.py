@@ -29,7 +29,7 @@ from ledger.db import LedgerError, LedgerNotWritable, LedgerUnreachable, damaged
 from ledger.inspect import FailureKind, storage_failure
 from ledger.jobs import LedgerWriteFailed, WriterDied, WriterStuck
 from ledger.store import Ledger
-from ledger.writer import WriterClosed, WriterOverloaded
+from ledger.writer import WriterClosed
 
 from . import systemd
 from .cluster_push import follower_for
@@ -122,7 +122,7 @@ class Daemon:
             self._configure_writer_logging(self.ledger, merged)
             try:
                 self.ledger.snapshot_max_bytes = merged.snapshots.max_bytes
-            except (WriterClosed, WriterOverloaded) as exc:
+            except WriterClosed as exc:
                 log.error("the ledger writer keeps its old snapshots.max_bytes", error=str(exc))
         if pending:
             log.warning("reloaded; these settings take effect after a restart", keys=pending)
@@ -133,7 +133,7 @@ class Daemon:
     def _configure_writer_logging(ledger: Ledger, settings: Settings) -> None:
         try:
             ledger.configure_logging(settings.log_level, settings.log_format)
-        except (WriterClosed, WriterOverloaded) as exc:
+        except WriterClosed as exc:
             log.error("the ledger writer keeps its old log level", error=str(exc))
 
     def _load_config(self) -> Settings:

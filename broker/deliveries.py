@@ -41,7 +41,7 @@ import orjson
 from ledger import logs
 from ledger.ids import now_ms
 from ledger.port import Committing, DeliveryPort, OutboxKey
-from ledger.writer import WriterClosed, WriterOverloaded
+from ledger.writer import WriterClosed
 
 from .connection import Connection
 from .protocol import ArgSpec, ProtocolError, check_args
@@ -299,7 +299,7 @@ class Deliveries:
         if self._confirmed:  # arrived after the job took its ids
             try:
                 self._submit_confirm_job()
-            except (WriterClosed, WriterOverloaded) as exc:
+            except WriterClosed as exc:
                 # At shutdown the writer has just closed. The rows stay pending
                 # and are sent again (Rule 3).
                 log.info(

@@ -28,7 +28,7 @@ from ledger.ids import now_ms
 from ledger.items import ItemInfo
 from ledger.jobs import LedgerWriteFailed
 from ledger.port import TimerPort
-from ledger.writer import WriterClosed, WriterOverloaded
+from ledger.writer import WriterClosed
 
 log = logs.get("broker.timers")
 MAX_SLEEP_S = 60.0
@@ -79,8 +79,8 @@ class TimerWheel:
                     await self._sleep_until_due()
                 except WriterClosed:
                     return  # the daemon stops (it says why); the timers wait in the ledger
-                except (LedgerWriteFailed, WriterOverloaded) as exc:
-                    # The writer retried this already, or is full; the daemon stops on
+                except LedgerWriteFailed as exc:
+                    # The writer retried this already; the daemon stops on
                     # a writer that stays dead. Try again later: a firing that did not
                     # commit left no trace, so it cannot fire twice.
                     log.error("could not fire due timers", error=str(exc))

@@ -8,6 +8,9 @@ Rule 1: a submitter that can wait asks `admit(wait_s)` before it queues a job.
         `overloaded`, never by a silent drop.
 Rule 2: the event waiters sleep on is made only while someone waits, so a batch
         taken with nobody waiting costs one attribute read.
+Rule 3: the writer's `has_room` is the same test without the wait, for a
+        submitter that cannot await where it writes: it writes at once with room,
+        else awaits `admit` first (broker/mailbox/actor.py Rule 5).
 """
 
 from __future__ import annotations

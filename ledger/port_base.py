@@ -27,6 +27,11 @@ class Committing(Protocol[T_co]):
 
 
 class Admits(Protocol):
+    def has_room(self) -> bool:
+        """Would `admit` return at once? For a submitter that cannot await where it
+        writes: it writes at once while this holds, else awaits `admit` first."""
+        ...
+
     async def admit(self) -> None:
         """Wait for room for one more `submit_*` write (ledger/port.py Rule 2).
 

@@ -10,5 +10,8 @@ class AdmittedWrites:
     writer: LedgerWriter
     writer_wait_s = 10.0  # the bound on a wait for room (ledger.writer_wait_s)
 
+    def has_room(self) -> bool:
+        return self.writer.has_room()
+
     async def admit(self) -> None:
         await self.writer.admit(self.writer_wait_s)

@@ -37,11 +37,12 @@ Rule 7: while the storage fails, `failure` says since when and why, and the
 Rule 8: the writer only resolves outcomes (`Pending`, in submission order) and
         wakes the tasks that await them; what follows from a commit (an ack, a
         reply, an item's hand-off) runs in those tasks, never in the writer's.
-Rule 9: backpressure waits: a submitter that can wait is admitted first
+Rule 9: backpressure waits: every submitter that can flood the queue (the
+        ingress, the actors, replies and their confirmations) is admitted first
         (`admit(wait_s)`, ledger/admission.py), which waits while `max_queue`
-        jobs wait. Writes from code that cannot wait (a running turn's
-        bookkeeping, at most one turn per session) are taken up to twice
-        `max_queue` without admission, and refused only past that.
+        jobs wait; `submit` itself never refuses a job for a full queue. The
+        others (an operator's op, the timer sweep, a reload) await each write
+        they make, one at a time, so they cannot flood it.
 """
 
 from __future__ import annotations
@@ -145,7 +146,6 @@ class LedgerWriter:
             executor = Transactor(executor, on_rollback)
         self._link = ThreadLink(executor) if isinstance(executor, Transactor) else executor
         self._max_batch = max_batch
-        self._max_queue = max_queue
         self._admission = Admission(max_queue, lambda: self.queued, lambda: self._closed)
         self.admit = self._admission.admit  # Rule 9
         self._queue: deque[Pending[Any]] = deque()
@@ -173,6 +173,10 @@ class LedgerWriter:
     def queued(self) -> int:
         return len(self._queue) + len(self._lazy)
 
+    def has_room(self) -> bool:
+        """Would `admit` return at once? (ledger/admission.py Rule 3, inlined: per event.)"""
+        return len(self._queue) + len(self._lazy) < self._admission.bound and not self._closed
+
     @property
     def failure(self) -> WriteFailure | None:
         """Since when and why writes fail on the storage (Rule 7); None while they commit."""
@@ -187,9 +191,9 @@ class LedgerWriter:
         return self._next_batch_done
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
-        """Queue `fn(conn, *args, **kwargs)` without waiting.
+        """Queue `fn(conn, *args, **kwargs)` without waiting (room first: Rule 9).
 
-        Raises WriterOverloaded or WriterClosed.
+        Raises WriterClosed.
         """
         pending = self._pending(fn, args, kwargs)
         self._queue.append(pending)
@@ -209,8 +213,6 @@ class LedgerWriter:
     def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
         if self._closed:
             raise WriterClosed("the ledger writer has stopped")
-        if len(self._queue) + len(self._lazy) >= 2 * self._max_queue:  # Rule 9
-            raise WriterOverloaded("the ledger writer queue is full")
         return Pending(JobSpec(fn, args, kwargs), self._next_batch_event)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

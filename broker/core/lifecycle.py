@@ -402,6 +402,6 @@ def _woke(state: State, now: float) -> _Step:
     deadline = state.queue.collect_deadline
     if deadline is not None and now >= deadline:
         return _queue(state, m.Tick(), now)
-    if state.quiet and now - state.last_activity >= state.idle_s:
+    if state.quiet and now >= state.last_activity + state.idle_s:  # as `wake_at` computes it
         return state, (RETIRE,)
     return state, ()

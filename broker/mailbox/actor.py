@@ -15,6 +15,16 @@ Rule 3: a turn is durable at both ends: its items are marked running before the
 Rule 4: every engine call is bounded by `engine.timeout_s`; an abort cancels the
         turn's own scope; a shutdown leaves the turn uncommitted, for crash recovery
         to record and re-run at the next start.
+Rule 5: the actor writes only with room in the ledger's queue of writes (ledger/port.py
+        Rule 2): it handles an event (which may drop an item, begin a thread, answer a
+        command) and begins a turn (marking its items running) only while `has_room`
+        holds; else it awaits `admit` first, in its loop or in a task of its own, while
+        later events wait behind in its queue, in order. Room that does not come
+        within `ledger.writer_wait_s` is waited for again (logged each time): no turn
+        runs without its record, and no event is lost or reordered; the turn waits
+        until the writer takes writes again, or the daemon stops (crash recovery runs
+        it at the next start). A chat command that waited a whole bound meanwhile is
+        answered `overloaded` instead (chat.py Rule 4).
 """
 
 from __future__ import annotations
@@ -33,12 +43,13 @@ from ledger import logs
 from ledger.items import ItemInfo
 
 from . import compactor
-from .commands import Command, CompactRequest, is_command, split_commands
+from .commands import Command, CompactRequest, is_chat_command, split_commands
 from .ports import ActorPorts
 from .running_turn import RunningTurn
 from .session_facts import SessionFacts
 from .thread_start import EXPLICIT_NEW, ThreadCuts, ThreadRequest
 from .turn_steps import TurnSteps
+from .write_room import WriteRoom
 
 log = logs.get("broker.actor")
 ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]
@@ -71,6 +82,7 @@ class SessionActor:
         self._next_turn: RunningTurn | None = None  # opened, for the loop to run
         self._step: lc.Action | None = None  # what the running turn does next
         self._retiring = False
+        self.room = WriteRoom(label, ports)  # Rule 5
 
     def post(self, event: Posted) -> None:
         self.queue.append(event)
@@ -78,7 +90,13 @@ class SessionActor:
             return  # the `_handle_queue` on the stack takes it next
         if not self._live:
             self.wake.set()
-            return
+        elif self.room.has_room():  # Rule 5
+            self._handle_posted()
+        else:  # a task waits for room, then handles what waits
+            assert self._tg is not None
+            self.room.handle_later(self._tg.start_soon, self.queue, self._handle_posted)
+
+    def _handle_posted(self) -> None:
         try:  # here rather than by waking the loop: a task switch and a timer less
             self._handle_queue()
         except Exception as exc:  # the loop raises it: the actor fails and is restarted
@@ -118,9 +136,10 @@ class SessionActor:
             self._thread_requested(ThreadRequest(*start.pending_thread))
         async with anyio.create_task_group() as tg:
             self._tg, self.steps.spawn = tg, tg.start_soon
+            await self.room.wait(self.queue)
             for command in commands:
                 self.items.pop(command.id, None)
-                self.ports.chat_command(self, command)
+                self.ports.chat_command(self, command, False)
             self._apply(m.Resume())
             self._live = True
             try:
@@ -148,6 +167,8 @@ class SessionActor:
                     await self.wake.wait()
                 self._wake_by = -math.inf  # awake: posts need not wake us
             self.wake = anyio.Event()
+            if not self.room.has_room():
+                await self.room.wait(self.queue)
             self._handle_queue()
             if self.clock() >= lc.wake_at(self.state):
                 self._apply(lc.Woke())
@@ -183,8 +204,8 @@ class SessionActor:
     def _arrived(self, item: ItemInfo) -> None:
         if item.channel is not None:
             self.facts.latest_inbound = item
-        if item.source == "person" and is_command(item.text or ""):
-            self.ports.chat_command(self, item)
+        if is_chat_command(item):
+            self.ports.chat_command(self, item, self.room.overloaded(item))
             return
         if item.id in self.cancelled:
             return
@@ -275,28 +296,15 @@ class SessionActor:
                 if turn is not None and turn.turn_no == action.turn_no:
                     turn.steer_queue.append(self.items[action.item.id])
             case m.Drop():
-                self._drop(action)
+                self.steps.drop(action, self.items)
             case m.WakeAt():
                 pass  # the deadline is in the state: `lc.wake_at`
 
-    def _drop(self, action: m.Drop) -> None:
-        if action.reason == "cap:summarize":  # named in the next turn's note: keep it till then
-            item = self.items.get(action.item.id)
-        else:
-            item = self.items.pop(action.item.id, None)
-        # A stopped turn's commit recorded it as cancelled; `item.cancel` records its own.
-        if action.reason not in ("stopped", "cancelled"):
-            self.ports.drop_item(self.label, action.item.id, action.reason, item)
-
     def _open(self, start: m.StartTurn) -> None:
-        self.turn = self.steps.open(start, self.items, self._save)
+        self.turn = self.steps.open(start, self.items)
         self.status = "processing"
         self._next_turn = self.turn  # the loop runs it: a task switch, not a new task
         self.wake.set()
-
-    def _save(self, turn: RunningTurn) -> None:
-        if self.ports.save_progress(turn.id, self.label, "".join(turn.parts)):
-            turn.progress_saved = True
 
     async def _run_turn(self, turn: RunningTurn) -> None:
         """Perform the turn's steps as the machine gives them, up to its commit."""
@@ -305,6 +313,8 @@ class SessionActor:
         while not isinstance(step := self._step, lc.Commit):
             self._step = None
             if isinstance(step, lc.Plan):
+                if not self.room.has_room():  # the turn begins only with its record
+                    await self.room.wait(self.queue)
                 self._apply(self.steps.plan(turn))
             elif isinstance(step, lc.CallEngine):
                 self.status = "streaming"

@@ -12,6 +12,12 @@ Rule 3: `/fork` and `/switch` change where the conversation's messages go: the f
         the binding, the item done and the reply are one transaction
         (ledger/binding_jobs.py), which also decides the reply's words, since only
         it knows whether the target exists and whose it is.
+Rule 4: a command is handled only while the ledger's queue of writes has room (the
+        actor waits for some: actor.py Rule 5). One that waited `ledger.writer_wait_s`
+        for it in vain is answered that the broker is overloaded, as the ingress
+        answers a message, and changes nothing: it is not applied, and its item ends
+        with the reason `command:overloaded` and that answer, once room comes (a
+        reply is sent only from its commit, deliveries.py Rule 1).
 """
 
 from __future__ import annotations
@@ -40,9 +46,15 @@ class ChatCommands:
         self.deliveries = deliveries
         self.tg: anyio.abc.TaskGroup | None = None  # the registry's, where replies wait
 
-    def handle(self, actor: CommandTarget, item: ItemInfo) -> None:
-        """Apply a chat command at once (it never reaches the engine) and reply."""
+    def handle(self, actor: CommandTarget, item: ItemInfo, overloaded: bool = False) -> None:
+        """Apply a chat command at once (it never reaches the engine) and reply;
+        `overloaded`: it found no room in time, and is refused (Rule 4)."""
         override: str | bool | None = False
+        if overloaded:
+            name = (item.text or "").split(maxsplit=1)[0]
+            text = f"The broker is overloaded: {name} was not applied. Send it again in a moment."
+            self._reply(actor.label, item, text, "command:overloaded", override)
+            return
         try:
             command = parse(item.text or "")
             assert command is not None

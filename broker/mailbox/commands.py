@@ -44,8 +44,13 @@ class CompactRequest:
 def split_commands(items: list[ItemInfo]) -> tuple[list[ItemInfo], list[ItemInfo]]:
     """Recovered items: (the rest, the chat commands among them). A command cut off
     between its ack and its reply is still a command."""
-    commands = [i for i in items if i.source == "person" and is_command(i.text or "")]
+    commands = [i for i in items if is_chat_command(i)]
     return [i for i in items if i not in commands], commands
+
+
+def is_chat_command(item: ItemInfo) -> bool:
+    """Is the item a person's chat command (well-formed or not)?"""
+    return item.source == "person" and is_command(item.text or "")
 
 
 def is_command(text: str) -> bool:

@@ -7,9 +7,11 @@ with fakes and a clock it steps.
 
 Rule 1: the synchronous ports never block: a write they make is only queued on the
         ledger's single writer, which is FIFO, so it commits before any later write of
-        the same actor (a turn's items are marked running before its commit).
+        the same actor (a turn's items are marked running before its commit). The actor
+        calls them only while `has_room` holds, or after `admit` (actor.py Rule 5).
 Rule 2: the awaited ports end by themselves (a write waits out a refusing disk inside
-        the writer, ledger/writer.py Rule 7); the actor bounds only the engine.
+        the writer, ledger/writer.py Rule 7, and for room at most `ledger.writer_wait_s`
+        at a time); the actor bounds only the engine.
 """
 
 from __future__ import annotations
@@ -73,9 +75,17 @@ class ActorPorts(Protocol):
     async def settled(self) -> None: ...
     async def load(self, label: str) -> tuple[ActorStart, SessionContext]: ...
 
+    # Room in the ledger's queue of writes (ledger/port.py Rule 2): `admit` waits for
+    # some, at most `ledger.writer_wait_s`, then raises `WriterOverloaded`.
+    def has_room(self) -> bool: ...
+    async def admit(self) -> None: ...
+
     # Writes (Rule 1, Rule 2).
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None: ...
-    def save_progress(self, turn_id: str, label: str, text: str) -> bool: ...
+    async def save_progress(self, turn_id: str, label: str, text: str) -> bool:
+        """Waits for room first; False: not saved (no room came, or the writer stopped)."""
+        ...
+
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None: ...
     def new_thread(
         self, label: str, previous: str | None, thread: int | None, reason: str, carry: Carry | None
@@ -89,7 +99,7 @@ class ActorPorts(Protocol):
         first_seq: int,
         events: list[tuple[str, dict[str, Any]]],
     ) -> Committing[None] | None:
-        """Queue a running turn's events (None: the writer refused them, for now)."""
+        """Queue a running turn's events (None: the writer has stopped)."""
         ...
 
     # Engines and their tools, the adapters, chat commands.
@@ -101,7 +111,10 @@ class ActorPorts(Protocol):
     async def recall_hint(
         self, label: str, terms: tuple[str, ...], own_msg_ids: tuple[str, ...]
     ) -> list[str]: ...  # which terms the session's older messages hold
-    def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None: ...
+    def chat_command(self, actor: CommandTarget, item: ItemInfo, overloaded: bool) -> None:
+        """Apply a chat command and answer it; `overloaded`: it found no room in time, and
+        is answered so instead, changing nothing (chat.py Rule 4)."""
+        ...
 
     # The registry: a turn ended (a drain may wait for it); the actor retires.
     def turn_ended(self) -> None: ...

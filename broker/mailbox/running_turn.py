@@ -4,7 +4,8 @@ Rule 1: deltas go out as they come, never waited on (deliveries.py), and the tur
         keeps them: an aborted turn commits what it said.
 Rule 2: a turn that streams for longer than `engine.progress_save_s` saves its output
         so far at the first delta of each period after its start (ledger/turns.py
-        Rule 4); a quick turn never saves.
+        Rule 4); a quick turn never saves. The save waits for room in the ledger's
+        queue of writes, and so holds up the stream (backpressure reaches the engine).
 Rule 3: every engine call gets its own cancel scope, bounded by the engine timeout; an
         abort cancels the call in progress, or the next one before it starts.
 Rule 4: the turn's events are numbered as they happen and written while it runs, at
@@ -14,7 +15,10 @@ Rule 4: the turn's events are numbered as they happen and written while it runs,
         with the first of them its `intent`, made when it began. Each engine call
         ends with an `llm` event, unless the engine reported its own model calls;
         those and the turn's `error` go with the commit, so a quick turn writes
-        all its events in its commit's transaction.
+        all its events in its commit's transaction. Events are written only while
+        the ledger's queue of writes has room; else that task first waits for room
+        (`admit`), and if none comes in time they go with the turn's next write, or
+        its commit.
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from broker.core.packing import ContextPlan, Msg
 from broker.core.snapshots import bad_file_event
 from broker.engines.base import Engine, EngineError
 from ledger import logs
+from ledger.admission import WriterClosed, WriterOverloaded
 from ledger.ids import new_id, now_ms
 from ledger.items import ItemInfo
 from ledger.port import Committing
 
 log = logs.get("broker.actor")
 WriteEvents = Callable[[int, list[te.Event]], "Committing[None] | None"]
+Admit = Callable[[], Awaitable[None]]  # the ledger's wait for room (ledger/port.py Rule 2)
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task group's start_soon
 TIMEOUT = "the agent took too long to answer and was stopped"
 
@@ -83,12 +89,15 @@ class RunningTurn:
     # turn starts; `progress_saved` tells the commit a saved row may exist.
     clock: Callable[[], float] = anyio.current_time
     save_every_s: float = math.inf
-    save_progress: Callable[[RunningTurn], None] | None = None
+    save_progress: Callable[[RunningTurn], Awaitable[None]] | None = None
     progress_saved: bool = False
     save_due: float = field(init=False)
-    # Rule 4: every event of the turn, and how to write some (None: only at the commit).
+    # Rule 4: every event of the turn, and how to write some (None: only at the commit),
+    # when the ledger has room for them.
     events: te.EventLog = field(default_factory=lambda: te.EventLog([]))
     write_events: WriteEvents | None = None
+    has_room: Callable[[], bool] = lambda: True
+    admit: Admit | None = None
     # The write under way and its first event; a task of the actor's group (`spawn`)
     # awaits it when more events wait behind it.
     events_writing: Committing[None] | None = None
@@ -111,7 +120,7 @@ class RunningTurn:
             next_due = save_due(self.save_due, self.clock(), self.save_every_s)
             if next_due is not None:
                 self.save_due = next_due
-                self.save_progress(self)
+                await self.save_progress(self)
 
     def take_steer(self) -> list[ChatMessage]:
         taken, self.steer_queue = self.steer_queue, []
@@ -136,6 +145,11 @@ class RunningTurn:
             self._written(writing)
         if self.write_events is None or not te.flush_due(log_):
             return
+        if not self.has_room():  # a task waits for room, then sends them
+            if not self.events_follow_up and self.spawn is not None:
+                self.events_follow_up = True
+                self.spawn(self._after_write)
+            return
         first = log_.sent
         writing = self.write_events(first, log_.events[first:])
         if writing is None:  # the writer refused them for now: they go with the next
@@ -159,6 +173,12 @@ class RunningTurn:
         writing = self.events_writing
         if writing is not None:
             await writing.wait()
+        if not self.has_room() and self.admit is not None:
+            try:
+                await self.admit()
+            except (WriterOverloaded, WriterClosed):
+                self.events_follow_up = False
+                return  # no room in time: they go with the next write, or the commit
         self.events_follow_up = False
         if not self.events.closed:
             self.flush_events()

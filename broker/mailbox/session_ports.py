@@ -2,8 +2,8 @@
 
 Rule 1: writes that nobody waits on are only queued on the ledger's writer (FIFO):
         a turn's `mark_running` commits before its commit, a `/new` before the next
-        turn's. A progress save that cannot be queued is skipped, not an error: the
-        turn's commit holds its whole output anyway.
+        turn's. A progress save waits for room first; one that got none in time is
+        skipped, not an error: the turn's commit holds its whole output anyway.
 Rule 2: engines of personas that name one are built when first used, once.
 """
 
@@ -99,8 +99,15 @@ class SessionPorts:
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None:
         self.ledger.submit_mark_running(turn_id, item_ids, started_ms)
 
-    def save_progress(self, turn_id: str, label: str, text: str) -> bool:
+    def has_room(self) -> bool:
+        return self.ledger.has_room()
+
+    async def admit(self) -> None:
+        await self.ledger.admit()
+
+    async def save_progress(self, turn_id: str, label: str, text: str) -> bool:
         try:
+            await self.ledger.admit()
             self.ledger.submit_progress(turn_id, label, text, now_ms())
         except (WriterOverloaded, WriterClosed) as exc:
             log.warning("partial output not saved", session=label, turn=turn_id, error=str(exc))
@@ -117,8 +124,8 @@ class SessionPorts:
     ) -> Committing[None] | None:
         try:
             return self.ledger.submit_events(turn_id, label, parent, first_seq, events, now_ms())
-        except (WriterOverloaded, WriterClosed):
-            return None  # Rule 1: they go with the turn's next write, or its commit
+        except WriterClosed:
+            return None  # they go with the turn's commit, if it can still be made
 
     def drop_item(self, label: str, item_id: str, reason: str, item: ItemInfo | None) -> None:
         self.ledger.submit_item_status([(item_id, "dropped", reason)], now_ms())
@@ -193,8 +200,8 @@ class SessionPorts:
     ) -> list[str]:
         return await self.ledger.recall_hint_terms(label, terms, own_msg_ids)
 
-    def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
-        self.chat.handle(actor, item)
+    def chat_command(self, actor: CommandTarget, item: ItemInfo, overloaded: bool) -> None:
+        self.chat.handle(actor, item, overloaded)
 
     def turn_ended(self) -> None:
         if self._turn_ended is not None:

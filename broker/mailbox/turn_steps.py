@@ -15,7 +15,6 @@ Rule 3: a turn whose context leaves older turns out looks once, before its first
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from broker import tools
@@ -49,7 +48,6 @@ class TurnSteps:
         self,
         start: m.StartTurn,
         items: dict[str, ItemInfo],
-        save: Callable[[RunningTurn], None],
     ) -> RunningTurn:
         inputs = [items[i.id] for i in start.items]
         channel = next((i.channel for i in reversed(inputs) if i.channel), None)
@@ -60,7 +58,7 @@ class TurnSteps:
             turn_id, start.turn_no, new_id(), label, channel, ports.send_delta,
             tools=lambda name, args, call: ports.call_tool(label, turn_id, name, args, call),
             start=start, inputs=inputs, clock=ports.clock,
-            save_every_s=ports.settings.engine.progress_save_s, save_progress=save,
+            save_every_s=ports.settings.engine.progress_save_s, save_progress=self.save,
         )  # fmt: skip
         # Made with the turn's id: they become its history block as they are.
         msg = self.facts.ctx.msg
@@ -79,11 +77,13 @@ class TurnSteps:
         turn.write_events = lambda first, events: ports.write_events(
             turn_id, label, facts.head, first, events
         )  # the head as it is when they are written: after any compaction
+        turn.has_room, turn.admit = ports.has_room, ports.admit
         return turn
 
     def begin(self, turn: RunningTurn) -> None:
         """The turn starts now, after any compaction it needed: its items are running,
-        and its inputs are its first event (running_turn.py Rule 4)."""
+        and its inputs are its first event (running_turn.py Rule 4). Called with room
+        in the ledger's queue of writes (actor.py Rule 5)."""
         turn.started_ms = now_ms()
         self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
         if not turn.events.events:  # not again when it begins anew after a compaction
@@ -91,6 +91,21 @@ class TurnSteps:
             # event, or its commit; after a crash the recovery writes it.
             inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in turn.inputs]
             turn.events.events.append(("intent", te.intent_payload(inputs)))
+
+    async def save(self, turn: RunningTurn) -> None:
+        """Save a streaming turn's output so far (running_turn.py Rule 2)."""
+        if await self.ports.save_progress(turn.id, self.label, "".join(turn.parts)):
+            turn.progress_saved = True
+
+    def drop(self, action: m.Drop, items: dict[str, ItemInfo]) -> None:
+        """Record an item the queue machine dropped, and forget it."""
+        if action.reason == "cap:summarize":  # named in the next turn's note: keep it till then
+            item = items.get(action.item.id)
+        else:
+            item = items.pop(action.item.id, None)
+        # A stopped turn's commit recorded it as cancelled; `item.cancel` records its own.
+        if action.reason not in ("stopped", "cancelled"):
+            self.ports.drop_item(self.label, action.item.id, action.reason, item)
 
     def plan(self, turn: RunningTurn) -> lc.Planned:
         turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn)

@@ -39,3 +39,18 @@ async def test_a_full_queue_makes_a_submitter_wait_and_then_proceed(
     assert [a.msg_id for a in accepted] == [f"m{n}" for n in range(SMALL_QUEUE)] + ["late"]
     assert [a.seq for a in accepted] == sorted(a.seq for a in accepted)
     assert [i.id for i in await port.open_items(accepted[0].session)] == [a.item for a in accepted]
+
+
+async def test_has_room_says_whether_admit_would_return_at_once(
+    small_queue_port: LedgerPort,
+) -> None:
+    port = small_queue_port
+    assert port.has_room()
+    earlier = [port.submit_inbound(inbound(f"m{n}"), DM, tick()) for n in range(SMALL_QUEUE)]
+    assert not port.has_room()  # full: a submitter that cannot wait awaits `admit` first
+    with anyio.fail_after(10):
+        await port.admit()
+        assert port.has_room()  # room came: what `admit` waited for
+        for pending in earlier:
+            await pending.result()
+    assert port.has_room()

@@ -5,15 +5,19 @@ writer's queue is made tiny (`ledger.writer_queue`), so many senders at once
 fill it. Those past the queue wait for room instead of being refused: within
 `ledger.writer_wait_s` every message is acked once the writer runs again; past
 it they are answered `overloaded` and store nothing. No message is ever
-dropped without an answer.
+dropped without an answer. A session's actor waits for room too before its own
+writes: a turn due meanwhile begins (its items marked running) only once the
+queue takes its record (broker/mailbox/actor.py Rule 5).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +27,7 @@ import pytest
 
 from tests.harness import DaemonProcess, writer_pid
 
-from .wire import query
+from .wire import op, query
 
 WAIT = 5.0  # the bound on every wait for the broker
 SENDERS = 24  # well past the queue, twice the queue and the link's two batches
@@ -61,11 +65,15 @@ class Sender:
 
     def answer(self) -> dict[str, Any]:
         while True:
-            data = self.file.readline()
-            assert data, "the broker closed the connection"
-            frame: dict[str, Any] = orjson.loads(data)
+            frame = self.frame_any()
             if frame.get("type") not in ("delta", "deliver", "log"):
                 return frame
+
+    def frame_any(self) -> dict[str, Any]:
+        data = self.file.readline()
+        assert data, "the broker closed the connection"
+        frame: dict[str, Any] = orjson.loads(data)
+        return frame
 
     def close(self) -> None:
         self.file.close()
@@ -81,9 +89,11 @@ def stored(d: DaemonProcess) -> set[str]:
     return {r[0] for r in query(d, "SELECT msg_id FROM inbound WHERE channel = 'many'")}
 
 
-def start(make_daemon: DaemonFactory, backend: str, wait_s: float) -> tuple[DaemonProcess, int]:
+def start(
+    make_daemon: DaemonFactory, backend: str, wait_s: float, **config: Any
+) -> tuple[DaemonProcess, int]:
     ledger = {"writer_queue": QUEUE, "writer_wait_s": wait_s}
-    d = make_daemon({"ledger": ledger, "engine": SLOW_ENGINE}, backend=backend)
+    d = make_daemon({"ledger": ledger, "engine": SLOW_ENGINE, **config}, backend=backend)
     writer = anyio.run(writer_pid, d.socket)
     assert writer is not None
     return d, writer
@@ -155,4 +165,89 @@ def test_past_the_wait_senders_are_overloaded_and_nothing_is_dropped(
         assert stored(d) == {s.msg_id for s in senders}
     finally:
         for s in senders:
+            s.close()
+
+
+def until(check: Callable[[], bool], what: str) -> None:
+    """Poll `check` every 20 ms until it holds (bounded by WAIT)."""
+    deadline = time.monotonic() + WAIT
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def done(d: DaemonProcess, msg_ids: set[str]) -> bool:
+    """Is each of these messages done, in a completed turn?"""
+    rows = query(
+        d,
+        "SELECT i.msg_id FROM queue_items q JOIN inbound i ON i.id = q.inbound_id"
+        " JOIN turns t ON t.id = q.turn_id"
+        " WHERE i.channel = 'many' AND q.status = 'done' AND t.status = 'completed'",
+    )
+    return msg_ids <= {r[0] for r in rows}
+
+
+def ask(d: DaemonProcess, name: str, **args: Any) -> Any:
+    return anyio.run(functools.partial(op, d, name, **args))
+
+
+@each_backend
+def test_a_turn_due_while_the_queue_is_full_begins_once_room_comes_and_runs_once(
+    make_daemon: DaemonFactory, backend: str
+) -> None:
+    # A collect message waits a second of quiet before its turn opens: meanwhile the
+    # writer stops and the other senders fill its queue, so its turn must wait.
+    fast = {"delay_ms": 0, "chunks": 2}
+    d, writer = start(make_daemon, backend, 30.0, engine=fast, queue={"debounce_ms": 1000})
+    first = Sender(d, 999)
+    senders = [Sender(d, n) for n in range(SENDERS)]
+    try:
+        first.send()  # a first turn: the session's actor runs, and stays while idle
+        assert first.answer()["type"] == "ack"
+        until(lambda: done(d, {first.msg_id}), "the first turn")
+        first.msg_id = first.frame["msg_id"] = first.frame["req"] = "collected"
+        first.frame["queue_mode"] = "collect"
+        first.send()
+        ack = first.answer()
+        acked = time.monotonic()
+        assert ack["type"] == "ack", ack
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            for s in senders:
+                s.send()
+            until(lambda: ask(d, "health")["writer_queue"] == QUEUE, "a full queue")
+
+            def state() -> str:
+                listed = ask(d, "sessions.list")
+                return next(str(s["state"]) for s in listed if s["label"] == ack["session"])
+
+            due = acked + 1.5  # past its collect deadline
+            until(lambda: time.monotonic() > due, "the collect deadline")
+            # Due, but not opened: the actor handles its events (here, its timer) only
+            # with room for what they may write, so nothing of it went past the bound.
+            assert state() == "idle"
+            assert ask(d, "health")["writer_queue"] == QUEUE
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        for s in senders:
+            answer = s.answer()
+            assert (answer["type"], answer["msg_id"]) == ("ack", s.msg_id), answer
+        everyone = {"m999", first.msg_id, *(s.msg_id for s in senders)}
+        until(lambda: done(d, everyone), "every message done in a completed turn")
+        per_message = query(
+            d,
+            "SELECT i.msg_id, count(DISTINCT m.turn_id) FROM inbound i"
+            " JOIN messages m ON m.msg_id = i.msg_id AND m.role = 'user'"
+            " WHERE i.channel = 'many' GROUP BY i.msg_id",
+        )
+        assert dict(per_message) == dict.fromkeys(everyone, 1)  # each ran once
+        (intent,) = query(
+            d,
+            "SELECT count(*) FROM turn_events e JOIN queue_items q ON q.turn_id = e.turn_id"
+            " JOIN inbound i ON i.id = q.inbound_id WHERE i.msg_id = ? AND e.type = 'intent'",
+            first.msg_id,
+        )
+        assert intent == (1,)  # and its events were written
+    finally:
+        for s in [first, *senders]:
             s.close()

@@ -22,6 +22,7 @@ from broker.mailbox.actor import SessionActor
 from broker.mailbox.commands import CompactRequest
 from broker.mailbox.ports import CommandTarget
 from broker.mailbox.turn_commit import Written
+from ledger.admission import WriterOverloaded
 from ledger.items import ItemInfo
 from ledger.threads import Carry
 from ledger.turns import ActorStart, TurnRecord
@@ -81,6 +82,8 @@ class Ports:
     retired: anyio.Event = field(default_factory=anyio.Event)
     began: anyio.Event = field(default_factory=anyio.Event)  # a turn's items marked running
     hint_found: set[str] = field(default_factory=set)  # terms older messages hold
+    room: bool = True  # in the ledger's queue of writes; `make_room` changes it
+    room_made: anyio.Event = field(default_factory=anyio.Event)
 
     def __post_init__(self) -> None:
         self.engine.note = self.note
@@ -108,7 +111,28 @@ class Ports:
         self.note("running", item_ids)
         self.began.set()
 
-    def save_progress(self, turn_id: str, label: str, text: str) -> bool:
+    def has_room(self) -> bool:
+        return self.room
+
+    async def admit(self) -> None:
+        """As the ledger's: at most `ledger.writer_wait_s` (virtual seconds) for room."""
+        with anyio.move_on_after(self.settings.ledger.writer_wait_s):
+            while not self.room:
+                await self.room_made.wait()
+        if not self.room:
+            raise WriterOverloaded("the ledger writer queue stayed full")
+
+    def make_room(self, room: bool = True) -> None:
+        self.room = room
+        self.room_made.set()
+        self.room_made = anyio.Event()
+
+    async def save_progress(self, turn_id: str, label: str, text: str) -> bool:
+        try:
+            await self.admit()
+        except WriterOverloaded:
+            self.note("not saved", text)
+            return False
         self.note("saved", text)
         return True
 
@@ -153,8 +177,8 @@ class Ports:
         self.note("recall hint", terms)
         return [t for t in terms if t in self.hint_found]
 
-    def chat_command(self, actor: CommandTarget, item: ItemInfo) -> None:
-        self.note("command", item.text)
+    def chat_command(self, actor: CommandTarget, item: ItemInfo, overloaded: bool) -> None:
+        self.note("overloaded" if overloaded else "command", item.text)
 
     def turn_ended(self) -> None:
         self.note("turn ended")

@@ -180,6 +180,17 @@ def test_an_idle_actor_retires_after_idle_s_and_not_before() -> None:
     assert actions == [lc.Retire()]
 
 
+@given(st.floats(0, 1e6, allow_nan=False), st.floats(0.001, 1e5, allow_nan=False))
+def test_a_wake_up_at_the_idle_deadline_retires_whatever_the_rounding(
+    last: float, idle_s: float
+) -> None:
+    # At `wake_at` exactly the shell sends `Woke`; were it not enough (last + idle_s
+    # rounded one way, now - last the other), the shell's loop would wake forever.
+    state = lc.State.initial(m.State(m.Limits()), idle_s, last)
+    _, actions = lc.handle(state, lc.Woke(), lc.wake_at(state))
+    assert actions == (lc.Retire(),)
+
+
 def test_an_event_between_turns_is_activity_and_a_wake_up_is_not() -> None:
     state, _ = feed(fresh(), lc.Woke(), now=5.0)
     assert lc.wake_at(state) == IDLE_S

@@ -151,7 +151,7 @@ class Clock:
 async def test_a_turn_saves_at_the_first_delta_of_each_period(anyio_backend: str) -> None:
     clock, saved = Clock(), list[str]()
 
-    def save(turn: RunningTurn) -> None:
+    async def save(turn: RunningTurn) -> None:
         saved.append("".join(turn.parts))
 
     turn = RunningTurn(

@@ -288,6 +288,8 @@ class Activities:
 
     @activity.defn(name=DROP_ITEMS)
     async def drop_items(self, drops: Drops) -> None:
+        ports = self.mailboxes.ports
         for item_id, reason in drops.drops:
-            self.mailboxes.ports.drop_item(drops.label, item_id, reason, None)
+            await ports.admit()  # room first (actor.py Rule 5); overloaded: Temporal retries
+            ports.drop_item(drops.label, item_id, reason, None)
         await self.mailboxes.ledger.settled()
