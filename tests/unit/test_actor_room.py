@@ -22,6 +22,11 @@ __all__ = ["anyio_backend"]
 WAIT_S = 10.0
 
 
+async def advance(seconds: float) -> None:
+    """Let `seconds` of virtual time pass: the MockClock jumps, nothing really waits."""
+    await anyio.sleep(seconds)
+
+
 def waiting_ports(**sections: dict[str, Any]) -> Ports:
     return ports_with(ledger={"writer_wait_s": WAIT_S}, **sections)
 
@@ -31,11 +36,11 @@ async def test_without_room_turns_begin_only_once_room_comes_one_at_a_time() -> 
     actor = SessionActor("dm:a", ports)
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run, [])
-        await anyio.sleep(1)  # the actor runs: posts are handled as they come
+        await advance(1)  # the actor runs: posts are handled as they come
         ports.make_room(False)
         actor.post(item(1, "first"))
         actor.post(item(2, "second"))
-        await anyio.sleep(2.5 * WAIT_S)  # two whole waits for room pass in vain
+        await advance(2.5 * WAIT_S)  # two whole waits for room pass in vain
         assert at(ports, "running") == [] and ports.engine.calls == []
         ports.make_room()
         await ports.retired.wait()
@@ -72,7 +77,7 @@ async def test_a_turn_opened_with_room_begins_only_once_its_record_can_be_queued
         tg.start_soon(actor.run, [])
         actor.post(item(1))
         actor.post(item(2))  # opens, inline, as the first turn's commit is posted
-        await anyio.sleep(1 + WAIT_S + 5)
+        await advance(1 + WAIT_S + 5)
         assert [d for _, w, d in ports.log if w == "running"] == [["i1"]]
         ports.make_room()
         await ports.retired.wait()
@@ -85,11 +90,11 @@ async def test_a_command_that_found_no_room_in_time_is_answered_overloaded_in_it
     actor = SessionActor("dm:a", ports)
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run, [])
-        await anyio.sleep(1)
+        await advance(1)
         ports.make_room(False)
         actor.post(item(1, "/queue collect"))
         actor.post(item(2, "after it"))
-        await anyio.sleep(WAIT_S + 1)  # the command waited a whole bound
+        await advance(WAIT_S + 1)  # the command waited a whole bound
         assert [w for _, w, _ in ports.log] == []  # nothing handled, nothing written
         ports.make_room()
         await ports.retired.wait()
@@ -102,10 +107,10 @@ async def test_a_command_that_got_room_within_the_bound_is_applied() -> None:
     actor = SessionActor("dm:a", ports)
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run, [])
-        await anyio.sleep(1)
+        await advance(1)
         ports.make_room(False)
         actor.post(item(1, "/status"))
-        await anyio.sleep(WAIT_S / 2)
+        await advance(WAIT_S / 2)
         assert at(ports, "command") == []
         ports.make_room()
         await ports.retired.wait()
@@ -119,9 +124,9 @@ async def test_a_progress_save_waits_for_room_and_holds_the_stream_meanwhile() -
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run, [])
         actor.post(item(1, " ".join("abcdefghij")))
-        await anyio.sleep(1.1)
+        await advance(1.1)
         ports.make_room(False)  # the first save is due at the delta of 1.2 s
-        await anyio.sleep(2.0)
+        await advance(2.0)
         ports.make_room()  # at 3.1 s
         await ports.retired.wait()
     saves = [(round(t, 1), d) for t, w, d in ports.log if w == "saved"]
@@ -140,9 +145,9 @@ async def test_a_progress_save_that_finds_no_room_in_time_is_skipped() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run, [])
         actor.post(item(1, " ".join("abcdefghij")))
-        await anyio.sleep(1.1)
+        await advance(1.1)
         ports.make_room(False)
-        await anyio.sleep(WAIT_S + 1)
+        await advance(WAIT_S + 1)
         ports.make_room()
         await ports.retired.wait()
     skipped = [(round(t, 1), d) for t, w, d in ports.log if w == "not saved"]
@@ -181,7 +186,7 @@ async def test_a_turns_events_wait_for_room_then_are_written() -> None:
         ports.make_room(False)
         turn.event("action", {"name": "one"})
         turn.event("action", {"name": "two"})
-        await anyio.sleep(3)
+        await advance(3)
         assert written == []  # waiting, not refused
         ports.make_room()
         await anyio.lowlevel.checkpoint()  # the waiting task sends them
@@ -205,7 +210,7 @@ async def test_events_that_find_no_room_in_time_go_with_the_next_write() -> None
         )  # fmt: skip
         ports.make_room(False)
         turn.event("action", {"name": "one"})
-        await anyio.sleep(WAIT_S + 1)  # its wait for room ended in vain
+        await advance(WAIT_S + 1)  # its wait for room ended in vain
         assert written == [] and not turn.events_follow_up
         ports.make_room()
         turn.event("action", {"name": "two"})
