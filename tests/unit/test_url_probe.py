@@ -139,7 +139,9 @@ async def test_a_silent_server_costs_the_bound_once_then_nothing() -> None:
             assert anyio.current_time() - began < 0.2 + 0.3
             second = [link(f"{s.base}/c.png")]
             await probe.fill(second)
-        assert len(s.requests) == 2  # the host rests: c.png was not asked
+        # The host rests: c.png was not asked. (Under load the second of the first two
+        # may not have been sent before their shared deadline.)
+        assert 1 <= len(s.requests) <= 2
     assert [(f["type"], f["size"]) for f in first + second] == [
         ("image/png", None),
         ("image/gif", None),
