@@ -8,7 +8,6 @@ import anyio
 
 from ledger.rawsock import SocketReader
 
-from .loopclock import loop_clock
 from .protocol import FrameTooLarge, FrameUnfinished, LineBuffer
 
 
@@ -33,7 +32,6 @@ class FrameReader:
         self._ready: list[bytes] = []
         self._too_large = False
         self._partial_since: float | None = None  # when the unfinished frame began
-        self._clock = loop_clock()
         self.frame_timeout: Callable[[], float] | None = None  # read when needed: reloads apply
 
     async def receive(self) -> bytes:
@@ -52,7 +50,7 @@ class FrameReader:
                 self._partial_since = None
             elif ready or self._partial_since is None:
                 # What is left began in `data`: a line ended in it, or none was pending.
-                self._partial_since = self._clock()
+                self._partial_since = anyio.current_time()
         return ready.pop()
 
     async def _next_bytes(self) -> bytes:

@@ -23,7 +23,6 @@ from broker.context import TokenCounter
 from broker.core import queue_machine as m
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
-from broker.loopclock import loop_clock
 from broker.router import Router
 from ledger import dispatch, logs
 from ledger.ids import now_ms
@@ -80,7 +79,6 @@ class Mailboxes:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Own the actors; rehydrate the backlog before reporting started."""
-        self.ports.clock = loop_clock()
         async with anyio.create_task_group() as tg:
             self._tg = self.ports.chat.tg = tg
             await self._rehydrate()

@@ -63,7 +63,7 @@ class SessionPorts:
         self.counter = TokenCounter(settings.engine.encoding)
         self.engines: dict[str, Engine] = {}  # of personas that name one (Rule 2)
         self.deliveries = deliveries
-        # anyio's clock; the loop's own, read without the backend lookup, once running.
+        # anyio's clock (a test's MockClock on trio).
         self.clock: Callable[[], float] = anyio.current_time
         self.warm: WarmThreads | None = None  # the Temporal runtime's (warm_threads.py)
         # Made only while `drain` waits on it: a turn's end costs nothing otherwise.
