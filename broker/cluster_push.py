@@ -18,6 +18,11 @@ Rule 3: a reply sent here and not yet confirmed is left alone (the adapter may
         outlives its lease (this node died, or its adapter left without
         confirming) is taken over by whichever node holds an adapter of the
         channel: at least once, by out_id, as on one node (deliveries.py Rule 1).
+Rule 4: one page (`PAGE` rows) a channel a round, so what a full socket refused
+        waits a poll. But the page is the first one that holds a reply this node
+        can push: the replies it sent and that wait for their confirmation stay
+        claimable by it (its own claim), and more of them than a page must not
+        hide the newer replies behind them.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import anyio.abc
 
 from ledger import logs
 from ledger.ids import now_ms
-from ledger.port import DeliveryPort
+from ledger.port import DeliveryPort, OutboxKey, OutboxRow
 from ledger.writer import WriterClosed, WriterOverloaded
 
 from .deliveries import Deliveries
@@ -83,10 +88,8 @@ class OutboxFollower:
         """Claim and send what this node's adapters can take; how many were sent."""
         sent = 0
         for channel in self.deliveries.channels_here():
-            # One page a channel a round: what a full socket refused waits a poll.
             now = now_ms()
-            rows = await self.ledger.claimable_outbox(channel, self.node, now, self.lease_ms, PAGE)
-            wanted = [r for r in rows if self.deliveries.pushable(r.out_id)]
+            wanted = await self._page_with_work(channel, now)
             if not wanted:
                 continue
             await self.ledger.admit()
@@ -99,6 +102,19 @@ class OutboxFollower:
                     self.deliveries.push(row.out_id, channel, row.session, row.frame)
                     sent += 1
         return sent
+
+    async def _page_with_work(self, channel: str, now: int) -> list[OutboxRow]:
+        """Rule 4: the first page of `channel`'s claimable replies that holds one this
+        node can push, or [] once the pages run out."""
+        after: OutboxKey | None = None
+        while True:
+            rows = await self.ledger.claimable_outbox(
+                channel, self.node, now, self.lease_ms, PAGE, after
+            )
+            wanted = [r for r in rows if self.deliveries.pushable(r.out_id)]
+            if wanted or len(rows) < PAGE:
+                return wanted
+            after = rows[-1].key
 
 
 def follower_for(

@@ -21,16 +21,24 @@ _CLAIMABLE = "(claimed_by IS NULL OR claimed_by = ? OR claimed_at < ?)"
 
 
 def claimable_outbox(
-    conn: sqlite3.Connection, channel: str, node: str, now: int, lease_ms: int, limit: int
+    conn: sqlite3.Connection,
+    channel: str,
+    node: str,
+    now: int,
+    lease_ms: int,
+    limit: int,
+    after: OutboxKey | None = None,
 ) -> list[tuple[str, str, str, OutboxKey]]:
     """(out_id, session, frame, key) of up to `limit` pending replies of `channel`
-    that `node` may claim (Rule 2), oldest first."""
+    that `node` may claim (Rule 2), oldest first, from after `after` on (a page)."""
+    since = after or (-1, "")
     return [
         (str(r[0]), str(r[1]), str(r[2]), (int(r[3]), str(r[0])))
         for r in conn.execute(
             "SELECT out_id, session_label, frame, created_at FROM outbox WHERE channel = ?"
-            f" AND status = 'pending' AND {_CLAIMABLE} ORDER BY created_at, out_id LIMIT ?",
-            (channel, node, now - lease_ms, limit),
+            f" AND status = 'pending' AND {_CLAIMABLE} AND (created_at, out_id) > (?, ?)"
+            " ORDER BY created_at, out_id LIMIT ?",
+            (channel, node, now - lease_ms, *since, limit),
         )
     ]
 

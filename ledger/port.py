@@ -297,9 +297,16 @@ class DeliveryPort(Admits, Protocol):
         ...
 
     async def claimable_outbox(
-        self, channel: str, node: str, now: int, lease_ms: int, limit: int
+        self,
+        channel: str,
+        node: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        after: OutboxKey | None = None,
     ) -> list[OutboxRow]:
-        """Pending replies of `channel` that `node` may claim (ledger/outbox_claims.py)."""
+        """Up to `limit` pending replies of `channel` that `node` may claim, oldest
+        first, after `after` (ledger/outbox_claims.py)."""
         ...
 
     def submit_claim_outbox(

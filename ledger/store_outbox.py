@@ -9,6 +9,7 @@ from . import outbox_claims
 from .jobs import Pending
 from .port import OutboxRow
 from .sqlite_reads import ReaderPool
+from .turns import OutboxKey
 from .writer import LedgerWriter
 
 
@@ -18,10 +19,16 @@ class OutboxClaimMethods:
     readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
 
     async def claimable_outbox(
-        self, channel: str, node: str, now: int, lease_ms: int, limit: int
+        self,
+        channel: str,
+        node: str,
+        now: int,
+        lease_ms: int,
+        limit: int,
+        after: OutboxKey | None = None,
     ) -> list[OutboxRow]:
         rows = await self.readers.run(
-            lambda c: outbox_claims.claimable_outbox(c, channel, node, now, lease_ms, limit)
+            lambda c: outbox_claims.claimable_outbox(c, channel, node, now, lease_ms, limit, after)
         )
         return [OutboxRow(*row) for row in rows]
 

@@ -305,6 +305,22 @@ async def test_a_reply_is_claimed_by_one_node_until_its_lease_ends(port: LedgerP
     assert await port.submit_claim_outbox([out_id], "b", later + 5_000, 1_000).result() == []
 
 
+async def test_claimable_replies_page_on_after_a_key(port: LedgerPort) -> None:
+    out_ids = []
+    for n in range(3):
+        acc = await ingest(port, inbound(f"m{n}", sender=f"p{n}"))
+        rec = turn(acc.session, None, await port.open_items(acc.session), outbox_channel="chat")
+        await port.submit_turn(rec).result()
+        assert rec.outbox is not None
+        out_ids.append(rec.outbox[0])
+    now = tick()
+    first = await port.claimable_outbox("chat", "a", now, 1_000, 2)
+    assert [r.out_id for r in first] == out_ids[:2]
+    rest = await port.claimable_outbox("chat", "a", now, 1_000, 2, first[-1].key)
+    assert [r.out_id for r in rest] == out_ids[2:]
+    assert await port.claimable_outbox("chat", "a", now, 1_000, 2, rest[-1].key) == []
+
+
 async def test_a_known_head_skips_the_thread_until_the_head_moves(port: LedgerPort) -> None:
     acc = await ingest(port, inbound("m1"))
     [item] = await port.open_items(acc.session)
