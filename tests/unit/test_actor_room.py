@@ -5,9 +5,11 @@ and an `admit` that waits at most `ledger.writer_wait_s` (virtual) seconds for r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
 
@@ -170,6 +172,16 @@ class Written:
         return None
 
 
+def running_turn(
+    ports: Ports, write: Callable[[int, list[te.Event]], Written], tg: anyio.abc.TaskGroup
+) -> RunningTurn:
+    """A running turn whose events go to `write`, waiting for `ports`' room."""
+    return RunningTurn(
+        "t1", 1, "o1", "dm:a", None, lambda *a: None, write_events=write,
+        has_room=ports.has_room, admit=ports.admit, spawn=tg.start_soon,
+    )  # fmt: skip
+
+
 async def test_a_turns_events_wait_for_room_then_are_written() -> None:
     ports = waiting_ports()
     written: list[tuple[float, int, list[str]]] = []
@@ -179,10 +191,7 @@ async def test_a_turns_events_wait_for_room_then_are_written() -> None:
         return Written()
 
     async with anyio.create_task_group() as tg:
-        turn = RunningTurn(
-            "t1", 1, "o1", "dm:a", None, lambda *a: None, write_events=write,
-            has_room=ports.has_room, admit=ports.admit, spawn=tg.start_soon,
-        )  # fmt: skip
+        turn = running_turn(ports, write, tg)
         ports.make_room(False)
         turn.event("action", {"name": "one"})
         turn.event("action", {"name": "two"})
@@ -204,10 +213,7 @@ async def test_events_that_find_no_room_in_time_go_with_the_next_write() -> None
         return Written()
 
     async with anyio.create_task_group() as tg:
-        turn = RunningTurn(
-            "t1", 1, "o1", "dm:a", None, lambda *a: None, write_events=write,
-            has_room=ports.has_room, admit=ports.admit, spawn=tg.start_soon,
-        )  # fmt: skip
+        turn = running_turn(ports, write, tg)
         ports.make_room(False)
         turn.event("action", {"name": "one"})
         await advance(WAIT_S + 1)  # its wait for room ended in vain
