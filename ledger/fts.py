@@ -12,10 +12,6 @@ Rule 2: messages are append-only and their ids only grow, so the index is
         complete up to `fts_progress.indexed_through` and nothing beyond it.
 Rule 3: code that writes messages outside the writer (tests, bench fixtures)
         calls `index_new_messages` itself in the same transaction.
-Rule 4: the index holds `messages_text`, not `messages.content`: a library
-        item's string values rather than its JSON (migration *_fts_item_text),
-        read from that view here, by FTS5's snippet() and by the delete
-        triggers alike, so what is removed is always what was indexed.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ def index_new_messages(conn: sqlite3.Connection) -> int:
     if getattr(conn, "full_text", None) is not None:
         return 0  # another engine's index, kept up to date by its database (ledger/postgres)
     cur = conn.execute(
-        "INSERT INTO messages_fts (rowid, content) SELECT id, content FROM messages_text"
+        "INSERT INTO messages_fts (rowid, content) SELECT id, content FROM messages"
         " WHERE id > (SELECT indexed_through FROM fts_progress)"
     )
     added = cur.rowcount

@@ -53,8 +53,7 @@ def _bare_ledger() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.executescript(
         "CREATE TABLE messages (id INTEGER PRIMARY KEY, content TEXT NOT NULL);"
-        "CREATE VIEW messages_text AS SELECT id, content FROM messages;"
-        "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content = 'messages_text',"
+        "CREATE VIRTUAL TABLE messages_fts USING fts5(content, content = 'messages',"
         " content_rowid = 'id');"
         "CREATE TABLE fts_progress (only_row INTEGER PRIMARY KEY, indexed_through INTEGER);"
         "INSERT INTO fts_progress VALUES (1, 0);"
