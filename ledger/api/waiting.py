@@ -15,7 +15,9 @@ Rule 4: the first task of a pass to hand a job to a writer that gathers on its
         pass's other tasks once, then commits what they gathered itself. A
         callback for the commit and a wake-up after it cost a sequential caller
         a second pass of the loop per append. Cancelled while it lets the
-        others run, it commits all the same: the batch holds their jobs.
+        others run, it commits all the same: the batch holds their jobs (and
+        so when its loop closed without resuming it, and the batch's callers
+        are gone with that loop).
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ async def _wait_asyncio(
 
     def done(_: Ticket) -> None:
         if not fut.done():  # Rule 2
-            fut.set_result(None)
+            try:  # noqa: SIM105 - free when nothing raises; `suppress` is not, per append
+                fut.set_result(None)
+            except RuntimeError:  # its loop closed under a leader (Rule 4): nobody waits
+                pass
 
     ticket = Ticket(job, loop.call_soon_threadsafe, done, loop)
     submit(ticket)

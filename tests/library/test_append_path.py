@@ -156,3 +156,38 @@ async def test_a_first_task_cancelled_while_the_pass_gathers_commits_the_others(
         # Cancelled while it waited, the leader's own append committed all the same
         # (waiting.py Rule 2): nothing handed to the writer is taken back.
         assert await store.items("lead") == ["first"]
+
+
+def test_a_first_task_whose_loop_closes_under_it_commits_and_leaves_the_store_working(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+    import gc
+
+    loop = asyncio.new_event_loop()
+    store = loop.run_until_complete(Store.open(tmp_path / "ledger.db"))
+
+    followers: list[asyncio.Future[str]] = []
+
+    async def start_two() -> None:
+        asyncio.ensure_future(store.append("lead", ["first"]))  # noqa: RUF006 - to be collected
+        followers.append(asyncio.ensure_future(store.append("follow", ["second"])))
+        await asyncio.sleep(0)  # the first leads its pass and waits for the loop to resume it
+        loop.stop()  # it never will: the leader is closed when collected, its follower kept
+
+    starting = loop.create_task(start_two())
+    loop.run_forever()
+    assert starting.done()
+    loop.close()
+    gc.collect()
+
+    async def after() -> tuple[list[object], list[object], list[object]]:
+        await store.append("later", ["third"])
+        return await store.items("lead"), await store.items("follow"), await store.items("later")
+
+    try:
+        # Neither caller was told (their loop is gone), yet the batch committed, and
+        # a follower's closed loop did not fail the Store's writer.
+        assert asyncio.run(after()) == (["first"], ["second"], ["third"])
+    finally:
+        store._close()
