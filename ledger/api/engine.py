@@ -38,8 +38,9 @@ Rule 6: with synchronous=NORMAL a COMMIT writes to the WAL and syncs nothing
         it costs about what a read of the last 30 items does, and a thread hop
         there and back costs more than the transaction. The appends an event
         loop's tasks make in one pass of the loop are gathered and run as one
-        transaction on that loop's own thread, in a callback after the pass
-        (group commit without a hop: 200 tasks that each await their append
+        transaction on that loop's own thread, by the pass's first task once
+        the others had their turn (waiting.py Rule 4; group commit without a
+        hop: 200 tasks that each await their append
         make one transaction a pass: at most MAX_BATCH of them, the rest go to
         the writer thread, since the loop's other tasks wait while it runs).
         Only when the writer is free: if the writer thread has a batch under
@@ -311,8 +312,9 @@ class Engine:
         gathered = self._gathered.get(loop)
         if gathered is None:
             # Only this loop's thread touches its entry; the dict itself is shared.
-            gathered = self._gathered[loop] = []
-            loop.call_soon(self._commit_gathered, loop)
+            self._gathered[loop] = [ticket]
+            ticket.lead = self._commit_gathered  # this task commits the pass (waiting.py Rule 4)
+            return
         gathered.append(ticket)
 
     def _commit_gathered(self, loop: asyncio.AbstractEventLoop) -> None:

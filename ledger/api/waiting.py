@@ -10,6 +10,14 @@ Rule 2: a caller cancelled while it waits does not take its job back: a job
 Rule 3: the event loop is looked up at each call, not kept: one Store serves
         any number of event loops one after another (an `asyncio.run` per
         request, a test per loop) and blocking callers at once.
+Rule 4: the first task of a pass to hand a job to a writer that gathers on its
+        loop (engine.py Rule 6) leads the pass's batch: it lets the loop run the
+        pass's other tasks once, then commits what they gathered itself. A
+        callback for the commit and a wake-up after it cost a sequential caller
+        a second pass of the loop per append. Cancelled while it lets the
+        others run, it commits all the same: the batch holds their jobs (and
+        so when its loop closed without resuming it, and the batch's callers
+        are gone with that loop).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ Post = Callable[[Callable[[], None]], object]
 
 
 class Ticket:
-    __slots__ = ("error", "job", "loop", "on_done", "post", "value")
+    __slots__ = ("error", "job", "lead", "loop", "on_done", "post", "value")
 
     def __init__(
         self,
@@ -38,6 +46,8 @@ class Ticket:
         self.post = post
         self.loop = loop  # the asyncio loop waiting, for a commit on its thread (engine.py Rule 6)
         self.on_done = on_done  # runs on the caller's side (Rule 1)
+        # Set by the writer for the first ticket of a pass: commits the pass's batch (Rule 4).
+        self.lead: Callable[[asyncio.AbstractEventLoop], None] | None = None
         self.value: Any = None
         self.error: BaseException | None = None
 
@@ -58,11 +68,19 @@ async def _wait_asyncio(
 
     def done(_: Ticket) -> None:
         if not fut.done():  # Rule 2
-            fut.set_result(None)
+            try:  # noqa: SIM105 - free when nothing raises; `suppress` is not, per append
+                fut.set_result(None)
+            except RuntimeError:  # its loop closed under a leader (Rule 4): nobody waits
+                pass
 
     ticket = Ticket(job, loop.call_soon_threadsafe, done, loop)
     submit(ticket)
-    await fut
+    if ticket.lead is not None:
+        try:
+            await asyncio.sleep(0)  # the pass's other tasks gather behind this one (Rule 4)
+        finally:
+            ticket.lead(loop)
+    await fut  # done already when the batch committed on this thread
     return ticket.outcome()
 
 

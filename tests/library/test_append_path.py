@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
 from ledger.api import NotFound, Store
@@ -93,3 +94,100 @@ def test_after_a_rollback_the_index_is_asked_for_at_the_next_commit() -> None:
     _write(conn, 60)
     assert due(conn) == 260  # without forget, 60 changes since its answer would not ask
     assert _waiting(conn) == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_one_pass_of_appends_is_one_transaction_committed_by_its_first_task(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    async with await Store.open(tmp_path / "ledger.db") as store:
+        writer = store._live().writer
+        loop = asyncio.get_running_loop()
+        passes = 0
+        run_once = loop._run_once  # type: ignore[attr-defined]
+
+        def counted() -> None:
+            nonlocal passes
+            passes += 1
+            run_once()
+
+        loop._run_once = counted  # type: ignore[attr-defined]
+        try:
+            for n in range(20):  # sequential: one pass of the loop an append, no callback
+                await store.append("seq", [n])
+        finally:
+            del loop._run_once  # type: ignore[attr-defined]
+        assert passes == 20
+        assert writer.batches == writer.jobs == 20
+
+        async def caller(n: int) -> None:
+            for turn in range(5):
+                await store.append(f"s{n}", [turn])
+
+        async with anyio.create_task_group() as tg:
+            for n in range(40):
+                tg.start_soon(caller, n)
+        # Each pass's 40 appends are one transaction: five rounds, five batches
+        # (one more when a task starts a pass later than the others).
+        assert writer.jobs == 220
+        assert writer.batches - 20 <= 10
+        for n in range(40):
+            assert await store.items(f"s{n}") == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_first_task_cancelled_while_the_pass_gathers_commits_the_others(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    async with await Store.open(tmp_path / "ledger.db") as store:
+        leader = asyncio.ensure_future(store.append("lead", ["first"]))
+        follower = asyncio.ensure_future(store.append("follow", ["second"]))
+        await asyncio.sleep(0)  # both handed over their job: the leader lets the pass run
+        leader.cancel()
+        with anyio.fail_after(5):
+            turn = await follower
+            with pytest.raises(asyncio.CancelledError):
+                await leader
+        assert (await store.get("follow")).head_turn == turn
+        # Cancelled while it waited, the leader's own append committed all the same
+        # (waiting.py Rule 2): nothing handed to the writer is taken back.
+        assert await store.items("lead") == ["first"]
+
+
+def test_a_first_task_whose_loop_closes_under_it_commits_and_leaves_the_store_working(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+    import gc
+
+    loop = asyncio.new_event_loop()
+    store = loop.run_until_complete(Store.open(tmp_path / "ledger.db"))
+
+    followers: list[asyncio.Future[str]] = []
+
+    async def start_two() -> None:
+        asyncio.ensure_future(store.append("lead", ["first"]))  # noqa: RUF006 - to be collected
+        followers.append(asyncio.ensure_future(store.append("follow", ["second"])))
+        await asyncio.sleep(0)  # the first leads its pass and waits for the loop to resume it
+        loop.stop()  # it never will: the leader is closed when collected, its follower kept
+
+    starting = loop.create_task(start_two())
+    loop.run_forever()
+    assert starting.done()
+    loop.close()
+    gc.collect()
+
+    async def after() -> tuple[list[object], list[object], list[object]]:
+        await store.append("later", ["third"])
+        return await store.items("lead"), await store.items("follow"), await store.items("later")
+
+    try:
+        # Neither caller was told (their loop is gone), yet the batch committed, and
+        # a follower's closed loop did not fail the Store's writer.
+        assert asyncio.run(after()) == (["first"], ["second"], ["third"])
+    finally:
+        store._close()
