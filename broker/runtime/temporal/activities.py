@@ -11,14 +11,14 @@ Rule 1: the ledger decides what may run: items it no longer holds open (done,
         dropped, cancelled) are skipped, so a retried activity or a signal sent
         twice never runs a finished item again. A retry after a node died first
         records that node's cut-off turn as aborted (crash), as a restart does.
-Rule 2: the activity heartbeats every `POLL_S` while the turn runs. The workflow's
-        news for the turn (items steered into it, an abort, chat commands, which
-        the turn's actor answers: `/stop` aborts the turn there, after the
-        command's policy check) is pushed to it when the turn runs on the
-        workflow's node (live_turns.py), and asked for with the `control` query
-        every `QUERY_EVERY_S` otherwise. Steering goes through the workflow, not
-        the ledger: the query reaches the workflow wherever it runs and writes
-        nothing.
+Rule 2: the activity heartbeats every `POLL_S` while the turn runs, from the end of
+        its first `POLL_S`. The workflow's news for the turn (items steered into
+        it, an abort, chat commands, which the turn's actor answers: `/stop`
+        aborts the turn there, after the command's policy check) is pushed to it
+        when the turn runs on the workflow's node (live_turns.py), and asked for
+        with the `control` query every `QUERY_EVERY_S` otherwise. Steering goes
+        through the workflow, not the ledger: the query reaches the workflow
+        wherever it runs and writes nothing.
 Rule 3: an interrupt aborts the turn with the workflow's reason, pushed or seen at
         the next query (sooner than the activity's cancellation, which the SDK
         delivers with a throttled heartbeat) or on that cancellation; either way the
@@ -226,12 +226,15 @@ class Activities:
             tg.start_soon(_wake_when_ended, actor, live)
             try:
                 while not actor.ended.is_set():
-                    activity.heartbeat()
                     with anyio.move_on_after(POLL_S):
                         await live.wake.wait()
                     control = live.take()
                     if actor.ended.is_set():
                         break
+                    # Not before the first wait: the SDK sends a turn's first beat to
+                    # the server at once, a round trip a turn shorter than POLL_S
+                    # does without.
+                    activity.heartbeat()
                     if actor._live and actor.turn is None and actor.state.quiet:
                         actor.result = TurnResult("completed")  # nothing of it could run
                         break
