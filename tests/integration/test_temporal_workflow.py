@@ -14,9 +14,9 @@ import anyio
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from broker.runtime.temporal.control import Control, ControlPush
@@ -238,6 +238,23 @@ async def test_a_run_ends_after_idle_s_quiet_on_one_timer_not_one_a_turn(
     )
     # Quiet for idle_s after its last turn, not from the first timer's start.
     assert (events[-1].event_time.ToDatetime() - last_turn).total_seconds() >= 0.9
+    await replayer().replay_workflow(await handle.fetch_history())  # deterministic
+
+
+def replayer() -> Replayer:
+    runner = SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+    )
+    return Replayer(workflows=[SessionWorkflow], workflow_runner=runner)
+
+
+async def test_a_run_an_older_node_began_replays_on_this_code() -> None:
+    """workflow.py Rule 6: the history of a run of five turns that ended for quiet,
+    made by the code before the local short steps, the single idle timer and the
+    pushed news (`2822096`), replays here without a non-determinism error."""
+    saved = Path(__file__).parent / "histories" / "session_before_lean.json"
+    history = WorkflowHistory.from_json("before-lean", saved.read_text())
+    await replayer().replay_workflow(history)
 
 
 async def test_a_steer_reaches_the_running_turn_through_the_query(

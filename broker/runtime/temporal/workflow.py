@@ -35,6 +35,9 @@ Rule 5: a turn activity that failed every attempt ends as a local turn that fail
         fail again, for ever. If that too fails, the items are dropped (reason
         `failed`). A node that stops is not a failure: its turn starts again, on
         another node or after the restart.
+Rule 6: what cut the round trips (local short steps, one idle timer a run, pushed
+        news) is behind `workflow.patched(LEAN)`, first asked at a run's start: a
+        run an older node began replays on a newer one as its history has it.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not 
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
 PUSH_CONTROL = "push_control"
+# Rule 6: the patch that brought local short steps, one idle timer and pushed news.
+LEAN = "fewer-round-trips"
 
 
 @dataclass
@@ -174,12 +179,7 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
-        setup = await workflow.execute_local_activity(
-            SESSION_QUEUE,
-            spec.label,
-            result_type=QueueSetup,
-            start_to_close_timeout=quick_activity_bound(spec),
-        )
+        setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
         self._commands.extend(a.record for a in spec.carried if a.command)
@@ -198,7 +198,7 @@ class SessionWorkflow:
             await self._run_commands()
             self._start_turn()
             if self._quiet():
-                if not await self._idle.wait(self._now(), spec.idle_s, self._due):
+                if not await self._wait_quiet(spec.idle_s):
                     return  # Rule 4
                 continue
             self._idle.since = None
@@ -206,6 +206,12 @@ class SessionWorkflow:
             timeout = None if deadline is None else max(0.0, deadline - self._now())
             if not await self._wait(timeout):
                 await self._handle(m.Tick())
+
+    async def _wait_quiet(self, idle_s: float) -> bool:
+        """Rule 4: False once quiet for `idle_s`."""
+        if workflow.patched(LEAN):
+            return await self._idle.wait(self._now(), idle_s, self._due)
+        return await self._wait(idle_s) or not self._quiet()  # Rule 6: a timer a spell
 
     def _history_full(self) -> bool:
         """Rule 4 for a session that is never quiet: past Temporal's suggested history
@@ -319,16 +325,12 @@ class SessionWorkflow:
                 case m.WakeAt():
                     pass  # the deadline is in the state: `run` waits for it
         if drops:
-            await workflow.execute_local_activity(
-                DROP_ITEMS,
-                Drops(self.spec.label, drops),
-                start_to_close_timeout=quick_activity_bound(self.spec),
-            )
+            await quick_step(DROP_ITEMS, Drops(self.spec.label, drops), self.spec)
 
     async def _push_news(self) -> None:
         """Rule 3: the running turn's control state, to its node if it runs here."""
         news, self._news, turn = self._news, False, self._turn
-        if not news or turn is None:
+        if not news or turn is None or not workflow.patched(LEAN):
             return
         await push_control(self.spec, ControlPush(self.spec.label, turn[0], self.control(turn[0])))
 
@@ -424,6 +426,25 @@ class SessionWorkflow:
         await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
 
 
+async def quick_step(
+    name: str,
+    arg: Any,
+    spec: SessionSpec,
+    result_type: type | None = None,
+    retry: RetryPolicy | None = None,
+) -> Any:
+    """A short ledger step: a local activity, or a regular one in a run an older node
+    began (Rule 6)."""
+    bound = quick_activity_bound(spec)
+    if workflow.patched(LEAN):
+        return await workflow.execute_local_activity(
+            name, arg, result_type=result_type, start_to_close_timeout=bound, retry_policy=retry
+        )
+    return await workflow.execute_activity(
+        name, arg, result_type=result_type, start_to_close_timeout=bound, retry_policy=retry
+    )
+
+
 async def push_control(spec: SessionSpec, push: ControlPush) -> None:
     """Rule 3, best effort: a push that fails or misses leaves it to the query."""
     try:
@@ -462,12 +483,8 @@ async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityErr
     except ActivityError:
         workflow.logger.error("a failed turn could not be recorded; its items are dropped")
     drops = [(str(record[0]), FAILED_DROP) for record in order.records]
-    await workflow.execute_local_activity(
-        DROP_ITEMS,
-        Drops(order.label, drops),
-        start_to_close_timeout=quick_activity_bound(spec),
-        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
-    )
+    retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
+    await quick_step(DROP_ITEMS, Drops(order.label, drops), spec, retry=retry)
     return TurnResult("failed")
 
 
