@@ -11,6 +11,7 @@ import pytest
 
 from broker.client import BrokerError
 from broker.runtime.temporal.devserver import DevServer
+from broker.runtime.temporal.live_turns import QUERY_EVERY_S
 from tests.conftest import DaemonFactory
 from tests.harness import brokerd_once, write_config
 from tests.integration.wire import (
@@ -196,3 +197,28 @@ async def test_a_turn_cut_by_a_clean_stop_runs_again_after_the_restart(
     statuses = [(t["status"], t["reason"]) for t in turns(d, session)]
     assert statuses == [("aborted", "shutdown"), ("completed", None)], statuses
     assert_run_once_in_order(d, session, [msg])
+
+
+@asyncio_only
+async def test_an_interrupt_reaches_the_running_turn_well_within_the_query_bound(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """The workflow pushes the abort to the turn on its node (live_turns.py Rule 1):
+    the turn is aborted sooner than the activity's own query (`QUERY_EVERY_S`) or
+    the SDK's throttled heartbeat (0.8 × heartbeat_timeout_s) would tell it."""
+    slow = {"engine": {"chunks": 40, "delay_ms": 100}, "queue": {"debounce_ms": 0}}
+    d = make_daemon(on_temporal(temporal_server, **slow))
+    sender, first = uniq("u"), uniq("m")
+    long_text = " ".join(f"w{n}" for n in range(40))  # 40 chunks: 4 s
+    async with await Adapter.connect(d, uniq("t")) as a:
+        session = (await a.send_inbound(first, long_text, sender))["session"]
+        await a.delta(session=session)
+        sent = anyio.current_time()
+        await a.send_inbound(uniq("m"), "stop that", sender, mode="interrupt")
+
+        def aborted() -> bool:
+            return any(t["status"] == "aborted" for t in turns(d, session))
+
+        await wait_until(lambda: anyio.to_thread.run_sync(aborted), "the abort", within=10)
+        took = anyio.current_time() - sent
+    assert took < QUERY_EVERY_S / 2, f"the abort took {took:.2f} s"

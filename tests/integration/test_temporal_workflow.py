@@ -13,11 +13,13 @@ from typing import Any
 import anyio
 import pytest
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from broker.runtime.temporal.control import Control, ControlPush
 from broker.runtime.temporal.devserver import DevServer
 from broker.runtime.temporal.workflow import (
     CONTROL_QUERY,
@@ -25,11 +27,11 @@ from broker.runtime.temporal.workflow import (
     FAIL_ITEMS,
     ITEM_SIGNAL,
     NODE_STOPPING,
+    PUSH_CONTROL,
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
     Arrival,
-    Control,
     Drops,
     FailedTurn,
     QueueSetup,
@@ -62,6 +64,7 @@ class Node:
     failed: list[FailedTurn] = field(default_factory=list)
     fail_breaks: bool = False  # recording the failed turn fails too
     dropped: list[tuple[str, str]] = field(default_factory=list)
+    pushed: list[ControlPush] = field(default_factory=list)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
@@ -99,6 +102,11 @@ class Node:
             raise ApplicationError("it broke too", type="RuntimeError", non_retryable=True)
         return TurnResult("failed")
 
+    @activity.defn(name=PUSH_CONTROL)
+    async def push_control(self, push: ControlPush) -> bool:
+        self.pushed.append(push)
+        return True
+
     async def next_turn(self) -> None:
         with anyio.fail_after(WAIT):
             await self.started.wait()
@@ -122,6 +130,7 @@ def session_worker(client: Client, fake: Node, queue: str) -> Worker:
             fake.run_commands,
             fake.drop_items,
             fake.fail_items,
+            fake.push_control,
         ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
@@ -144,9 +153,9 @@ def record(item: str, seq: int, source: str = "person") -> list[Any]:
 
 
 async def arrive(
-    client: Client, queue: str, label: str, rec: list[Any], mode: str
+    client: Client, queue: str, label: str, rec: list[Any], mode: str, idle_s: float = 5
 ) -> WorkflowHandle[Any, Any]:
-    spec = SessionSpec(label, idle_s=5, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
+    spec = SessionSpec(label, idle_s, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
     return await client.start_workflow(
         SessionWorkflow.run,
         spec,
@@ -198,11 +207,54 @@ async def test_an_interrupt_cancels_the_turn_and_reruns_everything_once(
     await arrive(client, queue, label, record("b", 2), "followup")
     await arrive(client, queue, label, record("c", 3), "interrupt")
     await until(lambda: fake.cancelled == [1], "the first turn cancelled")
+    assert [(p.turn_no, p.control.abort) for p in fake.pushed] == [(1, "interrupt")]
     await fake.next_turn()
     control = await handle.query(CONTROL_QUERY, 2, result_type=Control)
     assert control.abort is None
     fake.release.set()
     assert fake.turns == [["a"], ["a", "b", "c"]]
+
+
+async def test_a_run_ends_after_idle_s_quiet_on_one_timer_not_one_a_turn(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    fake, queue = node
+    fake.release.set()
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    for n in range(4):
+        handle = await arrive(client, queue, label, record(f"i{n}", n + 1), "followup", 1.0)
+        await until(lambda n=n: len(fake.turns) == n + 1, f"turn {n + 1}")  # type: ignore[misc]
+    with anyio.fail_after(WAIT):
+        await handle.result()  # Rule 4: the run ends by itself once quiet
+    events = [e async for e in handle.fetch_history_events()]
+    kinds = [EventType.Name(e.event_type) for e in events]
+    assert kinds.count("EVENT_TYPE_ACTIVITY_TASK_COMPLETED") == 4
+    assert "EVENT_TYPE_TIMER_CANCELED" not in kinds
+    assert kinds.count("EVENT_TYPE_TIMER_STARTED") <= 2
+    last_turn = max(
+        e.event_time.ToDatetime()
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    )
+    # Quiet for idle_s after its last turn, not from the first timer's start.
+    assert (events[-1].event_time.ToDatetime() - last_turn).total_seconds() >= 0.9
+    await replayer().replay_workflow(await handle.fetch_history())  # deterministic
+
+
+def replayer() -> Replayer:
+    runner = SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+    )
+    return Replayer(workflows=[SessionWorkflow], workflow_runner=runner)
+
+
+async def test_a_run_an_older_node_began_replays_on_this_code() -> None:
+    """workflow.py Rule 6: the history of a run of five turns that ended for quiet,
+    made by the code before the local short steps, the single idle timer and the
+    pushed news (`2822096`), replays here without a non-determinism error."""
+    saved = Path(__file__).parent / "histories" / "session_before_lean.json"
+    history = WorkflowHistory.from_json("before-lean", saved.read_text())
+    await replayer().replay_workflow(history)
 
 
 async def test_a_steer_reaches_the_running_turn_through_the_query(
@@ -222,6 +274,9 @@ async def test_a_steer_reaches_the_running_turn_through_the_query(
         return await steered() == ["b"]
 
     await wait_until(steered_b, "b steered into turn 1", WAIT)
+    # Pushed to the turn's node too (workflow.py Rule 3), with no query asked.
+    pushed = [(p.turn_no, [str(r[0]) for r in p.control.steer]) for p in fake.pushed]
+    assert (1, ["b"]) in pushed
     fake.release.set()
     await anyio.sleep(0.3)  # "b" was steered, taken by no one: it runs after
     assert fake.turns == [["a"], ["b"]]

@@ -11,15 +11,16 @@ Rule 1: the ledger decides what may run: items it no longer holds open (done,
         dropped, cancelled) are skipped, so a retried activity or a signal sent
         twice never runs a finished item again. A retry after a node died first
         records that node's cut-off turn as aborted (crash), as a restart does.
-Rule 2: the activity heartbeats every `POLL_S` while the turn runs; at each beat
-        it asks the workflow (`control` query) for items steered into the turn, for
-        an abort, and for chat commands, which the turn's actor answers (`/stop`
-        aborts the turn there, after the command's policy check). Steering goes
+Rule 2: the activity heartbeats every `POLL_S` while the turn runs, from the end of
+        its first `POLL_S`. The workflow's news for the turn (items steered into
+        it, an abort, chat commands, which the turn's actor answers: `/stop`
+        aborts the turn there, after the command's policy check) is pushed to it
+        when the turn runs on the workflow's node (live_turns.py), and asked for
+        with the `control` query every `QUERY_EVERY_S` otherwise. Steering goes
         through the workflow, not the ledger: the query reaches the workflow
-        wherever it runs, writes nothing, and the activity already wakes that often
-        to heartbeat.
-Rule 3: an interrupt aborts the turn with the workflow's reason, seen at
-        the next beat's query (sooner than the activity's cancellation, which the SDK
+        wherever it runs and writes nothing.
+Rule 3: an interrupt aborts the turn with the workflow's reason, pushed or seen at
+        the next query (sooner than the activity's cancellation, which the SDK
         delivers with a throttled heartbeat) or on that cancellation; either way the
         activity returns only once the abort is committed, so the next turn cannot
         overlap it (workflow.py Rule 1).
@@ -52,16 +53,18 @@ from ledger import logs
 from ledger.ids import now_ms
 from ledger.items import ItemInfo
 
+from .control import Control, ControlPush
 from .failed_turn import failing_ports, failure_text
+from .live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
 from .workflow import (
     CONTROL_QUERY,
     DROP_ITEMS,
     FAIL_ITEMS,
     NODE_STOPPING,
+    PUSH_CONTROL,
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
-    Control,
     Drops,
     FailedTurn,
     QueueSetup,
@@ -121,6 +124,7 @@ class Activities:
         self.mailboxes = mailboxes
         self.client = client
         self.warm = mailboxes.ports.warm = WarmThreads()
+        self.live = LiveTurns()
 
     def all(self) -> list[Any]:
         return [
@@ -129,6 +133,7 @@ class Activities:
             self.run_commands,
             self.drop_items,
             self.fail_items,
+            self.push_control,
         ]
 
     @activity.defn(name=SESSION_QUEUE)
@@ -198,25 +203,44 @@ class Activities:
             self.warm.keep(order.label, head, actor.facts.ctx)
         return result
 
+    @activity.defn(name=PUSH_CONTROL)
+    async def push_control(self, push: ControlPush) -> bool:
+        """Rule 2, a local activity: the workflow's news, to its turn if it runs here."""
+        return self.live.push(push.label, push.turn_no, push.control)
+
     async def _run(
         self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo]
+    ) -> TurnResult:
+        with self.live.running(order.label, order.turn_no) as live:
+            return await self._run_live(actor, order, items, live)
+
+    async def _run_live(
+        self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo], live: LiveTurn
     ) -> TurnResult:
         handle = self.client.get_workflow_handle(order.label)
         steered: set[str] = set()
         commanded: list[str] = []
+        asked = anyio.current_time()
         async with anyio.create_task_group() as tg:
             tg.start_soon(actor.run, items)
+            tg.start_soon(_wake_when_ended, actor, live)
             try:
                 while not actor.ended.is_set():
-                    activity.heartbeat()
                     with anyio.move_on_after(POLL_S):
-                        await actor.ended.wait()
+                        await live.wake.wait()
+                    control = live.take()
                     if actor.ended.is_set():
                         break
+                    # Not before the first wait: the SDK sends a turn's first beat to
+                    # the server at once, a round trip a turn shorter than POLL_S
+                    # does without.
+                    activity.heartbeat()
                     if actor._live and actor.turn is None and actor.state.quiet:
                         actor.result = TurnResult("completed")  # nothing of it could run
                         break
-                    control = await self._control(handle, order.turn_no)
+                    if control is None and anyio.current_time() - asked >= QUERY_EVERY_S:
+                        asked = anyio.current_time()
+                        control = await self._control(handle, order.turn_no)
                     if control is not None:
                         actor.waiting_behind = control.waiting
                         self._steer(actor, control, steered)
@@ -228,7 +252,7 @@ class Activities:
                             turn.abort(control.abort)
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    await self._abort(actor, handle, order.turn_no)
+                    await self._abort(actor, handle, order.turn_no, live.latest)
                 tg.cancel_scope.cancel()
                 raise
             tg.cancel_scope.cancel()
@@ -262,9 +286,13 @@ class Activities:
                 taken.append(item.id)
                 actor.post(item)  # the actor answers it (actor.py `_arrived`)
 
-    async def _abort(self, actor: OneTurnActor, handle: Any, turn_no: int) -> None:
+    async def _abort(
+        self, actor: OneTurnActor, handle: Any, turn_no: int, pushed: Control | None
+    ) -> None:
         """Rule 3: abort with the workflow's reason, and wait for the commit."""
-        control = await self._control(handle, turn_no)
+        control = pushed if pushed is not None and pushed.abort else None
+        if control is None:
+            control = await self._control(handle, turn_no)
         reason = control.abort if control is not None and control.abort else "interrupt"
         turn = actor.turn
         if turn is None:
@@ -293,3 +321,8 @@ class Activities:
             await ports.admit()  # room first (actor.py Rule 5); overloaded: Temporal retries
             ports.drop_item(drops.label, item_id, reason, None)
         await self.mailboxes.ledger.settled()
+
+
+async def _wake_when_ended(actor: OneTurnActor, live: LiveTurn) -> None:
+    await actor.ended.wait()
+    live.wake.set()

@@ -3,6 +3,10 @@
 Deterministic and free of I/O: it runs the pure queue machine
 (`broker.core.queue_machine`) on the workflow's clock (`workflow.now()`), and
 everything that touches the ledger or an engine is an activity (activities.py).
+The short ledger steps (the queue's setup at a run's start, drops) are local
+activities: they run on this workflow's worker inside its task, with no activity
+task, no round trip through the server and no workflow task for their result.
+A turn stays a regular activity: it heartbeats, and another node takes it over.
 
 Rule 1: one turn at a time. Temporal keeps one live run per workflow id across
         the cluster, and a run starts a turn activity only on the machine's
@@ -16,8 +20,11 @@ Rule 2: an arrival is taken once: a signal sent again (a node retried after an
 Rule 3: an interrupt cancels the running turn's activity; the reason, the items
         steered into the turn and the chat commands that came while it runs
         (`/stop`, `/status`: the turn's actor answers them, as a local actor does)
-        are read by that activity through the `control` query at its heartbeats.
-Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`; the next
+        are pushed, as they come, to the turn on this workflow's node (a
+        `push_control` local activity; activities.py Rule 2), and the `control`
+        query answers a turn that runs elsewhere.
+Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`, told by
+        one timer that outlives the turns between (not one a turn); the next
         arrival's signal-with-start begins a new run. The history stays short; a
         session never quiet that long continues as a new run between two turns
         when Temporal suggests it, carrying what waits.
@@ -28,6 +35,9 @@ Rule 5: a turn activity that failed every attempt ends as a local turn that fail
         fail again, for ever. If that too fails, the items are dropped (reason
         `failed`). A node that stops is not a failure: its turn starts again, on
         another node or after the restart.
+Rule 6: what cut the round trips (local short steps, one idle timer a run, pushed
+        news) is behind `workflow.patched(LEAN)`, first asked at a run's start: a
+        run an older node began replays on a newer one as its history has it.
 """
 
 from __future__ import annotations
@@ -43,6 +53,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from broker.core import queue_machine as m
 
+    from .control import Control, ControlPush
+    from .idle_timer import IdleTimer
+
 SESSION_QUEUE = "session_queue"
 RUN_ITEMS = "run_items"
 RUN_COMMANDS = "run_commands"
@@ -52,6 +65,9 @@ FAILED_DROP = "failed"  # a dropped item's reason when even its failed turn was 
 NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not a failure
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
+PUSH_CONTROL = "push_control"
+# Rule 6: the patch that brought local short steps, one idle timer and pushed news.
+LEAN = "fewer-round-trips"
 
 
 @dataclass
@@ -112,14 +128,6 @@ class TurnResult:
 
 
 @dataclass
-class Control:
-    abort: str | None
-    steer: list[list[Any]]
-    commands: list[list[Any]] = field(default_factory=list)  # arrived while it runs
-    waiting: int = 0  # items in the queue behind it (`/status`)
-
-
-@dataclass
 class Drops:
     label: str
     drops: list[tuple[str, str]]  # (item id, reason)
@@ -148,6 +156,8 @@ class SessionWorkflow:
         self._ended_unstarted: int | None = None
         self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
         self._mode: str | None = None
+        self._idle = IdleTimer()
+        self._news = False  # Rule 3: the running turn's control changed, not pushed yet
 
     @workflow.signal(name=ITEM_SIGNAL)
     def arrive(self, arrival: Arrival) -> None:
@@ -169,12 +179,7 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
-        setup = await workflow.execute_activity(
-            SESSION_QUEUE,
-            spec.label,
-            result_type=QueueSetup,
-            start_to_close_timeout=quick_activity_bound(spec),
-        )
+        setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
         self._commands.extend(a.record for a in spec.carried if a.command)
@@ -186,20 +191,27 @@ class SessionWorkflow:
         await self._handle(m.Resume())
         while True:
             await self._take_events()
+            await self._push_news()
             await self._finish_turn()
             if self._history_full():
                 workflow.continue_as_new(self._carry_over())
             await self._run_commands()
             self._start_turn()
             if self._quiet():
-                woke = await self._wait(spec.idle_s)
-                if not woke and self._quiet():
+                if not await self._wait_quiet(spec.idle_s):
                     return  # Rule 4
                 continue
+            self._idle.since = None
             deadline = self.state.collect_deadline
             timeout = None if deadline is None else max(0.0, deadline - self._now())
             if not await self._wait(timeout):
                 await self._handle(m.Tick())
+
+    async def _wait_quiet(self, idle_s: float) -> bool:
+        """Rule 4: False once quiet for `idle_s`."""
+        if workflow.patched(LEAN):
+            return await self._idle.wait(self._now(), idle_s, self._due)
+        return await self._wait(idle_s) or not self._quiet()  # Rule 6: a timer a spell
 
     def _history_full(self) -> bool:
         """Rule 4 for a session that is never quiet: past Temporal's suggested history
@@ -253,19 +265,18 @@ class SessionWorkflow:
             and not self._commands
         )
 
+    def _due(self) -> bool:
+        turn = self._turn
+        done = turn is not None and turn[1].done()
+        return bool(self._arrivals or done or self._ended_unstarted is not None)
+
     async def _wait(self, seconds: float | None) -> bool:
         """Until something happens (True) or `seconds` pass (False)."""
-
-        def due() -> bool:
-            turn = self._turn
-            done = turn is not None and turn[1].done()
-            return bool(self._arrivals or done or self._ended_unstarted is not None)
-
         if seconds is None:
-            await workflow.wait_condition(due)
+            await workflow.wait_condition(self._due)
             return True
         try:
-            await workflow.wait_condition(due, timeout=timedelta(seconds=seconds))
+            await workflow.wait_condition(self._due, timeout=timedelta(seconds=seconds))
         except TimeoutError:
             return False
         return True
@@ -279,6 +290,7 @@ class SessionWorkflow:
                 turn = self._turn
                 if turn is not None:
                     self._turn_commands.setdefault(turn[0], []).append(arrival.record)
+                    self._news = True
                 else:
                     self._commands.append(arrival.record)
                 continue
@@ -299,9 +311,11 @@ class SessionWorkflow:
                     self._pending = action
                 case m.AbortTurn():
                     self._abort_turn(action.turn_no, action.reason)
+                    self._news = True
                 case m.Steer():
                     record = self._records[action.item.id]
                     self._steer.setdefault(action.turn_no, []).append(record)
+                    self._news = True
                 case m.Drop():
                     # A stopped turn's commit recorded its items (as the actor does).
                     if action.reason not in ("stopped", "cancelled"):
@@ -311,11 +325,14 @@ class SessionWorkflow:
                 case m.WakeAt():
                     pass  # the deadline is in the state: `run` waits for it
         if drops:
-            await workflow.execute_activity(
-                DROP_ITEMS,
-                Drops(self.spec.label, drops),
-                start_to_close_timeout=quick_activity_bound(self.spec),
-            )
+            await quick_step(DROP_ITEMS, Drops(self.spec.label, drops), self.spec)
+
+    async def _push_news(self) -> None:
+        """Rule 3: the running turn's control state, to its node if it runs here."""
+        news, self._news, turn = self._news, False, self._turn
+        if not news or turn is None or not workflow.patched(LEAN):
+            return
+        await push_control(self.spec, ControlPush(self.spec.label, turn[0], self.control(turn[0])))
 
     def _abort_turn(self, turn_no: int, reason: str) -> None:
         self._abort[turn_no] = reason
@@ -409,6 +426,39 @@ class SessionWorkflow:
         await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
 
 
+async def quick_step(
+    name: str,
+    arg: Any,
+    spec: SessionSpec,
+    result_type: type | None = None,
+    retry: RetryPolicy | None = None,
+) -> Any:
+    """A short ledger step: a local activity, or a regular one in a run an older node
+    began (Rule 6)."""
+    bound = quick_activity_bound(spec)
+    if workflow.patched(LEAN):
+        return await workflow.execute_local_activity(
+            name, arg, result_type=result_type, start_to_close_timeout=bound, retry_policy=retry
+        )
+    return await workflow.execute_activity(
+        name, arg, result_type=result_type, start_to_close_timeout=bound, retry_policy=retry
+    )
+
+
+async def push_control(spec: SessionSpec, push: ControlPush) -> None:
+    """Rule 3, best effort: a push that fails or misses leaves it to the query."""
+    try:
+        await workflow.execute_local_activity(
+            PUSH_CONTROL,
+            push,
+            result_type=bool,
+            start_to_close_timeout=quick_activity_bound(spec),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+    except ActivityError as exc:
+        workflow.logger.info("control push failed", extra={"error": str(exc)})
+
+
 async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityError) -> TurnResult:
     """Rule 5. `fail_items` runs the items through the turn actor once more, so it
     may fail as the turn did (a bug on that path); then, after its attempts, the
@@ -433,12 +483,8 @@ async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityErr
     except ActivityError:
         workflow.logger.error("a failed turn could not be recorded; its items are dropped")
     drops = [(str(record[0]), FAILED_DROP) for record in order.records]
-    await workflow.execute_activity(
-        DROP_ITEMS,
-        Drops(order.label, drops),
-        start_to_close_timeout=quick_activity_bound(spec),
-        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5)),
-    )
+    retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
+    await quick_step(DROP_ITEMS, Drops(order.label, drops), spec, retry=retry)
     return TurnResult("failed")
 
 
