@@ -196,3 +196,34 @@ async def test_a_turn_cut_by_a_clean_stop_runs_again_after_the_restart(
     statuses = [(t["status"], t["reason"]) for t in turns(d, session)]
     assert statuses == [("aborted", "shutdown"), ("completed", None)], statuses
     assert_run_once_in_order(d, session, [msg])
+
+
+async def signals_of(server: DevServer, session: str) -> int:
+    """How many item signals the session's workflow received, over its runs so far."""
+    from temporalio.client import Client
+
+    client = await Client.connect(server.address)
+    handle = client.get_workflow_handle(session)
+    return len(
+        [
+            event
+            async for event in handle.fetch_history_events()
+            if event.HasField("workflow_execution_signaled_event_attributes")
+        ]
+    )
+
+
+@asyncio_only
+async def test_the_open_items_rescan_hands_an_item_over_once_not_every_round(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """The node hands the ledger's open items over again every `stuck_after_s` (an item
+    whose acking node died before its hand-off); one whose signal this node already
+    landed is not signalled again: each such signal is a workflow task for nothing,
+    300 sessions at a time under load."""
+    slow = {"engine": {"chunks": 4, "delay_ms": 300}, "queue": {"stuck_after_s": 0.2}}
+    d = make_daemon(on_temporal(temporal_server, **slow))
+    async with await Adapter.connect(d, uniq("t")) as a:
+        ack = await a.send_inbound("m1", "a slow one", uniq("u"))
+        await a.deliver(msg_id="m1")  # 1.2 s open: six rescans while it runs
+    assert await signals_of(temporal_server, ack["session"]) == 1
