@@ -155,8 +155,7 @@ class Mailboxes:
 
         The record comes from the daemon, which holds it: the writer does not send it back.
         """
-        # Under another runtime the turn's actor finds the new thread pending in the ledger.
-        if accepted.thread is not None and self.forward is None:  # ledger/resets.py
+        if accepted.thread is not None:  # ledger/resets.py
             thread, reason = accepted.thread
             log.info(
                 "thread reset",
@@ -166,7 +165,10 @@ class Mailboxes:
                 reason=reason,
                 msg_id=accepted.msg_id,
             )
-            self.begin_thread(accepted.session, thread, reason, accepted.seq)
+            # Under another runtime the turn's actor finds the new thread pending in the
+            # ledger, wherever it runs; only a local actor is told here.
+            if self.forward is None:
+                self.begin_thread(accepted.session, thread, reason, accepted.seq)
         # Positional: keyword arguments cost a named tuple of 16 fields twice as much.
         self.post(
             ItemInfo(

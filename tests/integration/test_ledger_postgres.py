@@ -19,6 +19,7 @@ from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, brokerd_once, write_config
 from tests.integration.storage_faults import WAIT, answer, storage_back, until_health
+from tests.temporal_runtime import runtime_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -126,7 +127,27 @@ def test_an_unreachable_database_at_start_exits_69_naming_it(tmp_path: Path) -> 
 async def test_postgres_killed_and_restarted_loses_no_ack_and_service_resumes(
     cluster: Any, make_daemon: DaemonFactory, anyio_backend: str
 ) -> None:
-    d = make_daemon(on_postgres(cluster), backend=anyio_backend)
+    await kill_postgres_and_restart(
+        cluster, make_daemon(on_postgres(cluster), backend=anyio_backend)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.temporal
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the Temporal SDK is asyncio's
+async def test_postgres_killed_under_the_temporal_runtime_loses_no_ack_and_resumes(
+    cluster: Any, make_daemon: DaemonFactory, temporal_server: Any
+) -> None:
+    """The issue's fault on the clustered path: the node's ledger is PostgreSQL and its
+    sessions are Temporal workflows, whose turn activities find the ledger gone."""
+    config = {**on_postgres(cluster), "runtime": runtime_config(temporal_server.address)}
+    await kill_postgres_and_restart(cluster, make_daemon(config))
+
+
+async def kill_postgres_and_restart(cluster: Any, d: DaemonProcess) -> None:
+    """PostgreSQL crashes under a serving daemon and comes back: adapters see
+    `overloaded` or `internal` meanwhile, nothing acked is lost, each acked message is
+    answered once, and the daemon serves again by itself."""
     acked: dict[str, dict[str, Any]] = {}
     held: dict[str, Any] | None = None  # sent as the server went away: no answer yet
     refused: list[dict[str, Any]] = []

@@ -222,3 +222,34 @@ async def test_an_interrupt_reaches_the_running_turn_well_within_the_query_bound
         await wait_until(lambda: anyio.to_thread.run_sync(aborted), "the abort", within=10)
         took = anyio.current_time() - sent
     assert took < QUERY_EVERY_S / 2, f"the abort took {took:.2f} s"
+
+
+async def signals_of(server: DevServer, session: str) -> int:
+    """How many item signals the session's workflow received, over its runs so far."""
+    from temporalio.client import Client
+
+    client = await Client.connect(server.address)
+    handle = client.get_workflow_handle(session)
+    return len(
+        [
+            event
+            async for event in handle.fetch_history_events()
+            if event.HasField("workflow_execution_signaled_event_attributes")
+        ]
+    )
+
+
+@asyncio_only
+async def test_the_open_items_rescan_hands_an_item_over_once_not_every_round(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """The node hands the ledger's open items over again every `stuck_after_s` (an item
+    whose acking node died before its hand-off); one whose signal this node already
+    landed is not signalled again: each such signal is a workflow task for nothing,
+    300 sessions at a time under load."""
+    slow = {"engine": {"chunks": 4, "delay_ms": 300}, "queue": {"stuck_after_s": 0.2}}
+    d = make_daemon(on_temporal(temporal_server, **slow))
+    async with await Adapter.connect(d, uniq("t")) as a:
+        ack = await a.send_inbound("m1", "a slow one", uniq("u"))
+        await a.deliver(msg_id="m1")  # 1.2 s open: six rescans while it runs
+    assert await signals_of(temporal_server, ack["session"]) == 1

@@ -9,6 +9,10 @@ Rule 2: nothing is dropped. A hand-off that fails is tried again, with back-off,
         until it lands; while the last one failed the node answers new inbound
         messages `overloaded` (`failure`). The item waits in the ledger meanwhile;
         a restart hands every open item over again (registry.py rehydration).
+        Every `stuck_after_s` the node hands over again the items open since its
+        last look that it has not itself landed (broker/core/rescan.py): an item
+        acked by a node that died before its hand-off is taken within twice
+        `stuck_after_s`.
 Rule 3: one session's items are handed over in order, one at a time: the
         workflow's queue machine sees them in seq order. Sessions go in parallel,
         up to `MAX_SIGNALS_IN_FLIGHT`.
@@ -29,6 +33,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from broker.config import RuntimeSettings, Settings
+from broker.core import rescan
 from broker.mailbox.commands import is_command
 from broker.mailbox.registry import Mailboxes
 from broker.runtime import RuntimeUnreachable
@@ -75,6 +80,8 @@ class TemporalRuntime:
         self._limit = anyio.CapacityLimiter(MAX_SIGNALS_IN_FLIGHT)
         self._tg: anyio.abc.TaskGroup | None = None
         self._failing: str | None = None
+        self._landed: set[str] = set()  # open items this node's signal landed (Rule 2)
+        self._open_before: frozenset[str] = frozenset()  # open at the last look (Rule 2)
         self.handed_over = 0
 
     def failure(self) -> str | None:
@@ -117,10 +124,10 @@ class TemporalRuntime:
             task_status.started()
 
     async def _hand_over_open_items_forever(self) -> None:
-        """Rule 2: every `stuck_after_s`, hand the ledger's open items over again. An
-        item acked by a node that died before its hand-off landed is then taken by
-        the others; one its workflow holds already is ignored there (workflow.py
-        Rule 2)."""
+        """Rule 2: every `stuck_after_s`, hand over again the ledger's items open since
+        the last look, but those this node landed. An item acked by a node that died
+        before its hand-off landed is then taken by the others; one its workflow holds
+        already is ignored there (workflow.py Rule 2)."""
         while True:
             await anyio.sleep(self.settings.queue.stuck_after_s)
             try:
@@ -128,8 +135,10 @@ class TemporalRuntime:
             except Exception as exc:  # a ledger that fails to read now: next round
                 log.warning("could not read open items", error=str(exc))
                 continue
+            found = rescan.look({i.id for i in open_items}, self._open_before, self._landed)
+            self._open_before, self._landed = found.open_before, set(found.landed)
             for item in open_items:
-                if item.session not in self._waiting:
+                if item.id in found.again and item.session not in self._waiting:
                     self.hand_over(item)
 
     # -- hand-off (Rules 1-3) ---------------------------------------------------
@@ -173,6 +182,7 @@ class TemporalRuntime:
             if self._failing is not None:
                 log.info("Temporal answers again", address=self.settings.runtime.address)
                 self._failing = None
+            self._landed.add(item.id)
             self.handed_over += 1
             return
 

@@ -23,9 +23,16 @@ from tests.harness import DaemonProcess
 from tests.integration.cluster.conftest import ClusterFactory
 from tests.integration.wire import Adapter, query, uniq, wait_until
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(600)]
 SESSIONS = int(os.environ.get("KILL_SESSIONS", "30"))
 KILLS = int(os.environ.get("KILL_COUNT", "4"))
+# A round of SESSIONS turns drains at the cluster's rate: a few turns/s on a busy
+# 2-core machine, so the issue's scale may need minutes a round.
+ROUND_S = max(60, SESSIONS)
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.timeout(max(600, ROUND_S * (KILLS + 2))),
+]
 ECHO = {"engine": {"chunks": 3, "delay_ms": 100}, "queue": {"debounce_ms": 0}}
 ANSWERED_WITHIN_MS = 10_000
 
@@ -57,6 +64,7 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
     senders = [uniq("u") for _ in range(SESSIONS)]
     acked: dict[str, tuple[str, int]] = {}  # msg_id -> (session, ack time ms)
     kills: list[int] = []
+    rounds: list[tuple[int, list[str]]] = []  # (its last ack, ms; its messages)
     stop = anyio.Event()
     round_sent = anyio.Event()
 
@@ -73,6 +81,7 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
                 acked[msg] = (ack["session"], int(time.time() * 1000))
                 this_round.append(msg)
             n += 1
+            rounds.append((int(time.time() * 1000), this_round))
             round_sent.set()
             round_sent = anyio.Event()
 
@@ -80,7 +89,7 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
                 done = await anyio.to_thread.run_sync(consumed, first)
                 return all(m in done for m in msgs)
 
-            await wait_until(answered, f"round {n} answered", within=60)
+            await wait_until(answered, f"round {n} answered", within=ROUND_S)
 
     refused = 0
 
@@ -120,38 +129,53 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
         print(f"load done: {len(acked)} acked, {len(kills)} kills", flush=True)
         await wait_until(all_consumed, "every acked message consumed", within=180)
 
-    done = consumed(first)
-    lost = [m for m in acked if m not in done]
-    twice = [m for m, n in done.items() if m in acked and n > 1]
-    times = turn_times(first)
+    report = measure(first, acked, rounds, kills)
+    report["overloaded_then_resent"] = refused
+    print("kill-a-node:", report)
+    assert not report["lost"] and not report["twice"] and not report["overlaps"], report
+    assert report["slowest_answer_after_kill_ms"] <= ANSWERED_WITHIN_MS, report
+
+
+def measure(
+    d: DaemonProcess,
+    acked: dict[str, tuple[str, int]],
+    rounds: list[tuple[int, list[str]]],
+    kills: list[int],
+) -> dict[str, Any]:
+    """What the ledger shows after the run: lost, twice, overlapping turns, and how
+    long sessions waited, after each kill and in each round (a round's drain: from
+    its last ack to its last answer, with or without a kill in it: the baseline)."""
+    done = consumed(d)
+    times = turn_times(d)
     overlaps = [
         (s, a, b) for s, ts in times.items() for a, b in itertools.pairwise(ts) if b[0] < a[1]
     ]
-    slowest = answered_again_ms(first, acked, times, kills)
-    report: dict[str, Any] = {
+    answered = answer_times(d)
+    per_kill = answered_again_ms(acked, answered, times, kills)
+    for kill, (worst, session) in zip(kills, per_kill, strict=True):
+        around = [(s - kill, e - kill, st) for s, e, st in times[session] if e > kill - 2000]
+        print(f"kill at {kill}: slowest {session} answered after {worst} ms; turns {around[:4]}")
+    drains = []
+    for last_ack, msgs in rounds:
+        end = max(answered.get(m, 0) for m in msgs)
+        drains.append((end - last_ack, any(last_ack <= k <= end for k in kills)))
+    return {
         "sessions": SESSIONS,
         "kills": len(kills),
         "acked": len(acked),
-        "lost": len(lost),
-        "twice": len(twice),
+        "lost": len([m for m in acked if m not in done]),
+        "twice": len([m for m, n in done.items() if m in acked and n > 1]),
         "overlaps": len(overlaps),
-        "overloaded_then_resent": refused,
-        "slowest_answer_after_kill_ms": slowest,
+        "slowest_answer_after_kill_ms": max((w for w, _session in per_kill), default=0),
+        "slowest_per_kill_ms": [w for w, _session in per_kill],
+        "round_drain_ms_quiet": [ms for ms, killed in drains if not killed],
+        "round_drain_ms_with_kill": [ms for ms, killed in drains if killed],
     }
-    print("kill-a-node:", report)
-    assert not lost and not twice and not overlaps, report
-    assert slowest <= ANSWERED_WITHIN_MS, report
 
 
-def answered_again_ms(
-    d: DaemonProcess,
-    acked: dict[str, tuple[str, int]],
-    times: dict[str, list[tuple[int, int, str]]],
-    kills: list[int],
-) -> int:
-    """The longest wait, over kills and the sessions with a message acked before the
-    kill and answered after it, from the kill to that session's next completed turn."""
-    answered = {
+def answer_times(d: DaemonProcess) -> dict[str, int]:
+    """msg_id -> when the completed turn that took it ended (ms)."""
+    return {
         str(m): int(end)
         for m, end in query(
             d,
@@ -159,10 +183,23 @@ def answered_again_ms(
             " WHERE m.role = 'user' AND t.status = 'completed' AND m.msg_id IS NOT NULL",
         )
     }
-    worst = 0
+
+
+def answered_again_ms(
+    acked: dict[str, tuple[str, int]],
+    answered: dict[str, int],
+    times: dict[str, list[tuple[int, int, str]]],
+    kills: list[int],
+) -> list[tuple[int, str]]:
+    """Per kill, the longest wait (and its session), over the sessions with a message
+    acked before the kill and answered after it, from the kill to that session's next
+    completed turn."""
+    per_kill = []
     for kill in kills:
         waiting = {s for m, (s, at) in acked.items() if at <= kill < answered.get(m, 0)}
-        for session in waiting:
+        worst = (0, "")
+        for session in sorted(waiting):
             ends = [end for _start, end, status in times[session] if status == "completed"]
-            worst = max(worst, min(end for end in ends if end > kill) - kill)
-    return worst
+            worst = max(worst, (min(end for end in ends if end > kill) - kill, session))
+        per_kill.append(worst)
+    return per_kill
