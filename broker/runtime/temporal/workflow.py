@@ -343,7 +343,9 @@ class SessionWorkflow:
                 case m.WakeAt():
                     pass  # the deadline is in the state: `run` waits for it
         if drops:
-            await quick_step(DROP_ITEMS, Drops(self.spec.label, drops), self.spec, retry=QUICK_RETRY)
+            await quick_step(
+                DROP_ITEMS, Drops(self.spec.label, drops), self.spec, retry=QUICK_RETRY
+            )
 
     async def _push_news(self) -> None:
         """Rule 3: the running turn's control state, to its node if it runs here."""
