@@ -74,7 +74,8 @@ async def test_a_turn_activity_that_fails_every_attempt_is_failed_once_on_tempor
     tells the person, consumes the item, and the session takes its next message."""
     from temporalio.client import Client
 
-    from broker.runtime.temporal.workflow import SessionSpec, SessionWorkflow
+    from broker.runtime.temporal.session_records import SessionSpec
+    from broker.runtime.temporal.workflow import SessionWorkflow
 
     runtime = runtime_config(temporal_server.address)
     slow = {"engine": {"chunks": 4, "delay_ms": 2000}, "queue": {"idle_stop_s": 0.3}}

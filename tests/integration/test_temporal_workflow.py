@@ -21,7 +21,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from broker.runtime.temporal.control import Control, ControlPush
 from broker.runtime.temporal.devserver import DevServer
-from broker.runtime.temporal.workflow import (
+from broker.runtime.temporal.session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
     FAIL_ITEMS,
@@ -36,10 +36,10 @@ from broker.runtime.temporal.workflow import (
     FailedTurn,
     QueueSetup,
     SessionSpec,
-    SessionWorkflow,
     TurnOrder,
     TurnResult,
 )
+from broker.runtime.temporal.workflow import SessionWorkflow
 from tests.integration.wire import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.temporal]

@@ -56,7 +56,7 @@ from ledger.items import ItemInfo
 from .control import Control, ControlPush
 from .failed_turn import failing_ports, failure_text
 from .live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
-from .workflow import (
+from .session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
     FAIL_ITEMS,

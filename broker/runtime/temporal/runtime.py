@@ -41,9 +41,10 @@ from ledger import logs
 from ledger.items import ItemInfo
 
 from .activities import Activities
+from .session_records import ITEM_SIGNAL, Arrival, SessionSpec
 from .timer_workflow import TimerWorkflow
 from .timers import TemporalTimers, TimerActivities
-from .workflow import ITEM_SIGNAL, Arrival, SessionSpec, SessionWorkflow
+from .workflow import SessionWorkflow
 
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64

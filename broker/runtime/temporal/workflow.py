@@ -42,7 +42,6 @@ Rule 6: what cut the round trips (local short steps, one idle timer a run, pushe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -55,83 +54,26 @@ with workflow.unsafe.imports_passed_through():
 
     from .control import Control, ControlPush
     from .idle_timer import IdleTimer
-
-SESSION_QUEUE = "session_queue"
-RUN_ITEMS = "run_items"
-RUN_COMMANDS = "run_commands"
-DROP_ITEMS = "drop_items"
-FAIL_ITEMS = "fail_items"
-FAILED_DROP = "failed"  # a dropped item's reason when even its failed turn was not recorded
-NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not a failure
-ITEM_SIGNAL = "arrive"
-CONTROL_QUERY = "control"
-PUSH_CONTROL = "push_control"
-# Rule 6: the patch that brought local short steps, one idle timer and pushed news.
-LEAN = "fewer-round-trips"
-
-
-@dataclass
-class SessionSpec:
-    """What a node knows of the session when it starts the workflow."""
-
-    label: str
-    idle_s: float
-    steerable: bool  # the engine takes steering (engines/base.py Rule 3)
-    turn_timeout_s: float
-    heartbeat_timeout_s: float
-    # What a run that continued as new carried over: its waiting items and commands.
-    carried: list[Arrival] = field(default_factory=list)
-
-
-@dataclass
-class QueueSetup:
-    """The session's queue limits and `/queue` mode, its override over the config's."""
-
-    debounce_s: float
-    cap: int | None
-    drop: str
-    mode: str | None = None
-
-
-@dataclass
-class Arrival:
-    """One committed queue item: its ledger record (`ledger.items.ItemInfo` fields)
-    and the mode its route gives it when it names none (router.py)."""
-
-    record: list[Any]
-    default_mode: str | None
-    command: bool = False  # a chat command: not a turn of its own
-
-
-@dataclass
-class TurnOrder:
-    label: str
-    turn_no: int
-    records: list[list[Any]]
-    noted: list[list[Any]] = field(default_factory=list)  # dropped: named in a note
-
-
-@dataclass
-class FailedTurn:
-    """Rule 5: the turn whose activity failed every attempt, and why (the failure's
-    kind: its error type, or Temporal's timeout)."""
-
-    order: TurnOrder
-    kind: str
-
-
-@dataclass
-class TurnResult:
-    outcome: str  # completed | failed | aborted
-    steer_taken: list[str] = field(default_factory=list)
-    commands_taken: list[str] = field(default_factory=list)  # handled by the turn's actor
-
-
-@dataclass
-class Drops:
-    label: str
-    drops: list[tuple[str, str]]  # (item id, reason)
-
+    from .session_records import (
+        CONTROL_QUERY,
+        DROP_ITEMS,
+        FAIL_ITEMS,
+        FAILED_DROP,
+        ITEM_SIGNAL,
+        LEAN,
+        NODE_STOPPING,
+        PUSH_CONTROL,
+        RUN_COMMANDS,
+        RUN_ITEMS,
+        SESSION_QUEUE,
+        Arrival,
+        Drops,
+        FailedTurn,
+        QueueSetup,
+        SessionSpec,
+        TurnOrder,
+        TurnResult,
+    )
 
 # A retry after a timeout (a dead node's turn or short activity) waits this first:
 # Temporal's default 1 s would add to every session's failover, after the heartbeat
