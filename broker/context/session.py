@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
-from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, render
+from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, render_both
 from ledger.port import Thread
 
 from .tokens import TokenCounter
@@ -107,8 +107,10 @@ class SessionContext:
     def _state_msgs(self, label: str | None) -> tuple[Msg | None, Msg | None]:
         done = self._rendered
         if done is None or done[0] is not self.state or done[1] != label:
-            whole = self._state_msg(render(self.state, label))
-            short = self._state_msg(render(self.state, label, short=True))
+            whole_text, short_text = render_both(self.state, label)
+            whole = self._state_msg(whole_text)
+            # Most records have no lists: then the short form is the whole, counted once.
+            short = whole if short_text is whole_text else self._state_msg(short_text)
             done = self._rendered = (self.state, label, whole, short)
         return done[2], done[3]
 

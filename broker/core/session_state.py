@@ -288,8 +288,15 @@ def loads(raw: str | bytes) -> SessionState:
 def render(state: SessionState, label: str | None = None, *, short: bool = False) -> str | None:
     """The record as text for the context; `short`: the session line and the focus
     only, for a budget too tight for the whole record. None when it is empty."""
+    whole, short_text = render_both(state, label)
+    return short_text if short else whole
+
+
+def render_both(state: SessionState, label: str | None = None) -> tuple[str | None, str | None]:
+    """`render` whole and short at once; the short text is the whole one itself (the
+    same object) when the record has no files, decisions or errors to leave out."""
     if state == EMPTY:
-        return None
+        return None, None
     c = state.counts
     who = f"{label}, " if label else ""
     model = f"model {state.model}, " if state.model else ""
@@ -300,8 +307,9 @@ def render(state: SessionState, label: str | None = None, *, short: bool = False
     ]
     if state.focus:
         lines.append(f"current focus: {state.focus}")
-    if short:
-        return "\n".join(lines)
+    short = "\n".join(lines)
+    if not (state.files or state.decisions or state.errors):
+        return short, short
     if state.files:
         lines.append("files touched (newest last):")
         lines += [f"- {f.path} ({f.action}, turn {f.turn})" for f in state.files]
@@ -313,7 +321,7 @@ def render(state: SessionState, label: str | None = None, *, short: bool = False
         lines += [
             f"- {e.text} (turn {e.turn}{', resolved' if e.resolved else ''})" for e in state.errors
         ]
-    return "\n".join(lines)
+    return "\n".join(lines), short
 
 
 def state_from(events: Iterable[tuple[str, Mapping[str, Any]]]) -> SessionState:

@@ -26,8 +26,11 @@ TitleSource = Literal["mechanical", "engine", "model"]
 def one_line(text: str, limit: int) -> str:
     """The first non-blank line of `text`, whitespace collapsed, cut at a word
     boundary to at most `limit` characters (an ellipsis marks a cut)."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    words = " ".join(line.split())
+    words = ""
+    for line in text.splitlines():
+        words = " ".join(line.split())
+        if words:
+            break
     if len(words) <= limit:
         return words
     cut = words[: limit - 1]

@@ -12,6 +12,7 @@ Rule 2: steered items the engine took but did not use run in the next turn. Only
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Literal
 
@@ -254,6 +255,8 @@ def _broker_ids(calls: list[ToolCall], ours: dict[str, str] | None) -> list[Tool
 
 
 def log_turn(rec: TurnRecord, written: str, channel: str | None) -> None:
+    if not log.is_enabled_for(logging.INFO):
+        return  # its fields are gathered only to be logged: not every turn for nothing
     log.info(
         "turn " + (rec.status if written != "lost" else "lost"),
         session=rec.session,

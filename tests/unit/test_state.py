@@ -33,6 +33,7 @@ from broker.core.session_state import (
     merge_patch,
     paths_in,
     render,
+    render_both,
     state_from,
     to_json,
     totals_of,
@@ -315,6 +316,27 @@ def test_render() -> None:
     assert "- a.py (edit, turn 1)" in text and "- use JWT (turn 1)" in text
     short = render(s, "dm:ent_1", short=True)
     assert short is not None and "use JWT" not in short and "fix auth" in short
+
+
+def test_render_both_is_render_whole_and_short() -> None:
+    plain = advance(EMPTY, turn(inputs=(("person", "fix auth"),), model="m"))
+    whole, short = render_both(plain, "dm:x")
+    # No lists to leave out: the short form is the whole, so a context counts it once.
+    assert whole is short and whole == render(plain, "dm:x") == render(plain, "dm:x", short=True)
+    listed = advance(plain, turn(events=(("decision", {"text": "use JWT"}),)))
+    whole, short = render_both(listed, "dm:x")
+    assert whole is not None and short is not None and whole != short
+    assert whole.startswith(short + "\n") and "use JWT" in whole and "use JWT" not in short
+    assert render_both(EMPTY) == (None, None)
+
+
+def test_a_record_without_lists_is_counted_as_its_text() -> None:
+    ctx = SessionContext(TokenCounter())
+    ctx.turn_committed(turn(inputs=(("person", "fix auth"),), model="m"), ())
+    plan = plan_for(ctx, 4096)
+    text = render(ctx.state, "dm:x")
+    assert plan.state is not None and text is not None and plan.state.content == text
+    assert plan.state.tokens == ctx.counter.count_message("system", text)
 
 
 def test_first_line() -> None:

@@ -40,6 +40,12 @@ def test_a_word_longer_than_the_limit_is_cut_inside_it() -> None:
     assert one_line("x" * 200, 10) == "x" * 9 + "…"
 
 
+@given(st.text(alphabet=st.sampled_from("ab \t\n\r\x0b\x85\u2028\u3000")))
+def test_one_line_is_the_first_line_with_words_its_spaces_collapsed(text: str) -> None:
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    assert one_line(text, 10_000) == " ".join(first.split())
+
+
 def test_several_messages_say_how_many_more() -> None:
     assert mechanical_title(["first one", "second", "third"], "") == "first one (+2 more)"
     assert mechanical_title(["only this", "   "], "") == "only this"
