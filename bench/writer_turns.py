@@ -30,7 +30,7 @@ from broker.core.identity import SessionSpec
 from ledger import turns as lt
 from ledger.db import connect, migrate
 from ledger.ids import new_id
-from ledger.ingest import IdentityCache, InboundRecord, ingest
+from ledger.ingest import InboundRecord, WriterConnection, ingest
 
 SESSIONS, BATCH = 100, 4
 COLLECTED = re.compile(r"Collected : (\d+)")
@@ -48,9 +48,10 @@ def events_of(item: Any, kind: str) -> list[te.Event]:
 
 def run(turns: int, kind: str, text_chars: int) -> None:
     with tempfile.TemporaryDirectory(prefix="wt-", dir="/tmp") as tmp:
-        c = connect(Path(tmp) / "ledger.db")
+        c = connect(Path(tmp) / "ledger.db", factory=WriterConnection)  # with its caches
+        assert isinstance(c, WriterConnection)
         migrate(c)
-        cache, heads, now = IdentityCache(), dict[str, str](), 1_000
+        cache, heads, now = c.identity, dict[str, str](), 1_000
         for first in range(0, turns, BATCH):
             c.execute("BEGIN IMMEDIATE")
             accepted = []

@@ -169,7 +169,6 @@ class Transactor:
     def _transaction(self, jobs: list[JobSpec], *, savepoints: bool) -> list[Outcome]:
         conn = self._conn
         outcomes: list[Outcome] = []
-        failed = False
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job in jobs:
@@ -183,8 +182,10 @@ class Transactor:
                     if not savepoints:
                         raise _JobFailed from exc
                     conn.execute("ROLLBACK TO job")
+                    # Now, not after the batch: a later job of it must not find what
+                    # this one put in the caches (ingest.py Rule 3).
+                    self._rolled_back()
                     outcomes.append((None, exc))
-                    failed = True
                 else:
                     outcomes.append((value, None))
                 if savepoints:
@@ -196,8 +197,6 @@ class Transactor:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        if failed:
-            self._rolled_back()  # caches may hold what a failed job wrote
         return outcomes
 
     def _commit(self, jobs: list[JobSpec], outcomes: list[Outcome]) -> None:
@@ -220,7 +219,7 @@ def open_transactor(path: Path | str, synchronous: Synchronous) -> Transactor:
     checkpointer: WalCheckpointer | None = None
     try:
         checkpointer = WalCheckpointer(path)
-        return Transactor(conn, conn.identity.clear, indexer_for(conn), checkpointer)
+        return Transactor(conn, conn.forget, indexer_for(conn), checkpointer)
     except BaseException:
         if checkpointer is not None:
             checkpointer.stop()
