@@ -112,10 +112,8 @@ class Transactor:
                 try:
                     outcomes = self._transaction(jobs, savepoints=False)
                 except _JobFailed:
-                    self._rolled_back()
                     outcomes = self._transaction(jobs, savepoints=True)
             except sqlite3.Error as exc:
-                self._rolled_back()
                 return self._failed(jobs, exc)
         if self._checkpointer is not None:
             self._checkpointer.committed()
@@ -196,6 +194,7 @@ class Transactor:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self._rolled_back()  # whatever ended it, the caches go with the writes
             raise
         return outcomes
 

@@ -93,3 +93,30 @@ def test_the_records_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert last.get("a", "t3") is EMPTY and last.get("a", "t1") is None
     last.put("c", "t4", EMPTY)  # a third session: the others go
     assert last.get("b", "t2") is None and last.get("c", "t4") is EMPTY
+
+
+def test_a_batch_rolled_back_whole_leaves_no_record(tmp_path: Path) -> None:
+    """A batch that fails at its end (here the work before its COMMIT) keeps nothing,
+    in the ledger or in the writer's memory."""
+    conn = connect(tmp_path / "l.db", factory=WriterConnection)
+    assert isinstance(conn, WriterConnection)
+    migrate(conn)
+    refusing = False
+
+    def before_commit(conn: sqlite3.Connection) -> None:
+        if refusing:
+            raise sqlite3.OperationalError("refused before the commit")
+
+    transactor = Transactor(conn, conn.forget, before_commit)
+    try:
+        [(acc, _)] = transactor.execute(
+            [JobSpec(ingest_job, (inbound("m0"), SessionSpec(None, None), 1), {})]
+        )
+        rec = turn(acc.session, None, load_open_items(conn, acc.session))
+        refusing = True
+        [(_, error)] = transactor.execute([JobSpec(commit_turn, (rec,), {})])
+        assert error is not None
+        assert conn.last_records.get(acc.session, rec.turn_id) is None
+        assert conn.execute("SELECT count(*) FROM turn_state").fetchone() == (0,)
+    finally:
+        transactor.close()
