@@ -1,7 +1,7 @@
 """The writer's side of a turn, in process, counted by callgrind: with and without
 the broker's own events (issue 21's `intent` and `llm`).
 
-    .venv/bin/python -m bench.writer_turns [--events both|none] [--text 30]
+    .venv/bin/python -m bench.writer_turns [--events both|none] [--text 30] [--off PART]
 
 `bench.instructions` counts the whole daemon and writer; this isolates the ledger
 work of one echo turn (ingest, mark running, commit with its state record and
@@ -10,7 +10,11 @@ unpickled as on its way to the writer process) so a change to the event rows
 shows without the batching noise of a live daemon. Each count runs twice under
 `valgrind --tool=callgrind`, 200 and 1,000 turns, and prints the difference over
 800: instructions per turn. `--text`: characters of each person's message (the
-`intent` repeats up to 500 of them).
+`intent` repeats up to 500 of them). `--off`: the loop without one part of a turn's
+work, for its share (docs/performance.md, "The writer's share, feature by feature"):
+`state` (no state record), `parent-read` (a parent's record not in the writer's
+memory taken as empty instead of read: ledger/state_records.py Rule 5), `activity`
+(no note of the person's activity).
 """
 
 from __future__ import annotations
@@ -27,13 +31,27 @@ from typing import Any
 
 from broker.core import turn_events as te
 from broker.core.identity import SessionSpec
+from broker.core.session_state import EMPTY
+from ledger import ingest as li
+from ledger import state_records
 from ledger import turns as lt
 from ledger.db import connect, migrate
 from ledger.ids import new_id
-from ledger.ingest import IdentityCache, InboundRecord, ingest
+from ledger.ingest import InboundRecord, WriterConnection, ingest
 
 SESSIONS, BATCH = 100, 4
 COLLECTED = re.compile(r"Collected : (\d+)")
+OFF = ("state", "parent-read", "activity")
+
+
+def switch_off(part: str | None) -> None:
+    """Replace the part's function with one that does nothing (this process only)."""
+    if part == "state":
+        lt.record_turn_state = lambda conn, rec: EMPTY  # type: ignore[attr-defined]
+    elif part == "parent-read":
+        state_records.state_at = lambda conn, turn_id: EMPTY
+    elif part == "activity":
+        li.on_person_message = lambda *args: None  # type: ignore[attr-defined]
 
 
 def events_of(item: Any, kind: str) -> list[te.Event]:
@@ -48,9 +66,10 @@ def events_of(item: Any, kind: str) -> list[te.Event]:
 
 def run(turns: int, kind: str, text_chars: int) -> None:
     with tempfile.TemporaryDirectory(prefix="wt-", dir="/tmp") as tmp:
-        c = connect(Path(tmp) / "ledger.db")
+        c = connect(Path(tmp) / "ledger.db", factory=WriterConnection)  # with its caches
+        assert isinstance(c, WriterConnection)
         migrate(c)
-        cache, heads, now = IdentityCache(), dict[str, str](), 1_000
+        cache, heads, now = c.identity, dict[str, str](), 1_000
         for first in range(0, turns, BATCH):
             c.execute("BEGIN IMMEDIATE")
             accepted = []
@@ -91,11 +110,11 @@ def run(turns: int, kind: str, text_chars: int) -> None:
         c.close()
 
 
-def counted(turns: int, kind: str, text_chars: int) -> int:
+def counted(turns: int, kind: str, text_chars: int, off: str | None) -> int:
     command = [
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
         "-m", "bench.writer_turns", "--run", str(turns), "--events", kind,
-        "--text", str(text_chars),
+        "--text", str(text_chars), *(["--off", off] if off else []),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     found = COLLECTED.search(done.stderr)
@@ -110,16 +129,19 @@ def main() -> None:
     )
     parser.add_argument("--events", choices=("both", "none"), default="both")
     parser.add_argument("--text", type=int, default=30)
+    parser.add_argument("--off", choices=OFF)
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # one run, uncounted
     args = parser.parse_args()
     if args.run is not None:
+        switch_off(args.off)
         run(args.run, args.events, args.text)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("bench.writer_turns needs valgrind (Debian package valgrind)")
-    short, long = counted(200, args.events, args.text), counted(1000, args.events, args.text)
+    short = counted(200, args.events, args.text, args.off)
+    long = counted(1000, args.events, args.text, args.off)
     print(
-        f"events {args.events}, text {args.text} chars:"
+        f"events {args.events}, text {args.text} chars, off {args.off or '-'}:"
         f" {(long - short) / 800:,.0f} instructions per turn"
     )
 

@@ -36,6 +36,7 @@ from broker.core.queue_machine import QueueMode
 from .bindings import bound_session
 from .ids import new_entity_id, new_id
 from .resets import on_person_message
+from .state_records import LastRecords
 
 CACHE_LIMIT = 200_000
 
@@ -102,6 +103,12 @@ class WriterConnection(sqlite3.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.identity = IdentityCache()
+        self.last_records = LastRecords()  # state_records.py Rule 5
+
+    def forget(self) -> None:
+        """Something rolled back: drop every cache (Rule 3)."""
+        self.identity.clear()
+        self.last_records.clear()
 
 
 def identity_of(conn: sqlite3.Connection) -> IdentityCache:

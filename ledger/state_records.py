@@ -16,6 +16,13 @@ Rule 4: a thread's first turn starts from the empty record, or from the record a
         automatic rollover carried over (`seed_thread`, in the rollover's own
         transaction); the first turn takes the seed and removes it. (An explicit
         `/new` does not remove a seed: the rollover's own message runs first.)
+Rule 5: the writer's connection keeps the record it stored last for each session
+        (`LastRecords`), so the thread's next turn takes its parent's record from
+        there instead of reading and decoding the parent's row
+        (docs/performance.md, "The per-turn cost of round 2's features"). A turn's
+        row never changes once written, so an entry for the parent is its row;
+        the writer drops the entries whenever anything rolls back (ingest.py
+        Rule 3), so none outlives the row it mirrors.
 """
 
 from __future__ import annotations
@@ -78,6 +85,26 @@ class TurnRecord(Protocol):
 
 
 MAX_WALK = 5000  # turns without a row worked out in one go (Rule 2)
+LAST_RECORDS_LIMIT = 10_000  # sessions whose last record the writer keeps (Rule 5)
+
+
+class LastRecords:
+    """Rule 5: by session, the turn whose record the writer stored last, and the record."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[str, tuple[str, SessionState]] = {}
+
+    def get(self, session: str, turn_id: str) -> SessionState | None:
+        entry = self._by_session.get(session)
+        return entry[1] if entry is not None and entry[0] == turn_id else None
+
+    def put(self, session: str, turn_id: str, state: SessionState) -> None:
+        if len(self._by_session) >= LAST_RECORDS_LIMIT and session not in self._by_session:
+            self._by_session.clear()  # the next turn of each reads its row once
+        self._by_session[session] = (turn_id, state)
+
+    def clear(self) -> None:
+        self._by_session.clear()
 
 
 def facts_of(rec: TurnRecord) -> TurnFacts:
@@ -98,10 +125,14 @@ def facts_of(rec: TurnRecord) -> TurnFacts:
 def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState:
     """Store the record after `rec`, a turn committed on its thread now (Rule 1); if it
     completed, the bridge notes its context showed are consumed (ledger/bridges.py)."""
+    last: LastRecords | None = getattr(conn, "last_records", None)  # Rule 5
+    before = None
     if rec.parent_id is None:
         before = thread_seed(conn, rec.session)
         conn.execute("DELETE FROM thread_seeds WHERE session_label = ?", (rec.session,))
-    else:
+    elif last is not None:
+        before = last.get(rec.session, rec.parent_id)
+    if before is None:
         before = state_at(conn, rec.parent_id)
     after = advance(before, facts_of(rec))
     conn.execute(
@@ -109,6 +140,8 @@ def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState
         " ON CONFLICT (turn_id) DO UPDATE SET state = excluded.state",
         (rec.turn_id, dumps(after).decode()),
     )
+    if last is not None:
+        last.put(rec.session, rec.turn_id, after)
     if rec.bridges and rec.status == "completed":
         conn.executemany(
             "UPDATE bridge_notes SET consumed_turn_id = ? WHERE id = ?"

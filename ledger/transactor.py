@@ -112,10 +112,8 @@ class Transactor:
                 try:
                     outcomes = self._transaction(jobs, savepoints=False)
                 except _JobFailed:
-                    self._rolled_back()
                     outcomes = self._transaction(jobs, savepoints=True)
             except sqlite3.Error as exc:
-                self._rolled_back()
                 return self._failed(jobs, exc)
         if self._checkpointer is not None:
             self._checkpointer.committed()
@@ -169,7 +167,6 @@ class Transactor:
     def _transaction(self, jobs: list[JobSpec], *, savepoints: bool) -> list[Outcome]:
         conn = self._conn
         outcomes: list[Outcome] = []
-        failed = False
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job in jobs:
@@ -183,8 +180,10 @@ class Transactor:
                     if not savepoints:
                         raise _JobFailed from exc
                     conn.execute("ROLLBACK TO job")
+                    # Now, not after the batch: a later job of it must not find what
+                    # this one put in the caches (ingest.py Rule 3).
+                    self._rolled_back()
                     outcomes.append((None, exc))
-                    failed = True
                 else:
                     outcomes.append((value, None))
                 if savepoints:
@@ -195,9 +194,8 @@ class Transactor:
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self._rolled_back()  # whatever ended it, the caches go with the writes
             raise
-        if failed:
-            self._rolled_back()  # caches may hold what a failed job wrote
         return outcomes
 
     def _commit(self, jobs: list[JobSpec], outcomes: list[Outcome]) -> None:
@@ -220,7 +218,7 @@ def open_transactor(path: Path | str, synchronous: Synchronous) -> Transactor:
     checkpointer: WalCheckpointer | None = None
     try:
         checkpointer = WalCheckpointer(path)
-        return Transactor(conn, conn.identity.clear, indexer_for(conn), checkpointer)
+        return Transactor(conn, conn.forget, indexer_for(conn), checkpointer)
     except BaseException:
         if checkpointer is not None:
             checkpointer.stop()

@@ -273,24 +273,25 @@ def _write_turn(
             f"INSERT INTO compactions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
             tuple(row.values()),
         )
-    conn.executemany(
-        "INSERT INTO tool_calls (id, turn_id, seq, name, arguments, result, status,"
-        " spawned_session, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-        [
-            (
-                tc.id or new_id(),
-                rec.turn_id,
-                n,
-                tc.name,
-                tc.arguments,
-                tc.result,
-                tc.status,
-                spawned_by(conn, tc.id) if tc.name == "agent_send" and tc.id else None,
-                rec.completed_at,
-            )
-            for n, tc in enumerate(rec.tool_calls)
-        ],
-    )
+    if rec.tool_calls:  # most turns make none: then no statement at all
+        conn.executemany(
+            "INSERT INTO tool_calls (id, turn_id, seq, name, arguments, result, status,"
+            " spawned_session, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    tc.id or new_id(),
+                    rec.turn_id,
+                    n,
+                    tc.name,
+                    tc.arguments,
+                    tc.result,
+                    tc.status,
+                    spawned_by(conn, tc.id) if tc.name == "agent_send" and tc.id else None,
+                    rec.completed_at,
+                )
+                for n, tc in enumerate(rec.tool_calls)
+            ],
+        )
     item_turn = None if rec.item_status == "queued" else rec.turn_id
     conn.executemany(
         "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ? WHERE id = ?",

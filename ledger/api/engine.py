@@ -113,7 +113,7 @@ def open_library_transactor(
     indexer = IndexWhenDue()
 
     def rolled_back() -> None:
-        conn.identity.clear()
+        conn.forget()
         indexer.forget()
 
     checkpointer = None
