@@ -139,7 +139,7 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
-        setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup, QUICK_RETRY)
+        setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
         self._commands.extend(a.record for a in spec.carried if a.command)
@@ -285,9 +285,7 @@ class SessionWorkflow:
                 case m.WakeAt():
                     pass  # the deadline is in the state: `run` waits for it
         if drops:
-            await quick_step(
-                DROP_ITEMS, Drops(self.spec.label, drops), self.spec, retry=QUICK_RETRY
-            )
+            await quick_step(DROP_ITEMS, Drops(self.spec.label, drops), self.spec)
 
     async def _push_news(self) -> None:
         """Rule 3: the running turn's control state, to its node if it runs here."""
@@ -393,10 +391,11 @@ async def quick_step(
     arg: Any,
     spec: SessionSpec,
     result_type: type | None = None,
-    retry: RetryPolicy | None = None,
+    retry: RetryPolicy = QUICK_RETRY,
 ) -> Any:
     """A short ledger step: a local activity, or a regular one in a run an older node
-    began (Rule 6)."""
+    began (Rule 6). Retried until it lands unless told otherwise: reads and idempotent
+    writes."""
     bound = quick_activity_bound(spec)
     if workflow.patched(LEAN):
         return await workflow.execute_local_activity(
