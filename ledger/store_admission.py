@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from .writer import LedgerWriter
 
 
@@ -13,5 +16,6 @@ class AdmittedWrites:
     def has_room(self) -> bool:
         return self.writer.has_room()
 
-    async def admit(self) -> None:
-        await self.writer.admit(self.writer_wait_s)
+    def admit(self) -> Coroutine[Any, Any, None]:
+        # The writer's own wait, handed back to be awaited: no coroutine around it.
+        return self.writer.admit(self.writer_wait_s)

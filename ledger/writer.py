@@ -146,7 +146,8 @@ class LedgerWriter:
             executor = Transactor(executor, on_rollback)
         self._link = ThreadLink(executor) if isinstance(executor, Transactor) else executor
         self._max_batch = max_batch
-        self._admission = Admission(max_queue, lambda: self.queued, lambda: self._closed)
+        self._max_queue = max_queue
+        self._admission = Admission(self.has_room, lambda: self._closed)
         self.admit = self._admission.admit  # Rule 9
         self._queue: deque[Pending[Any]] = deque()
         self._lazy: deque[Pending[Any]] = deque()  # Rule 6
@@ -174,8 +175,8 @@ class LedgerWriter:
         return len(self._queue) + len(self._lazy)
 
     def has_room(self) -> bool:
-        """Would `admit` return at once? (ledger/admission.py Rule 3, inlined: per event.)"""
-        return len(self._queue) + len(self._lazy) < self._admission.bound and not self._closed
+        """Would `admit` return at once? (ledger/admission.py Rule 3)"""
+        return len(self._queue) + len(self._lazy) < self._max_queue and not self._closed
 
     @property
     def failure(self) -> WriteFailure | None:
