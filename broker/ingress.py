@@ -101,14 +101,14 @@ class Ingress:
         task_status.started()
         with self._filed, receive:
             while True:
-                try:
-                    filed = receive.receive_nowait()
-                except anyio.WouldBlock:
+                if not self._unanswered:
                     # Not `receive()`: it yields once before it looks, a loop turn
-                    # whenever the channel is found empty.
+                    # whenever the channel is found empty; nor `receive_nowait()`
+                    # first, whose WouldBlock is raised and caught at every wait.
                     self._filing = anyio.Event()
                     await self._filing.wait()
                     continue
+                filed = receive.receive_nowait()
                 self._unanswered -= 1
                 if self._room is not None:
                     self._room.set()
