@@ -114,7 +114,7 @@ def facts_of(rec: TurnRecord) -> TurnFacts:
         status=rec.status,
         error=rec.error,
         model=rec.model,
-        inputs=tuple((i.source, i.content) for i in rec.inputs),
+        inputs=tuple([(i.source, i.content) for i in rec.inputs]),
         tool_calls=tuple(rec.tool_calls),
         events=tuple(rec.events),
         prompt_tokens=rec.prompt_tokens or 0,

@@ -92,7 +92,7 @@ class SessionContext:
                 state=whole,
                 state_short=short,
                 summary=summary,
-                history=tuple(self.blocks),
+                history=self.blocks,
                 inputs=inputs,
                 notes=notes,
                 threshold=threshold,

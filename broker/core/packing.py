@@ -51,6 +51,7 @@ of most sessions) and the caller keeps ``whole`` (Rule 6), there is no walk at a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import field
 from itertools import chain
 from typing import NamedTuple
@@ -106,7 +107,9 @@ class ContextInput:
     system: Msg | None
     state: Msg | None
     summary: Msg | None
-    history: tuple[TurnBlock, ...]  # oldest -> newest, after the latest compaction
+    # Oldest -> newest, after the latest compaction; read only (the caller's own list is
+    # handed over as it is, not copied for every turn).
+    history: Sequence[TurnBlock]
     inputs: tuple[Msg, ...]
     notes: tuple[Msg, ...] = ()
     threshold: float = 0.85
@@ -130,7 +133,8 @@ class ContextInput:
 
 @record
 class ContextPlan:
-    messages: tuple[Msg, ...]
+    head: tuple[Msg, ...]  # system, state, scratchpad, summary, bridge: those that went in
+    tail: tuple[Msg, ...]  # notes and inputs
     tokens: int
     budget: int
     kept_turns: int  # turns with at least one message in the plan
@@ -143,17 +147,23 @@ class ContextPlan:
     bridge: Msg | None = None  # the bridge note, if it went in (Rule 2a)
     scratchpad: Msg | None = None  # the rendering of the scratchpad that went in (Rule 7)
 
+    @property
+    def messages(self) -> tuple[Msg, ...]:
+        """The whole context in order (Rule 1). Made when asked: an engine takes its
+        parts (state, history...) and few turns read the whole."""
+        return self.head + self.history + self.tail
+
 
 def assemble(ctx: ContextInput) -> ContextPlan:
     """Pack the context for one turn (see the module rules)."""
     tail = ctx.notes + ctx.inputs
-    fixed = sum(m.tokens for m in (ctx.system, ctx.summary) if m is not None)
-    fixed += sum(m.tokens for m in tail)
+    forced = _present(ctx.system, ctx.summary)
+    fixed = _tokens(forced) + _tokens(tail)
     budget = ctx.budget
     if fixed > budget:
-        head = tuple(m for m in (ctx.system, ctx.summary) if m is not None)
         return ContextPlan(
-            messages=head + tail,
+            head=forced,
+            tail=tail,
             tokens=fixed,
             budget=budget,
             kept_turns=0,
@@ -161,7 +171,9 @@ def assemble(ctx: ContextInput) -> ContextPlan:
             over_budget=True,
             compaction_due=bool(ctx.history),  # fixed > budget >= the limit of Rule 5
         )
-    state = next((m for m in (ctx.state, ctx.state_short) if _fits(m, fixed, budget)), None)
+    state = ctx.state if _fits(ctx.state, fixed, budget) else None
+    if state is None and _fits(ctx.state_short, fixed, budget):
+        state = ctx.state_short
     fixed += state.tokens if state is not None else 0
     pad = None
     if ctx.scratchpad:  # Rule 7
@@ -170,7 +182,7 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         fixed += pad.tokens if pad is not None else 0
     bridge = ctx.bridge if _fits(ctx.bridge, fixed, budget) else None
     fixed += bridge.tokens if bridge is not None else 0
-    head = tuple(m for m in (ctx.system, state, pad, ctx.summary, bridge) if m is not None)
+    head = _present(ctx.system, state, pad, ctx.summary, bridge)
     whole = ctx.whole
     if whole is not None and fixed + whole.tokens <= budget:
         fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # Rule 6
@@ -179,7 +191,8 @@ def assemble(ctx: ContextInput) -> ContextPlan:
     limit = min(ctx.threshold * ctx.window, budget)
     due = bool(ctx.history) and (not fill.all_fit or fixed + fill.tokens > limit)
     return ContextPlan(
-        messages=head + fill.messages + tail,
+        head=head,
+        tail=tail,
         tokens=fixed + fill.tokens,
         budget=budget,
         kept_turns=fill.turns,
@@ -198,6 +211,17 @@ def _fits(m: Msg | None, used: int, budget: int) -> bool:
     return m is not None and used + m.tokens <= budget
 
 
+def _present(*messages: Msg | None) -> tuple[Msg, ...]:
+    return tuple([m for m in messages if m is not None])
+
+
+def _tokens(messages: Sequence[Msg]) -> int:
+    total = 0
+    for m in messages:
+        total += m.tokens
+    return total
+
+
 class _Fill(NamedTuple):
     messages: tuple[Msg, ...]
     tokens: int
@@ -206,7 +230,7 @@ class _Fill(NamedTuple):
     all_fit: bool
 
 
-def _fill(history: tuple[TurnBlock, ...], room: int) -> _Fill:
+def _fill(history: Sequence[TurnBlock], room: int) -> _Fill:
     """The newest turns that fit in ``room`` (Rule 3 and the partial-turn choice)."""
     chosen: list[tuple[Msg, ...]] = []
     used = 0

@@ -38,6 +38,7 @@ PATH_CHARS = 300
 # Argument names under which tools name the files they work on.
 FILE_ARGS = ("path", "file", "filename", "file_path", "filepath", "target_file")
 FILE_LIST_ARGS = ("paths", "files")
+TEXT_KINDS = ("intent", "decision", "error")  # the events whose text goes into the record
 
 
 @record
@@ -159,7 +160,7 @@ def _apply_event(
     errors: list[ErrorEntry],
 ) -> str | None:
     """One event's part of the record; the focus after it."""
-    text = _text_of(payload)
+    text = _text_of(payload) if kind in TEXT_KINDS else None
     if kind == "intent" and text:
         focus = first_line(text, FOCUS_CHARS)
     elif kind == "file" and (path := _path(payload.get("path"))):

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,7 @@ def check_state_and_bridge_never_forced(c: ContextInput, p: ContextPlan) -> None
     assert p.bridge == (c.bridge if c.bridge is not None and c.bridge.tokens <= room else None)
 
 
-def flatten(turns: tuple[TurnBlock, ...]) -> tuple[Msg, ...]:
+def flatten(turns: Sequence[TurnBlock]) -> tuple[Msg, ...]:
     return tuple(m for t in turns for m in t.messages)
 
 
@@ -160,6 +161,8 @@ def test_assemble_properties(c: ContextInput) -> None:
     # Rule 6: the same plan when the caller hands over the whole history
     whole = WholeHistory(flatten(c.history), sum(t.tokens for t in c.history))
     assert assemble(dataclasses.replace(c, whole=whole)) == p
+    # and when it hands over its own list of turns rather than a tuple
+    assert assemble(dataclasses.replace(c, history=list(c.history))) == p
 
 
 def check_order_budget_and_suffix(c: ContextInput, p: ContextPlan) -> None:
