@@ -189,9 +189,10 @@ class WriterThread:
             return False
         assert len(batch) <= MAX_BATCH
         try:
-            with self._cond:
-                if self._queue or self._closing or self._checkpoint_lock.locked():
-                    return False
+            # Read without the condition's lock: a job queued just after this look
+            # would find the writer busy all the same, and `_closing` is only set once.
+            if self._queue or self._closing or self._checkpoint_lock.locked():
+                return False
             self._execute_unlocked(batch, _notify)
         except Exception as exc:
             # A failure of this code, not of a job: as in _run, its callers are told
@@ -218,16 +219,16 @@ class WriterThread:
         jobs = [t.job for t in batch]
         if self._resume:
             jobs.insert(0, JobSpec(resume_writes, (), {}))
-        outcomes = self._transactor.execute(jobs)
-        if self._resume:
-            outcomes = outcomes[1:]
+            outcomes = self._transactor.execute(jobs)[1:]
             self._resume = False
-        if any(isinstance(error, StorageFailed) for _, error in outcomes):
-            self._resume = True
+        else:
+            outcomes = self._transactor.execute(jobs)
         self.batches += 1
         self.jobs += len(batch)
         for ticket, (value, error) in zip(batch, outcomes, strict=True):
             ticket.value, ticket.error = value, error
+            if error is not None and isinstance(error, StorageFailed):
+                self._resume = True
         deliver(batch)
 
     @staticmethod
@@ -253,6 +254,7 @@ class WriterThread:
 
 def _notify(tickets: list[Ticket]) -> None:
     for ticket in tickets:
+        ticket.done = True  # on the caller's side, as on_done (waiting.py Rule 5)
         ticket.on_done(ticket)
 
 
@@ -321,7 +323,10 @@ class Engine:
         batch = self._gathered.pop(loop)
         # One transaction at most on the loop's thread: it holds up the loop's other
         # tasks for as long as it runs; whatever is gathered beyond goes to the writer.
-        if self.writer.run_here(batch[:MAX_BATCH]):
+        if len(batch) <= MAX_BATCH:
+            if self.writer.run_here(batch):
+                return
+        elif self.writer.run_here(batch[:MAX_BATCH]):
             batch = batch[MAX_BATCH:]
         for n, ticket in enumerate(batch):
             try:

@@ -24,6 +24,7 @@ from .errors import StoreClosed
 from .records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata
 
 Clock = Callable[[], int]
+_NO_USAGE = (None, None)
 
 
 def _job(fn: Callable[..., Any], *args: Any) -> JobSpec:
@@ -81,14 +82,8 @@ class Face:
         usage: tuple[int | None, int | None] | None,
     ) -> JobSpec:
         rows = encode_items(items)
-        return _job(
-            writes.append_turn,
-            _label(session_id),
-            rows,
-            self._clock(),
-            create,
-            usage or (None, None),
-        )
+        args = (_label(session_id), rows, self._clock(), create, usage or _NO_USAGE)
+        return JobSpec(writes.append_turn, args, {})
 
     def _put_job(
         self,

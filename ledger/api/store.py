@@ -131,7 +131,9 @@ class Store(Face):
         """One turn holding `items` (JSON values); the turn's id. `usage` is (prompt
         tokens, completion tokens). A missing session is created unless `create=False`."""
         return str(
-            await wait_async(self._append_job(session_id, items, create, usage), self._submit)
+            await wait_async(
+                self._append_job(session_id, items, create, usage), self._live().submit
+            )
         )
 
     async def last(self, session_id: str, n: int) -> list[Any]:

@@ -18,13 +18,20 @@ Rule 4: the first task of a pass to hand a job to a writer that gathers on its
         others run, it commits all the same: the batch holds their jobs (and
         so when its loop closed without resuming it, and the batch's callers
         are gone with that loop).
+Rule 5: a ticket is `done` once its caller's side was told (`on_done` ran
+        there: the event loop's thread for a task), so a task reads it without
+        a lock. A first task whose batch committed on its own thread finds its
+        ticket done when the commit returns and makes no future to wait on; a
+        task that must wait makes its future then, before it yields, so no
+        `on_done` can come before it is there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Generator
 from typing import Any
 
 from ..jobs import JobSpec
@@ -33,7 +40,7 @@ Post = Callable[[Callable[[], None]], object]
 
 
 class Ticket:
-    __slots__ = ("error", "job", "lead", "loop", "on_done", "post", "value")
+    __slots__ = ("done", "error", "job", "lead", "loop", "on_done", "post", "value")
 
     def __init__(
         self,
@@ -50,6 +57,7 @@ class Ticket:
         self.lead: Callable[[asyncio.AbstractEventLoop], None] | None = None
         self.value: Any = None
         self.error: BaseException | None = None
+        self.done = False  # set on the caller's side, just before on_done (Rule 5)
 
     def outcome(self) -> Any:
         if self.error is not None:
@@ -61,11 +69,18 @@ def run_now(fn: Callable[[], None]) -> None:
     fn()
 
 
-async def _wait_asyncio(
-    loop: asyncio.AbstractEventLoop, job: JobSpec, submit: Callable[[Ticket], None]
-) -> Any:
-    fut: asyncio.Future[None] = loop.create_future()
+@types.coroutine
+def _one_pass() -> Generator[None, None, None]:
+    """What `asyncio.sleep(0)` awaits, without the coroutine around it: a bare yield,
+    which puts the task back at the end of the loop's ready tasks."""
+    yield
 
+
+def _unset(_: Ticket) -> None:
+    """`on_done` of a task's ticket until the task waits for it (Rule 5)."""
+
+
+def _waker(fut: asyncio.Future[None]) -> Callable[[Ticket], None]:
     def done(_: Ticket) -> None:
         if not fut.done():  # Rule 2
             try:  # noqa: SIM105 - free when nothing raises; `suppress` is not, per append
@@ -73,15 +88,7 @@ async def _wait_asyncio(
             except RuntimeError:  # its loop closed under a leader (Rule 4): nobody waits
                 pass
 
-    ticket = Ticket(job, loop.call_soon_threadsafe, done, loop)
-    submit(ticket)
-    if ticket.lead is not None:
-        try:
-            await asyncio.sleep(0)  # the pass's other tasks gather behind this one (Rule 4)
-        finally:
-            ticket.lead(loop)
-    await fut  # done already when the batch committed on this thread
-    return ticket.outcome()
+    return done
 
 
 async def _wait_trio(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
@@ -101,7 +108,18 @@ async def wait_async(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return await _wait_trio(job, submit)
-    return await _wait_asyncio(loop, job, submit)
+    ticket = Ticket(job, loop.call_soon_threadsafe, _unset, loop)
+    submit(ticket)
+    if ticket.lead is not None:
+        try:
+            await _one_pass()  # the pass's other tasks gather behind this one (Rule 4)
+        finally:
+            ticket.lead(loop)
+    if not ticket.done:  # Rule 5: not committed on this thread yet
+        fut: asyncio.Future[None] = loop.create_future()
+        ticket.on_done = _waker(fut)
+        await fut
+    return ticket.outcome()
 
 
 def wait_blocking(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:

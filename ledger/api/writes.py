@@ -18,6 +18,11 @@ Rule 1b: an append is three statements, not four: the turn takes its parent
         or raises and is rolled back alone: transactor.py Rule 1). Each
         statement is a round trip through the sqlite3 module; at 2-3 µs each
         they are a visible part of a turn that costs about 100.
+Rule 1c: an append binds no None: the sqlite3 module looks a None up as a
+        value to adapt (its adapters, then `__adapt__` and `__conform__`, each
+        miss raising and clearing an AttributeError), about 3,000 instructions
+        a None; the exact str and int it binds directly. A turn without usage
+        says NULL in its statement.
 Rule 2: nothing on a thread is rewritten: `pop` moves the head back (copying
         the head turn without its last item when it held more than one),
         `clear` and `put` move it to a new thread; the old turns stay in the
@@ -123,6 +128,15 @@ def _move_head(
     )
 
 
+_APPEND_TURN = (
+    "INSERT INTO turns (id, session_label, parent_id, type, status, engine, started_at,"
+    " completed_at, prompt_tokens, completion_tokens) VALUES (?1, ?2, (SELECT head_turn_id"
+    f" FROM sessions WHERE label = ?2), 'turn', 'completed', '{LIBRARY}', ?3, ?3, "
+)
+_APPEND_TURN_SQL = _APPEND_TURN + "NULL, NULL)"
+_APPEND_TURN_WITH_USAGE_SQL = _APPEND_TURN + "?4, ?5)"
+
+
 def append_turn(
     conn: sqlite3.Connection,
     label: str,
@@ -133,12 +147,10 @@ def append_turn(
 ) -> str:
     """One turn holding `rows` on the session's head (Rules 1, 1b); its id."""
     turn_id = new_id()
-    conn.execute(
-        "INSERT INTO turns (id, session_label, parent_id, type, status, engine, started_at,"
-        " completed_at, prompt_tokens, completion_tokens) VALUES (?1, ?2, (SELECT"
-        " head_turn_id FROM sessions WHERE label = ?2), 'turn', 'completed', ?3, ?4, ?4, ?5, ?6)",
-        (turn_id, label, LIBRARY, now, *usage),
-    )
+    if usage == (None, None):  # Rule 1c
+        conn.execute(_APPEND_TURN_SQL, (turn_id, label, now))
+    else:
+        conn.execute(_APPEND_TURN_WITH_USAGE_SQL, (turn_id, label, now, *usage))
     conn.executemany(
         "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
         [(turn_id, seq, role, content, now) for seq, (role, content) in enumerate(rows)],

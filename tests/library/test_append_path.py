@@ -50,6 +50,38 @@ async def test_the_index_never_lags_fts_lag_messages(tmp_path: Path) -> None:
     assert lags.count(0) >= 2  # it did index, more than once
 
 
+@pytest.mark.parametrize("count", [1, 2, 9, 20])
+async def test_a_turn_of_any_size_keeps_its_items_in_order(tmp_path: Path, count: int) -> None:
+    path = tmp_path / "ledger.db"
+    items = [{"role": "user", "content": f"m{n}"} if n % 2 else [n, None] for n in range(count)]
+    async with await Store.open(path) as store:
+        first = await store.append("s", items)
+        await store.append("s", ["after"])
+        assert await store.items("s") == [*items, "after"]
+    rows = _rows(path, f"SELECT seq, role, created_at FROM messages WHERE turn_id = '{first}'")
+    assert [r[0] for r in rows] == list(range(count))  # in id order too
+    assert [r[1] for r in rows] == ["user" if n % 2 else "item" for n in range(count)]
+    assert len({r[2] for r in rows}) == 1
+
+
+async def test_usage_is_stored_and_its_absence_is_null(tmp_path: Path) -> None:
+    # writes.py Rule 1c: without usage the statement says NULL, with it binds the ints.
+    path = tmp_path / "ledger.db"
+    async with await Store.open(path) as store:
+        bare = await store.append("s", ["a"])
+        counted = await store.append("s", ["b"], usage=(3, 4))
+        half = await store.append("s", ["c"], usage=(5, None))
+    tokens = {
+        row[0]: row[1:]
+        for row in _rows(path, "SELECT id, prompt_tokens, completion_tokens, engine FROM turns")
+    }
+    assert tokens == {
+        bare: (None, None, "library"),
+        counted: (3, 4, "library"),
+        half: (5, None, "library"),
+    }
+
+
 def _bare_ledger() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.executescript(
@@ -191,3 +223,27 @@ def test_a_first_task_whose_loop_closes_under_it_commits_and_leaves_the_store_wo
         assert asyncio.run(after()) == (["first"], ["second"], ["third"])
     finally:
         store._close()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_first_task_whose_batch_goes_to_the_writer_thread_waits_for_its_commit(
+    tmp_path: Path,
+) -> None:
+    # Its ticket is not done when the lead returns, so it makes its future then
+    # (waiting.py Rule 5) and the writer thread's delivery wakes it.
+    import asyncio
+
+    async with await Store.open(tmp_path / "ledger.db") as store:
+        writer = store._live().writer
+        catching_up = writer._checkpoint_lock
+        catching_up.acquire()  # as a checkpoint catching up holds it (engine.py Rule 6)
+        try:
+            append = asyncio.ensure_future(store.append("s", ["x"]))
+            await asyncio.sleep(0.05)
+            assert not append.done()  # the writer thread has it, blocked on the lock
+        finally:
+            catching_up.release()
+        with anyio.fail_after(5):
+            turn = await append
+        assert (await store.get("s")).head_turn == turn
+        assert writer.batches == 1
