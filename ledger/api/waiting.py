@@ -40,7 +40,7 @@ Post = Callable[[Callable[[], None]], object]
 
 
 class Ticket:
-    __slots__ = ("done", "error", "job", "lead", "loop", "on_done", "post", "value")
+    __slots__ = ("done", "error", "gather", "job", "lead", "loop", "on_done", "post", "value")
 
     def __init__(
         self,
@@ -55,6 +55,8 @@ class Ticket:
         self.on_done = on_done  # runs on the caller's side (Rule 1)
         # Set by the writer for the first ticket of a pass: commits the pass's batch (Rule 4).
         self.lead: Callable[[asyncio.AbstractEventLoop], None] | None = None
+        # Whether that first task lets the pass run before it commits (engine.py Rule 6a).
+        self.gather = True
         self.value: Any = None
         self.error: BaseException | None = None
         self.done = False  # set on the caller's side, just before on_done (Rule 5)
@@ -110,11 +112,14 @@ async def wait_async(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
         return await _wait_trio(job, submit)
     ticket = Ticket(job, loop.call_soon_threadsafe, _unset, loop)
     submit(ticket)
-    if ticket.lead is not None:
+    lead = ticket.lead
+    if lead is not None and not ticket.gather:
+        lead(loop)  # nothing to gather (engine.py Rule 6a)
+    elif lead is not None:
         try:
             await _one_pass()  # the pass's other tasks gather behind this one (Rule 4)
         finally:
-            ticket.lead(loop)
+            lead(loop)
     if not ticket.done:  # Rule 5: not committed on this thread yet
         fut: asyncio.Future[None] = loop.create_future()
         ticket.on_done = _waker(fut)

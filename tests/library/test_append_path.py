@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from ledger.api import NotFound, Store
-from ledger.api.engine import FTS_LAG, IndexWhenDue
+from ledger.api.engine import ALONE_PASSES, FTS_LAG, IndexWhenDue
 
 pytestmark = pytest.mark.anyio
 
@@ -128,16 +128,43 @@ def test_after_a_rollback_the_index_is_asked_for_at_the_next_commit() -> None:
     assert _waiting(conn) == 0
 
 
+async def _appending_together(store: Store, tasks: int, rounds: int, prefix: str) -> None:
+    async def caller(n: int) -> None:
+        for turn in range(rounds):
+            await store.append(f"{prefix}{n}", [turn])
+
+    async with anyio.create_task_group() as tg:
+        for n in range(tasks):
+            tg.start_soon(caller, n)
+    for n in range(tasks):
+        assert await store.items(f"{prefix}{n}") == list(range(rounds))
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_one_pass_of_appends_is_one_transaction_committed_by_its_first_task(
     tmp_path: Path,
 ) -> None:
+    async with await Store.open(tmp_path / "ledger.db") as store:
+        writer = store._live().writer
+        await _appending_together(store, 40, 5, "s")
+        # Each pass's 40 appends are one transaction: five rounds, five batches
+        # (one more when a task starts a pass later than the others).
+        assert writer.jobs == 200
+        assert writer.batches <= 10
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_appends_one_after_another_let_the_pass_run_once_in_alone_passes(
+    tmp_path: Path,
+) -> None:
+    # engine.py Rule 6a: alone, an append commits without a pass of the loop, and
+    # every ALONE_PASSES-th lets it run; a callback waiting for the loop gets it.
     import asyncio
 
     async with await Store.open(tmp_path / "ledger.db") as store:
         writer = store._live().writer
         loop = asyncio.get_running_loop()
-        passes = 0
+        passes, ran_at = 0, []
         run_once = loop._run_once  # type: ignore[attr-defined]
 
         def counted() -> None:
@@ -147,26 +174,22 @@ async def test_one_pass_of_appends_is_one_transaction_committed_by_its_first_tas
 
         loop._run_once = counted  # type: ignore[attr-defined]
         try:
-            for n in range(20):  # sequential: one pass of the loop an append, no callback
+            for n in range(2 * ALONE_PASSES + 4):
+                if n == 1:  # scheduled while the appends commit alone: waits for a pass
+                    loop.call_soon(lambda: ran_at.append(writer.jobs))
                 await store.append("seq", [n])
         finally:
             del loop._run_once  # type: ignore[attr-defined]
-        assert passes == 20
-        assert writer.batches == writer.jobs == 20
+        assert passes == 3  # the 1st, 17th and 33rd appends let the pass run
+        assert writer.batches == writer.jobs == 2 * ALONE_PASSES + 4
+        assert ran_at == [ALONE_PASSES]  # in the 17th append's pass, before its commit
 
-        async def caller(n: int) -> None:
-            for turn in range(5):
-                await store.append(f"s{n}", [turn])
-
-        async with anyio.create_task_group() as tg:
-            for n in range(40):
-                tg.start_soon(caller, n)
-        # Each pass's 40 appends are one transaction: five rounds, five batches
-        # (one more when a task starts a pass later than the others).
-        assert writer.jobs == 220
-        assert writer.batches - 20 <= 10
-        for n in range(40):
-            assert await store.items(f"s{n}") == [0, 1, 2, 3, 4]
+        # Tasks that start appending together after that: those that find a run of
+        # lone batches commit alone until one lets the pass run; then they are
+        # gathered again.
+        await _appending_together(store, 40, 5, "t")
+        assert writer.jobs == 2 * ALONE_PASSES + 4 + 200
+        assert writer.batches - (2 * ALONE_PASSES + 4) <= ALONE_PASSES + 10
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
