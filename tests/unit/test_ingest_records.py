@@ -65,7 +65,7 @@ def test_route_uses_the_sender_as_peer_when_the_frame_names_none() -> None:
 def test_a_committed_message_reaches_its_actor_with_every_field_under_its_own_name() -> None:
     boxes = Mailboxes(
         Settings(),
-        cast(Ledger, SimpleNamespace(writer=None, has_room=None, admit=None)),  # not asked here
+        cast(Ledger, SimpleNamespace(writer=None)),
         EchoEngine(),
         Router((), frozenset()),
         cast(Deliveries, SimpleNamespace()),
