@@ -9,7 +9,7 @@ Rule 2: engines of personas that name one are built when first used, once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -57,9 +57,6 @@ class SessionPorts:
         self.router = router
         self.commits = commits
         self.commit_turn = commits.commit  # bound: no second coroutine a turn
-        # The ledger's own, bound: no call of ours around each (ports.py names them).
-        self.has_room: Callable[[], bool] = ledger.has_room
-        self.admit: Callable[[], Coroutine[Any, Any, None]] = ledger.admit
         self.chat = ChatCommands(ledger, router, deliveries)
         self.tool_context = tool_context
         self.retire = retire
@@ -101,6 +98,12 @@ class SessionPorts:
 
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None:
         self.ledger.submit_mark_running(turn_id, item_ids, started_ms)
+
+    def has_room(self) -> bool:
+        return self.ledger.has_room()
+
+    async def admit(self) -> None:
+        await self.ledger.admit()
 
     async def save_progress(self, turn_id: str, label: str, text: str) -> bool:
         try:
