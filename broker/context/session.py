@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
-from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, render_both
+from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, record_lines
 from ledger.port import Thread
 
 from .tokens import TokenCounter
@@ -107,20 +107,20 @@ class SessionContext:
     def _state_msgs(self, label: str | None) -> tuple[Msg | None, Msg | None]:
         done = self._rendered
         if done is None or done[0] is not self.state or done[1] != label:
-            whole_text, short_text = render_both(self.state, label)
-            whole = self._state_msg(whole_text)
+            lines, short_lines = record_lines(self.state, label)
+            whole = self._state_msg(lines)
             # Most records have no lists: then the short form is the whole, counted once.
-            short = whole if short_text is whole_text else self._state_msg(short_text)
+            short = whole if short_lines == len(lines) else self._state_msg(lines[:short_lines])
             done = self._rendered = (self.state, label, whole, short)
         return done[2], done[3]
 
-    def _state_msg(self, text: str | None) -> Msg | None:
+    def _state_msg(self, lines: list[str]) -> Msg | None:
         # Each turn changes the record's counts line: counted by line, the rest is known
         # (docs/performance.md, "The per-turn cost of round 2's features").
-        if not text:
+        if not lines:
             return None
-        tokens = self.counter.count_message_lines("system", text, self._state_lines)
-        return Msg("system", text, tokens)
+        tokens = self.counter.count_message_lines("system", lines, self._state_lines)
+        return Msg("system", "\n".join(lines), tokens)
 
     def turn_committed(self, facts: TurnFacts, bridges_shown: tuple[str, ...]) -> None:
         """A turn committed on this thread (Rules 3 and 4)."""

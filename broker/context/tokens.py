@@ -111,17 +111,28 @@ class TokenCounter:
     def count_lines(self, text: str, known: dict[str | bytes, int]) -> int:
         """``count(text)``, from the counts of its lines kept in ``known`` (Rules 5
         and 6)."""
+        return self._count_pieces(split_lines(text), known)
+
+    def count_joined(self, lines: Sequence[str], known: dict[str | bytes, int]) -> int:
+        """``count_lines("\\n".join(lines), known)`` for lines that each begin with a
+        letter or ``-`` after the first: every joint is a cut of Rule 5, so the text
+        is not split again."""
+        pieces = [line + "\n" for line in lines]
+        pieces[-1] = lines[-1]
+        return self._count_pieces(pieces, known)
+
+    def _count_pieces(self, pieces: list[str], known: dict[str | bytes, int]) -> int:
         total = 0
         digits_as_zero = self._digit_runs
-        for line in split_lines(text):
-            key: str | bytes = line
-            if digits_as_zero and line.isascii():
-                key = line.encode().translate(DIGITS_AS_ZERO)
+        for piece in pieces:
+            key: str | bytes = piece
+            if digits_as_zero and piece.isascii():
+                key = piece.encode().translate(DIGITS_AS_ZERO)
             tokens = known.get(key)
             if tokens is None:
                 if len(known) >= MAX_KNOWN_LINES:
                     known.clear()
-                tokens = known[key] = self.count(line)  # as its key counts (Rule 6)
+                tokens = known[key] = self.count(piece)  # as its key counts (Rule 6)
             total += tokens
         return total
 
@@ -135,12 +146,14 @@ class TokenCounter:
             tokens += NAME_OVERHEAD + self.count(name)
         return tokens
 
-    def count_message_lines(self, role: str, content: str, known: dict[str | bytes, int]) -> int:
-        """``count_message(role, content)`` with ``count_lines`` (Rule 5)."""
+    def count_message_lines(
+        self, role: str, lines: Sequence[str], known: dict[str | bytes, int]
+    ) -> int:
+        """``count_message(role, "\\n".join(lines))`` with ``count_joined`` (Rule 5)."""
         role_tokens = self._role_tokens.get(role)
         if role_tokens is None:
             role_tokens = self.count(role)
-        return MESSAGE_OVERHEAD + role_tokens + self.count_lines(content, known)
+        return MESSAGE_OVERHEAD + role_tokens + self.count_joined(lines, known)
 
     def __repr__(self) -> str:
         return f"TokenCounter({self.encoding_name!r})"

@@ -85,7 +85,7 @@ class TurnBlock:
     tokens: int = field(init=False)  # the sum over messages, computed once
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", sum(m.tokens for m in self.messages))
+        object.__setattr__(self, "tokens", _tokens(self.messages))
 
 
 @record

@@ -296,8 +296,19 @@ def render(state: SessionState, label: str | None = None, *, short: bool = False
 def render_both(state: SessionState, label: str | None = None) -> tuple[str | None, str | None]:
     """`render` whole and short at once; the short text is the whole one itself (the
     same object) when the record has no files, decisions or errors to leave out."""
-    if state == EMPTY:
+    lines, short = record_lines(state, label)
+    if not lines:
         return None, None
+    whole = "\n".join(lines)
+    return whole, whole if short == len(lines) else "\n".join(lines[:short])
+
+
+def record_lines(state: SessionState, label: str | None = None) -> tuple[list[str], int]:
+    """The lines `render` joins, and how many of them its short form keeps; none when
+    the record is empty. Each line begins with a letter or `-`, so a token counter
+    may count them one by one (broker/context/tokens.py Rule 5)."""
+    if state == EMPTY:
+        return [], 0
     c = state.counts
     who = f"{label}, " if label else ""
     model = f"model {state.model}, " if state.model else ""
@@ -308,9 +319,7 @@ def render_both(state: SessionState, label: str | None = None) -> tuple[str | No
     ]
     if state.focus:
         lines.append(f"current focus: {state.focus}")
-    short = "\n".join(lines)
-    if not (state.files or state.decisions or state.errors):
-        return short, short
+    short = len(lines)
     if state.files:
         lines.append("files touched (newest last):")
         lines += [f"- {f.path} ({f.action}, turn {f.turn})" for f in state.files]
@@ -322,7 +331,7 @@ def render_both(state: SessionState, label: str | None = None) -> tuple[str | No
         lines += [
             f"- {e.text} (turn {e.turn}{', resolved' if e.resolved else ''})" for e in state.errors
         ]
-    return "\n".join(lines), short
+    return lines, short
 
 
 def state_from(events: Iterable[tuple[str, Mapping[str, Any]]]) -> SessionState:

@@ -47,7 +47,7 @@ def mechanical_title(inputs: Sequence[str], reply: str, kind: str = "turn") -> s
     for text in inputs:
         line = one_line(text, MAX_TITLE)
         if line:
-            more = len([t for t in inputs if t.strip()]) - 1
+            more = len([t for t in inputs if t.strip()]) - 1 if len(inputs) > 1 else 0
             if more > 0:
                 suffix = f" (+{more} more)"
                 return one_line(text, MAX_TITLE - len(suffix)) + suffix

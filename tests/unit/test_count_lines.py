@@ -29,6 +29,23 @@ def test_a_text_counted_by_lines_counts_as_the_whole(text: str) -> None:
     assert COUNTER.count_lines(text, known) == COUNTER.count(text)  # from what it knows
 
 
+# Lines as a renderer makes them: each after the first begins with a letter or `-`.
+rendered_lines = st.lists(
+    st.tuples(st.sampled_from(["a", "Z", "é", "-", "ß"]), texts).map("".join), min_size=1
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts, rendered_lines)
+def test_lines_counted_joined_count_as_their_text(first: str, rest: list[str]) -> None:
+    lines = [first, *rest]
+    known: dict[str | bytes, int] = {}
+    whole = COUNTER.count("\n".join(lines))
+    assert COUNTER.count_joined(lines, known) == whole
+    assert COUNTER.count_joined(lines, known) == whole  # from what it knows
+    assert COUNTER.count_joined([first], known) == COUNTER.count(first)
+
+
 # Rule 6: digit runs of every length beside everything the pre-tokenizer treats apart.
 digit_texts = st.lists(
     st.one_of(st.sampled_from(pieces), st.from_regex(r"[0-9]{1,12}", fullmatch=True)),
@@ -74,9 +91,9 @@ def test_the_lines_known_stay_bounded() -> None:
     assert len(known) <= MAX_KNOWN_LINES
 
 
-def plan(ctx: SessionContext, label: str = "dm:x") -> ContextPlan:
+def plan(ctx: SessionContext, label: str = "dm:x", window: int = 100_000) -> ContextPlan:
     return ctx.build(
-        window=100_000,
+        window=window,
         reserve=0,
         threshold=0.85,
         system=None,
@@ -105,6 +122,12 @@ def test_the_state_record_in_the_context_counts_as_its_whole_text(label: str | N
         whole = render(ctx.state, label or "dm:x")
         assert p.state is not None and p.state.content == whole
         assert p.state.tokens == COUNTER.count_message("system", whole)
+        short = render(ctx.state, label or "dm:x", short=True)
+        assert short is not None  # and the short form when the whole does not fit:
+        window = COUNTER.count_message("system", short) + 20
+        short_msg = plan(ctx, label or "dm:x", window=window).state
+        assert short_msg is not None and short_msg.content in (short, whole)
+        assert short_msg.tokens == COUNTER.count_message("system", short_msg.content)
 
 
 def test_an_unchanged_record_is_not_rendered_again() -> None:
