@@ -39,6 +39,8 @@ PATH_CHARS = 300
 FILE_ARGS = ("path", "file", "filename", "file_path", "filepath", "target_file")
 FILE_LIST_ARGS = ("paths", "files")
 TEXT_KINDS = ("intent", "decision", "error")  # the events whose text goes into the record
+TEXT_KEYS_IN_ORDER = ("text", "message", "decision", "error", "summary")  # where it is, first wins
+TEXT_KEYS = frozenset(TEXT_KEYS_IN_ORDER)
 
 
 @record
@@ -178,7 +180,9 @@ def _apply_event(
 
 
 def _text_of(payload: Mapping[str, Any]) -> str | None:
-    for key in ("text", "message", "decision", "error", "summary"):
+    if TEXT_KEYS.isdisjoint(payload):  # the broker's own intent names none: it has its inputs
+        return None
+    for key in TEXT_KEYS_IN_ORDER:
         value = payload.get(key)
         if isinstance(value, str) and value.strip():
             return value

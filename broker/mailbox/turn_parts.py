@@ -100,9 +100,9 @@ def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextP
         threshold=cfg.compaction_threshold,
         system=ctx.fixed("system", system) if system else None,
         inputs=tuple(turn.input_msgs),
-        notes=tuple(ctx.msg("system", n) for n in turn.notes),
+        notes=tuple([ctx.msg("system", n) for n in turn.notes]),
         label=turn.session,
-        scratchpad=tuple(ctx.fixed("system", text) for text in turn.scratchpad),
+        scratchpad=tuple([ctx.fixed("system", text) for text in turn.scratchpad]),
     )
     reported = ctx.last_reported
     if (
