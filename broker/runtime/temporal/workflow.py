@@ -192,8 +192,9 @@ class SessionWorkflow:
         if info.is_continue_as_new_suggested():
             return True
         bound = self.spec.history_max_events
-        # Rule 7: asked only where the bound cuts, so a history made before it replays.
-        return 0 < bound <= info.get_current_history_length() and workflow.patched(BOUNDED)
+        if not 0 < bound <= info.get_current_history_length() or self._noted:
+            return False  # a note of dropped items waits for its turn: it is not carried
+        return workflow.patched(BOUNDED)  # Rule 7: asked only where the bound cuts
 
     def _carry_over(self) -> SessionSpec:
         records, s = self._records, self.state
