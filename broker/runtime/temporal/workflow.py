@@ -148,6 +148,9 @@ class SessionWorkflow:
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
         replay = ReplayNote()
+        if spec.history_max_events:  # Rule 7: a run this version began, so no history
+            # has it otherwise: a carried item sent again during the setup is a repeat.
+            self._seen.update(str(a.record[0]) for a in spec.carried)
         setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
