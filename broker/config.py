@@ -204,6 +204,13 @@ class RuntimeSettings(_Section):
     heartbeat_timeout_s: float = Field(5.0, gt=0, le=3600)
     # Single node only, for tests and a demo: a cluster needs a shared ledger.
     allow_local_ledger: bool = False
+    # "host:port": the node's Temporal worker metrics (cache hits and misses, task
+    # latencies, the sessions' replays) served for Prometheus there; "" serves none.
+    metrics_address: str = ""
+    # A session's workflow run goes on as a new run, between two turns, once its history
+    # holds this many events, so that a node taking it over (another node died, this one
+    # restarted) replays a short history; 0 leaves it to Temporal's suggestion alone.
+    history_max_events: int = Field(60, ge=0, le=50_000)
 
 
 class ClusterSettings(_Section):

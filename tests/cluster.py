@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.runtime.temporal.devserver import free_port
+
 if TYPE_CHECKING:
     from tests.harness import DaemonProcess
 
@@ -41,6 +43,51 @@ def node_config(
     return base
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU a process and its descendants used, the reaped ones included, in
+    seconds (Linux /proc): for a PostgreSQL server, its postmaster's pid covers every
+    backend, ended or not."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    own: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        child = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(child)
+        own[child] = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += own.get(p, 0.0)
+        todo.extend(children.get(p, ()))
+    return total
+
+
+def scrape(address: str) -> dict[str, float]:
+    """A Prometheus endpoint's samples, summed over their labels by name; empty when
+    it does not answer (a node being restarted)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=2) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        name = name.split("{", 1)[0]
+        sums[name] = sums.get(name, 0.0) + float(value)
+    return sums
+
+
 class Cluster:
     """N nodes; `nodes[i]` is a DaemonProcess, started by `start`. `per_node[i]` is
     config for node i alone (a task queue of its own pins a session's turns to the
@@ -55,6 +102,7 @@ class Cluster:
         config: dict[str, Any] | None = None,
         task_queue: str | None = None,
         per_node: list[dict[str, Any]] | None = None,
+        metrics: bool = False,
     ) -> None:
         self.dsn = dsn
         self.task_queue = task_queue or f"c-{uuid.uuid4().hex[:12]}"
@@ -65,6 +113,8 @@ class Cluster:
             work = workdir / f"n{n}"
             work.mkdir(parents=True, exist_ok=True)
             cfg = node_config(dsn, address, self.task_queue, f"n{n}", config)
+            if metrics:  # each node's worker metrics, for `scrape`
+                cfg["runtime"]["metrics_address"] = f"127.0.0.1:{free_port()}"
             for key, value in (per_node[n] if per_node else {}).items():
                 cfg[key] = {**cfg[key], **value} if isinstance(value, dict) else value
             self.nodes.append(DaemonProcess(work, cfg))

@@ -10,8 +10,9 @@ import anyio
 import pytest
 
 from broker.client import BrokerError
-from broker.runtime.temporal.devserver import DevServer
+from broker.runtime.temporal.devserver import DevServer, free_port
 from broker.runtime.temporal.live_turns import QUERY_EVERY_S
+from tests.cluster import scrape
 from tests.conftest import DaemonFactory
 from tests.harness import brokerd_once, write_config
 from tests.integration.wire import (
@@ -82,6 +83,32 @@ async def test_kill9_mid_turn_the_acked_message_runs_once(
     statuses = [t["status"] for t in turns(d, session)]
     assert statuses == ["aborted", "completed"], statuses
     assert_run_once_in_order(d, session, [msg])
+
+
+@asyncio_only
+@pytest.mark.slow
+async def test_a_restarted_node_reports_the_replay_of_a_session_it_took_over(
+    temporal_server: DevServer, make_daemon: DaemonFactory
+) -> None:
+    """`[runtime] metrics_address`: the worker's metrics, and the sessions' replays
+    (broker/runtime/temporal/replays.py): a node killed and restarted has none of its
+    workflows cached, so the next message of a session rebuilds it from its history."""
+    config = on_temporal(temporal_server)
+    config["runtime"]["metrics_address"] = f"127.0.0.1:{free_port()}"
+    d = make_daemon(config)
+    sender = uniq("u")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        await a.send_inbound("m1", "before the kill", sender)
+        await a.deliver(msg_id="m1")
+    d.kill()
+    d.start()
+    async with await Adapter.connect(d, uniq("t")) as a:
+        await a.send_inbound("m2", "after the restart", sender)
+        await a.deliver(msg_id="m2")
+    metrics = await anyio.to_thread.run_sync(scrape, config["runtime"]["metrics_address"])
+    assert metrics["session_replay_events_count"] == 1
+    assert metrics["session_replay_events_sum"] >= 10  # the first turn's events, at least
+    assert metrics["temporal_workflow_task_execution_latency_count"] >= 1
 
 
 @asyncio_only

@@ -153,9 +153,22 @@ def record(item: str, seq: int, source: str = "person") -> list[Any]:
 
 
 async def arrive(
-    client: Client, queue: str, label: str, rec: list[Any], mode: str, idle_s: float = 5
+    client: Client,
+    queue: str,
+    label: str,
+    rec: list[Any],
+    mode: str,
+    idle_s: float = 5,
+    history_max_events: int = 0,
 ) -> WorkflowHandle[Any, Any]:
-    spec = SessionSpec(label, idle_s, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
+    spec = SessionSpec(
+        label,
+        idle_s,
+        steerable=True,
+        turn_timeout_s=60,
+        heartbeat_timeout_s=1,
+        history_max_events=history_max_events,
+    )
     return await client.start_workflow(
         SessionWorkflow.run,
         spec,
@@ -254,6 +267,16 @@ async def test_a_run_an_older_node_began_replays_on_this_code() -> None:
     pushed news (`2822096`), replays here without a non-determinism error."""
     saved = Path(__file__).parent / "histories" / "session_before_lean.json"
     history = WorkflowHistory.from_json("before-lean", saved.read_text())
+    await replayer().replay_workflow(history)
+
+
+async def test_a_history_longer_than_the_bound_made_before_it_replays() -> None:
+    """workflow.py Rule 7: a run of twelve turns (116 events, past the default bound of
+    `history_max_events`) made by the code before the bound (`c7188e5`) replays here
+    as it was: its input names no bound, and the cut is behind a patch."""
+    saved = Path(__file__).parent / "histories" / "session_before_bound.json"
+    history = WorkflowHistory.from_json("before-bound", saved.read_text())
+    assert len(history.events) > 100
     await replayer().replay_workflow(history)
 
 
@@ -365,3 +388,26 @@ async def test_a_busy_session_continues_as_new_between_turns_losing_nothing(
         latest = await client.get_workflow_handle(label).describe()
     assert fake.turns == [[f"i{n}"] for n in range(30)]
     assert latest.run_id != first.result_run_id  # it went on as a new run
+
+
+async def test_a_run_goes_on_as_new_past_its_history_bound_and_replays(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py Rule 7: a session answered turn by turn (quiet between them, never
+    long enough to end) goes on as a new run once its history holds the spec's
+    bound, losing nothing and running nothing twice; each run's history replays."""
+    fake, queue = node
+    fake.release.set()
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    for n in range(12):
+        await arrive(client, queue, label, record(f"i{n}", n + 1), "followup", 30, 40)
+        await until(lambda n=n: len(fake.turns) == n + 1, f"turn {n + 1}")  # type: ignore[misc]
+    assert fake.turns == [[f"i{n}"] for n in range(12)]
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{label}'")]
+    assert len(runs) >= 3  # 12 turns of about 10 events each, cut at 40
+    for run in runs:
+        handle = client.get_workflow_handle(label, run_id=run.run_id)
+        history = await handle.fetch_history()
+        # The bound, the turn that passed it, the patch's marker and the cut itself.
+        assert len(history.events) <= 40 + 15
+        await replayer().replay_workflow(history)  # deterministic, the cut included

@@ -50,3 +50,21 @@ def test_a_single_temporal_node_on_sqlite_when_asked_for(tmp_path: Path) -> None
 def test_an_unknown_runtime_kind_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="runtime"):
         settings_from(tmp_path, '[runtime]\nkind = "ray"\n')
+
+
+def test_a_runs_history_bound_and_the_metrics_address_have_defaults(tmp_path: Path) -> None:
+    runtime = load_settings().runtime
+    assert (runtime.history_max_events, runtime.metrics_address) == (60, "")
+    loaded = settings_from(
+        tmp_path,
+        '[runtime]\nhistory_max_events = 0\nmetrics_address = "127.0.0.1:9464"\n',
+    )
+    assert (loaded.runtime.history_max_events, loaded.runtime.metrics_address) == (
+        0,
+        "127.0.0.1:9464",
+    )
+
+
+def test_a_negative_history_bound_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="history_max_events"):
+        settings_from(tmp_path, "[runtime]\nhistory_max_events = -1\n")

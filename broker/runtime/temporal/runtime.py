@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -65,11 +66,20 @@ async def connect(rt: RuntimeSettings) -> Client:
     """Rule 4: the client, or `TemporalUnreachable` naming the address."""
     try:
         with anyio.fail_after(rt.connect_timeout_s):
-            return await Client.connect(rt.address, namespace=rt.namespace)
+            return await Client.connect(rt.address, namespace=rt.namespace, runtime=_sdk(rt))
     except TimeoutError as exc:
         raise TemporalUnreachable(rt.address, f"no answer in {rt.connect_timeout_s:g} s") from exc
     except Exception as exc:  # the SDK raises RuntimeError for a refused connection
         raise TemporalUnreachable(rt.address, str(exc) or type(exc).__name__) from exc
+
+
+def _sdk(rt: RuntimeSettings) -> Runtime | None:
+    """The SDK's runtime with the worker's metrics served for Prometheus, or None for
+    its default (no metrics)."""
+    if not rt.metrics_address:
+        return None
+    metrics = PrometheusConfig(bind_address=rt.metrics_address, durations_as_seconds=True)
+    return Runtime(telemetry=TelemetryConfig(metrics=metrics))
 
 
 class TemporalRuntime:
@@ -215,4 +225,5 @@ class TemporalRuntime:
             steerable=bool(getattr(engine, "accepts_steering", False)),
             turn_timeout_s=s.engine.timeout_s + s.engine.compaction_timeout_s + TURN_MARGIN_S,
             heartbeat_timeout_s=s.runtime.heartbeat_timeout_s,
+            history_max_events=s.runtime.history_max_events,
         )

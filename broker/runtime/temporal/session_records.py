@@ -21,6 +21,8 @@ CONTROL_QUERY = "control"
 PUSH_CONTROL = "push_control"
 # Rule 6: the patch that brought local short steps, one idle timer and pushed news.
 LEAN = "fewer-round-trips"
+# Rule 7: the patch that bounds a run's history (`SessionSpec.history_max_events`).
+BOUNDED = "bounded-history"
 
 
 @dataclass
@@ -34,6 +36,9 @@ class SessionSpec:
     heartbeat_timeout_s: float
     # What a run that continued as new carried over: its waiting items and commands.
     carried: list[Arrival] = field(default_factory=list)
+    # workflow.py Rule 7: a run goes on as a new one past this many history events (0:
+    # at Temporal's suggestion only, as a run an older node began).
+    history_max_events: int = 0
 
 
 @dataclass

@@ -38,6 +38,12 @@ Rule 5: a turn activity that failed every attempt ends as a local turn that fail
 Rule 6: what cut the round trips (local short steps, one idle timer a run, pushed
         news) is behind `workflow.patched(LEAN)`, first asked at a run's start: a
         run an older node began replays on a newer one as its history has it.
+Rule 7: a run goes on as a new one (continue-as-new between two turns, carrying what
+        waits, as in Rule 4) once its history holds `history_max_events`: a node that
+        takes the session over (another died, this one restarted) rebuilds the run
+        by replaying its history, and that costs in proportion to its length. Behind
+        `workflow.patched(BOUNDED)`, asked only where the bound cuts, so a history
+        made before it replays as it was.
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ with workflow.unsafe.imports_passed_through():
 
     from .control import Control, ControlPush
     from .idle_timer import IdleTimer
+    from .replays import ReplayNote
     from .session_records import (
+        BOUNDED,
         CONTROL_QUERY,
         DROP_ITEMS,
         FAIL_ITEMS,
@@ -139,6 +147,10 @@ class SessionWorkflow:
     @workflow.run
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
+        replay = ReplayNote()
+        if spec.history_max_events:  # Rule 7: a run this version began, so no history
+            # has it otherwise: a carried item sent again during the setup is a repeat.
+            self._seen.update(str(a.record[0]) for a in spec.carried)
         setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
@@ -150,6 +162,7 @@ class SessionWorkflow:
         self.state = m.State.initial(limits, [self._item(a) for a in carried])
         await self._handle(m.Resume())
         while True:
+            replay.caught_up()
             await self._take_events()
             await self._push_news()
             await self._finish_turn()
@@ -174,10 +187,17 @@ class SessionWorkflow:
         return await self._wait(idle_s) or not self._quiet()  # Rule 6: a timer a spell
 
     def _history_full(self) -> bool:
-        """Rule 4 for a session that is never quiet: past Temporal's suggested history
-        size, go on as a new run, between turns."""
-        between_turns = self._turn is None and self._ended_unstarted is None
-        return between_turns and workflow.info().is_continue_as_new_suggested()
+        """Rules 4 and 7: past Temporal's suggested history size, or past the spec's
+        bound, go on as a new run, between turns."""
+        if self._turn is not None or self._ended_unstarted is not None:
+            return False
+        info = workflow.info()
+        if info.is_continue_as_new_suggested():
+            return True
+        bound = self.spec.history_max_events
+        if not 0 < bound <= info.get_current_history_length() or self._noted:
+            return False  # a note of dropped items waits for its turn: it is not carried
+        return workflow.patched(BOUNDED)  # Rule 7: asked only where the bound cuts
 
     def _carry_over(self) -> SessionSpec:
         records, s = self._records, self.state
@@ -192,6 +212,7 @@ class SessionWorkflow:
             spec.turn_timeout_s,
             spec.heartbeat_timeout_s,
             [*waiting, *commands, *self._arrivals],
+            spec.history_max_events,
         )
 
     def _configure(self, setup: QueueSetup) -> m.Limits:

@@ -3,22 +3,26 @@ and restarted each time; then, from the ledger: no acked message lost, none cons
 twice, no two turns of a session overlapping in time (across nodes), and every session
 with work waiting at a kill answered again within 10 s of it.
 
-The scale is set by KILL_SESSIONS and KILL_COUNT (the issue's run: 300 and 20).
+The scale is set by KILL_SESSIONS and KILL_COUNT (the issue's run: 300 and 20). Each
+round prints where its time went (CPU of each process, the nodes' replays).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import os
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
 from broker.client import BrokerError
+from tests.cluster import Cluster, cpu_seconds, scrape
 from tests.harness import DaemonProcess
 from tests.integration.cluster.conftest import ClusterFactory
 from tests.integration.wire import Adapter, query, uniq, wait_until
@@ -33,7 +37,9 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(max(600, ROUND_S * (KILLS + 2))),
 ]
-ECHO = {"engine": {"chunks": 3, "delay_ms": 100}, "queue": {"debounce_ms": 0}}
+ECHO: dict[str, Any] = {"engine": {"chunks": 3, "delay_ms": 100}, "queue": {"debounce_ms": 0}}
+if "KILL_HISTORY_MAX" in os.environ:  # `[runtime] history_max_events`, to compare
+    ECHO["runtime"] = {"history_max_events": int(os.environ["KILL_HISTORY_MAX"])}
 ANSWERED_WITHIN_MS = 10_000
 
 
@@ -47,6 +53,18 @@ def consumed(d: DaemonProcess) -> Counter[str]:
     return Counter(str(r[0]) for r in rows)
 
 
+def answered_of(d: DaemonProcess, msgs: list[str]) -> int:
+    """How many of `msgs` a completed turn took: the round's own rows, not the run's."""
+    marks = ",".join("?" * len(msgs))
+    rows = query(
+        d,
+        "SELECT count(DISTINCT m.msg_id) FROM messages m JOIN turns t ON t.id = m.turn_id"
+        " WHERE m.role = 'user' AND t.status = 'completed' AND m.msg_id IN (" + marks + ")",
+        *msgs,
+    )
+    return int(rows[0][0])
+
+
 def turn_times(d: DaemonProcess) -> dict[str, list[tuple[int, int, str]]]:
     """session -> (started_at, completed_at, status) of its turns, in start order."""
     out: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
@@ -57,8 +75,11 @@ def turn_times(d: DaemonProcess) -> dict[str, list[tuple[int, int, str]]]:
     return out
 
 
-async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
-    cluster = make_cluster(3, ECHO)
+async def test_kill9_nodes_under_load(
+    make_cluster: ClusterFactory, temporal_server: Any, pg_template: tuple[Any, str]
+) -> None:
+    cluster = make_cluster(3, ECHO, metrics=True)
+    costs = Costs(cluster, temporal_server.proc.pid, pg_template[0].data)
     first = cluster.nodes[0]  # holds the adapter; the others are killed in turn
     channel = uniq("chat")
     senders = [uniq("u") for _ in range(SESSIONS)]
@@ -86,10 +107,12 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
             round_sent = anyio.Event()
 
             async def answered(msgs: list[str] = this_round) -> bool:
-                done = await anyio.to_thread.run_sync(consumed, first)
-                return all(m in done for m in msgs)
+                await anyio.sleep(0.1)  # this look's own load, bounded (wait_until: 20 ms)
+                done = await anyio.to_thread.run_sync(answered_of, first, msgs)
+                return done == len(msgs)
 
             await wait_until(answered, f"round {n} answered", within=ROUND_S)
+            await anyio.to_thread.run_sync(costs.look, n)
 
     refused = 0
 
@@ -122,18 +145,58 @@ async def test_kill9_nodes_under_load(make_cluster: ClusterFactory) -> None:
             tg.start_soon(load, adapter)
             tg.start_soon(kill_some)
 
-        async def all_consumed() -> bool:
-            done = await anyio.to_thread.run_sync(consumed, first)
-            return all(m in done for m in acked)
-
         print(f"load done: {len(acked)} acked, {len(kills)} kills", flush=True)
-        await wait_until(all_consumed, "every acked message consumed", within=180)
+        await wait_consumed(first, acked, temporal_server.address)
 
     report = measure(first, acked, rounds, kills)
     report["overloaded_then_resent"] = refused
+    report["handed_over_at_restart"] = [
+        json.loads(line)["items"]
+        for node in cluster.nodes[1:]
+        for line in node.log_lines()
+        if '"backlog rehydrated"' in line
+    ]
     print("kill-a-node:", report)
     assert not report["lost"] and not report["twice"] and not report["overlaps"], report
     assert report["slowest_answer_after_kill_ms"] <= ANSWERED_WITHIN_MS, report
+
+
+async def wait_consumed(d: DaemonProcess, acked: dict[str, tuple[str, int]], address: str) -> None:
+    """Until every acked message is consumed (bounded); else say what holds the rest
+    (the report's `lost` then fails the test)."""
+
+    async def all_consumed() -> bool:
+        done = await anyio.to_thread.run_sync(consumed, d)
+        return all(m in done for m in acked)
+
+    try:
+        await wait_until(all_consumed, "every acked message consumed", within=180)
+    except AssertionError:
+        await tell_unconsumed(d, acked, address)
+
+
+async def tell_unconsumed(
+    d: DaemonProcess, acked: dict[str, tuple[str, int]], address: str
+) -> None:
+    """What the ledger and Temporal say of each acked message no turn consumed."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import Client
+
+    done = consumed(d)
+    client = await Client.connect(address)
+    for msg in [m for m in acked if m not in done][:5]:
+        item = query(
+            d,
+            "SELECT q.id, q.status, q.reason, q.turn_id FROM queue_items q"
+            " JOIN inbound i ON i.item_id = q.id WHERE i.msg_id = ?",
+            msg,
+        )
+        session = acked[msg][0]
+        handle = client.get_workflow_handle(session)
+        described = await handle.describe()
+        events = [EventType.Name(e.event_type) async for e in handle.fetch_history_events()]
+        print(f"not consumed: {msg} of {session}: item {item}; run {described.run_id}")
+        print(f"  {described.status}, {len(events)} events, the last: {events[-12:]}")
 
 
 def measure(
@@ -203,3 +266,61 @@ def answered_again_ms(
             worst = max(worst, (min(end for end in ends if end > kill) - kill, session))
         per_kill.append(worst)
     return per_kill
+
+
+class Costs:
+    """Where each round's time went: the CPU seconds of each process of the cluster
+    (nodes, Temporal's dev server, PostgreSQL with its backends, this test) and the
+    nodes' worker metrics (workflows replayed, and how long; workflow tasks), printed
+    per round with the load average."""
+
+    METRICS = (
+        "temporal_sticky_cache_miss",
+        "temporal_sticky_cache_hit",
+        "temporal_workflow_task_replay_latency_count",
+        "session_replay_events_count",
+        "session_replay_events_sum",
+        "session_replay_seconds_sum",
+        "temporal_workflow_task_execution_latency_count",
+        "temporal_workflow_task_execution_latency_sum",
+        "temporal_workflow_task_schedule_to_start_latency_sum",
+    )
+
+    def __init__(self, cluster: Cluster, server_pid: int, pg_data: Path) -> None:
+        self.cluster = cluster
+        self.server_pid = server_pid
+        self.pg_pid = int((pg_data / "postmaster.pid").read_text().split()[0])
+        self.started = time.monotonic()
+        self.cpu = self._cpu()
+        self.metrics = self._metrics()
+
+    def _cpu(self) -> dict[str, float]:
+        nodes = {
+            f"n{i}": cpu_seconds(node.proc.pid) if node.proc is not None else 0.0
+            for i, node in enumerate(self.cluster.nodes)
+        }
+        return nodes | {
+            "temporal": cpu_seconds(self.server_pid),
+            "postgres": cpu_seconds(self.pg_pid),
+            "test": time.process_time(),
+        }
+
+    def _metrics(self) -> list[dict[str, float]]:
+        return [scrape(node.config["runtime"]["metrics_address"]) for node in self.cluster.nodes]
+
+    def look(self, round_no: int) -> None:
+        cpu, metrics = self._cpu(), self._metrics()
+        # A node restarted since the last look counts from its start.
+        spent = {k: round(v - self.cpu[k] if v >= self.cpu[k] else v, 1) for k, v in cpu.items()}
+        moved: dict[str, float] = {}
+        for before, after in zip(self.metrics, metrics, strict=True):
+            for name in self.METRICS:
+                now, then = after.get(name, 0.0), before.get(name, 0.0)
+                moved[name] = moved.get(name, 0.0) + (now - then if now >= then else now)
+        self.cpu, self.metrics = cpu, metrics
+        at = time.monotonic() - self.started
+        load = os.getloadavg()[0]
+        figures = {k.removeprefix("temporal_"): round(v, 1) for k, v in moved.items()}
+        print(
+            f"round {round_no} at {at:.0f} s, load {load:.1f}: cpu s {spent}; {figures}", flush=True
+        )
