@@ -12,6 +12,10 @@ Rule 3: `start` returns only when the frontend answers its health check, bounded
         `timeout`; a server that cannot start raises with the tail of its log.
 Rule 4: eager activity dispatch is on (a production cluster should set it too:
         docs/cluster.md).
+Rule 5: a port found free can be taken before the server binds it (by any process's
+        outgoing connection, the server's own among them): a start that fails with
+        "address already in use" is tried again, up to START_ATTEMPTS times, on new
+        ports. The frontend's port is kept once a start has used it: clients know it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ NAMESPACE = "default"
 # the worker that completed it, when it has a free slot, instead of through the
 # task queue's matching: one poll and one dispatch less a turn.
 EAGER = {"system.enableActivityEagerExecution": "true"}
+START_ATTEMPTS = 3  # Rule 5
 
 
 def temporal_cli() -> str:
@@ -57,9 +62,9 @@ class DevServer:
         self.workdir = workdir
         self.dynamic_config = EAGER | (dynamic_config or {})
         self.port = port or free_port()
-        self.http_port = free_port()
-        self.ui_port = free_port()
-        self.metrics_port = free_port()
+        self._port_known = port is not None  # Rule 5: then never changed
+        self.http_port = self.ui_port = self.metrics_port = 0
+        self._other_ports()
         self.db = workdir / "temporal.db"
         self.log_path = workdir / "temporal.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -68,9 +73,28 @@ class DevServer:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def _other_ports(self) -> None:
+        self.http_port, self.ui_port, self.metrics_port = free_port(), free_port(), free_port()
+
     def start(self, timeout: float = 30.0) -> DevServer:
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once(timeout)
+            except _PortTaken:
+                if attempt == START_ATTEMPTS:
+                    raise
+                if not self._port_known:
+                    self.port = free_port()
+                self._other_ports()
+                continue
+            self._port_known = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
+            log_from = log.tell()  # this start's lines only (Rule 5)
             self.proc = subprocess.Popen(
                 [
                     temporal_cli(),
@@ -111,9 +135,11 @@ class DevServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if b"address already in use" in self._log_since(log_from):
+                    raise _PortTaken(self.log_tail())
                 raise RuntimeError(f"temporal dev server exited: {self.log_tail()}")
             if self._listening() and self._healthy():
-                return self
+                return
             time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"temporal dev server not up within {timeout} s: {self.log_tail()}")
@@ -135,6 +161,14 @@ class DevServer:
             timeout=10,
         )
         return check.returncode == 0
+
+    def _log_since(self, offset: int) -> bytes:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                return log.read()
+        except OSError:
+            return b""
 
     def log_tail(self) -> str:
         try:
@@ -161,3 +195,7 @@ class DevServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _PortTaken(RuntimeError):
+    """The dev server exited at start because a port it was given was taken (Rule 5)."""
