@@ -105,7 +105,16 @@ async def test_a_restarted_node_reports_the_replay_of_a_session_it_took_over(
     async with await Adapter.connect(d, uniq("t")) as a:
         await a.send_inbound("m2", "after the restart", sender)
         await a.deliver(msg_id="m2")
-    metrics = await anyio.to_thread.run_sync(scrape, config["runtime"]["metrics_address"])
+    metrics: dict[str, float] = {}
+
+    async def replay_reported() -> bool:
+        # The endpoint may not answer yet, and the run's metrics reach it when the
+        # worker next exports them: asked again, bounded.
+        nonlocal metrics
+        metrics = await anyio.to_thread.run_sync(scrape, config["runtime"]["metrics_address"])
+        return "session_replay_events_count" in metrics
+
+    await wait_until(replay_reported, "the replay's metrics", within=15)
     assert metrics["session_replay_events_count"] == 1
     assert metrics["session_replay_events_sum"] >= 10  # the first turn's events, at least
     assert metrics["temporal_workflow_task_execution_latency_count"] >= 1
