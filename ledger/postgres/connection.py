@@ -25,7 +25,9 @@ Rule 5: a COMMIT whose answer was lost (the connection died after it was sent)
         kept (`in_doubt`) and `commit_verdict` asks the server, once it can be
         reached again, whether that transaction committed, so the writer never
         runs a committed batch twice nor drops one that did not commit
-        (transactor.py Rule 3).
+        (transactor.py Rule 3). A server that crashed before the transaction
+        reached its WAL restarts below its id and calls it "in the future":
+        it did not commit.
 Rule 6: the writer's session commits synchronously even if the server's
         default says otherwise: with `synchronous_commit = off` a COMMIT
         returns before its WAL is written, so a server crash loses acked
@@ -51,6 +53,7 @@ from .dialect import translate
 from .recall import FullText
 
 CONNECT_TIMEOUT_S = 5
+INVALID_PARAMETER_VALUE = "22023"  # SQLSTATE of pg_xact_status on an id never assigned
 log = logs.get("ledger.postgres")
 
 
@@ -266,6 +269,11 @@ class PgConnection:
         try:
             row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
         except psycopg.Error as exc:
+            if exc.sqlstate == INVALID_PARAMETER_VALUE and not self.lost():
+                # "transaction ID ... is in the future": the server restarted from a WAL
+                # that never held the transaction, so its COMMIT was never made durable.
+                self.in_doubt = None
+                return False
             raise _as_sqlite_error(exc, self.lost()) from exc
         status = row[0] if row else None
         if status == "in progress":
