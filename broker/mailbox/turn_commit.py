@@ -9,7 +9,12 @@ Rule 3: a commit the ledger refuses leaves the turn's items running; crash recov
         records and re-runs them at the next start.
 Rule 4: worker results a commit queues for their parents go to their actors at once.
 Rule 5: a commit waits for room in the ledger's queue of writes (ledger/writer.py
-        Rule 9); one that gets none within its bound is refused as in Rule 3.
+        Rule 9), and when none comes within its bound it waits again (logged each
+        time), as the turn's start did (actor.py Rule 5): a turn that ran is never
+        given up for a queue that was full for a while. The wait ends: the writer
+        either takes writes again or stops (`WriterClosed`: a shutdown, or storage
+        that stayed unwritable for `write_fail_exit_s`), and only then is the
+        commit refused as in Rule 3.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ class TurnCommits:
 
     async def _write_turn(self, rec: TurnRecord) -> Written:
         try:
-            await self.ledger.admit()  # Rule 5
+            await self._room(rec)
             self._post_results(rec, await self._write(self.ledger.submit_turn(rec), rec))
             return "thread"
         except HeadMoved:
@@ -75,11 +80,25 @@ class TurnCommits:
             )
             return "lost"
         try:
-            await self.ledger.admit()
+            await self._room(rec)
             self._post_results(rec, await self._write(self.ledger.submit_orphan(rec), rec))
             return "orphan"
         except (LedgerWriteFailed, WriterOverloaded, WriterClosed):
             return "lost"
+
+    async def _room(self, rec: TurnRecord) -> None:
+        """Rule 5: room in the ledger's queue of writes, however many bounds it takes."""
+        while True:
+            try:
+                await self.ledger.admit()
+                return
+            except WriterOverloaded as exc:
+                log.warning(
+                    "turn commit waits for room in the ledger's queue of writes",
+                    session=rec.session,
+                    turn=rec.turn_id,
+                    error=str(exc),
+                )
 
     async def _write(self, pending: Committing[list[ItemInfo]], rec: TurnRecord) -> list[ItemInfo]:
         results = await pending.result()

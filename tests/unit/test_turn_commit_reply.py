@@ -16,6 +16,7 @@ import pytest
 from broker.deliveries import Deliveries
 from broker.mailbox.turn_commit import TurnCommits, Written
 from ledger import turns as lt
+from ledger.admission import WriterClosed, WriterOverloaded
 from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
 from ledger.port import TurnPort
 from ledger.turns import HeadMoved, TurnRecord
@@ -30,6 +31,8 @@ class FakeWriter:
         self.jobs: list[tuple[str, Pending[Any]]] = []
         self.batch_done = anyio.Event()
         self.arrived = anyio.Event()
+        self.refusals: list[Exception] = []
+        self.admits_refused = 0
 
     def _submit(self, fn: Any, *args: Any) -> Pending[Any]:
         pending: Pending[Any] = Pending(JobSpec(fn, args, {}), lambda: self.batch_done)
@@ -38,7 +41,11 @@ class FakeWriter:
         return pending
 
     async def admit(self) -> None:
-        pass  # always room: this writer's queue is the test's list
+        # Room, unless the test says the queue stays full for some bounds (Rule 5).
+        if self.refusals:
+            error = self.refusals.pop(0)
+            self.admits_refused += 1
+            raise error
 
     def submit_turn(self, rec: TurnRecord) -> Pending[Any]:
         return self._submit(lt.commit_turn, rec)
@@ -101,10 +108,12 @@ def commits(writer: FakeWriter, log: list[str]) -> TurnCommits:
 
 async def commit_with(
     writer_side: Callable[[FakeWriter, list[str]], Awaitable[None]],
+    refusals: list[Exception] | None = None,
 ) -> tuple[list[str], list[Written]]:
     """Run a turn's commit while `writer_side` plays the writer; the log of what
     Deliveries was told (and when the actor resumed), and what the commit returned."""
     writer, log, written = FakeWriter(), list[str](), list[Written]()
+    writer.refusals = list(refusals or [])
     boxes = commits(writer, log)
 
     async def actor() -> None:
@@ -153,5 +162,37 @@ async def test_a_failed_commit_sends_nothing_and_gives_the_reply_up() -> None:
         writer.resolve(pending, None, LedgerWriteFailed("disk full"))
 
     log, written = await commit_with(writer_side)
+    assert written == ["lost"]
+    assert log == ["expect out-1", "abandon out-1", "actor resumed"]
+
+
+async def test_a_commit_that_finds_no_room_for_a_while_waits_again_and_commits() -> None:
+    """Rule 5: a full queue for three bounds does not cost the turn its record (it
+    used to: its items stayed running until the next start)."""
+
+    async def writer_side(writer: FakeWriter, log: list[str]) -> None:
+        name, pending = await writer.next_job()
+        assert name == "commit_turn" and writer.admits_refused == 3
+        writer.resolve(pending, [], None)
+
+    full: list[Exception] = [WriterOverloaded("the ledger writer queue stayed full for 10 s")] * 3
+    log, written = await commit_with(writer_side, full)
+    assert written == ["thread"]
+    assert log == [
+        "expect out-1",
+        'deliver out-1 chat dm:someone {"type":"deliver"}',
+        "actor resumed",
+    ]
+
+
+async def test_a_commit_waiting_for_room_when_the_writer_stops_is_given_up() -> None:
+    async def writer_side(writer: FakeWriter, log: list[str]) -> None:
+        return  # no job comes: the writer stopped before it took one
+
+    stopped: list[Exception] = [
+        WriterOverloaded("full"),
+        WriterClosed("the ledger writer has stopped"),
+    ]
+    log, written = await commit_with(writer_side, stopped)
     assert written == ["lost"]
     assert log == ["expect out-1", "abandon out-1", "actor resumed"]
