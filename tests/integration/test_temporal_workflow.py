@@ -65,6 +65,8 @@ class Node:
     fail_breaks: bool = False  # recording the failed turn fails too
     dropped: list[tuple[str, str]] = field(default_factory=list)
     pushed: list[ControlPush] = field(default_factory=list)
+    commands_fail: bool = False  # each `run_commands` fails, as after its last attempt
+    commands: list[list[str]] = field(default_factory=list)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
@@ -89,6 +91,9 @@ class Node:
 
     @activity.defn(name=RUN_COMMANDS)
     async def run_commands(self, order: TurnOrder) -> QueueSetup:
+        self.commands.append([str(r[0]) for r in order.records])
+        if self.commands_fail:
+            raise ApplicationError("it broke", type="RuntimeError", non_retryable=True)
         return await self.session_queue(order.label)
 
     @activity.defn(name=DROP_ITEMS)
@@ -343,6 +348,34 @@ async def test_a_failed_turn_that_cannot_be_recorded_drops_its_items(
     await until(lambda: len(fake.turns) == 2, "the next turn")
     assert fake.turns == [["a"], ["b"]]
     assert len(fake.failed) == 1
+
+
+async def test_chat_commands_that_fail_every_attempt_are_dropped_and_the_session_goes_on(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py Rule 5: `run_commands` failing its last attempt drops the commands
+    (reason `failed`); it does not fail the run, which would strand what waits behind
+    them (their signals landed: no node hands them over again) until a restart."""
+    fake, queue = node
+    fake.commands_fail = True
+    fake.release.set()
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    spec = SessionSpec(label, 5, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
+    await client.start_workflow(
+        SessionWorkflow.run,
+        spec,
+        id=label,
+        task_queue=queue,
+        start_signal=ITEM_SIGNAL,
+        start_signal_args=[Arrival(record("c", 1), "followup", command=True)],
+    )
+    await until(lambda: fake.dropped == [("c", "failed")], "the command dropped")
+    fake.commands_fail = False
+    await arrive(client, queue, label, record("a", 2), "followup")
+    await until(lambda: fake.turns == [["a"]], "the next message's turn")
+    assert fake.commands == [["c"]]
+    described = await client.get_workflow_handle(label).describe()
+    assert described.status == WorkflowExecutionStatus.RUNNING
 
 
 async def test_a_turn_whose_node_stops_runs_again_and_is_not_failed(

@@ -33,8 +33,11 @@ Rule 5: a turn activity that failed every attempt ends as a local turn that fail
         tells the person, consuming its items, before the next turn starts.
         Without it the items stay open in the ledger, are handed over again and
         fail again, for ever. If that too fails, the items are dropped (reason
-        `failed`). A node that stops is not a failure: its turn starts again, on
-        another node or after the restart.
+        `failed`), as are chat commands whose activity failed every attempt: an
+        activity's error raised out of the run would fail the run, stranding what
+        waits (its signals landed, so no node hands it over again) until a restart.
+        A node that stops is not a failure: its turn starts again, on another node
+        or after the restart.
 Rule 6: what cut the round trips (local short steps, one idle timer a run, pushed
         news) is behind `workflow.patched(LEAN)`, first asked at a run's start: a
         run an older node began replays on a newer one as its history has it.
@@ -396,14 +399,19 @@ class SessionWorkflow:
         if self._turn is not None or not self._commands:
             return
         commands, self._commands = self._commands, []
-        setup = await workflow.execute_activity(
-            RUN_COMMANDS,
-            TurnOrder(self.spec.label, 0, commands),
-            result_type=QueueSetup,
-            start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
-            heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
-            retry_policy=RetryPolicy(maximum_attempts=3),
-        )
+        try:
+            setup = await workflow.execute_activity(
+                RUN_COMMANDS,
+                TurnOrder(self.spec.label, 0, commands),
+                result_type=QueueSetup,
+                start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
+                heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError:  # Rule 5: not raised, which would fail the run
+            workflow.logger.error("chat commands failed every attempt; they are dropped")
+            await drop_failed(self.spec, self.spec.label, commands)
+            return
         await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
 
 
@@ -464,10 +472,16 @@ async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityErr
         return result
     except ActivityError:
         workflow.logger.error("a failed turn could not be recorded; its items are dropped")
-    drops = [(str(record[0]), FAILED_DROP) for record in order.records]
-    retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
-    await quick_step(DROP_ITEMS, Drops(order.label, drops), spec, retry=retry)
+    await drop_failed(spec, order.label, order.records)
     return TurnResult("failed")
+
+
+async def drop_failed(spec: SessionSpec, label: str, records: list[list[Any]]) -> None:
+    """Rule 5's last resort: the items dropped (reason `failed`), a plain write retried
+    until it lands."""
+    drops = [(str(record[0]), FAILED_DROP) for record in records]
+    retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
+    await quick_step(DROP_ITEMS, Drops(label, drops), spec, retry=retry)
 
 
 def _node_stopped(exc: ActivityError) -> bool:
