@@ -33,11 +33,10 @@ Rule 5: a turn activity that failed every attempt ends as a local turn that fail
         tells the person, consuming its items, before the next turn starts.
         Without it the items stay open in the ledger, are handed over again and
         fail again, for ever. If that too fails, the items are dropped (reason
-        `failed`), as are chat commands whose activity failed every attempt: an
-        activity's error raised out of the run would fail the run, stranding what
-        waits (its signals landed, so no node hands it over again) until a restart.
-        A node that stops is not a failure: its turn starts again, on another node
-        or after the restart.
+        `failed`), as are chat commands whose activity failed every attempt: raised,
+        the error would fail the run, stranding what waits (its signals landed) until
+        a restart. A node that stops is not a failure: its turn starts again, on
+        another node or after the restart.
 Rule 6: what cut the round trips (local short steps, one idle timer a run, pushed
         news) is behind `workflow.patched(LEAN)`, first asked at a run's start: a
         run an older node began replays on a newer one as its history has it.
@@ -399,20 +398,9 @@ class SessionWorkflow:
         if self._turn is not None or not self._commands:
             return
         commands, self._commands = self._commands, []
-        try:
-            setup = await workflow.execute_activity(
-                RUN_COMMANDS,
-                TurnOrder(self.spec.label, 0, commands),
-                result_type=QueueSetup,
-                start_to_close_timeout=timedelta(seconds=self.spec.turn_timeout_s),
-                heartbeat_timeout=timedelta(seconds=self.spec.heartbeat_timeout_s),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-            )
-        except ActivityError:  # Rule 5: not raised, which would fail the run
-            workflow.logger.error("chat commands failed every attempt; they are dropped")
-            await drop_failed(self.spec, self.spec.label, commands)
-            return
-        await self._handle(m.Configure(self._configure(setup)))  # a `/queue` changes them
+        setup = await run_commands(self.spec, commands)
+        if setup is not None:  # a `/queue` changes them
+            await self._handle(m.Configure(self._configure(setup)))
 
 
 async def quick_step(
@@ -433,6 +421,25 @@ async def quick_step(
     return await workflow.execute_activity(
         name, arg, result_type=result_type, start_to_close_timeout=bound, retry_policy=retry
     )
+
+
+async def run_commands(spec: SessionSpec, commands: list[list[Any]]) -> QueueSetup | None:
+    """The queue's limits after the commands; None when their activity failed every
+    attempt: they are dropped (Rule 5), the error not raised, which would fail the run."""
+    try:
+        setup: QueueSetup = await workflow.execute_activity(
+            RUN_COMMANDS,
+            TurnOrder(spec.label, 0, commands),
+            result_type=QueueSetup,
+            start_to_close_timeout=timedelta(seconds=spec.turn_timeout_s),
+            heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        return setup
+    except ActivityError:
+        workflow.logger.error("chat commands failed every attempt; they are dropped")
+    await drop_failed(spec, spec.label, commands)
+    return None
 
 
 async def push_control(spec: SessionSpec, push: ControlPush) -> None:
@@ -477,8 +484,7 @@ async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityErr
 
 
 async def drop_failed(spec: SessionSpec, label: str, records: list[list[Any]]) -> None:
-    """Rule 5's last resort: the items dropped (reason `failed`), a plain write retried
-    until it lands."""
+    """Rule 5's last resort: the items dropped (`failed`), a write retried until it lands."""
     drops = [(str(record[0]), FAILED_DROP) for record in records]
     retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
     await quick_step(DROP_ITEMS, Drops(label, drops), spec, retry=retry)
