@@ -92,7 +92,9 @@ async def test_a_timer_due_while_its_node_is_down_fires_once_after_it_is_back(
     """The sleep is Temporal's: the node killed and restarted later finds the
     firing waiting as a workflow task, and fires it once."""
     d = make_daemon({"runtime": runtime_config(temporal_server.address)})
-    added = await op(d, "timer.add", session="system:late", text="late", in_s=0.4)
+    # Due well after the kill: from the add to the kill took up to 0.25 s on a busy
+    # machine, and a timer due sooner could fire before the kill, not after the restart.
+    added = await op(d, "timer.add", session="system:late", text="late", in_s=1.5)
     await until_status(temporal_server, added["timer"], WorkflowExecutionStatus.RUNNING)
     d.kill()
     # Its due time passes with no node.
