@@ -451,3 +451,30 @@ async def test_a_run_goes_on_as_new_past_its_history_bound_and_replays(
         # The bound, the turn that passed it, the patch's marker and the cut itself.
         assert len(history.events) <= 40 + 15
         await replayer().replay_workflow(history)  # deterministic, the cut included
+
+
+async def test_a_carried_item_sent_again_before_the_new_run_starts_is_a_repeat(
+    client: Client, node: tuple[Node, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """workflow.py Rule 7: the new run counts its carried items as seen before the
+    signals of its first workflow task, which the SDK applies before the run starts
+    (a restarted node hands every open item over again, at any moment)."""
+    fake, queue = node
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup", 30, 12)
+    await fake.next_turn()
+    await arrive(client, queue, label, record("b", 2), "followup", 30, 12)
+    await arrive(client, queue, label, record("c", 3), "followup", 30, 12)
+    handle = client.get_workflow_handle(label)
+    first = (await handle.describe()).run_id
+    fake.release.set()  # "a" ends, past the bound: "b" and "c" are carried to a new run
+
+    async def went_on() -> bool:
+        return (await handle.describe()).run_id != first
+
+    await wait_until(went_on, "a new run", WAIT)
+    await arrive(client, queue, label, record("c", 3), "followup", 30, 12)
+    await until(lambda: len(fake.turns) == 3, "three turns")
+    await anyio.sleep(0.3)  # a fourth turn, or the machine's refusal, would come within this
+    assert fake.turns == [["a"], ["b"], ["c"]]
+    assert not [r for r in caplog.records if "illegal queue transition" in r.getMessage()]

@@ -112,9 +112,12 @@ def quick_activity_bound(spec: SessionSpec) -> timedelta:
 
 @workflow.defn(name="Session")
 class SessionWorkflow:
-    def __init__(self) -> None:
+    @workflow.init  # given the spec before the signals of the run's first task
+    def __init__(self, spec: SessionSpec) -> None:
         self._arrivals: list[Arrival] = []
         self._seen: set[str] = set()
+        if spec.history_max_events:  # Rule 7, a run this version began: a carried item
+            self._seen.update(str(a.record[0]) for a in spec.carried)  # sent again: a repeat
         self._records: dict[str, list[Any]] = {}
         self._commands: list[list[Any]] = []
         self._abort: dict[int, str] = {}
@@ -150,9 +153,6 @@ class SessionWorkflow:
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
         replay = ReplayNote()
-        if spec.history_max_events:  # Rule 7: a run this version began, so no history
-            # has it otherwise: a carried item sent again during the setup is a repeat.
-            self._seen.update(str(a.record[0]) for a in spec.carried)
         setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
