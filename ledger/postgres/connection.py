@@ -33,10 +33,18 @@ Rule 6: the writer's session commits synchronously even if the server's
         returns before its WAL is written, so a server crash loses acked
         writes. `remote_write`, `remote_apply` and `local` are kept: each waits
         for the local flush at least.
+Rule 7: a connection learns that the server ended its session (a restart, an
+        operator's terminate) only at its next statement. Such a statement
+        that cannot change anything and was outside a transaction (a reader's
+        SELECT, the writer's BEGIN) runs once more on a new connection: else
+        every pooled reader failed one read after the server came back (an
+        actor's start, an operator's `health`). A write, or a read inside a
+        snapshot, fails as in Rule 3: its caller decides.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
@@ -49,10 +57,12 @@ from psycopg.adapt import Loader
 from psycopg.rows import RowMaker, tuple_row
 
 from .. import logs
-from .dialect import translate
+from .dialect import Statement, translate
 from .recall import FullText
 
 CONNECT_TIMEOUT_S = 5
+_READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW|BEGIN)\b", re.IGNORECASE)
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|INTO|FOR\s+UPDATE)\b", re.IGNORECASE)
 INVALID_PARAMETER_VALUE = "22023"  # SQLSTATE of pg_xact_status on an id never assigned
 log = logs.get("ledger.postgres")
 
@@ -88,6 +98,11 @@ def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
     else:  # the statement's own fault (a bug): fails its job, never retried
         out = sqlite3.OperationalError(str(exc))
     return out
+
+
+def _harmless_again(sql: str) -> bool:
+    """Whether `sql`, run outside a transaction, changes nothing: it may run twice (Rule 7)."""
+    return bool(_READ_ONLY.match(sql)) and not _WRITES.search(sql)
 
 
 def connect_pg(dsn: str) -> psycopg.Connection[Any]:
@@ -225,13 +240,27 @@ class PgConnection:
         conn = self._live(sql)
         if statement.sql.strip().upper() == "COMMIT" and not self._reader:
             return self._commit(conn)
-        cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
+        if statement.param_order is not None:
+            params = [list(params)[i] for i in statement.param_order]
+        idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
         try:
-            if statement.param_order is not None:
-                params = [list(params)[i] for i in statement.param_order]
-            self._send(cur, statement.sql, _params(params))
+            return self._statement(conn, statement, params)
+        except psycopg.Error as exc:
+            lost = self.lost()
+            if not (lost and idle and _harmless_again(statement.sql)):
+                raise _as_sqlite_error(exc, lost) from exc
+        # Rule 7: the server ended the session since its last statement (a restart).
+        conn = self._reconnect()
+        try:
+            return self._statement(conn, statement, params)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc, self.lost()) from exc
+
+    def _statement(
+        self, conn: psycopg.Connection[Any], statement: Statement, params: Sequence[Any]
+    ) -> PgCursor:
+        cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
+        self._send(cur, statement.sql, _params(params))
         lastrowid = None
         if statement.rowid_column is not None:
             row: Any = cur.fetchone()

@@ -81,3 +81,55 @@ def test_a_crashed_server_is_a_storage_failure_until_it_is_back(cluster: Any, co
     conn.execute("INSERT INTO t (n) VALUES (?)", (3,))
     conn.execute("COMMIT")
     assert conn.execute("SELECT n FROM t").fetchall() == [(3,)]
+
+
+def cut_off(cluster: Any, victim: Any) -> None:
+    """End `victim`'s session on the server, as a restart of the server does: the
+    client learns of it only at its next statement."""
+    import psycopg
+
+    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.fixture
+def reader(conn: Any) -> Iterator[Any]:
+    from ledger.postgres.connection import PgConnection
+
+    c = PgConnection(conn._dsn)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_a_read_on_a_connection_the_server_ended_meanwhile_runs_on_a_new_one(
+    cluster: Any, conn: Any, reader: Any
+) -> None:
+    """After a restart of the server each pooled reader found its connection gone once,
+    failing a read (an actor's start, an operator's `health`) with the server back."""
+    conn.execute("INSERT INTO t (n) VALUES (?)", (7,))
+    cut_off(cluster, reader)
+    assert reader.execute("SELECT n FROM t").fetchall() == [(7,)]
+    cut_off(cluster, conn)
+    conn.execute("BEGIN")  # the writer's transaction begins on a new connection too
+    conn.execute("INSERT INTO t (n) VALUES (?)", (8,))
+    conn.execute("COMMIT")
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (2,)
+
+
+def test_a_read_inside_a_snapshot_or_a_write_is_not_run_again(
+    cluster: Any, conn: Any, reader: Any
+) -> None:
+    reader.execute("BEGIN")  # a snapshot (an export): its reads cannot move elsewhere
+    reader.execute("SELECT count(*) FROM t")
+    cut_off(cluster, reader)
+    with pytest.raises(sqlite3.OperationalError) as lost:
+        reader.execute("SELECT count(*) FROM t")
+    assert storage_error(lost.value)
+    cut_off(cluster, conn)
+    with pytest.raises(sqlite3.OperationalError) as unsure:  # it may have written: its caller knows
+        conn.execute("INSERT INTO t (n) VALUES (?)", (9,))
+    assert storage_error(unsure.value)
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)
