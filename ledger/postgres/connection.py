@@ -9,11 +9,14 @@ Rule 1: statements are translated once each (dialect.py) and bound on the
         server as a literal and needs no type inference.
 Rule 2: errors come out as the `sqlite3` exceptions the shared code already
         handles: a unique or foreign-key violation is `IntegrityError`, and a
-        lost or refused connection is an `OperationalError` whose
-        `sqlite_errorcode` is SQLITE_IOERR, so the writer's storage-failure
-        path (jobs.py `storage_error`, writer.py Rule 7) holds the batch back
-        and retries it after a back-off, and readers report it, never
-        dropping a write.
+        lost or refused connection, or the server's own I/O error (SQLSTATE
+        class 58), is an `OperationalError` whose `sqlite_errorcode` is
+        SQLITE_IOERR, so the writer's storage-failure path (jobs.py
+        `storage_error`, writer.py Rule 7) holds the batch back and retries it
+        after a back-off, and readers report it, never dropping a write. A
+        write refused by a server that is a standby now (a failover) is
+        SQLITE_READONLY, retried alike, and the connection is let go: the
+        next try connects anew and can find the new primary.
 Rule 3: a connection that was lost is opened again at the next statement
         outside a transaction (a BEGIN, or any statement of a reader, whose
         statements are each their own transaction); inside a transaction the
@@ -64,6 +67,7 @@ CONNECT_TIMEOUT_S = 5
 _READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW|BEGIN)\b", re.IGNORECASE)
 _WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|INTO|FOR\s+UPDATE)\b", re.IGNORECASE)
 INVALID_PARAMETER_VALUE = "22023"  # SQLSTATE of pg_xact_status on an id never assigned
+READ_ONLY_SQL_TRANSACTION = "25006"  # a write on a standby (Rule 2)
 log = logs.get("ledger.postgres")
 
 
@@ -85,9 +89,12 @@ def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
     code = exc.sqlstate or ""
     if isinstance(exc, psycopg.errors.IntegrityError):
         out = sqlite3.IntegrityError(str(exc))
+    elif code == READ_ONLY_SQL_TRANSACTION:  # a standby now: the primary is elsewhere
+        out = sqlite3.OperationalError(str(exc))
+        out.sqlite_errorcode = sqlite3.SQLITE_READONLY
     elif (
         lost
-        or code.startswith(("08", "57P"))  # connection exceptions; the server shutting down
+        or code.startswith(("08", "57P", "58"))  # connection; shutting down; the server's I/O
         or (isinstance(exc, psycopg.OperationalError) and not code)  # no server to answer
     ):
         out = sqlite3.OperationalError(f"PostgreSQL unreachable: {exc}")
@@ -246,7 +253,7 @@ class PgConnection:
         try:
             return self._statement(conn, statement, params)
         except psycopg.Error as exc:
-            lost = self.lost()
+            lost = self._lost_after(exc)
             if not (lost and idle and _harmless_again(statement.sql)):
                 raise _as_sqlite_error(exc, lost) from exc
         # Rule 7: the server ended the session since its last statement (a restart).
@@ -255,6 +262,12 @@ class PgConnection:
             return self._statement(conn, statement, params)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc, self.lost()) from exc
+
+    def _lost_after(self, exc: psycopg.Error) -> bool:
+        """Whether the connection is gone after `exc`; one on a standby is let go (Rule 2)."""
+        if exc.sqlstate == READ_ONLY_SQL_TRANSACTION and self._conn is not None:
+            self._conn.close()  # the next transaction connects anew, perhaps to the primary
+        return self.lost()
 
     def _statement(
         self, conn: psycopg.Connection[Any], statement: Statement, params: Sequence[Any]
@@ -320,7 +333,7 @@ class PgConnection:
         try:
             cur.executemany(statement.sql, [_params(p) for p in seq])
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc, self.lost()) from exc
+            raise _as_sqlite_error(exc, self._lost_after(exc)) from exc
         return PgCursor(cur, None)
 
     def executescript(self, sql: str) -> None:
