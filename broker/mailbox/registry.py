@@ -270,6 +270,11 @@ class Mailboxes:
         again until an item arrives or the daemon restarts."""
         return self._restarts.failures_of(label)
 
+    def storage_stopped(self, label: str) -> bool:
+        """Whether the session's last actor was stopped by the ledger's storage: the
+        next one starts after a back-off, for as long as the storage fails."""
+        return self._restarts.in_outage(label)
+
     def _busy(self) -> list[SessionActor]:
         return [a for a in self.actors.values() if a.turn is not None]
 

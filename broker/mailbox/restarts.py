@@ -42,6 +42,10 @@ class ActorRestarts:
     def failures_of(self, label: str) -> int:
         return self._failures.get(label, 0)
 
+    def in_outage(self, label: str) -> bool:
+        """Whether the session's last actor was stopped by the storage (Rule 2)."""
+        return label in self._outages
+
     def failed_before(self, label: str) -> bool:
         """Rule 3."""
         return label in self._failures or label in self._outages

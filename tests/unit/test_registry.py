@@ -122,8 +122,11 @@ async def test_actors_stopped_by_a_ledger_outage_start_again_until_it_is_over(
     async with anyio.create_task_group() as tg:
         await tg.start(boxes.run)
         boxes.post(result(1))
-        await anyio.sleep(2 * outage_s)
+        await anyio.sleep(outage_s / 2)
+        assert boxes.storage_stopped("dm:parent")  # what `health` says of its items
+        await anyio.sleep(outage_s)
         tg.cancel_scope.cancel()
+    assert not boxes.storage_stopped("dm:parent")
     assert len(starts) > registry.MAX_ACTOR_RESTARTS + 1 and starts[-1] >= outage_s
     assert starts[-1] - outage_s <= 5.0  # back-offs stay bounded: it starts soon after
     assert boxes.failures_of("dm:parent") == 0  # not the session's fault
