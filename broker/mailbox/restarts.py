@@ -10,8 +10,10 @@ Rule 2: an actor stopped by the ledger's storage (a read or write the storage
         no fault of its session: it is started again after the same growing
         back-off for as long as the storage fails, and counts nothing toward Rule
         1's limit. Its streak ends when an actor of the session runs to its end.
-        (A ledger down for longer than Rule 1's 6.2 s of back-offs used to strand
-        the acked items of every session whose actor met it.)
+        (A restarted actor's recovery is a write, which waits out an outage; but
+        its reads fail at once: a session whose reads kept failing, a server out
+        of connections for new readers say, was given up after 6 failures, its
+        acked items stranded until a restart.)
 Rule 3: a session whose actor failed in any way has its next actor recover it from
         the ledger first: some of its items may still be marked running.
 """
