@@ -359,6 +359,8 @@ def stuck_items(
             why = f"its actor failed {failures} times and is not restarted"
         elif failures:
             why = f"its actor failed {failures} time(s) and restarts after a back-off"
+        elif mailboxes.storage_stopped(label):
+            why = "the ledger's storage stopped its actor, which restarts after a back-off"
         else:
             why = "no actor was handed them"
         out.append(

@@ -19,8 +19,10 @@ Rule 3: a COMMIT that got no answer (the server lost with it, on PostgreSQL)
         runs again: if it committed, its jobs get the outcomes of the run that
         committed and are not run again (a second run would see its own
         writes: an inbound message as a duplicate, a turn as a lost head
-        race); if not, they run again as after any storage failure. SQLite's
-        COMMIT is local: it leaves no doubt.
+        race); if not, they run again as after any storage failure. Settled
+        jobs stay settled until they come again, even when the batch that
+        brings them back is in doubt in its turn. SQLite's COMMIT is local: it
+        leaves no doubt.
 """
 
 from __future__ import annotations
@@ -133,7 +135,9 @@ class Transactor:
         """Rule 3: did the unanswered COMMIT commit? (Raises while that cannot be known.)"""
         verdict = getattr(self._conn, "commit_verdict", None)
         if verdict is not None and verdict():
-            self._settled = {id(job): (job, outcome) for job, outcome in self._unanswered}
+            # Added to those settled before, not in their place: a batch that carried
+            # settled jobs may be the one in doubt now, and they must not run again.
+            self._settled.update((id(job), (job, outcome)) for job, outcome in self._unanswered)
         self._unanswered = []
 
     def _with_settled(self, jobs: list[JobSpec]) -> list[Outcome]:

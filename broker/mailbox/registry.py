@@ -34,12 +34,13 @@ from ledger.writer import WriterClosed
 
 from .actor import SessionActor
 from .commands import CompactRequest
+from .restarts import MAX_ACTOR_RESTARTS as MAX_ACTOR_RESTARTS  # its old home, for importers
+from .restarts import ActorRestarts, stopped_by_storage
 from .session_ports import SessionPorts
 from .thread_start import ThreadRequest
 from .turn_commit import TurnCommits
 
 log = logs.get("broker.mailboxes")
-MAX_ACTOR_RESTARTS = 5
 SWEEP_S = 5.0
 SHUTDOWN_COMMIT_S = 10.0  # for the commits of turns aborted at shutdown
 
@@ -58,7 +59,7 @@ class Mailboxes:
         self.actors: dict[str, SessionActor] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self.started_actors = 0
-        self._failures: dict[str, int] = {}
+        self._restarts = ActorRestarts()  # restarts.py
         self.draining = False
         # The timer wheel's `changed` (the daemon sets it): a tool added a timer.
         self.timers_changed: Callable[[], None] = lambda: None
@@ -207,7 +208,7 @@ class Mailboxes:
             # But after an actor of this session failed, its items wait in the ledger
             # (some still marked running): recover them first, or they are stranded
             # and this item runs ahead of them.
-            actor = self._start(label, None if label in self._failures else [])
+            actor = self._start(label, None if self._restarts.failed_before(label) else [])
         return actor
 
     def begin_thread(self, label: str, thread: int, reason: str, from_seq: int = 0) -> None:
@@ -232,6 +233,7 @@ class Mailboxes:
     async def _run_actor(self, actor: SessionActor, backlog: list[ItemInfo] | None) -> None:
         try:
             await actor.run(backlog)
+            self._restarts.ran(actor.label)
         except Exception as exc:
             if self.actors.get(actor.label) is actor:
                 del self.actors[actor.label]
@@ -240,26 +242,38 @@ class Mailboxes:
                 # on it (daemon.py says so once). The items wait in the ledger.
                 return
             # A bug in one session must not stop the others. The session's items
-            # are in the ledger: a fresh actor recovers them (bounded retries).
-            log.exception("actor failed", session=actor.label)
-            failures = self._failures.get(actor.label, 0) + 1
-            self._failures[actor.label] = failures
-            if failures > MAX_ACTOR_RESTARTS:
+            # are in the ledger: a fresh actor recovers them (restarts.py).
+            back_off_s = self._restarts.failed(actor.label, exc)
+            if back_off_s is not None and stopped_by_storage(exc):
+                log.warning(
+                    "actor stopped by the ledger's storage; started again after a back-off",
+                    session=actor.label,
+                    error=str(exc),
+                    back_off_s=back_off_s,
+                )
+            else:
+                log.exception("actor failed", session=actor.label)
+            if back_off_s is None:
                 log.critical(
                     "actor keeps failing; its items wait in the ledger until restart",
                     session=actor.label,
-                    failures=failures,
+                    failures=self._restarts.failures_of(actor.label),
                 )
                 return
             # Not shielded: a daemon that stops must not wait out a back-off.
-            await anyio.sleep(min(5.0, 0.1 * 2**failures))
+            await anyio.sleep(back_off_s)
             if actor.label not in self.actors:
                 self._start(actor.label, None)
 
     def failures_of(self, label: str) -> int:
         """How often the actors of `label` failed; past MAX_ACTOR_RESTARTS none is started
         again until an item arrives or the daemon restarts."""
-        return self._failures.get(label, 0)
+        return self._restarts.failures_of(label)
+
+    def storage_stopped(self, label: str) -> bool:
+        """Whether the session's last actor was stopped by the ledger's storage: the
+        next one starts after a back-off, for as long as the storage fails."""
+        return self._restarts.in_outage(label)
 
     def _busy(self) -> list[SessionActor]:
         return [a for a in self.actors.values() if a.turn is not None]

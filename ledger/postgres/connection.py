@@ -9,11 +9,14 @@ Rule 1: statements are translated once each (dialect.py) and bound on the
         server as a literal and needs no type inference.
 Rule 2: errors come out as the `sqlite3` exceptions the shared code already
         handles: a unique or foreign-key violation is `IntegrityError`, and a
-        lost or refused connection is an `OperationalError` whose
-        `sqlite_errorcode` is SQLITE_IOERR, so the writer's storage-failure
-        path (jobs.py `storage_error`, writer.py Rule 7) holds the batch back
-        and retries it after a back-off, and readers report it, never
-        dropping a write.
+        lost or refused connection, or the server's own I/O error (SQLSTATE
+        class 58), is an `OperationalError` whose `sqlite_errorcode` is
+        SQLITE_IOERR, so the writer's storage-failure path (jobs.py
+        `storage_error`, writer.py Rule 7) holds the batch back and retries it
+        after a back-off, and readers report it, never dropping a write. A
+        write refused by a server that is a standby now (a failover) is
+        SQLITE_READONLY, retried alike, and the connection is let go: the
+        next try connects anew and can find the new primary.
 Rule 3: a connection that was lost is opened again at the next statement
         outside a transaction (a BEGIN, or any statement of a reader, whose
         statements are each their own transaction); inside a transaction the
@@ -33,10 +36,18 @@ Rule 6: the writer's session commits synchronously even if the server's
         returns before its WAL is written, so a server crash loses acked
         writes. `remote_write`, `remote_apply` and `local` are kept: each waits
         for the local flush at least.
+Rule 7: a connection learns that the server ended its session (a restart, an
+        operator's terminate) only at its next statement. Such a statement
+        that cannot change anything and was outside a transaction (a reader's
+        SELECT, the writer's BEGIN) runs once more on a new connection: else
+        every pooled reader failed one read after the server came back (an
+        actor's start, an operator's `health`). A write, or a read inside a
+        snapshot, fails as in Rule 3: its caller decides.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal
@@ -49,11 +60,14 @@ from psycopg.adapt import Loader
 from psycopg.rows import RowMaker, tuple_row
 
 from .. import logs
-from .dialect import translate
+from .dialect import Statement, translate
 from .recall import FullText
 
 CONNECT_TIMEOUT_S = 5
+_READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW|BEGIN)\b", re.IGNORECASE)
+_WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|INTO|FOR\s+UPDATE)\b", re.IGNORECASE)
 INVALID_PARAMETER_VALUE = "22023"  # SQLSTATE of pg_xact_status on an id never assigned
+READ_ONLY_SQL_TRANSACTION = "25006"  # a write on a standby (Rule 2)
 log = logs.get("ledger.postgres")
 
 
@@ -75,9 +89,12 @@ def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
     code = exc.sqlstate or ""
     if isinstance(exc, psycopg.errors.IntegrityError):
         out = sqlite3.IntegrityError(str(exc))
+    elif code == READ_ONLY_SQL_TRANSACTION:  # a standby now: the primary is elsewhere
+        out = sqlite3.OperationalError(str(exc))
+        out.sqlite_errorcode = sqlite3.SQLITE_READONLY
     elif (
         lost
-        or code.startswith(("08", "57P"))  # connection exceptions; the server shutting down
+        or code.startswith(("08", "57P", "58"))  # connection; shutting down; the server's I/O
         or (isinstance(exc, psycopg.OperationalError) and not code)  # no server to answer
     ):
         out = sqlite3.OperationalError(f"PostgreSQL unreachable: {exc}")
@@ -88,6 +105,11 @@ def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
     else:  # the statement's own fault (a bug): fails its job, never retried
         out = sqlite3.OperationalError(str(exc))
     return out
+
+
+def _harmless_again(sql: str) -> bool:
+    """Whether `sql`, run outside a transaction, changes nothing: it may run twice (Rule 7)."""
+    return bool(_READ_ONLY.match(sql)) and not _WRITES.search(sql)
 
 
 def connect_pg(dsn: str) -> psycopg.Connection[Any]:
@@ -225,13 +247,33 @@ class PgConnection:
         conn = self._live(sql)
         if statement.sql.strip().upper() == "COMMIT" and not self._reader:
             return self._commit(conn)
-        cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
+        if statement.param_order is not None:
+            params = [list(params)[i] for i in statement.param_order]
+        idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
         try:
-            if statement.param_order is not None:
-                params = [list(params)[i] for i in statement.param_order]
-            self._send(cur, statement.sql, _params(params))
+            return self._statement(conn, statement, params)
+        except psycopg.Error as exc:
+            lost = self._lost_after(exc)
+            if not (lost and idle and _harmless_again(statement.sql)):
+                raise _as_sqlite_error(exc, lost) from exc
+        # Rule 7: the server ended the session since its last statement (a restart).
+        conn = self._reconnect()
+        try:
+            return self._statement(conn, statement, params)
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc, self.lost()) from exc
+
+    def _lost_after(self, exc: psycopg.Error) -> bool:
+        """Whether the connection is gone after `exc`; one on a standby is let go (Rule 2)."""
+        if exc.sqlstate == READ_ONLY_SQL_TRANSACTION and self._conn is not None:
+            self._conn.close()  # the next transaction connects anew, perhaps to the primary
+        return self.lost()
+
+    def _statement(
+        self, conn: psycopg.Connection[Any], statement: Statement, params: Sequence[Any]
+    ) -> PgCursor:
+        cur = conn.cursor(row_factory=named_row if self._row_factory else tuple_row)
+        self._send(cur, statement.sql, _params(params))
         lastrowid = None
         if statement.rowid_column is not None:
             row: Any = cur.fetchone()
@@ -291,7 +333,7 @@ class PgConnection:
         try:
             cur.executemany(statement.sql, [_params(p) for p in seq])
         except psycopg.Error as exc:
-            raise _as_sqlite_error(exc, self.lost()) from exc
+            raise _as_sqlite_error(exc, self._lost_after(exc)) from exc
         return PgCursor(cur, None)
 
     def executescript(self, sql: str) -> None:

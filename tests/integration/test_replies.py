@@ -153,7 +153,9 @@ async def test_a_backlog_longer_than_a_page_reaches_the_next_adapter_whole(
             msgs = [uniq("m") for _ in range(start, min(count, start + 100))]
             await a.client.send_raw(b"".join(inbound_line(m) for m in msgs))
             for m in msgs:
-                ack = await a.expect(functools.partial(answers, f"r-{m}"))
+                # A hundred new sessions at once: on PostgreSQL each takes its round
+                # trips, which a loaded 2-core machine stretches past a single WAIT.
+                ack = await a.expect(functools.partial(answers, f"r-{m}"), within=4 * WAIT)
                 assert ack["type"] == "ack", ack
         pending = "SELECT count(*) FROM outbox WHERE channel = ? AND status = 'pending'"
         await wait_db(d, pending, (channel,), count, within=4 * WAIT)

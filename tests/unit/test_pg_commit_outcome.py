@@ -11,9 +11,11 @@ its thread.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
+import anyio
 import psycopg
 import pytest
 
@@ -21,7 +23,7 @@ from ledger.ids import new_id
 from ledger.jobs import LedgerWriteFailed
 from ledger.postgres.connection import PgConnection, _as_sqlite_error
 from ledger.postgres.store import PgLedger, WriterPgConnection
-from tests.conformance.records import inbound, ingest, tick, turn
+from tests.conformance.records import DM, inbound, ingest, tick, turn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 Cut = Literal["after_commit", "before_commit"]
@@ -32,15 +34,22 @@ class CutOffWriter(WriterPgConnection):
     unable to reconnect `refusals` times after that, as while the server is down."""
 
     cut: Cut | None = None
+    then: tuple[Cut, ...] = ()  # the cuts of the COMMITs after that one
     refusals = 0
+
+    def __init__(self, dsn: str) -> None:
+        self.was_cut = threading.Event()  # set at the first cut COMMIT
+        super().__init__(dsn)
 
     def _send(self, cur: psycopg.Cursor[Any], sql: str, params: Sequence[Any]) -> None:
         if sql == "COMMIT" and self.cut is not None:
-            cut, self.cut = self.cut, None
+            cut, self.cut = self.cut, (self.then[0] if self.then else None)
+            self.then = self.then[1:]
             if cut == "after_commit":
                 super()._send(cur, sql, params)  # the server commits; its answer never comes
             assert self._conn is not None
             self._conn.close()
+            self.was_cut.set()
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         super()._send(cur, sql, params)
 
@@ -129,6 +138,26 @@ async def test_a_server_that_cannot_answer_yet_keeps_the_batch_in_doubt_until_it
     assert acc.duplicate is False and writer.refusals == 0
     later = await ingest(ledger, inbound("m2"))  # and the writer goes on after it
     assert later.duplicate is False
+    assert count(dsn, "SELECT count(*) FROM inbound") == 2
+
+
+async def test_a_batch_settled_as_committed_stays_settled_when_its_rerun_is_in_doubt_too(
+    cut_off: tuple[PgLedger, CutOffWriter], dsn: str
+) -> None:
+    """m1's COMMIT commits unanswered; m2 queues behind it and runs in the batch that
+    brings m1's outcome, whose COMMIT also commits unanswered. m1 must not run a
+    second time once m2's doubt is settled (it used to: its caller got a duplicate,
+    which never reaches the session's actor)."""
+    ledger, writer = cut_off
+    writer.cut, writer.then = "after_commit", ("after_commit",)
+    writer.refusals = 1  # the first verdict waits a back-off: m2 comes meanwhile
+    first = ledger.submit_inbound(inbound("m1"), DM, tick())
+    assert await anyio.to_thread.run_sync(writer.was_cut.wait, 5)
+    second = await ledger.submit_inbound(inbound("m2"), DM, tick()).result()
+    assert writer.cut is None  # both COMMITs were cut
+    acc = await first.result()
+    assert acc.duplicate is False and second.duplicate is False
+    assert [i.msg_id for i in await ledger.open_items(acc.session)] == ["m1", "m2"]
     assert count(dsn, "SELECT count(*) FROM inbound") == 2
 
 

@@ -81,3 +81,99 @@ def test_a_crashed_server_is_a_storage_failure_until_it_is_back(cluster: Any, co
     conn.execute("INSERT INTO t (n) VALUES (?)", (3,))
     conn.execute("COMMIT")
     assert conn.execute("SELECT n FROM t").fetchall() == [(3,)]
+
+
+def cut_off(cluster: Any, victim: Any) -> None:
+    """End `victim`'s session on the server, as a restart of the server does: the
+    client learns of it only at its next statement."""
+    import psycopg
+
+    pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.fixture
+def reader(conn: Any) -> Iterator[Any]:
+    from ledger.postgres.connection import PgConnection
+
+    c = PgConnection(conn._dsn)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_a_read_on_a_connection_the_server_ended_meanwhile_runs_on_a_new_one(
+    cluster: Any, conn: Any, reader: Any
+) -> None:
+    """After a restart of the server each pooled reader found its connection gone once,
+    failing a read (an actor's start, an operator's `health`) with the server back."""
+    conn.execute("INSERT INTO t (n) VALUES (?)", (7,))
+    cut_off(cluster, reader)
+    assert reader.execute("SELECT n FROM t").fetchall() == [(7,)]
+    cut_off(cluster, conn)
+    conn.execute("BEGIN")  # the writer's transaction begins on a new connection too
+    conn.execute("INSERT INTO t (n) VALUES (?)", (8,))
+    conn.execute("COMMIT")
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (2,)
+
+
+def test_a_read_inside_a_snapshot_or_a_write_is_not_run_again(
+    cluster: Any, conn: Any, reader: Any
+) -> None:
+    reader.execute("BEGIN")  # a snapshot (an export): its reads cannot move elsewhere
+    reader.execute("SELECT count(*) FROM t")
+    cut_off(cluster, reader)
+    with pytest.raises(sqlite3.OperationalError) as lost:
+        reader.execute("SELECT count(*) FROM t")
+    assert storage_error(lost.value)
+    cut_off(cluster, conn)
+    with pytest.raises(sqlite3.OperationalError) as unsure:  # it may have written: its caller knows
+        conn.execute("INSERT INTO t (n) VALUES (?)", (9,))
+    assert storage_error(unsure.value)
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)
+
+
+def test_a_server_turned_standby_is_a_storage_failure_and_the_next_try_connects_anew(
+    cluster: Any, conn: Any
+) -> None:
+    """A failover leaves the old primary read-only: a write refused there is retried by
+    the writer (as SQLite's SQLITE_READONLY is) on a new connection, which can find
+    the new primary. It used to fail its caller for good: a turn's commit given up,
+    its items left running until a restart."""
+    import psycopg
+
+    database = conn.execute("SELECT current_database()").fetchone()[0]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" SET default_transaction_read_only = on')
+        cut_off(cluster, conn)  # the failover ends every session
+        conn.execute("BEGIN")
+        with pytest.raises(sqlite3.OperationalError) as refused:
+            conn.execute("INSERT INTO t (n) VALUES (?)", (1,))
+        assert storage_error(refused.value)
+        assert not conn.in_transaction
+        admin.execute(f'ALTER DATABASE "{database}" RESET default_transaction_read_only')
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO t (n) VALUES (?)", (1,))
+    conn.execute("COMMIT")
+    assert conn.execute("SELECT n FROM t").fetchall() == [(1,)]
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "retried"),
+    [
+        ("58030", True),  # io_error: the server could not read or write its files
+        ("53100", True),  # disk_full
+        ("57P03", True),  # cannot_connect_now: starting up, in recovery
+        ("25006", True),  # read_only_sql_transaction: a standby
+        ("42703", False),  # undefined_column: the statement's own fault
+        ("23505", False),  # unique_violation: an IntegrityError, for the job
+    ],
+)
+def test_which_server_errors_the_writer_retries(sqlstate: str, retried: bool) -> None:
+    import psycopg.errors
+
+    from ledger.postgres.connection import _as_sqlite_error
+
+    assert storage_error(_as_sqlite_error(psycopg.errors.lookup(sqlstate)())) is retried

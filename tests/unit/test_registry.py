@@ -4,6 +4,7 @@ hands what it timed out to the actors."""
 
 from __future__ import annotations
 
+import sqlite3
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,9 +15,12 @@ from trio.testing import MockClock
 from broker.config import Settings
 from broker.deliveries import Deliveries
 from broker.engines.echo import EchoEngine
+from broker.mailbox import registry
 from broker.mailbox.registry import Mailboxes
+from broker.mailbox.restarts import stopped_by_storage
 from broker.router import Router
 from ledger.items import ItemInfo
+from ledger.jobs import LedgerWriteFailed, StorageFailed
 from ledger.port import LedgerPort
 
 pytestmark = pytest.mark.anyio
@@ -36,6 +40,8 @@ def result(n: int) -> ItemInfo:
 
 class FakeLedger:
     """Nothing to recover; the sweep at `overdue_at` (virtual s) finds one worker late."""
+
+    writer_died = None  # the writer runs
 
     def __init__(self, overdue_at: float) -> None:
         self.overdue_at = overdue_at
@@ -71,3 +77,93 @@ async def test_overdue_workers_are_swept_every_quarter_of_their_timeout(
         await boxes.run()
     assert ledger.sweeps == pytest.approx([every_s * n for n in range(1, 5)])
     assert [i.id for i in posted] == ["r3"]
+
+
+def unreachable() -> sqlite3.OperationalError:
+    """What a read raises while PostgreSQL restarts (ledger/postgres/connection.py Rule 2)."""
+    exc = sqlite3.OperationalError("PostgreSQL unreachable: connection refused")
+    exc.sqlite_errorcode = sqlite3.SQLITE_IOERR
+    return exc
+
+
+def mailboxes() -> Mailboxes:
+    return Mailboxes(
+        Settings(),
+        cast(LedgerPort, FakeLedger(overdue_at=-1.0)),
+        EchoEngine(),
+        Router((), frozenset()),
+        cast(Deliveries, SimpleNamespace()),
+    )
+
+
+async def test_actors_stopped_by_a_ledger_outage_start_again_until_it_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ledger cannot be read for a minute (virtual): the session's actor fails at
+    each start, far more often than MAX_ACTOR_RESTARTS, and runs once it is back. It
+    used to be given up after 6.2 s of back-offs, its acked items never run."""
+    outage_s = 60.0
+    starts: list[float] = []
+
+    class ActorDuringAnOutage:
+        def __init__(self, label: str, ports: Any, draining: bool) -> None:
+            self.label = label
+
+        def post(self, event: Any) -> None:
+            pass
+
+        async def run(self, backlog: list[ItemInfo] | None) -> None:
+            starts.append(anyio.current_time())
+            if starts[-1] < outage_s:
+                raise unreachable()
+
+    monkeypatch.setattr(registry, "SessionActor", ActorDuringAnOutage)
+    boxes = mailboxes()
+    async with anyio.create_task_group() as tg:
+        await tg.start(boxes.run)
+        boxes.post(result(1))
+        await anyio.sleep(outage_s / 2)
+        assert boxes.storage_stopped("dm:parent")  # what `health` says of its items
+        await anyio.sleep(outage_s)
+        tg.cancel_scope.cancel()
+    assert not boxes.storage_stopped("dm:parent")
+    assert len(starts) > registry.MAX_ACTOR_RESTARTS + 1 and starts[-1] >= outage_s
+    assert starts[-1] - outage_s <= 5.0  # back-offs stay bounded: it starts soon after
+    assert boxes.failures_of("dm:parent") == 0  # not the session's fault
+
+
+async def test_an_actor_that_fails_on_its_own_is_given_up_after_its_restarts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts: list[float] = []
+
+    class BrokenActor:
+        def __init__(self, label: str, ports: Any, draining: bool) -> None:
+            self.label = label
+
+        def post(self, event: Any) -> None:
+            pass
+
+        async def run(self, backlog: list[ItemInfo] | None) -> None:
+            starts.append(anyio.current_time())
+            raise ValueError("a damaged queue override")
+
+    monkeypatch.setattr(registry, "SessionActor", BrokenActor)
+    boxes = mailboxes()
+    async with anyio.create_task_group() as tg:
+        await tg.start(boxes.run)
+        boxes.post(result(1))
+        await anyio.sleep(60)
+        tg.cancel_scope.cancel()
+    assert len(starts) == registry.MAX_ACTOR_RESTARTS + 1
+    assert starts[-1] == pytest.approx(sum(0.1 * 2**n for n in range(1, 6)))  # 6.2 s
+    assert boxes.failures_of("dm:parent") == registry.MAX_ACTOR_RESTARTS + 1
+
+
+def test_a_group_is_the_storages_failure_only_when_all_of_it_is() -> None:
+    assert stopped_by_storage(unreachable())
+    assert stopped_by_storage(StorageFailed("disk full"))
+    assert stopped_by_storage(ExceptionGroup("turn", [unreachable(), StorageFailed("x")]))
+    assert not stopped_by_storage(ExceptionGroup("turn", [unreachable(), ValueError("bug")]))
+    assert not stopped_by_storage(sqlite3.OperationalError("no such column: x"))
+    assert not stopped_by_storage(LedgerWriteFailed("a job's own failure"))
