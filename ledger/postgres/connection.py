@@ -16,7 +16,10 @@ Rule 2: errors come out as the `sqlite3` exceptions the shared code already
         after a back-off, and readers report it, never dropping a write. A
         write refused by a server that is a standby now (a failover) is
         SQLITE_READONLY, retried alike, and the connection is let go: the
-        next try connects anew and can find the new primary.
+        next try connects anew and can find the new primary. A deadlock or a
+        serialization failure against another node's writer on the same
+        database is SQLITE_BUSY: the server rolled the transaction back, and
+        it is retried alike.
 Rule 3: a connection that was lost is opened again at the next statement
         outside a transaction (a BEGIN, or any statement of a reader, whose
         statements are each their own transaction); inside a transaction the
@@ -66,6 +69,7 @@ from .recall import FullText
 CONNECT_TIMEOUT_S = 5
 _READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW|BEGIN)\b", re.IGNORECASE)
 _WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|INTO|FOR\s+UPDATE)\b", re.IGNORECASE)
+SERIALIZATION_FAILURE, DEADLOCK_DETECTED = "40001", "40P01"
 INVALID_PARAMETER_VALUE = "22023"  # SQLSTATE of pg_xact_status on an id never assigned
 READ_ONLY_SQL_TRANSACTION = "25006"  # a write on a standby (Rule 2)
 log = logs.get("ledger.postgres")
@@ -102,6 +106,11 @@ def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
     elif code.startswith("53"):  # insufficient resources: disk full, out of memory
         out = sqlite3.OperationalError(str(exc))
         out.sqlite_errorcode = sqlite3.SQLITE_FULL
+    elif code in (SERIALIZATION_FAILURE, DEADLOCK_DETECTED):
+        # Another session's transaction (another node's writer) won: the server rolled
+        # this one back, and it may run again, as SQLite's BUSY.
+        out = sqlite3.OperationalError(str(exc))
+        out.sqlite_errorcode = sqlite3.SQLITE_BUSY
     else:  # the statement's own fault (a bug): fails its job, never retried
         out = sqlite3.OperationalError(str(exc))
     return out

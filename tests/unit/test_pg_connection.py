@@ -167,6 +167,8 @@ def test_a_server_turned_standby_is_a_storage_failure_and_the_next_try_connects_
         ("53100", True),  # disk_full
         ("57P03", True),  # cannot_connect_now: starting up, in recovery
         ("25006", True),  # read_only_sql_transaction: a standby
+        ("40P01", True),  # deadlock_detected: another node's writer won
+        ("40001", True),  # serialization_failure
         ("42703", False),  # undefined_column: the statement's own fault
         ("23505", False),  # unique_violation: an IntegrityError, for the job
     ],
@@ -177,3 +179,45 @@ def test_which_server_errors_the_writer_retries(sqlstate: str, retried: bool) ->
     from ledger.postgres.connection import _as_sqlite_error
 
     assert storage_error(_as_sqlite_error(psycopg.errors.lookup(sqlstate)())) is retried
+
+
+def test_a_deadlock_with_another_writer_is_retried_as_a_busy_database(cluster: Any) -> None:
+    """Two nodes' writers on one database can deadlock: the server rolls one back, and
+    that batch runs again (a job's own failure would drop it, its turn given up)."""
+    import threading
+    import time
+
+    import psycopg
+
+    from ledger.postgres import devcluster
+    from ledger.postgres.connection import PgConnection
+
+    dsn = devcluster.fresh_database(cluster, "deadlock")
+    ours = PgConnection(dsn, reader=False)
+    other = psycopg.connect(dsn, autocommit=True)
+    try:
+        ours.execute("CREATE TABLE d (k BIGINT PRIMARY KEY, v BIGINT)")
+        ours.execute("INSERT INTO d VALUES (1, 0), (2, 0)")
+        ours.execute("SET deadlock_timeout = '50ms'")  # ours looks first: it is the victim
+        other.execute("SET deadlock_timeout = '10s'")
+        other.execute("BEGIN")
+        other.execute("UPDATE d SET v = 1 WHERE k = 2")
+        ours.execute("BEGIN")
+        ours.execute("UPDATE d SET v = 2 WHERE k = 1")
+        blocked = threading.Thread(
+            target=lambda: other.execute("UPDATE d SET v = 1 WHERE k = 1"), daemon=True
+        )
+        blocked.start()
+        deadline = time.monotonic() + 5
+        while ours.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone() == (0,):
+            assert time.monotonic() < deadline, "the other writer never waited on our row"
+            time.sleep(0.01)
+        with pytest.raises(sqlite3.OperationalError) as lost:
+            ours.execute("UPDATE d SET v = 2 WHERE k = 2")
+        ours.execute("ROLLBACK")  # the other writer goes on
+        blocked.join(5)
+        other.execute("COMMIT")
+        assert "deadlock" in str(lost.value) and storage_error(lost.value)
+    finally:
+        ours.close()
+        other.close()
