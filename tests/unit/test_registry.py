@@ -5,6 +5,7 @@ hands what it timed out to the actors."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -96,16 +97,11 @@ def mailboxes() -> Mailboxes:
     )
 
 
-async def test_actors_stopped_by_a_ledger_outage_start_again_until_it_is_over(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The ledger cannot be read for a minute (virtual): the session's actor fails at
-    each start, far more often than MAX_ACTOR_RESTARTS, and runs once it is back. It
-    used to be given up after 6.2 s of back-offs, its acked items never run."""
-    outage_s = 60.0
-    starts: list[float] = []
+def failing_actor(starts: list[float], failure: Callable[[float], Exception | None]) -> type:
+    """An actor class whose runs note their (virtual) start in `starts` and raise
+    `failure(start)` unless that is None."""
 
-    class ActorDuringAnOutage:
+    class FailingActor:
         def __init__(self, label: str, ports: Any, draining: bool) -> None:
             self.label = label
 
@@ -114,10 +110,23 @@ async def test_actors_stopped_by_a_ledger_outage_start_again_until_it_is_over(
 
         async def run(self, backlog: list[ItemInfo] | None) -> None:
             starts.append(anyio.current_time())
-            if starts[-1] < outage_s:
-                raise unreachable()
+            error = failure(starts[-1])
+            if error is not None:
+                raise error
 
-    monkeypatch.setattr(registry, "SessionActor", ActorDuringAnOutage)
+    return FailingActor
+
+
+async def test_actors_stopped_by_a_ledger_outage_start_again_until_it_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ledger cannot be read for a minute (virtual): the session's actor fails at
+    each start, far more often than MAX_ACTOR_RESTARTS, and runs once it is back. It
+    used to be given up after 6.2 s of back-offs, its acked items never run."""
+    outage_s = 60.0
+    starts: list[float] = []
+    during_the_outage = failing_actor(starts, lambda t: unreachable() if t < outage_s else None)
+    monkeypatch.setattr(registry, "SessionActor", during_the_outage)
     boxes = mailboxes()
     async with anyio.create_task_group() as tg:
         await tg.start(boxes.run)
@@ -136,19 +145,8 @@ async def test_an_actor_that_fails_on_its_own_is_given_up_after_its_restarts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     starts: list[float] = []
-
-    class BrokenActor:
-        def __init__(self, label: str, ports: Any, draining: bool) -> None:
-            self.label = label
-
-        def post(self, event: Any) -> None:
-            pass
-
-        async def run(self, backlog: list[ItemInfo] | None) -> None:
-            starts.append(anyio.current_time())
-            raise ValueError("a damaged queue override")
-
-    monkeypatch.setattr(registry, "SessionActor", BrokenActor)
+    broken = failing_actor(starts, lambda t: ValueError("a damaged queue override"))
+    monkeypatch.setattr(registry, "SessionActor", broken)
     boxes = mailboxes()
     long_after_s = 60.0  # virtual, as every wait here: past all the back-offs
     async with anyio.create_task_group() as tg:
