@@ -20,6 +20,10 @@ from typing import Any, cast
 from tests import cluster
 from tests.temporal_runtime import default_runtime
 
+# A start not ready by then has failed; a start returns as soon as the daemon accepts.
+# At a load of 14 on 2 cores one was not ready within 20 s (its migrations took 16 s).
+START_S = 60.0
+
 
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
@@ -142,7 +146,7 @@ class DaemonProcess:
             (workdir / "n1").mkdir(exist_ok=True)
             self.peers.append(DaemonProcess(workdir / "n1", backend=backend, peer_of=base))
 
-    def start(self, timeout: float = 20.0) -> DaemonProcess:
+    def start(self, timeout: float = START_S) -> DaemonProcess:
         for peer in self.peers:
             peer.start(timeout)
         log = self.log_path.open("ab")
