@@ -257,7 +257,8 @@ class PgConnection:
         if statement.sql.strip().upper() == "COMMIT" and not self._reader:
             return self._commit(conn)
         if statement.param_order is not None:
-            params = [list(params)[i] for i in statement.param_order]
+            given = list(params)  # once, not once per placeholder
+            params = [given[i] for i in statement.param_order]
         idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
         try:
             return self._statement(conn, statement, params)
