@@ -46,6 +46,17 @@ Rule 7: a connection learns that the server ended its session (a restart, an
         every pooled reader failed one read after the server came back (an
         actor's start, an operator's `health`). A write, or a read inside a
         snapshot, fails as in Rule 3: its caller decides.
+Rule 8: no wait on the server is unbounded, and no lost session holds the
+        ledger: (a) TCP keepalives and a user timeout (unless the DSN sets its
+        own) end a connection whose server stopped answering, a network cut
+        that sent no reset included, within about half a minute; (b) the
+        writer's session asks the server to end it when it sits idle in a
+        transaction (a node that vanished mid-batch, its row locks held); (c)
+        a COMMIT in doubt whose transaction is still in progress belongs to a
+        session this connection lost, which the server has not noticed yet:
+        the verdict ends that session (matched by its transaction id, so no
+        other is touched) and asks again, instead of holding every write until
+        the server's keepalives find out, hours later by default.
 """
 
 from __future__ import annotations
@@ -60,6 +71,7 @@ import psycopg
 import psycopg.errors
 from psycopg import ClientCursor, pq
 from psycopg.adapt import Loader
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowMaker, tuple_row
 
 from .. import logs
@@ -67,6 +79,19 @@ from .dialect import Statement, translate
 from .recall import FullText
 
 CONNECT_TIMEOUT_S = 5
+# Rule 8 (a): libpq's TCP settings, where the DSN names none of its own. A silent peer
+# is dropped after 10 s idle + 3 probes 5 s apart; unacknowledged data after 30 s.
+TCP_BOUNDS = {
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+# Rule 8 (b): a writer's transaction never waits between its statements; 30 s idle
+# inside one means its client is gone.
+WRITER_IDLE_IN_TRANSACTION = "30s"
+ORPHAN_EXIT_MS = 2000  # Rule 8 (c): how long the verdict waits for the lost session to end
 _READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW|BEGIN)\b", re.IGNORECASE)
 _WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|INTO|FOR\s+UPDATE)\b", re.IGNORECASE)
 SERIALIZATION_FAILURE, DEADLOCK_DETECTED = "40001", "40P01"
@@ -122,8 +147,10 @@ def _harmless_again(sql: str) -> bool:
 
 
 def connect_pg(dsn: str) -> psycopg.Connection[Any]:
+    given = conninfo_to_dict(dsn)
+    bounded = make_conninfo(dsn, **{k: v for k, v in TCP_BOUNDS.items() if k not in given})
     conn = psycopg.connect(
-        dsn, autocommit=True, cursor_factory=ClientCursor, connect_timeout=CONNECT_TIMEOUT_S
+        bounded, autocommit=True, cursor_factory=ClientCursor, connect_timeout=CONNECT_TIMEOUT_S
     )
     conn.adapters.register_loader("numeric", _NumericLoader)
     return conn
@@ -206,6 +233,9 @@ class PgConnection:
             self._conn = connect_pg(self._dsn)
             if not self._reader:
                 self._commit_synchronously(self._conn)
+                self._conn.execute(
+                    f"SET idle_in_transaction_session_timeout = '{WRITER_IDLE_IN_TRANSACTION}'"
+                )
         except psycopg.Error as exc:
             raise _as_sqlite_error(exc) from exc
         return self._conn
@@ -328,6 +358,9 @@ class PgConnection:
                 return False
             raise _as_sqlite_error(exc, self.lost()) from exc
         status = row[0] if row else None
+        if status == "in progress" and self._end_lost_session(conn, xid):
+            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+            status = row[0] if row else None
         if status == "in progress":
             raise _as_sqlite_error(psycopg.OperationalError(f"transaction {xid} still running"))
         self.in_doubt = None
@@ -335,6 +368,22 @@ class PgConnection:
             # Too old for the server to remember: no batch waits that long.
             raise sqlite3.OperationalError(f"the outcome of transaction {xid} is unknown")
         return bool(status == "committed")
+
+    @staticmethod
+    def _end_lost_session(conn: psycopg.Connection[Any], xid: str) -> bool:
+        """Rule 8 (c): end the session still running transaction `xid`; whether one was."""
+        try:
+            row = conn.execute(
+                "SELECT bool_or(pg_terminate_backend(pid, %s)) FROM pg_stat_activity"
+                " WHERE backend_xid::text = %s AND pid <> pg_backend_pid()",
+                (ORPHAN_EXIT_MS, str(int(xid) % 2**32)),  # backend_xid: the id's low 32 bits
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise _as_sqlite_error(exc, True) from exc  # not told: still in doubt, try later
+        ended = bool(row and row[0])
+        if ended:
+            log.warning("ended a lost session of this writer", transaction=xid)
+        return ended
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> PgCursor:
         statement = translate(sql)

@@ -26,7 +26,7 @@ from ledger.postgres.store import PgLedger, WriterPgConnection
 from tests.conformance.records import DM, inbound, ingest, tick, turn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-Cut = Literal["after_commit", "before_commit"]
+Cut = Literal["after_commit", "before_commit", "silently"]
 
 
 class CutOffWriter(WriterPgConnection):
@@ -39,6 +39,7 @@ class CutOffWriter(WriterPgConnection):
 
     def __init__(self, dsn: str) -> None:
         self.was_cut = threading.Event()  # set at the first cut COMMIT
+        self.given_up: list[psycopg.Connection[Any]] = []  # cut "silently", still open
         super().__init__(dsn)
 
     def _send(self, cur: psycopg.Cursor[Any], sql: str, params: Sequence[Any]) -> None:
@@ -48,7 +49,13 @@ class CutOffWriter(WriterPgConnection):
             if cut == "after_commit":
                 super()._send(cur, sql, params)  # the server commits; its answer never comes
             assert self._conn is not None
-            self._conn.close()
+            if cut == "silently":
+                # A network cut that sent no reset: the server's session sits idle in
+                # its transaction, row locks held, and the client has given it up.
+                self.given_up.append(self._conn)
+                self._conn = None
+            else:
+                self._conn.close()
             self.was_cut.set()
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         super()._send(cur, sql, params)
@@ -77,7 +84,11 @@ async def cut_off(dsn: str) -> AsyncIterator[tuple[PgLedger, CutOffWriter]]:
         return opened[-1]
 
     async with PgLedger.open_pg(dsn, writer_connection=writer_connection) as ledger:
-        yield ledger, opened[0]
+        try:
+            yield ledger, opened[0]
+        finally:
+            for lost in opened[0].given_up:
+                lost.close()
 
 
 def count(dsn: str, sql: str, *params: Any) -> int:
@@ -87,14 +98,15 @@ def count(dsn: str, sql: str, *params: Any) -> int:
     return int(row[0])
 
 
-@pytest.mark.parametrize("cut", ["after_commit", "before_commit"])
+@pytest.mark.parametrize("cut", ["after_commit", "before_commit", "silently"])
 async def test_an_ingest_whose_commit_got_no_answer_is_acked_once_as_new(
     cut_off: tuple[PgLedger, CutOffWriter], dsn: str, cut: Cut
 ) -> None:
     ledger, writer = cut_off
     first = await ingest(ledger, inbound("m1"))
     writer.cut = cut
-    second = await ingest(ledger, inbound("m2"))
+    with anyio.fail_after(10):  # "silently": the server's session held it for 30 s before
+        second = await ingest(ledger, inbound("m2"))
     # The first answer, not a duplicate: a duplicate would not reach the session's actor.
     assert second.duplicate is False and second.seq > first.seq
     assert writer.in_doubt is None
@@ -257,3 +269,64 @@ def test_an_async_commit_is_lost_by_a_server_crash_and_the_writers_is_not() -> N
         assert kept == ["writer"]
     finally:
         cluster.destroy()
+
+
+def test_a_transaction_still_running_in_a_lost_session_is_ended_and_did_not_commit(
+    dsn: str,
+) -> None:
+    """Rule 8 (c): the COMMIT never left, the server never heard of the loss; the
+    verdict ends that session (and no other) instead of waiting for it for hours."""
+    writer = WriterPgConnection(dsn)
+    bystander = psycopg.connect(dsn, autocommit=True)
+    try:
+        writer.execute("CREATE TABLE o (n BIGINT PRIMARY KEY)")
+        bystander.execute("BEGIN")
+        bystander.execute("INSERT INTO o VALUES (2)")  # another session's open transaction
+        writer.execute("BEGIN")
+        writer.execute("INSERT INTO o VALUES (1)")
+        xid = writer.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+        lost, writer._conn = writer._conn, None  # given up by the client, open on the server
+        writer.in_doubt = xid
+        assert writer.commit_verdict() is False
+        assert writer.in_doubt is None
+        writer.execute("BEGIN")
+        writer.execute("INSERT INTO o VALUES (1)")  # its row lock went with it
+        writer.execute("COMMIT")
+        bystander.execute("COMMIT")  # untouched
+        assert writer.execute("SELECT n FROM o ORDER BY n").fetchall() == [(1,), (2,)]
+        assert lost is not None
+        lost.close()
+    finally:
+        bystander.close()
+        writer.close()
+
+
+def test_the_writers_session_is_ended_by_the_server_when_left_inside_a_transaction(
+    dsn: str,
+) -> None:
+    """Rule 8 (b): a node that vanished mid-batch does not hold its row locks for the
+    server's TCP keepalive time. A reader's session keeps the server's default."""
+    from ledger.postgres.connection import WRITER_IDLE_IN_TRANSACTION
+
+    reader, writer = PgConnection(dsn), WriterPgConnection(dsn)
+    try:
+        shown = writer.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert shown == (WRITER_IDLE_IN_TRANSACTION,)
+        assert reader.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_connections_bound_a_silent_server_unless_the_dsn_says_otherwise(dsn: str) -> None:
+    """Rule 8 (a): keepalives and a TCP user timeout by default; the DSN's own win."""
+    from ledger.postgres.connection import TCP_BOUNDS, connect_pg
+
+    with connect_pg(dsn) as conn:
+        given = conn.info.get_parameters()
+    assert {k: given.get(k) for k in TCP_BOUNDS} == TCP_BOUNDS
+    from psycopg.conninfo import make_conninfo
+
+    with connect_pg(make_conninfo(dsn, keepalives_idle=42, tcp_user_timeout=0)) as conn:
+        given = conn.info.get_parameters()
+    assert given["keepalives_idle"] == "42" and given.get("tcp_user_timeout", "0") == "0"
