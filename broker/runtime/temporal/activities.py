@@ -28,6 +28,11 @@ Rule 4: a turn that failed every attempt (workflow.py Rule 5) runs its items onc
         more through the same actor with an engine that fails at once
         (failed_turn.py): the turn is recorded failed, the person is told, and the
         items are consumed, as when a local turn's engine fails.
+Rule 4a: chat commands run between turns heartbeat too, every `POLL_S`: their
+        activity waits on its node (room in the ledger's queue of writes, that
+        queue settled), and a busy node is slow, not dead. Without the beats such
+        a wait longer than `heartbeat_timeout_s` timed the activity out, and after
+        its attempts the acked commands were dropped.
 Rule 5: a turn that ended without an error leaves its actor's context to the node
         (broker/mailbox/warm_threads.py): the session's next turn here loads the
         thread again only if the head moved meanwhile.
@@ -308,6 +313,7 @@ class Activities:
             return await self.session_queue(order.label)
         actor = OneTurnActor(order.label, self.mailboxes.ports, [])
         async with anyio.create_task_group() as tg:
+            tg.start_soon(heartbeat_every, POLL_S)  # Rule 4a
             tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
             await actor.looping.wait()
             await self.mailboxes.ledger.settled()
@@ -321,6 +327,13 @@ class Activities:
             await ports.admit()  # room first (actor.py Rule 5); overloaded: Temporal retries
             ports.drop_item(drops.label, item_id, reason, None)
         await self.mailboxes.ledger.settled()
+
+
+async def heartbeat_every(every_s: float) -> None:
+    """Rule 4a, until cancelled; not at once, as a turn's beats (Rule 2)."""
+    while True:
+        await anyio.sleep(every_s)
+        activity.heartbeat()
 
 
 async def _wake_when_ended(actor: OneTurnActor, live: LiveTurn) -> None:
