@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from broker.runtime.temporal.devserver import DevServer
 
 DaemonFactory = Callable[..., DaemonProcess]
+pytest_plugins = ["tests.watchdog"]
 
 
 @pytest.fixture(scope="session")
