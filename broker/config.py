@@ -211,6 +211,10 @@ class RuntimeSettings(_Section):
     # holds this many events, so that a node taking it over (another node died, this one
     # restarted) replays a short history; 0 leaves it to Temporal's suggestion alone.
     history_max_events: int = Field(60, ge=0, le=50_000)
+    # The session workflows run in Temporal's sandbox, which re-checks their determinism
+    # at run time; false runs them as plain code (docs/performance.md "Where a clustered
+    # turn's CPU goes"): a tenth of a node's CPU a turn less. The tests keep it on.
+    workflow_sandbox: bool = True
 
 
 class ClusterSettings(_Section):
