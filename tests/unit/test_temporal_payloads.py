@@ -129,8 +129,8 @@ def test_a_field_of_the_wrong_type_is_refused_as_the_sdk_refuses_it() -> None:
         data_converter().payload_converter.from_payloads([payload], [Drops])
 
 
-def test_the_node_runs_its_workflows_in_the_sandbox_unless_told_not_to() -> None:
-    assert RuntimeSettings().workflow_sandbox is True
-    assert isinstance(workflow_runner(RuntimeSettings()), SandboxedWorkflowRunner)
-    plain = workflow_runner(RuntimeSettings(workflow_sandbox=False))
-    assert isinstance(plain, UnsandboxedWorkflowRunner)
+def test_the_node_runs_its_workflows_out_of_the_sandbox_unless_told_to() -> None:
+    assert RuntimeSettings().workflow_sandbox is False
+    assert isinstance(workflow_runner(RuntimeSettings()), UnsandboxedWorkflowRunner)
+    sandboxed = workflow_runner(RuntimeSettings(workflow_sandbox=True))
+    assert isinstance(sandboxed, SandboxedWorkflowRunner)
