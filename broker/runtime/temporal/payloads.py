@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import weakref
 from typing import Any
 
 import orjson
@@ -39,16 +40,18 @@ from temporalio.converter import value_to_type as _value_to_type
 ENCODING = b"json/plain"
 
 
+# Rule 3: by class, for the process (the SDK makes a converter for every workflow run);
+# weakly, as a sandboxed run imports its own copies of the classes it does not pass through.
+_FIELDS: weakref.WeakKeyDictionary[type, dict[str, Any] | None] = weakref.WeakKeyDictionary()
+
+
 class DataclassFields(JSONTypeConverter):
     """Rule 3: a dataclass rebuilt with its field types resolved once."""
 
-    def __init__(self) -> None:
-        self._fields: dict[type, dict[str, Any] | None] = {}
-
     def to_typed_value(self, hint: type, value: Any) -> Any:
-        fields = self._fields.get(hint, ...) if isinstance(hint, type) else None
+        fields = _FIELDS.get(hint, ...) if isinstance(hint, type) else None
         if fields is ...:
-            fields = self._fields[hint] = _init_fields(hint)
+            fields = _FIELDS[hint] = _init_fields(hint)
         if fields is None or not isinstance(value, dict):
             return JSONTypeConverter.Unhandled  # the SDK's way, and its errors
         converters = [self]
