@@ -31,6 +31,7 @@ from broker.runtime.temporal.session_records import (
     TurnOrder,
     TurnResult,
 )
+from broker.runtime.temporal.timer_workflow import Fired, TimerRun
 from ledger.items import ItemInfo
 
 ITEM = ItemInfo(
@@ -49,6 +50,8 @@ RECORDS: list[Any] = [
     Drops("s", [("i1", "cap:old"), ("i2", "failed")]),
     Control("interrupt", [RECORD], [RECORD], 2),
     ControlPush("s", 3, Control(None, [])),
+    TimerRun("t1", 1_764_000_000_000, 10.0),
+    Fired(2, None),
     None,
     "s",
     3,
