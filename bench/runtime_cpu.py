@@ -1,18 +1,21 @@
 """CPU a turn on the local runtime and on the Temporal runtime, one node.
 
     .venv/bin/python -m bench.runtime_cpu [--sessions 50] [--per-session 10]
+        [--runtime KEY=VALUE ...] [--temporal-only]
 
 Each runtime gets a daemon of its own (echo engine, chunks=1) and one adapter that
 confirms every `deliver` as it comes (bench/turns.py `Adapters`): every session is
 warmed with one turn, then `--per-session` followup messages go to each session,
 round robin, and the run ends when every reply came. It reports turns/s and the
 CPU seconds a turn of the broker (daemon and its writer) and, for Temporal, of the
-dev server it starts (`devserver.py`).
+dev server it starts (`devserver.py`). `--runtime workflow_sandbox=false` sets a key of
+the Temporal node's `[runtime]` (the value read as JSON, else as a string).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -97,18 +100,29 @@ async def run(config: dict[str, Any], args: argparse.Namespace, server: int | No
             d.kill()
 
 
+def runtime_key(text: str) -> tuple[str, Any]:
+    key, _, value = text.partition("=")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--per-session", type=int, default=10)
+    parser.add_argument("--runtime", type=runtime_key, action="append", default=[])
+    parser.add_argument("--temporal-only", action="store_true")
     args = parser.parse_args()
     base = {"log_level": "warning", "queue": {"debounce_ms": 0}, "engine": {"chunks": 1}}
-    print("local:   ", anyio.run(run, base, args, None), flush=True)
+    if not args.temporal_only:
+        print("local:   ", anyio.run(run, base, args, None), flush=True)
     with tempfile.TemporaryDirectory(prefix="bct-", dir="/tmp") as tmp:
         server = DevServer(Path(tmp)).start()
         try:
             assert server.proc is not None
-            config = {**base, "runtime": runtime_config(server.address)}
+            config = {**base, "runtime": runtime_config(server.address) | dict(args.runtime)}
             print("temporal:", anyio.run(run, config, args, server.proc.pid), flush=True)
         finally:
             server.stop()

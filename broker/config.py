@@ -211,6 +211,11 @@ class RuntimeSettings(_Section):
     # holds this many events, so that a node taking it over (another node died, this one
     # restarted) replays a short history; 0 leaves it to Temporal's suggestion alone.
     history_max_events: int = Field(60, ge=0, le=50_000)
+    # true runs the session workflows in Temporal's sandbox. It checks nothing of ours:
+    # the workflow modules are passed through it (they import the broker's), so no
+    # call of theirs is restricted; and it costs a fifth of a node's CPU a turn
+    # (docs/performance.md "Where a clustered turn's CPU goes").
+    workflow_sandbox: bool = False
 
 
 class ClusterSettings(_Section):

@@ -256,6 +256,10 @@ class TurnPort(Admits, Protocol):
         thread, and a head is never reused: the thread behind a head never changes)."""
         ...
 
+    async def queue_override(self, label: str) -> str | None:
+        """The session's `/queue` override (JSON), or None: its row alone, no thread."""
+        ...
+
     async def dispatch(
         self,
         *,

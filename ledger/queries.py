@@ -93,6 +93,13 @@ def session_row(conn: sqlite3.Connection, label: str) -> dict[str, Any]:
     return dict(row)
 
 
+def queue_override(conn: sqlite3.Connection, label: str) -> str | None:
+    row = conn.execute("SELECT queue_override FROM sessions WHERE label = ?", (label,)).fetchone()
+    if row is None:
+        raise NotFound(f"no session {label!r}", field="session")
+    return None if row[0] is None else str(row[0])
+
+
 def aliases_of(conn: sqlite3.Connection, label: str) -> list[str]:
     return [
         str(r[0])

@@ -87,6 +87,9 @@ class SqliteReads:
         # One hop to a reader thread, not two: actors start by the thousand.
         return await self.readers.run(both)
 
+    async def queue_override(self, label: str) -> str | None:
+        return await self.readers.run(lambda c: queries.queue_override(c, label))
+
     async def pending_outbox(
         self, channel: str, limit: int, after: turns.OutboxKey | None = None
     ) -> list[OutboxRow]:

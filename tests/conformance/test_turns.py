@@ -145,6 +145,16 @@ async def test_a_command_sets_and_clears_the_queue_override(port: LedgerPort) ->
     assert (await port.session_start(acc.session)).start.override is None
 
 
+async def test_the_queue_override_is_read_alone(port: LedgerPort) -> None:
+    """What a session workflow's run reads at its start (its thread is not loaded)."""
+    acc = await ingest(port, inbound("m1", text="/queue collect"))
+    assert await port.queue_override(acc.session) is None
+    await port.submit_command_done(acc.item, "command", None, '{"mode":"collect"}', tick()).result()
+    assert await port.queue_override(acc.session) == '{"mode":"collect"}'
+    with pytest.raises(NotFound):
+        await port.queue_override("no-such-session")
+
+
 async def test_dropped_items_leave_the_queue(port: LedgerPort) -> None:
     acc = await ingest(port, inbound("m1"))
     await port.submit_item_status([(acc.item, "dropped", "cap:old")], tick()).result()

@@ -34,10 +34,13 @@ def on_temporal(server: DevServer, **config: Any) -> dict[str, Any]:
 
 
 @asyncio_only
+@pytest.mark.parametrize("sandbox", [True, False], ids=["sandboxed", "unsandboxed"])
 async def test_a_message_runs_as_a_workflow_turn(
-    temporal_server: DevServer, make_daemon: DaemonFactory
+    temporal_server: DevServer, make_daemon: DaemonFactory, sandbox: bool
 ) -> None:
-    d = make_daemon(on_temporal(temporal_server))
+    config = on_temporal(temporal_server)
+    config["runtime"]["workflow_sandbox"] = sandbox  # `[runtime] workflow_sandbox`
+    d = make_daemon(config)
     async with await Adapter.connect(d, uniq("t")) as a:
         ack = await a.send_inbound("m1", "hello temporal", uniq("u"))
         reply = await a.deliver(msg_id="m1")

@@ -16,11 +16,12 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from broker.runtime.temporal.control import Control, ControlPush
 from broker.runtime.temporal.devserver import DevServer
+from broker.runtime.temporal.payloads import data_converter
 from broker.runtime.temporal.session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
@@ -123,7 +124,19 @@ async def client(temporal_server: DevServer) -> Client:
     return await Client.connect(temporal_server.address)
 
 
-def session_worker(client: Client, fake: Node, queue: str) -> Worker:
+def sandboxed() -> WorkflowRunner:
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+    )
+
+
+# `[runtime] workflow_sandbox`: the node runs its workflows in either.
+RUNNERS = [sandboxed, UnsandboxedWorkflowRunner]
+
+
+def session_worker(
+    client: Client, fake: Node, queue: str, runner: Callable[[], WorkflowRunner] = sandboxed
+) -> Worker:
     """A worker of the session workflow whose activities are `fake`'s."""
     return Worker(
         client,
@@ -137,9 +150,7 @@ def session_worker(client: Client, fake: Node, queue: str) -> Worker:
             fake.fail_items,
             fake.push_control,
         ],
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
-        ),
+        workflow_runner=runner(),
     )
 
 
@@ -233,6 +244,31 @@ async def test_an_interrupt_cancels_the_turn_and_reruns_everything_once(
     assert fake.turns == [["a"], ["a", "b", "c"]]
 
 
+async def test_an_unsandboxed_worker_decides_as_the_sandboxed_one(
+    temporal_server: DevServer,
+) -> None:
+    """`[runtime] workflow_sandbox = false`, with the node's payload converter
+    (payloads.py): followups, then an interrupt that cancels the running turn and runs
+    everything once; the history it made replays in the sandbox and out of it."""
+    client = await Client.connect(temporal_server.address, data_converter=data_converter())
+    fake, queue = Node(), f"wf-{uuid.uuid4().hex[:10]}"
+    async with session_worker(client, fake, queue, UnsandboxedWorkflowRunner):
+        label = f"s-{uuid.uuid4().hex[:8]}"
+        handle = await arrive(client, queue, label, record("a", 1), "followup")
+        await fake.next_turn()
+        await arrive(client, queue, label, record("b", 2), "followup")
+        await arrive(client, queue, label, record("c", 3), "interrupt")
+        await until(lambda: fake.cancelled == [1], "the first turn cancelled")
+        await fake.next_turn()
+        fake.release.set()
+        await arrive(client, queue, label, record("d", 4), "followup")
+        await until(lambda: len(fake.turns) == 3, "the third turn")
+        assert fake.turns == [["a"], ["a", "b", "c"], ["d"]]
+        history = await handle.fetch_history()
+    for runner in RUNNERS:
+        await replayer(runner).replay_workflow(history)
+
+
 async def test_a_run_ends_after_idle_s_quiet_on_one_timer_not_one_a_turn(
     client: Client, node: tuple[Node, str]
 ) -> None:
@@ -259,30 +295,36 @@ async def test_a_run_ends_after_idle_s_quiet_on_one_timer_not_one_a_turn(
     await replayer().replay_workflow(await handle.fetch_history())  # deterministic
 
 
-def replayer() -> Replayer:
-    runner = SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+def replayer(runner: Callable[[], WorkflowRunner] = sandboxed) -> Replayer:
+    return Replayer(
+        workflows=[SessionWorkflow], workflow_runner=runner(), data_converter=data_converter()
     )
-    return Replayer(workflows=[SessionWorkflow], workflow_runner=runner)
 
 
-async def test_a_run_an_older_node_began_replays_on_this_code() -> None:
+@pytest.mark.parametrize("runner", RUNNERS, ids=["sandboxed", "unsandboxed"])
+async def test_a_run_an_older_node_began_replays_on_this_code(
+    runner: Callable[[], WorkflowRunner],
+) -> None:
     """workflow.py Rule 6: the history of a run of five turns that ended for quiet,
     made by the code before the local short steps, the single idle timer and the
-    pushed news (`2822096`), replays here without a non-determinism error."""
+    pushed news (`2822096`), replays here without a non-determinism error, in the
+    sandbox or not, its payloads (the SDK's own JSON) read by the node's converter."""
     saved = Path(__file__).parent / "histories" / "session_before_lean.json"
     history = WorkflowHistory.from_json("before-lean", saved.read_text())
-    await replayer().replay_workflow(history)
+    await replayer(runner).replay_workflow(history)
 
 
-async def test_a_history_longer_than_the_bound_made_before_it_replays() -> None:
+@pytest.mark.parametrize("runner", RUNNERS, ids=["sandboxed", "unsandboxed"])
+async def test_a_history_longer_than_the_bound_made_before_it_replays(
+    runner: Callable[[], WorkflowRunner],
+) -> None:
     """workflow.py Rule 7: a run of twelve turns (116 events, past the default bound of
     `history_max_events`) made by the code before the bound (`c7188e5`) replays here
     as it was: its input names no bound, and the cut is behind a patch."""
     saved = Path(__file__).parent / "histories" / "session_before_bound.json"
     history = WorkflowHistory.from_json("before-bound", saved.read_text())
     assert len(history.events) > 100
-    await replayer().replay_workflow(history)
+    await replayer(runner).replay_workflow(history)
 
 
 async def test_a_steer_reaches_the_running_turn_through_the_query(

@@ -143,10 +143,11 @@ class Activities:
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
-        """The session's queue limits: the config's, under its `/queue` override."""
+        """The session's queue limits: the config's, under its `/queue` override (read
+        alone: the session's start would load its whole thread, at every run's start)."""
         await self.mailboxes.ledger.settled()
-        start = (await self.mailboxes.ledger.session_start(label)).start
-        override = orjson.loads(start.override) if start.override else {}
+        stored = await self.mailboxes.ledger.queue_override(label)
+        override = orjson.loads(stored) if stored else {}
         q = self.mailboxes.settings.queue
         return QueueSetup(
             override.get("debounce_ms", q.debounce_ms) / 1000,

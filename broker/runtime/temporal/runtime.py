@@ -30,7 +30,7 @@ import anyio.abc
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from broker.config import RuntimeSettings, Settings
@@ -42,6 +42,7 @@ from ledger import logs
 from ledger.items import ItemInfo
 
 from .activities import Activities
+from .payloads import data_converter
 from .session_records import ITEM_SIGNAL, Arrival, SessionSpec
 from .timer_workflow import TimerWorkflow
 from .timers import TemporalTimers, TimerActivities
@@ -66,7 +67,12 @@ async def connect(rt: RuntimeSettings) -> Client:
     """Rule 4: the client, or `TemporalUnreachable` naming the address."""
     try:
         with anyio.fail_after(rt.connect_timeout_s):
-            return await Client.connect(rt.address, namespace=rt.namespace, runtime=_sdk(rt))
+            return await Client.connect(
+                rt.address,
+                namespace=rt.namespace,
+                runtime=_sdk(rt),
+                data_converter=data_converter(),  # payloads.py: orjson, field types cached
+            )
     except TimeoutError as exc:
         raise TemporalUnreachable(rt.address, f"no answer in {rt.connect_timeout_s:g} s") from exc
     except Exception as exc:  # the SDK raises RuntimeError for a refused connection
@@ -80,6 +86,18 @@ def _sdk(rt: RuntimeSettings) -> Runtime | None:
         return None
     metrics = PrometheusConfig(bind_address=rt.metrics_address, durations_as_seconds=True)
     return Runtime(telemetry=TelemetryConfig(metrics=metrics))
+
+
+def workflow_runner(rt: RuntimeSettings) -> WorkflowRunner:
+    """Plain code (the default) or Temporal's sandbox. The sandbox is entered for every
+    payload of a workflow task (the SDK asks the workflow for each one's serialization
+    context: an exec under its import hooks, about 12 a turn), and with the broker's
+    modules passed through it restricts none of the workflow's calls."""
+    if not rt.workflow_sandbox:
+        return UnsandboxedWorkflowRunner()
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
+    )
 
 
 class TemporalRuntime:
@@ -120,9 +138,7 @@ class TemporalRuntime:
                 *Activities(self.mailboxes, self.client).all(),
                 TimerActivities(self.mailboxes).fire_timer,
             ],
-            workflow_runner=SandboxedWorkflowRunner(
-                restrictions=SandboxRestrictions.default.with_passthrough_modules("broker")
-            ),
+            workflow_runner=workflow_runner(rt),
             identity=self.settings.node_id or None,
             # A dead node's cached workflows move to another as soon as its turns do.
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
