@@ -28,7 +28,7 @@ from adapters.mail_imap import ImapSession
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.mailservers import BUSY, DOMAIN, MailServer, start_mail
-from tests.realservers.processes import AdapterProcess, expect_login_refused
+from tests.realservers.processes import START_WITHIN_S, AdapterProcess, expect_login_refused
 from tests.realservers.servers import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
@@ -79,7 +79,7 @@ def start_adapter(
 ) -> AdapterProcess:
     proc = AdapterProcess("mail", workdir, config).start()
     started.append(proc)
-    proc.wait_log("connected to", within=15)
+    proc.wait_connected()
     return proc
 
 
@@ -310,7 +310,7 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     mailserver: MailServer, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
     cfg = mail_config(short_tmp / "no-broker.sock", mailserver, short_tmp)
-    await expect_login_refused("mail", short_tmp, cfg, adapters, 20)
+    await expect_login_refused("mail", short_tmp, cfg, adapters)
 
 
 async def test_smtp_5xx_is_undeliverable_and_4xx_is_retried_unconfirmed(
@@ -342,7 +342,7 @@ async def test_an_smtp_server_that_stays_down_ends_with_exit_75(
     cfg["adapter"]["give_up_s"] = 1.0
     proc = start_adapter(adapters, short_tmp, cfg)
     send(mailserver, "no way out")
-    assert await anyio.to_thread.run_sync(proc.wait_exit, 20) == 75
+    assert await anyio.to_thread.run_sync(proc.wait_exit, START_WITHIN_S) == 75
     assert "SMTP server" in proc.log() and "giving up" in proc.log()
 
 
