@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db, wait_until
 from tests.realservers.irc_client import IrcClient, privmsg_from
-from tests.realservers.processes import AdapterProcess
+from tests.realservers.processes import START_WITHIN_S, AdapterProcess
 from tests.realservers.servers import Server, free_port, start_ngircd
 
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -57,7 +57,7 @@ async def test_dm_and_channel_messages_are_answered_through_the_server(
     ann = await IrcClient.connect(ngircd.port, uniq("a")[:9])
     await ann.join(room)
     cfg = irc_config(d.socket, ngircd, bot, channels=[room], max_line_bytes=60)
-    start_adapter(adapters, workdir, cfg)
+    start_adapter(adapters, workdir, cfg).wait_connected()
     await ann.expect(lambda x: x.command == "JOIN" and x.nick == bot)
 
     await ann.say(bot, "hello in private")
@@ -90,7 +90,7 @@ async def test_adapter_killed_before_the_ack_then_restarted_runs_one_turn(
     ann = await IrcClient.connect(ngircd.port, uniq("a")[:9])
     cfg = irc_config(d.socket, ngircd, bot)
     first = start_adapter(adapters, workdir, cfg)
-    first.wait_log("connected to")
+    first.wait_connected()
     assert d.proc is not None
     os.kill(d.proc.pid, signal.SIGSTOP)  # the broker cannot ack now
     try:
@@ -105,7 +105,7 @@ async def test_adapter_killed_before_the_ack_then_restarted_runs_one_turn(
         first.kill()
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
-    start_adapter(adapters, workdir, cfg)
+    start_adapter(adapters, workdir, cfg).wait_connected()
     assert (await ann.expect(privmsg_from(bot))).params[1] == "only once please"
     await ann.say(bot, "sentinel")  # its reply comes after any repeat of the first
     assert (await ann.expect(privmsg_from(bot))).params[1] == "sentinel"
@@ -124,7 +124,7 @@ async def test_a_broker_restart_loses_nothing_and_repeats_nothing(
     d = make_daemon()
     bot = uniq("b")[:9]
     ann = await IrcClient.connect(ngircd.port, uniq("a")[:9])
-    start_adapter(adapters, workdir, irc_config(d.socket, ngircd, bot)).wait_log("connected to")
+    start_adapter(adapters, workdir, irc_config(d.socket, ngircd, bot)).wait_connected()
     await ann.say(bot, "before")
     assert (await ann.expect(privmsg_from(bot))).params[1] == "before"
     await anyio.to_thread.run_sync(d.kill)
@@ -147,7 +147,7 @@ def test_a_server_that_is_down_ends_with_exit_75(
     cfg = irc_config(workdir / "no-broker.sock", nobody, "bot")  # the broker may come later
     cfg["adapter"].update(give_up_s=0.5)
     proc = start_adapter(adapters, workdir, cfg)
-    assert proc.wait_exit(10) == 75
+    assert proc.wait_exit(START_WITHIN_S) == 75
     log = proc.log()
     assert "IRC server 127.0.0.1" in log and "retrying in" in log and "giving up" in log
 
@@ -162,7 +162,7 @@ def test_a_refused_login_is_logged_and_ends_with_exit_75(
         )
         cfg["adapter"].update(give_up_s=0.5)
         proc = start_adapter(adapters, workdir, cfg)
-        assert proc.wait_exit(10) == 75
+        assert proc.wait_exit(START_WITHIN_S) == 75
     assert "login refused" in proc.log()
 
 
@@ -176,7 +176,7 @@ async def test_a_long_reply_is_paced_under_the_servers_flood_limit_and_arrives_w
         bot = uniq("b")[:9]
         ann = await IrcClient.connect(throttled.port, uniq("a")[:9])
         cfg = irc_config(d.socket, throttled, bot, max_line_bytes=24, rate_per_s=4.0, burst=2)
-        start_adapter(adapters, workdir, cfg).wait_log("connected to")
+        start_adapter(adapters, workdir, cfg).wait_connected()
         said = "pace these words over several short lines please"
         await ann.say(bot, said)
         lines = [await ann.expect(privmsg_from(bot), within=15)]

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import DaemonFactory
 from tests.integration.wire import uniq, wait_db
 from tests.realservers.irc_client import IrcClient, privmsg_from
-from tests.realservers.processes import AdapterProcess
+from tests.realservers.processes import START_WITHIN_S, AdapterProcess
 from tests.realservers.servers import Server
 from tests.realservers.test_irc import asyncio_only, irc_config, start_adapter
 
@@ -30,7 +30,7 @@ async def test_a_dm_is_answered_over_tls(
     ann = await IrcClient.connect(ngircd_tls.port, uniq("a")[:9], ca_file=ca)
     cfg = irc_config(d.socket, ngircd_tls, bot, tls=True, tls_ca_file=str(ca))
     proc = start_adapter(adapters, short_tmp, cfg)
-    proc.wait_log("connected to", within=15)
+    proc.wait_connected()
     await ann.say(bot, "hello over tls")
     dm = await ann.expect(privmsg_from(bot))
     assert dm.params == [ann.nick, "hello over tls"]
@@ -46,5 +46,5 @@ def test_an_untrusted_certificate_is_refused_then_exit_75(
     cfg["adapter"]["give_up_s"] = 1
     proc = start_adapter(adapters, short_tmp, cfg)
     assert proc.proc is not None
-    assert proc.proc.wait(timeout=20) == 75
+    assert proc.wait_exit(START_WITHIN_S) == 75
     assert "certificate verify failed" in proc.log()

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, uniq, wait_db
 from tests.realservers.matrix_client import MatrixPerson, from_user, joined, text_of
-from tests.realservers.processes import AdapterProcess, expect_login_refused
+from tests.realservers.processes import START_WITHIN_S, AdapterProcess, expect_login_refused
 from tests.realservers.servers import Server, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
@@ -65,7 +65,7 @@ def start_adapter(
 ) -> AdapterProcess:
     proc = AdapterProcess("matrix", workdir, config).start()
     started.append(proc)
-    proc.wait_log("connected to", within=20)
+    proc.wait_connected()
     return proc
 
 
@@ -284,7 +284,7 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     synapse: Server, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
     cfg = matrix_config(short_tmp / "no-broker.sock", synapse, short_tmp)
-    await expect_login_refused("matrix", short_tmp, cfg, adapters, 15)
+    await expect_login_refused("matrix", short_tmp, cfg, adapters)
 
 
 async def test_a_catch_up_longer_than_the_sync_timeline_is_filled_in_whole(
@@ -317,6 +317,6 @@ async def test_a_server_that_is_down_is_retried_then_exit_75(
     cfg["adapter"]["give_up_s"] = 0.5
     proc = AdapterProcess("matrix", short_tmp, cfg).start()
     adapters.append(proc)
-    assert await anyio.to_thread.run_sync(proc.wait_exit, 15) == 75
+    assert await anyio.to_thread.run_sync(proc.wait_exit, START_WITHIN_S) == 75
     log = proc.log()
     assert "retrying in" in log and "giving up" in log

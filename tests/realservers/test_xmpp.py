@@ -65,7 +65,7 @@ def start_adapter(
 ) -> AdapterProcess:
     proc = AdapterProcess("xmpp", workdir, config).start()
     started.append(proc)
-    proc.wait_log("connected to")
+    proc.wait_connected()
     return proc
 
 
@@ -182,7 +182,7 @@ async def test_a_refused_login_is_logged_and_ends_with_exit_75(
     prosody: Server, adapters: list[AdapterProcess], short_tmp: Path
 ) -> None:
     cfg = xmpp_config(short_tmp / "no-broker.sock", prosody, short_tmp)
-    await expect_login_refused("xmpp", short_tmp, cfg, adapters, 15)
+    await expect_login_refused("xmpp", short_tmp, cfg, adapters)
 
 
 async def test_a_position_gone_from_the_archive_neither_stops_nor_sticks(

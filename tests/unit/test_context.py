@@ -349,9 +349,9 @@ def test_assemble_on_a_long_session_looks_only_at_the_newest_turns() -> None:
     question, answer = Msg("user", "q", 60), Msg("assistant", "a", 140)
     history = tuple(TurnBlock(f"t{i}", (question, answer)) for i in range(50_000))
     c = ctx(history, window=128_000, reserve=8_000)
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: a loaded machine's wait for a core is not assemble's
     p = assemble(c)
-    elapsed = time.perf_counter() - start
+    elapsed = time.thread_time() - start
     assert p.kept_turns == (120_000 - 60) // 200 and p.compaction_due
     assert elapsed < 0.05, f"assemble took {elapsed * 1e3:.1f} ms"
 
