@@ -7,6 +7,15 @@ Rule 2: the last N items walk back from the head N/2 turns in one statement,
         so the cost follows N, not the length of the thread; a thread with
         fewer items a turn (or empty turns: daemon compactions) takes a second,
         unbounded walk, unless the first one reached its start.
+Rule 2a: that first walk has no ORDER BY: its rows (every message of the turns
+        it walked, most often just the N wanted) are put in order here, by
+        turn depth and seq. SQLite's sorter copied each row, content and all,
+        and the walk fetched five text columns a row; four columns (depth,
+        seq, the content, the role only of a daemon's message) and a Python
+        sort took a last-30 read from 830,000 instructions to 611,000
+        (docs/performance.md, "The library's sequential path"). Empty turns
+        come as one row without content, so the walk's depth is known
+        whatever its turns held.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from typing import Any
 import orjson
 
 from ..errors import NotFound
-from .records import Page, SessionInfo, TurnInfo, decode_item
+from .records import LIBRARY, Page, SessionInfo, TurnInfo, decode_item
 
 SESSION_COLUMNS = (
     "label, title, kind, origin, status, turns, head_turn_id, metadata, created_at,"
@@ -96,28 +105,42 @@ _WALK = (
     " UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine FROM chain c"
     " JOIN turns t ON t.id = c.parent WHERE c.type != 'compaction' AND c.depth + 1 < ?)"
 )
+# A message's role is needed only when it is not a library item (records.py Rule 2).
+_ROLE = f"CASE WHEN c.engine = '{LIBRARY}' THEN NULL ELSE m.role END"
+_LAST_TURNS = (
+    f"{_WALK} SELECT -c.depth, m.seq, {_ROLE}, m.content FROM chain c"
+    " LEFT JOIN messages m ON m.turn_id = c.id"
+)
+_LAST_ITEMS = (
+    f"{_WALK} SELECT {_ROLE}, m.content FROM chain c"
+    " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth, m.seq DESC LIMIT ?"
+)
 
 
 def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
-    """The last `n` items of the session, oldest first (Rule 2)."""
+    """The last `n` items of the session, oldest first (Rules 2, 2a)."""
     if n <= 0:
         if not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
         return []
-    sql = (
-        f"{_WALK} SELECT c.engine, m.role, m.content, c.parent, c.type FROM chain c"
-        " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth, m.seq DESC LIMIT ?"
-    )
     # Most threads hold two or more items a turn (a question and its answer), so
     # half as many turns as items is walked first: the walk is most of the cost.
-    rows = conn.execute(sql, (label, (n + 1) // 2, n)).fetchall()
-    whole = bool(rows) and (rows[-1][3] is None or rows[-1][4] == "compaction")
-    if len(rows) < n and not whole:
-        rows = conn.execute(sql, (label, WHOLE, n)).fetchall()
-        if not rows and not exists(conn, label):
+    depth = (n + 1) // 2
+    rows = conn.execute(_LAST_TURNS, (label, depth)).fetchall()
+    if not rows:  # no head turn: an empty session, or none
+        if not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
-    rows.reverse()
-    return [decode_item(e, r, c) for e, r, c, _, _ in rows]
+        return []
+    rows.sort()  # oldest turn first (the deepest), then seq; (depth, seq) is unique
+    walked_to_its_start = -rows[0][0] < depth - 1  # the walk stopped before its bound
+    found = [(role, content) for _, _, role, content in rows if content is not None]
+    if len(found) < n and not walked_to_its_start:
+        found = conn.execute(_LAST_ITEMS, (label, WHOLE, n)).fetchall()
+        found.reverse()
+    return [
+        orjson.loads(content) if role is None else {"role": role, "content": content}
+        for role, content in found[-n:]
+    ]
 
 
 def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:
