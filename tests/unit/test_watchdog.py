@@ -36,14 +36,21 @@ def test_never_reached():
 """
 
 
+def run_watched(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, source: str, grace_s: str
+) -> pytest.RunResult:
+    """`source` as a test file, run in a pytest of its own with the watchdog on."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setenv("TEST_WATCHDOG_GRACE_S", grace_s)
+    pytester.makeconftest('pytest_plugins = ["tests.watchdog"]')
+    pytester.makepyfile(source)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
+
+
 def test_a_teardown_hung_past_the_timeout_stops_the_run_with_every_stack(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.setenv("TEST_WATCHDOG_GRACE_S", "1.5")
-    pytester.makeconftest('pytest_plugins = ["tests.watchdog"]')
-    pytester.makepyfile(STUCK)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
+    result = run_watched(pytester, monkeypatch, STUCK, grace_s="1.5")
     assert result.ret == 3
     err = result.stderr.str()
     assert "test_slow still running" in err and "teardown included" in err
@@ -54,11 +61,6 @@ def test_a_teardown_hung_past_the_timeout_stops_the_run_with_every_stack(
 def test_a_test_within_its_bound_is_left_alone(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.setenv("TEST_WATCHDOG_GRACE_S", "0.2")
-    pytester.makeconftest('pytest_plugins = ["tests.watchdog"]')
-    pytester.makepyfile(
-        "import time, pytest\n@pytest.mark.timeout(1)\ndef test_quick():\n    time.sleep(0.5)\n"
-    )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=60)
+    quick = "import time, pytest\n@pytest.mark.timeout(1)\ndef test_quick():\n    time.sleep(0.5)\n"
+    result = run_watched(pytester, monkeypatch, quick, grace_s="0.2")
     result.assert_outcomes(passed=1)
