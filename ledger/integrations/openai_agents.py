@@ -17,10 +17,6 @@ Rule 3: `pop_item` and `clear_session` move the session's head; the turns they
 Rule 4: with `socket=`, the calls go to the running daemon (ledger/api/remote.py)
         on a connection made at the first call of each event loop: a session
         object outlives the `asyncio.run` it was made in, a connection does not.
-Rule 5: with `path=`, `add_items` and `get_items` call the local Store directly,
-        not through `store()`: its coroutine and path check were 1.4% of a
-        sequential `add_items` (docs/performance.md, "The library's sequential
-        path"), and a closed Store refuses the call all the same (`StoreClosed`).
 """
 
 from __future__ import annotations
@@ -91,8 +87,7 @@ class LedgerSession(SessionABC):
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         wanted = resolve_session_limit(limit, self.session_settings)
-        # Rule 5: the local Store itself, which refuses once closed.
-        store = self._local if self._local is not None else await self.store()
+        store = await self.store()
         try:
             if wanted is None:
                 return await store.items(self.session_id)
@@ -104,8 +99,7 @@ class LedgerSession(SessionABC):
         if not items:
             await self.store()  # a closed session refuses even nothing
             return
-        store = self._local if self._local is not None else await self.store()  # Rule 5
-        await store.append(self.session_id, items)
+        await (await self.store()).append(self.session_id, items)
 
     async def pop_item(self) -> Any:
         try:
