@@ -146,6 +146,11 @@ def _harmless_again(sql: str) -> bool:
     return bool(_READ_ONLY.match(sql)) and not _WRITES.search(sql)
 
 
+def _xact_status(conn: psycopg.Connection[Any], xid: str) -> str | None:
+    row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+    return row[0] if row else None
+
+
 def connect_pg(dsn: str) -> psycopg.Connection[Any]:
     given = conninfo_to_dict(dsn)
     bounded = make_conninfo(dsn, **{k: v for k, v in TCP_BOUNDS.items() if k not in given})
@@ -349,7 +354,9 @@ class PgConnection:
             return None
         conn = self._live("BEGIN")
         try:
-            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+            status = _xact_status(conn, xid)
+            if status == "in progress" and self._end_lost_session(conn, xid):
+                status = _xact_status(conn, xid)
         except psycopg.Error as exc:
             if exc.sqlstate == INVALID_PARAMETER_VALUE and not self.lost():
                 # "transaction ID ... is in the future": the server restarted from a WAL
@@ -357,10 +364,6 @@ class PgConnection:
                 self.in_doubt = None
                 return False
             raise _as_sqlite_error(exc, self.lost()) from exc
-        status = row[0] if row else None
-        if status == "in progress" and self._end_lost_session(conn, xid):
-            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
-            status = row[0] if row else None
         if status == "in progress":
             raise _as_sqlite_error(psycopg.OperationalError(f"transaction {xid} still running"))
         self.in_doubt = None
@@ -378,8 +381,9 @@ class PgConnection:
                 " WHERE backend_xid::text = %s AND pid <> pg_backend_pid()",
                 (ORPHAN_EXIT_MS, str(int(xid) % 2**32)),  # backend_xid: the id's low 32 bits
             ).fetchone()
-        except psycopg.Error as exc:
-            raise _as_sqlite_error(exc, True) from exc  # not told: still in doubt, try later
+        except psycopg.Error as exc:  # not allowed, or the server gone: still in doubt
+            log.warning("could not end a lost session of this writer", error=str(exc))
+            return False
         ended = bool(row and row[0])
         if ended:
             log.warning("ended a lost session of this writer", transaction=xid)
