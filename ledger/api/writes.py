@@ -24,7 +24,8 @@ Rule 1c: an append binds no None: the sqlite3 module looks a None up as a
         a None; the exact str and int it binds directly. A turn without usage
         says NULL in its statement.
 Rule 2: nothing on a thread is rewritten: `pop` moves the head back (copying
-        the head turn without its last item when it held more than one),
+        the head turn without its last item when it held more than one; the
+        copy keeps the turn's engine, which says how its rows read back),
         `clear` and `put` move it to a new thread; the old turns stay in the
         ledger, off the thread, as after the daemon's `/new`. Only `delete`
         removes rows, and only of a session nothing else builds on.
@@ -80,13 +81,14 @@ def _insert_turn(
     now: int,
     kind: str = "turn",
     usage: tuple[int | None, int | None] = (None, None),
+    engine: str | None = LIBRARY,
 ) -> str:
     turn_id = new_id()
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, engine, started_at,"
         " completed_at, prompt_tokens, completion_tokens)"
         " VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, ?, ?)",
-        (turn_id, label, parent, kind, LIBRARY, now, now, *usage),
+        (turn_id, label, parent, kind, engine, now, now, *usage),
     )
     conn.executemany(
         "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -186,7 +188,9 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
         new_head, delta = parent, -1 - skipped
         if len(rows) > 1:
             kept = [(str(r), str(c)) for r, c in rows[:-1]]
-            new_head, delta = _insert_turn(conn, label, parent, kept, now, kind=kind), -skipped
+            # The copy keeps the engine: it says how the rows read back (records.py).
+            copy = _insert_turn(conn, label, parent, kept, now, kind=kind, engine=engine)
+            new_head, delta = copy, -skipped
         _move_head(conn, label, new_head, head[0], delta, "pop", now)
         role, content = rows[-1]
         return engine, str(role), str(content)

@@ -19,9 +19,7 @@ STEPS = st.lists(
     st.one_of(
         st.tuples(st.just("append"), st.integers(0, 3)),
         st.tuples(st.sampled_from(["pop", "clear", "compact"]), st.just(0)),
-        # One item at most: a pop of a daemon's turn of two copies it as a library
-        # turn, whose plain text then does not read back (writes.py pop_item).
-        st.tuples(st.just("daemon"), st.integers(0, 1)),
+        st.tuples(st.just("daemon"), st.integers(0, 3)),
     ),
     max_size=40,
 )
@@ -84,3 +82,14 @@ def test_a_thread_that_ends_in_empty_turns_reads_past_them(tmp_path: Path) -> No
         assert store.last("s", 4) == [3, 3, 4, 4]
         daemon_turn(path, "s", ["plain"])
         assert store.last("s", 3) == [4, 4, {"role": "user", "content": "plain"}]
+
+
+def test_a_pop_of_a_daemon_turn_keeps_the_rest_of_it_readable(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SyncStore.open(path) as store:
+        store.append("s", ["mine"])
+        daemon_turn(path, "s", ["asked", "answered"])
+        assert store.pop("s") == {"role": "user", "content": "answered"}
+        asked = {"role": "user", "content": "asked"}
+        assert store.items("s") == ["mine", asked]
+        assert store.last("s", 1) == [asked]
