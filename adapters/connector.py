@@ -28,7 +28,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from broker.client import BrokerClient, BrokerError
-from broker.protocol import FrameTooLarge
+from broker.framing import FrameTooLarge
 from ledger.ids import new_id
 
 from .types import BrokerUnreachable, HandshakeRefused, MessageRejected, Tuning

@@ -17,7 +17,7 @@ from anyio.abc import SocketAttribute
 from ledger.ids import new_id
 from ledger.rawsock import SocketReader
 
-from .protocol import LineBuffer
+from .framing import LineBuffer
 
 
 class BrokerError(Exception):

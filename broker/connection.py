@@ -18,7 +18,7 @@ from anyio.abc import SocketAttribute
 from ledger import logs
 from ledger.rawsock import running_asyncio_loop
 
-from .protocol import ProtocolError, encode
+from .framing import ProtocolError, encode
 
 log = logs.get("broker.connection")
 SEND_TIMEOUT_S = 30.0

@@ -2,6 +2,11 @@
 
 Each command is one op of the wire protocol; `--json` prints the raw data,
 otherwise a readable table.
+
+Rule 1: the commands that need the ledger, the config model or the terminal
+        adapter import them inside themselves. Every call of brokerctl pays for
+        its imports before it says anything, and most commands are one op over
+        the socket (docs/performance.md, "brokerctl's start").
 """
 
 from __future__ import annotations
@@ -9,20 +14,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import orjson
 import typer
 
-from adapters.terminal import ChatConfig, chat_in_terminal
 from broker.core.queue_machine import QueueMode
-from ledger.errors import LedgerLookupError
-from ledger.ids import now_ms
-from ledger.jobs import LedgerWriteFailed
-from ledger.sessions import ImportError_
-from ledger.transfer import backup as backup_ledger
-from ledger.transfer import export_session, import_session
 
 from . import (  # noqa: F401 - their commands register on `app`
     ctl_context,
@@ -34,8 +32,10 @@ from . import (  # noqa: F401 - their commands register on `app`
     ctl_workers,
 )
 from .client import BrokerClient, BrokerError
-from .config import ConfigError, LedgerSettings, load_settings
 from .ctl_app import app, call, console, current_socket, opts, print_table
+
+if TYPE_CHECKING:
+    from .config import LedgerSettings
 
 
 @app.command()
@@ -222,6 +222,8 @@ def chat(
     ] = 60.0,
 ) -> None:
     """Chat with the broker from the terminal (lines from stdin; /status, /stop work)."""
+    from adapters.terminal import ChatConfig, chat_in_terminal  # Rule 1
+
     cfg = ChatConfig(socket or current_socket(), channel, sender, name, mode, token, status, wait)
     raise typer.Exit(chat_in_terminal(cfg))
 
@@ -243,6 +245,10 @@ def export_(
     ] = None,
 ) -> None:
     """Write a session's thread as JSON lines: a header, then its turns with messages."""
+    from ledger.errors import LedgerLookupError  # Rule 1
+    from ledger.ids import now_ms
+    from ledger.transfer import export_session
+
     ledger = _ledger_settings()
     out = output.open("wb") if output else sys.stdout.buffer
     try:
@@ -261,6 +267,12 @@ def import_(
     label: Annotated[str | None, typer.Option(help="The new session's label.")] = None,
 ) -> None:
     """Read an exported thread back into a new session (new turn ids)."""
+    from ledger.errors import LedgerLookupError  # Rule 1
+    from ledger.ids import now_ms
+    from ledger.jobs import LedgerWriteFailed
+    from ledger.sessions import ImportError_
+    from ledger.transfer import import_session
+
     ledger = _ledger_settings()
     try:
         lines = source.read_bytes().splitlines()
@@ -272,6 +284,8 @@ def import_(
 
 
 def _ledger_settings() -> LedgerSettings:
+    from .config import ConfigError, load_settings  # Rule 1
+
     try:
         settings = load_settings(opts["config"])
     except ConfigError as exc:
@@ -288,6 +302,10 @@ def backup(
     target: Annotated[Path, typer.Argument(help="Where to write the copy (must not exist).")],
 ) -> None:
     """Copy the ledger consistently while the daemon runs (SQLite online backup)."""
+    from ledger.transfer import backup as backup_ledger  # Rule 1
+
+    from .config import ConfigError, load_settings
+
     try:
         ledger = load_settings(opts["config"]).ledger.path
     except ConfigError as exc:

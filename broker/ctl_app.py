@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from .client import BrokerClient, BrokerError
-from .config import ConfigError, load_settings
 
 app = typer.Typer(
     pretty_exceptions_enable=False,
@@ -45,6 +44,8 @@ def socket_path(socket: Path | None, config: Path | None) -> Path:
     """The broker's socket: `socket` if given, else the one `config` names."""
     if socket is not None:
         return socket
+    from .config import ConfigError, load_settings  # only here: brokerctl's start (ctl.py Rule 1)
+
     try:
         return load_settings(config).socket_path
     except ConfigError as exc:

@@ -44,7 +44,8 @@ from ledger.port import Committing, DeliveryPort, OutboxKey
 from ledger.writer import WriterClosed
 
 from .connection import Connection
-from .protocol import ArgSpec, ProtocolError, check_args
+from .framing import ProtocolError
+from .protocol import ArgSpec, check_args
 
 log = logs.get("broker.deliveries")
 RESEND_PAGE = 1_000  # pending replies read from the ledger at a time (Rule 4)

@@ -8,7 +8,7 @@ import anyio
 
 from ledger.rawsock import SocketReader
 
-from .protocol import FrameTooLarge, FrameUnfinished, LineBuffer
+from .framing import FrameTooLarge, FrameUnfinished, LineBuffer
 
 
 class FrameReader:

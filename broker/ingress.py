@@ -41,7 +41,8 @@ from ledger.port import Accepted, Committing, InboundRecord, IngestPort
 
 from .config import Settings
 from .connection import Connection
-from .protocol import ProtocolError, encode, parse_inbound
+from .framing import ProtocolError, encode
+from .protocol import parse_inbound
 from .reactions import submit_reaction
 from .router import Router
 

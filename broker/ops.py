@@ -17,6 +17,7 @@ from ledger.ids import now_ms
 from ledger.port import LedgerPort
 
 from .connection import Connection
+from .framing import ProtocolError
 from .logfollow import LEVEL_ORDER, Follower
 from .mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from .ops_files import FileOps
@@ -26,7 +27,7 @@ from .ops_store import StoreOps
 from .ops_threads import ThreadOps
 from .ops_timers import TimerOps
 from .ops_workers import WorkerOps
-from .protocol import ArgSpec, Op, ProtocolError, check_args, parse_model
+from .protocol import ArgSpec, Op, check_args, parse_model
 from .timers import Timers
 
 log = logs.get("broker.ops")

@@ -9,7 +9,8 @@ from ledger import logs
 from ledger.port import LedgerPort
 
 from .connection import Connection
-from .protocol import ArgSpec, ProtocolError, check_args
+from .framing import ProtocolError
+from .protocol import ArgSpec, check_args
 
 log = logs.get("broker.ops")
 

@@ -16,7 +16,8 @@ from ledger.ids import now_ms
 from ledger.port import LedgerPort
 
 from .connection import Connection
-from .protocol import CHANNEL_RE, ArgSpec, ProtocolError, check_args
+from .framing import ProtocolError
+from .protocol import CHANNEL_RE, ArgSpec, check_args
 
 log = logs.get("broker.ops")
 

@@ -13,7 +13,8 @@ from ledger.ids import now_ms
 from ledger.port import LedgerPort
 
 from .connection import Connection
-from .protocol import ArgSpec, ProtocolError, check_args
+from .framing import ProtocolError
+from .protocol import ArgSpec, check_args
 
 
 class StoreOps:

@@ -19,8 +19,9 @@ from ledger.ids import now_ms
 from ledger.port import LedgerPort
 
 from .connection import Connection
+from .framing import ProtocolError
 from .mailbox.registry import Mailboxes
-from .protocol import ArgSpec, ProtocolError, check_args
+from .protocol import ArgSpec, check_args
 
 log = logs.get("broker.ops")
 

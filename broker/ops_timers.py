@@ -10,7 +10,8 @@ from ledger.ids import now_ms
 from ledger.port import LedgerPort
 
 from .connection import Connection
-from .protocol import ArgSpec, ProtocolError, check_args
+from .framing import ProtocolError
+from .protocol import ArgSpec, check_args
 from .timers import Timers
 
 log = logs.get("broker.ops")

@@ -23,7 +23,8 @@ from ledger.ids import now_ms
 from ledger.port import IngestPort
 
 from .connection import Connection
-from .protocol import InboundMessage, ProtocolError, encode, parse_reaction
+from .framing import ProtocolError, encode
+from .protocol import InboundMessage, parse_reaction
 
 log = logs.get("broker.ingress")
 

@@ -20,7 +20,8 @@ from ledger.ingest import InboundRecord
 from policies.model import Decision, Delivery, Rule, decide
 from policies.ratelimit import RateLimiter
 
-from .protocol import InboundMessage, ProtocolError
+from .framing import ProtocolError
+from .protocol import InboundMessage
 
 
 @dataclass(frozen=True, slots=True)

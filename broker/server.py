@@ -39,15 +39,8 @@ from . import systemd
 from .config import Settings
 from .connection import Connection
 from .frame_reader import FrameReader
-from .protocol import (
-    FrameTooLarge,
-    FrameUnfinished,
-    Hello,
-    LineBuffer,
-    ProtocolError,
-    decode,
-    parse_hello,
-)
+from .framing import FrameTooLarge, FrameUnfinished, LineBuffer, ProtocolError, decode
+from .protocol import Hello, parse_hello
 
 log = logs.get("broker.server")
 HELLO_TIMEOUT_S = 10.0

@@ -24,8 +24,8 @@ from ledger.errors import LedgerLookupError
 from ledger.ids import now_ms
 
 from .engines.base import EngineError
+from .framing import ProtocolError
 from .ops_timers import spec_of
-from .protocol import ProtocolError
 from .tools_context import ToolContext
 
 log = logs.get("broker.tools")

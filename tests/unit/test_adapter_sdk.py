@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from adapters.sdk import Adapter, Backoff, Deliver, Tuning
-from broker.protocol import LineBuffer
+from broker.framing import LineBuffer
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import pytest
 from trio.testing import MockClock
 
 from broker.frame_reader import FrameReader
-from broker.protocol import FrameTooLarge, FrameUnfinished, LineBuffer
+from broker.framing import FrameTooLarge, FrameUnfinished, LineBuffer
 from ledger.rawsock import SocketReader
 
 pytestmark = pytest.mark.anyio

@@ -10,18 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from broker.framing import MAX_REQ, FrameTooLarge, LineBuffer, ProtocolError, decode, encode
 from broker.protocol import (
-    MAX_REQ,
     VERSION,
     ArgSpec,
-    FrameTooLarge,
     Inbound,
-    LineBuffer,
     Op,
-    ProtocolError,
     check_args,
-    decode,
-    encode,
     is_timestamp,
     parse_hello,
     parse_inbound,

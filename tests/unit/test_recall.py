@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from broker.engines.base import EngineError
+from broker.framing import ProtocolError
 from broker.ops import Ops
-from broker.protocol import ProtocolError
 from broker.recall_tool import RECALL_TOOL, conversation_recall, fit, parse_arguments
 from ledger import recall, recall_answer, recall_reads
 from ledger.errors import NotFound
