@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 
 from tests import cluster, temporal_runtime
 from tests.harness import DaemonProcess
@@ -16,6 +18,13 @@ if TYPE_CHECKING:
 
 DaemonFactory = Callable[..., DaemonProcess]
 pytest_plugins = ["tests.watchdog"]
+
+# No per-example deadline, on top of whichever profile hypothesis chose (its "ci"
+# profile on a CI machine has none either): the suite runs on shared 2-core
+# machines where a pause of the whole VM is not a bug, and a deadline missed once
+# and not again fails a run as "unreliable timings". Speed is measured by bench/.
+settings.register_profile("broker", parent=settings.default, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "broker"))
 
 
 @pytest.fixture(scope="session")
