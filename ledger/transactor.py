@@ -21,8 +21,11 @@ Rule 3: a COMMIT that got no answer (the server lost with it, on PostgreSQL)
         writes: an inbound message as a duplicate, a turn as a lost head
         race); if not, they run again as after any storage failure. Settled
         jobs stay settled until they come again, even when the batch that
-        brings them back is in doubt in its turn. SQLite's COMMIT is local: it
-        leaves no doubt.
+        brings them back is in doubt in its turn. A doubt that can never be
+        settled fails its jobs' callers (they may have committed: an ingest
+        sent again is then a duplicate), but not those of jobs settled before:
+        they committed, and a caller told otherwise would do them again.
+        SQLite's COMMIT is local: it leaves no doubt.
 """
 
 from __future__ import annotations
@@ -100,9 +103,11 @@ class Transactor:
                 try:
                     self._settle_unanswered()
                 except sqlite3.Error as exc:
-                    if not storage_error(exc):  # never to be known: its callers are told
-                        self._unanswered, self._held = [], None
-                    return self._failed(jobs, exc)
+                    if storage_error(exc):  # not known yet: the batch comes again
+                        return self._failed(jobs, exc)
+                    self._unanswered, self._held = [], None  # never to be known (Rule 3)
+                    failure = self._failed(jobs, exc)[0]
+                    return [self._settled.pop(id(job), (job, failure))[1] for job in jobs]
             self._held = None
         if self._settled:
             return self._with_settled(jobs)
