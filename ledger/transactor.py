@@ -24,7 +24,8 @@ Rule 3: a COMMIT that got no answer (the server lost with it, on PostgreSQL)
         brings them back is in doubt in its turn. A doubt that can never be
         settled fails its jobs' callers (they may have committed: an ingest
         sent again is then a duplicate), but not those of jobs settled before:
-        they committed, and a caller told otherwise would do them again.
+        they committed, and a caller told otherwise would act on a failure
+        (a turn so told abandons its reply).
         SQLite's COMMIT is local: it leaves no doubt.
 """
 

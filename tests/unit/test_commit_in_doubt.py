@@ -95,7 +95,7 @@ def test_settled_jobs_keep_their_outcome_when_a_later_doubt_is_never_known(
     """a commits unanswered and is settled as committed; b, run in the batch that
     brings a back, commits unanswered too, and that doubt can never be known. b's
     caller is told it failed (it may have committed); a's is told what a did, not
-    that it failed: it committed, and a caller told otherwise would do it again."""
+    that it failed: it committed, and a turn told otherwise abandons its reply."""
     a, b = insert("a"), insert("b")
     transactor = Transactor(conn)
     conn.cuts, conn.verdicts = 2, [committed, unknowable]
