@@ -389,9 +389,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         turn_id = self.store("append", label, items, create=create)
         if session is None:
-            session = self.model.sessions[label] = Session(
-                "library", "library", self.now, self.now
-            )
+            session = self.model.sessions[label] = Session("library", "library", self.now, self.now)
         assert turn_id not in self.model.turns
         self.model.turns[turn_id] = Turn(session.head, label, "turn", items, self.now)
         session.head, session.updated_at = turn_id, self.now
@@ -642,3 +640,31 @@ def test_an_export_holding_a_compaction_imports(tmp_path: Path) -> None:
         assert store.items("copy") == ["summary", "c"]
         assert [t.type for t in store.turns("copy")] == ["compaction", "turn"]
         assert copy.turns == 3
+
+
+def test_a_pop_of_a_summary_does_not_bring_back_what_it_summarized(tmp_path: Path) -> None:
+    with SyncStore.open(tmp_path / "ledger.db") as store:
+        store.append("s", ["a", "b"])
+        store.compact("s", lambda items: ["one", "two"])
+        assert store.pop("s") == "two"
+        assert store.items("s") == ["one"]
+        with sqlite3.connect(tmp_path / "ledger.db") as conn:  # what the daemon reads
+            summary = conn.execute(
+                "SELECT summary FROM compactions WHERE turn_id = ?", (store.get("s").head_turn,)
+            ).fetchone()
+        conn.close()
+        assert summary == ('["one"]',)
+        assert store.pop("s") == "one"
+        assert store.items("s") == [] and store.last("s", 5) == []
+        assert store.pop("s") is None and store.items("s") == []
+        store.append("s", ["c"])
+        assert store.items("s") == ["c"]
+
+
+def test_a_pop_after_an_empty_summary_finds_nothing(tmp_path: Path) -> None:
+    with SyncStore.open(tmp_path / "ledger.db") as store:
+        store.append("s", ["a", "b"])
+        store.compact("s", lambda items: [])
+        head = store.get("s").head_turn
+        assert store.pop("s") is None
+        assert store.items("s") == [] and store.get("s").head_turn == head
