@@ -47,7 +47,7 @@ import sqlite3
 import orjson
 
 from ..errors import Conflict, NotFound
-from ..fts import index_new_messages
+from ..fts import forget_deleted, index_new_messages
 from ..ids import new_id
 from .records import LIBRARY, Row
 
@@ -341,6 +341,7 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
     turns = "SELECT id FROM turns WHERE session_label = ?"
     for table in ("messages", "tool_calls", "turn_events", "compactions", "turn_progress"):
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
+    forget_deleted(conn)  # their ids may be given out again (fts.py Rule 4)
     conn.execute(f"DELETE FROM file_snapshots WHERE turn_id IN ({turns})", (label,))
     conn.execute("DELETE FROM outbox WHERE session_label = ?", (label,))
     conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))
