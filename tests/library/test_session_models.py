@@ -168,7 +168,7 @@ class AdkServiceMachine(RuleBasedStateMachine):
         self.folder = Path(tempfile.mkdtemp(prefix="adk-model-"))
         self.run = Portal()
         self.ours = LedgerSessionService(path=self.folder / "ledger.db")
-        self.theirs = InMemorySessionService()  # type: ignore[no-untyped-call]
+        self.theirs = InMemorySessionService()
         self.now = 1_000.0
 
     def teardown(self) -> None:
@@ -231,7 +231,10 @@ class AdkServiceMachine(RuleBasedStateMachine):
     @rule(user=st.none() | st.sampled_from(USERS))
     def list_sessions(self, user: str | None) -> None:
         ours, theirs = self.both("list_sessions", app_name=APP, user_id=user)
-        key = lambda s: (s.user_id, s.id)  # noqa: E731 - the services' orders differ
+
+        def key(s: AdkSession) -> tuple[str, str]:  # the services' orders differ
+            return s.user_id, s.id
+
         ours_by, theirs_by = sorted(ours.sessions, key=key), sorted(theirs.sessions, key=key)
         assert [key(s) for s in ours_by] == [key(s) for s in theirs_by]
         for mine, reference in zip(ours_by, theirs_by, strict=True):
