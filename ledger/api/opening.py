@@ -29,6 +29,7 @@ from ..db import (
     is_damage,
     load_migrations,
     migrate,
+    readonly_uri,
 )
 from .errors import NotALedger, SchemaTooNew
 from .owner import claim
@@ -86,7 +87,7 @@ def _look_at(path: Path) -> bool:
 def _look_inside(path: Path) -> None:
     latest = len(load_migrations())
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}

@@ -160,3 +160,18 @@ def test_the_ledger_of_a_running_daemon_is_refused_naming_its_socket(
     daemon.kill()  # kill -9: the kernel drops the daemon's claim with it
     with SyncStore.open(daemon.ledger) as store:
         assert store.list_sessions().sessions == []
+
+
+@pytest.mark.parametrize("name", ["ledger#1.db", "what?.db", "x%20y.db", "a b ü.db"])
+def test_a_path_with_uri_characters_reads_that_file_and_no_other(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / name
+    with SyncStore.open(path) as store:
+        store.append("s", ["x"])
+        assert store.items("s") == ["x"]
+    with SyncStore.open(path) as store:
+        assert store.items("s") == ["x"]
+    # The read connections opened `ledger`, `what` or `x y.db` (an SQLite URI's
+    # '#', '?' and '%20'), made them if missing and read no sessions there.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, f"{name}.lock"]
