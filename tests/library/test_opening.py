@@ -175,3 +175,21 @@ def test_a_path_with_uri_characters_reads_that_file_and_no_other(
     # The read connections opened `ledger`, `what` or `x y.db` (an SQLite URI's
     # '#', '?' and '%20'), made them if missing and read no sessions there.
     assert sorted(p.name for p in tmp_path.iterdir()) == [name, f"{name}.lock"]
+
+
+def test_a_database_with_tables_named_like_a_ledgers_is_untouched(tmp_path: Path) -> None:
+    # Another program's chat database: sessions, turns and messages of its own.
+    path = tmp_path / "chat.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE sessions (id TEXT); CREATE TABLE turns (id TEXT);"
+            " CREATE TABLE messages (id TEXT, body TEXT);"
+        )
+    conn.close()
+    before = fingerprint(path)
+    with pytest.raises(NotALedger, match=r"not a ledger.*messages"):
+        SyncStore.open(path)
+    assert fingerprint(path) == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
