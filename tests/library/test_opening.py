@@ -193,3 +193,13 @@ def test_a_database_with_tables_named_like_a_ledgers_is_untouched(tmp_path: Path
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     conn.close()
+
+
+@pytest.mark.parametrize("setting", ["OFF", "bogus", "normal"])
+def test_a_synchronous_setting_other_than_normal_or_full_is_refused(
+    tmp_path: Path, setting: str
+) -> None:
+    # SQLite takes OFF (an acked append lost in a power cut) and ignores the rest.
+    with pytest.raises(ValueError, match=f"synchronous={setting!r}.*'NORMAL' or 'FULL'"):
+        SyncStore.open(tmp_path / "ledger.db", synchronous=setting)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
