@@ -163,9 +163,7 @@ def test_the_ledger_of_a_running_daemon_is_refused_naming_its_socket(
 
 
 @pytest.mark.parametrize("name", ["ledger#1.db", "what?.db", "x%20y.db", "a b ü.db"])
-def test_a_path_with_uri_characters_reads_that_file_and_no_other(
-    tmp_path: Path, name: str
-) -> None:
+def test_a_path_with_uri_characters_reads_that_file_and_no_other(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     with SyncStore.open(path) as store:
         store.append("s", ["x"])
