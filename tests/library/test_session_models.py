@@ -63,7 +63,7 @@ SDK_ITEM = st.fixed_dictionaries(
 )
 SETTINGS = settings(
     max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "20")),
-    stateful_step_count=25,
+    stateful_step_count=int(os.environ.get("STORE_MODEL_STEPS", "25")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -152,8 +152,8 @@ TestLedgerSessionAgainstSQLiteSession.settings = SETTINGS
 # -- Google ADK: LedgerSessionService against InMemorySessionService -----------
 
 APP = "app"
-USERS = ["ada", "bob"]
-SIDS = ["s1", "s 2"]
+USERS = ["ada", "b:o%2F b"]  # the label quotes each part (adk_rows.py Rule 1)
+SIDS = ["s1", "s 2", " s1 "]  # ADK reads a padded id as its stripped form
 STATE_KEYS = ["k", "n", "app:k", "app:n", "user:k", "user:n", "temp:k"]
 STATE = st.dictionaries(st.sampled_from(STATE_KEYS), JSON, max_size=3)
 

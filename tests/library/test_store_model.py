@@ -535,7 +535,11 @@ class StoreMachine(RuleBasedStateMachine):
             given.append(items)
             return summary
 
-        turn_id = self.store("compact", label, summarizer)
+        async def summarize_async(items: list[Any]) -> list[Any]:
+            return summarizer(items)
+
+        # The async Store takes either kind (store.py Summarizer).
+        turn_id = self.store("compact", label, summarize_async if self.asynchronous else summarizer)
         assert len(given) == 1 and same(given[0], self.model.items(label))
         self.model.turns[turn_id] = Turn(session.head, label, "compaction", summary, self.now)
         session.head, session.updated_at = turn_id, self.now
@@ -616,10 +620,11 @@ class AsyncStoreMachine(StoreMachine):
     asynchronous = True
 
 
-# Under 20 s a machine on a loaded machine; STORE_MODEL_EXAMPLES=500 hunts longer.
+# Under 20 s a machine on a loaded machine; STORE_MODEL_EXAMPLES=300 and
+# STORE_MODEL_STEPS=80 hunt longer.
 MACHINE_SETTINGS = settings(
     max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "25")),
-    stateful_step_count=30,
+    stateful_step_count=int(os.environ.get("STORE_MODEL_STEPS", "30")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
