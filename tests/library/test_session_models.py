@@ -62,7 +62,7 @@ SDK_ITEM = st.fixed_dictionaries(
     optional={"type": st.sampled_from(["message", "function_call_output"]), "extra": JSON},
 )
 SETTINGS = settings(
-    max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "20")),
+    max_examples=int(os.environ.get("STORE_MODEL_EXAMPLES", "30")),
     stateful_step_count=int(os.environ.get("STORE_MODEL_STEPS", "25")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
