@@ -24,6 +24,7 @@ import anyio
 import orjson
 
 from bench.peers import items_of
+from ledger.db import readonly_uri
 
 
 async def write_store(path: Path, sessions: int, turns: int) -> None:
@@ -66,7 +67,7 @@ def file_bytes(path: Path) -> int:
 
 def breakdown(path: Path) -> list[tuple[str, int, float]]:
     """(B-tree, bytes, fill) for each B-tree of the file, largest first."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(readonly_uri(path), uri=True)
     try:
         rows = conn.execute(
             "SELECT name, sum(pgsize), sum(pgsize - unused) * 1.0 / sum(pgsize)"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -119,6 +120,13 @@ def load_migrations(package: str = "ledger.migrations") -> list[Migration]:
     return out
 
 
+def readonly_uri(path: Path | str) -> str:
+    """The SQLite URI that opens `path` read-only. The path is quoted: in a URI a
+    '#' or '?' ends it and '%xx' is decoded, so `ledger#1.db` opened `ledger`
+    (created it, even) and `x%20y.db` opened `x y.db`."""
+    return f"file:{quote(str(path), safe='/')}?mode=ro"
+
+
 def connect(
     path: Path | str,
     synchronous: Synchronous = "NORMAL",
@@ -128,7 +136,7 @@ def connect(
 ) -> sqlite3.Connection:
     if readonly:
         conn = sqlite3.connect(
-            f"file:{path}?mode=ro",
+            readonly_uri(path),
             uri=True,
             isolation_level=None,
             check_same_thread=False,

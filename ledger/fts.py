@@ -12,6 +12,13 @@ Rule 2: messages are append-only and their ids only grow, so the index is
         complete up to `fts_progress.indexed_through` and nothing beyond it.
 Rule 3: code that writes messages outside the writer (tests, bench fixtures)
         calls `index_new_messages` itself in the same transaction.
+Rule 4: `messages.id` is an INTEGER PRIMARY KEY without AUTOINCREMENT, so once
+        the highest ids are deleted SQLite gives them out again, at or below
+        `indexed_through`: those messages were never indexed, and deleting one
+        later fed FTS5 a 'delete' of terms it never held ("database disk image
+        is malformed"). So whoever deletes messages (ledger/api/writes.py
+        `delete`) indexes what waits first and calls `forget_deleted` after:
+        the index then holds exactly the messages left, up to the highest.
 """
 
 from __future__ import annotations
@@ -32,6 +39,17 @@ def index_new_messages(conn: sqlite3.Connection) -> int:
     if added > 0:
         conn.execute("UPDATE fts_progress SET indexed_through = (SELECT max(id) FROM messages)")
     return added
+
+
+def forget_deleted(conn: sqlite3.Connection) -> None:
+    """Messages were deleted, every one of them indexed: the ids above the highest
+    left will be given out again, and indexed then (Rule 4)."""
+    if getattr(conn, "full_text", None) is not None:
+        return  # another engine's index, and ids that are never given twice
+    conn.execute(
+        "UPDATE fts_progress SET indexed_through = min(indexed_through,"
+        " coalesce((SELECT max(id) FROM messages), 0))"
+    )
 
 
 def indexer_for(conn: sqlite3.Connection) -> Callable[[sqlite3.Connection], int] | None:

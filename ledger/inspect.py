@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .db import integrity_check, is_damage, load_migrations, schema_version
+from .db import integrity_check, is_damage, load_migrations, readonly_uri, schema_version
 from .queries import open_item_count
 
 FailureKind = Literal["permission", "io", "damage", "cannot_open"]
@@ -63,7 +63,7 @@ def activity(conn: sqlite3.Connection, stuck_before: int, schema: int, latest: i
 
 
 def _read_only(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    return sqlite3.connect(readonly_uri(path), uri=True)
 
 
 def inspect_file(path: Path, stuck_before: int) -> LedgerReport:

@@ -9,6 +9,12 @@ Rule 3: an export carries the thread's file snapshots (ledger/snapshots.py):
         line for each content it names that no earlier line carried, so every
         blob travels once. An import checks each blob against its hash and
         restores `file.at` exactly; a snapshot naming a blob not given fails it.
+Rule 4: a turn line's `type` is its turn's own (`turn`, `compaction`,
+        `queue_batch`, ...): the turn's column, written over the line's kind by
+        `export_lines` since version 1. So an import takes every line with a
+        `messages` list for a turn line, whatever its type; only a blob line is
+        told by its type. (A `compaction` line was refused before, and with it
+        every export of a compacted thread.)
 """
 
 from __future__ import annotations
@@ -194,7 +200,7 @@ def import_lines(
             except ValueError as exc:
                 raise ImportError_(f"line {number}: {exc}") from exc
             continue
-        if turn.get("type") != "turn":
+        if not isinstance(turn.get("messages"), list):  # Rule 4
             raise ImportError_(f"line {number}: expected a turn or a blob")
         parent = _insert_turn(conn, turn, label, parent, number)
         count += 1

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from .db import Synchronous, connect
+from .db import Synchronous, connect, readonly_uri
 from .jobs import JobSpec
 from .sessions import export_lines, import_lines
 from .transactor import open_transactor
@@ -59,7 +59,7 @@ def import_session(
 
 def backup(source: Path, target: Path) -> list[str]:
     """Copy the ledger at `source` to `target` (Rule 3); what `quick_check` found wrong."""
-    conn = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    conn = sqlite3.connect(readonly_uri(source), uri=True)
     copy = sqlite3.connect(target)
     try:
         conn.backup(copy, pages=4096)

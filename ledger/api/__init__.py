@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from ..db import LedgerDamaged, LedgerError, LedgerNotWritable
 from ..errors import Conflict, NotFound
-from .errors import LedgerInUse, NotALedger, SchemaTooNew, StoreClosed
+from .errors import DaemonUnreachable, LedgerInUse, NotALedger, SchemaTooNew, StoreClosed
 from .records import Page, SessionInfo, TurnInfo
 from .store import Store
 from .sync import SyncStore
 
 __all__ = [
     "Conflict",
+    "DaemonUnreachable",
     "LedgerDamaged",
     "LedgerError",
     "LedgerInUse",

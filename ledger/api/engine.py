@@ -379,6 +379,8 @@ _engines_lock = threading.Lock()
 
 def acquire(path: Path, synchronous: Synchronous) -> Engine:
     """The engine of `path` in this process, opened on first use (blocking)."""
+    if synchronous not in ("NORMAL", "FULL"):  # SQLite takes OFF, and ignores a typo
+        raise ValueError(f"synchronous={synchronous!r}: a ledger is opened with 'NORMAL' or 'FULL'")
     key = path.resolve()
     with _engines_lock:
         engine = _engines.get(key)

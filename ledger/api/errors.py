@@ -32,3 +32,8 @@ class LedgerInUse(LedgerError):
 
 class StoreClosed(LedgerError, RuntimeError):
     """The Store was closed; open it again to go on."""
+
+
+class DaemonUnreachable(LedgerError, ConnectionError):
+    """`Store.connect` found no daemon on the socket it was given (no such file,
+    not a socket, nobody listening); an OSError still, as it was before."""

@@ -10,6 +10,11 @@ Rule 2: then the writes are claimed (owner.py): a ledger a running daemon
 Rule 3: only then is it opened for writing and migrated, as the daemon does
         (db.py Rule 2). A missing file is created (its directory must exist);
         an empty file counts as missing.
+Rule 1a: a database is a ledger when its schema version says so and it holds
+        the ledger's tables: one at version 0 that holds any table is another
+        program's (a chat app's `sessions`, `turns` and `messages` passed the
+        table check and failed in the first migration, "table sessions already
+        exists", the file switched to WAL mode by then).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ..db import (
     is_damage,
     load_migrations,
     migrate,
+    readonly_uri,
 )
 from .errors import NotALedger, SchemaTooNew
 from .owner import claim
@@ -86,7 +92,7 @@ def _look_at(path: Path) -> bool:
 def _look_inside(path: Path) -> None:
     latest = len(load_migrations())
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(readonly_uri(path), uri=True)
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -101,8 +107,10 @@ def _look_inside(path: Path) -> None:
             f"the ledger {path} has schema version {version}, newer than this agent-broker"
             f" knows ({latest}); upgrade agent-broker to open it. The file was not touched"
         )
-    if not tables >= LEDGER_TABLES:
-        shown = ", ".join(sorted(t for t in tables if not t.startswith("sqlite_"))[:5])
+    named = sorted(t for t in tables if not t.startswith("sqlite_"))
+    # Rule 1a: a ledger's first migration sets the version with its tables.
+    if (version == 0 and named) or (version > 0 and not tables >= LEDGER_TABLES):
+        shown = ", ".join(named[:5])
         raise NotALedger(
             f"the file {path} is an SQLite database but not a ledger"
             f" (its tables: {shown or 'none'}). The file was not touched"

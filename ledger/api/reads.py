@@ -16,6 +16,12 @@ Rule 2a: that first walk has no ORDER BY: its rows (every message of the turns
         (docs/performance.md, "The library's sequential path"). Empty turns
         come as one row without content, so the walk's depth is known
         whatever its turns held.
+Rule 3: `list_sessions(title_contains=)` matches case-insensitively by
+        SQLite's lower(), which folds ASCII letters only: "first" finds
+        "First chat", "über" does not find "Über". Folding every letter would
+        take a Python function on each read connection (and PostgreSQL's
+        lower() follows its locale); the choice is documented, not hidden
+        (docs/integrations.md).
 """
 
 from __future__ import annotations

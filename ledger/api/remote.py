@@ -27,6 +27,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from ..db import LedgerError
 from ..errors import Conflict, NotFound
 from ..ids import new_id
+from .errors import DaemonUnreachable
 from .records import Page, SessionInfo, TurnInfo, encode_items
 
 MAX_FRAME = 64 << 20
@@ -42,7 +43,13 @@ class RemoteStore:
 
     @classmethod
     async def connect(cls, socket_path: str | Path) -> Self:
-        stream = await anyio.connect_unix(socket_path)
+        try:
+            stream = await anyio.connect_unix(socket_path)
+        except OSError as exc:
+            raise DaemonUnreachable(
+                f"no daemon answers on the socket {socket_path}: {exc.strerror or exc}"
+                " (is the daemon running, and is this its socket?)"
+            ) from exc
         store = cls(stream, str(socket_path))
         try:
             await store._send({"type": "hello", "v": 1, "role": "operator"})

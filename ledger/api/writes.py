@@ -29,6 +29,13 @@ Rule 2: nothing on a thread is rewritten: `pop` moves the head back (copying
         `clear` and `put` move it to a new thread; the old turns stay in the
         ledger, off the thread, as after the daemon's `/new`. Only `delete`
         removes rows, and only of a session nothing else builds on.
+Rule 2a: `pop` takes from the thread as the reads see it (reads.py Rule 1),
+        which starts at the latest compaction turn: it never looks past one.
+        The last item of a summary is taken off by a copy of the compaction
+        turn without it (and with its `compactions` row, the summary the
+        daemon reads, shortened alike), not by moving to the turn's parent,
+        which would bring back the whole summarized history; a compaction
+        with no items left is an empty thread, and a pop there finds nothing.
 Rule 3: a compaction is a turn of type 'compaction' holding the summary items,
         committed only if the head is still the one that was summarized.
 """
@@ -40,7 +47,7 @@ import sqlite3
 import orjson
 
 from ..errors import Conflict, NotFound
-from ..fts import index_new_messages
+from ..fts import forget_deleted, index_new_messages
 from ..ids import new_id
 from .records import LIBRARY, Row
 
@@ -182,19 +189,46 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
         rows = conn.execute(
             "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
         ).fetchall()
-        if not rows:  # an empty turn (a compaction the daemon recorded): look past it
-            turn, skipped = parent, skipped + 1
+        if not rows:
+            if kind == "compaction":  # the thread starts here, empty (Rule 2a)
+                return None
+            turn, skipped = parent, skipped + 1  # an empty turn: look past it
             continue
         new_head, delta = parent, -1 - skipped
-        if len(rows) > 1:
+        if len(rows) > 1 or kind == "compaction":
             kept = [(str(r), str(c)) for r, c in rows[:-1]]
             # The copy keeps the engine: it says how the rows read back (records.py).
             copy = _insert_turn(conn, label, parent, kept, now, kind=kind, engine=engine)
+            if kind == "compaction":
+                _copy_compaction(conn, turn, copy, label, kept, engine, now)
             new_head, delta = copy, -skipped
         _move_head(conn, label, new_head, head[0], delta, "pop", now)
         role, content = rows[-1]
         return engine, str(role), str(content)
     return None
+
+
+def _copy_compaction(
+    conn: sqlite3.Connection,
+    turn: str,
+    copy: str,
+    label: str,
+    kept: list[Row],
+    engine: str | None,
+    now: int,
+) -> None:
+    """The `compactions` row of `turn` for its shortened `copy` (Rule 2a)."""
+    if engine == LIBRARY:
+        summary = orjson.dumps([orjson.loads(content) for _, content in kept]).decode()
+    else:
+        summary = "\n\n".join(content for _, content in kept)
+    conn.execute(
+        "INSERT INTO compactions (turn_id, session_label, summary, summarized_through_turn_id,"
+        " first_kept_turn_id, turns_summarized, trigger, created_at) SELECT ?, ?, ?,"
+        " summarized_through_turn_id, first_kept_turn_id, turns_summarized, trigger, ?"
+        " FROM compactions WHERE turn_id = ?",
+        (copy, label, summary, now, turn),
+    )
 
 
 def clear(conn: sqlite3.Connection, label: str, now: int) -> None:
@@ -307,6 +341,7 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
     turns = "SELECT id FROM turns WHERE session_label = ?"
     for table in ("messages", "tool_calls", "turn_events", "compactions", "turn_progress"):
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
+    forget_deleted(conn)  # their ids may be given out again (fts.py Rule 4)
     conn.execute(f"DELETE FROM file_snapshots WHERE turn_id IN ({turns})", (label,))
     conn.execute("DELETE FROM outbox WHERE session_label = ?", (label,))
     conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))

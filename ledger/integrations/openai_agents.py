@@ -14,6 +14,8 @@ Rule 2: every LedgerSession (and Store) of one file in a process shares one
         `close()` lets go of it, the last one closes the file.
 Rule 3: `pop_item` and `clear_session` move the session's head; the turns they
         take off the thread stay in the ledger (ledger/api/writes.py Rule 2).
+Rule 3a: `get_items(limit)` answers as `SQLiteSession` does, whose limit is
+        SQLite's LIMIT: 0 reads nothing, a negative limit reads every item.
 Rule 4: with `socket=`, the calls go to the running daemon (ledger/api/remote.py)
         on a connection made at the first call of each event loop: a session
         object outlives the `asyncio.run` it was made in, a connection does not.
@@ -89,7 +91,7 @@ class LedgerSession(SessionABC):
         wanted = resolve_session_limit(limit, self.session_settings)
         store = await self.store()
         try:
-            if wanted is None:
+            if wanted is None or wanted < 0:  # Rule 3a
                 return await store.items(self.session_id)
             return await store.last(self.session_id, wanted)
         except NotFound:

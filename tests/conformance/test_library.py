@@ -34,6 +34,24 @@ async def test_items_in_and_out(port: LedgerPort) -> None:
     assert await port.library_call("items", {"session": "lib"}, tick()) == []
 
 
+async def test_a_pop_of_a_summary_copies_the_compaction(port: LedgerPort) -> None:
+    # ledger/api/writes.py Rule 2a: the thread starts at the compaction, before and after.
+    await port.library_call("append", {"session": "lib", "items": ["a", "b"]}, tick())
+    head = (await port.library_call("get", {"session": "lib"}, tick()))["head_turn"]
+    compact = {"session": "lib", "head": head, "summary": ["one", "two"], "turns": 1}
+    await port.library_call("compact", compact, tick())
+    for item in ("two", "one"):
+        popped = await port.library_call("pop", {"session": "lib"}, tick())
+        assert popped == {"found": True, "item": item}
+    assert await port.library_call("items", {"session": "lib"}, tick()) == []
+    assert await port.library_call("pop", {"session": "lib"}, tick()) == {
+        "found": False,
+        "item": None,
+    }
+    turns = await port.library_call("turns", {"session": "lib"}, tick())
+    assert [(t["type"], t["items"]) for t in turns] == [("compaction", [])]
+
+
 async def test_concurrent_appends_are_serialized(port: LedgerPort) -> None:
     async def append(n: int) -> None:
         await port.library_call("append", {"session": "s", "items": [n, n]}, tick())

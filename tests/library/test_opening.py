@@ -160,3 +160,44 @@ def test_the_ledger_of_a_running_daemon_is_refused_naming_its_socket(
     daemon.kill()  # kill -9: the kernel drops the daemon's claim with it
     with SyncStore.open(daemon.ledger) as store:
         assert store.list_sessions().sessions == []
+
+
+@pytest.mark.parametrize("name", ["ledger#1.db", "what?.db", "x%20y.db", "a b ü.db"])
+def test_a_path_with_uri_characters_reads_that_file_and_no_other(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    with SyncStore.open(path) as store:
+        store.append("s", ["x"])
+        assert store.items("s") == ["x"]
+    with SyncStore.open(path) as store:
+        assert store.items("s") == ["x"]
+    # The read connections opened `ledger`, `what` or `x y.db` (an SQLite URI's
+    # '#', '?' and '%20'), made them if missing and read no sessions there.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name, f"{name}.lock"]
+
+
+def test_a_database_with_tables_named_like_a_ledgers_is_untouched(tmp_path: Path) -> None:
+    # Another program's chat database: sessions, turns and messages of its own.
+    path = tmp_path / "chat.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE sessions (id TEXT); CREATE TABLE turns (id TEXT);"
+            " CREATE TABLE messages (id TEXT, body TEXT);"
+        )
+    conn.close()
+    before = fingerprint(path)
+    with pytest.raises(NotALedger, match=r"not a ledger.*messages"):
+        SyncStore.open(path)
+    assert fingerprint(path) == before
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    conn.close()
+
+
+@pytest.mark.parametrize("setting", ["OFF", "bogus", "normal"])
+def test_a_synchronous_setting_other_than_normal_or_full_is_refused(
+    tmp_path: Path, setting: str
+) -> None:
+    # SQLite takes OFF (an acked append lost in a power cut) and ignores the rest.
+    with pytest.raises(ValueError, match=f"synchronous={setting!r}.*'NORMAL' or 'FULL'"):
+        SyncStore.open(tmp_path / "ledger.db", synchronous=setting)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []

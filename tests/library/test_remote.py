@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -75,3 +76,14 @@ async def test_two_connections_appending_to_one_session_never_interleave(
     for turn in turns:
         items: list[Any] = turn.items
         assert [i[-1] for i in items] == ["a", "b"] and items[0][:-1] == items[1][:-1]
+
+
+async def test_a_socket_no_daemon_answers_on_is_named(tmp_path: Path) -> None:
+    from ledger.api import DaemonUnreachable
+
+    plain = tmp_path / "not-a-socket"
+    plain.touch()
+    for where in (tmp_path / "missing.sock", plain):
+        with pytest.raises(DaemonUnreachable, match=f"socket {where}") as refused:
+            await Store.connect(where)
+        assert isinstance(refused.value, ConnectionError)  # an OSError, as it was
