@@ -33,10 +33,6 @@ Rule 7. The actor retires (``Retire``) only when quiet (no turn, no compaction, 
         compaction asked for, nothing waiting or running in the queue machine) and
         ``idle_s`` passed since its last event. ``wake_at`` says when the shell must
         send ``Woke``: the collect deadline, else the idle deadline when quiet.
-Rule 8. A running turn's own steps (``Planned``, ``EngineDone``: ``TURN_STEPS``) take
-        no time, so ``step`` applies them without a ``now``: the shell reads its
-        clock for the other two events a turn makes, not for these (about 5,000
-        instructions a read of anyio's clock; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -169,7 +165,6 @@ Event: TypeAlias = (
     | TurnCommitted
     | Woke
 )
-TURN_STEPS = (Planned, EngineDone)  # Rule 8
 
 # Actions (besides the queue machine's AbortTurn, Steer, Drop, WakeAt)
 
@@ -250,8 +245,10 @@ def handle(state: State, event: Event, now: float) -> _Step:
     match event:
         case m.Arrived():
             return _queue(state, event, now)
-        case Planned() | EngineDone():
-            return step(state, event)
+        case Planned():
+            return _planned(state, _turn_at(state, "planning"), event)
+        case EngineDone():
+            return _engine_done(state, _turn_at(state, "calling"), event)
         case TurnCommitted():
             return _committed(state, _turn_at(state, "committing"), event, now)
         case m.Tick() | m.Stop() | m.Configure() | m.Resume() | m.Cancel():
@@ -270,13 +267,6 @@ def handle(state: State, event: Event, now: float) -> _Step:
             return _woke(state, now)
         case _:
             assert_never(event)
-
-
-def step(state: State, event: Planned | EngineDone) -> _Step:
-    """``handle`` for a running turn's own steps, which need no ``now`` (Rule 8)."""
-    if isinstance(event, Planned):
-        return _planned(state, _turn_at(state, "planning"), event)
-    return _engine_done(state, _turn_at(state, "calling"), event)
 
 
 def wake_at(state: State) -> float:

@@ -291,12 +291,11 @@ def _arrived(state: State, event: Arrived, now: float) -> _Step:
         return _late(state, item)
     running = state.running
     if running is None:
-        return _arrived_idle(_moved(state, None, state.backlog, item.seq), item, now)
+        return _arrived_idle(state._replace(last_seq=item.seq), item, now)
     if running.steerable != event.steerable:
-        r = running  # built whole, as `_moved` builds the state
-        running = Running(r.turn_no, r.items, event.steerable, r.abort, r.steered)
+        running = running._replace(steerable=event.steerable)
     waits = running.aborting or item.mode in _WAITS_WHILE_BUSY
-    state = _moved(state, running, state.backlog, item.seq)
+    state = state._replace(running=running, last_seq=item.seq)
     return _enqueue(state, item) if waits else _arrived_busy(state, running, item)
 
 
@@ -353,7 +352,7 @@ def _turn_ended(state: State, event: TurnEnded) -> _Step:
         now_running = "no turn runs" if running is None else f"turn {running.turn_no} runs"
         raise IllegalTransition(f"TurnEnded for turn {event.turn_no}, but {now_running}")
     left = running.steered[_taken_count(running, event.steer_taken) :]
-    idle = _moved(state, None, state.backlog, state.last_seq)
+    idle = state._replace(running=None)
     aborted = event.outcome == "aborted"
     if running.abort == "interrupt":  # one turn with everything waiting (Rule 3)
         redo = running.items + running.steered if aborted else left
@@ -415,9 +414,8 @@ def _dispatch(state: State) -> _Step:
     """While idle, start the backlog's head: a run of collect items, or one item."""
     backlog = state.backlog
     if not backlog:
-        if state.collect_deadline is None:
-            return state, []
-        return state._replace(collect_deadline=None), [WakeAt(None)]
+        cancel: list[Action] = [WakeAt(None)] if state.collect_deadline is not None else []
+        return state._replace(collect_deadline=None), cancel
     n = 1
     if backlog[0].mode == "collect":
         while n < len(backlog) and backlog[n].mode == "collect":
@@ -431,20 +429,14 @@ def _start(state: State, items: tuple[Item, ...], *, rest: Backlog[Item]) -> _St
     actions: list[Action] = [WakeAt(None)] if state.collect_deadline is not None else []
     turn_no = state.next_turn_no
     actions.append(StartTurn(turn_no, items, _kind(items), state.dropped_note))
-    # No deadline armed and no note while it runs (Rule 6); built whole (`_moved`).
-    return State(
-        state.limits, Running(turn_no, items), rest, None, (), turn_no + 1, state.last_seq
-    ), actions
-
-
-def _moved(s: State, running: Running | None, backlog: Backlog[Item], last: int | None) -> State:
-    """`s` with a turn running or not, its backlog and its last arrival: the paths every
-    turn takes (an arrival, a start, an end) build the state whole, as the lifecycle's
-    `_with` does, at half the cost of `_replace` (docs/performance.md, "The bench.turns
-    turn, a third pass")."""
-    return State(
-        s.limits, running, backlog, s.collect_deadline, s.dropped_note, s.next_turn_no, last
+    new = state._replace(
+        running=Running(turn_no, items),
+        backlog=rest,
+        collect_deadline=None,
+        dropped_note=(),
+        next_turn_no=turn_no + 1,
     )
+    return new, actions
 
 
 def _enqueue(state: State, item: Item) -> _Step:
@@ -452,7 +444,7 @@ def _enqueue(state: State, item: Item) -> _Step:
     limits = state.limits
     backlog = state.backlog.append(item)
     if limits.cap is None or len(backlog) <= limits.cap:
-        return _moved(state, state.running, backlog, state.last_seq), []
+        return state._replace(backlog=backlog), []
     if limits.drop == "new" and item.mode not in _NEVER_REFUSED:
         return state, [Drop(item, "cap:new")]
     victims, kept = tuple(backlog[: -limits.cap]), backlog[-limits.cap :]

@@ -161,15 +161,16 @@ class SessionActor:
                 await self._run_turn(turn)
                 continue
             if not self.wake.is_set():
-                self._wake_by = min(lc.wake_at(self.state), self.clock() + recheck_s)
-                with anyio.CancelScope(deadline=self._wake_by):  # no second clock read
+                now = self.clock()
+                self._wake_by = min(lc.wake_at(self.state), now + recheck_s)
+                with anyio.move_on_after(max(0.0, self._wake_by - now)):
                     await self.wake.wait()
                 self._wake_by = -math.inf  # awake: posts need not wake us
             self.wake = anyio.Event()
             if not self.room.has_room():
                 await self.room.wait(self.queue)
             self._handle_queue()
-            if (due := lc.wake_at(self.state)) < math.inf and self.clock() >= due:
+            if self.clock() >= lc.wake_at(self.state):
                 self._apply(lc.Woke())
             if self._retiring:  # quiet: it leaves the registry in this same step
                 self.ports.retire(self)
@@ -245,11 +246,8 @@ class SessionActor:
         return "absent"
 
     def _apply(self, event: lc.Event) -> None:
-        try:  # a running turn's own steps take no time: no clock read (lifecycle Rule 8)
-            if isinstance(event, lc.TURN_STEPS):
-                self.state, actions = lc.step(self.state, event)
-            else:
-                self.state, actions = lc.handle(self.state, event, self.clock())
+        try:
+            self.state, actions = lc.handle(self.state, event, self.clock())
         except lc.IllegalTransition:
             log.exception("illegal lifecycle transition", session=self.label, event=repr(event))
             return
