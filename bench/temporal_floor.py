@@ -25,6 +25,9 @@ The switches add what our workflow does besides a turn, one at a time:
 `--history-max-events` goes on as a new run past that many events (workflow.py Rule 7;
 our default is 60), `--idle-timer` starts one durable timer a run for its quiet spells
 (Rule 4), `--run-setup` runs a local activity at every run's start (the queue's setup).
+`--local-turn` is not our shape but a probe of another: the turn as a local activity
+(inside the workflow task: no activity task, one workflow task a turn), which gives up
+what a turn activity holds (heartbeats, another node taking a turn over, cancellation).
 Not part of the test suite.
 """
 
@@ -64,6 +67,7 @@ from broker.runtime.temporal.workflow import TURN_RETRY
 
 HEARTBEAT_S = 2.0  # tests/temporal_runtime.py's `heartbeat_timeout_s`
 TURN_TIMEOUT_S = 180.0
+LOCAL_TURN = 179.0  # a turn timeout that says `--local-turn` to the workflow
 NOOP = "floor_turn"
 SETUP = "floor_setup"
 WITHIN_S = 600.0
@@ -110,9 +114,19 @@ class FloorWorkflow:
             await workflow.wait_condition(lambda: bool(self._arrivals))
             turn_no += 1
             arrival = self._arrivals.popleft()
+            order = TurnOrder(spec.label, turn_no, [arrival.record])
+            if spec.turn_timeout_s == LOCAL_TURN:  # `--local-turn`: not our shape, a probe
+                await workflow.execute_local_activity(
+                    NOOP,
+                    order,
+                    result_type=TurnResult,
+                    start_to_close_timeout=timedelta(seconds=HEARTBEAT_S),
+                    retry_policy=TURN_RETRY,
+                )
+                continue
             await workflow.execute_activity(
                 NOOP,
-                TurnOrder(spec.label, turn_no, [arrival.record]),
+                order,
                 result_type=TurnResult,
                 start_to_close_timeout=timedelta(seconds=TURN_TIMEOUT_S),
                 heartbeat_timeout=timedelta(seconds=HEARTBEAT_S),
@@ -200,7 +214,7 @@ class HandOff:
             label=label,
             idle_s=30.0 if a.idle_timer else 0.0,
             steerable=a.run_setup,
-            turn_timeout_s=TURN_TIMEOUT_S,
+            turn_timeout_s=LOCAL_TURN if a.local_turn else TURN_TIMEOUT_S,
             heartbeat_timeout_s=HEARTBEAT_S,
             history_max_events=a.history_max_events,
         )
@@ -264,6 +278,7 @@ def floor_run(args: argparse.Namespace, server: DevServer) -> str:
     cmd += ["--sessions", str(args.sessions), "--per-session", str(args.per_session)]
     cmd += ["--history-max-events", str(args.history_max_events)]
     cmd += ["--idle-timer"] * args.idle_timer + ["--run-setup"] * args.run_setup
+    cmd += ["--local-turn"] * args.local_turn
     node = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert node.stdin is not None and node.stdout is not None
     try:
@@ -297,6 +312,7 @@ def main() -> None:
     parser.add_argument("--history-max-events", type=int, default=0)
     parser.add_argument("--idle-timer", action="store_true")
     parser.add_argument("--run-setup", action="store_true")
+    parser.add_argument("--local-turn", action="store_true")
     parser.add_argument("--node", help=argparse.SUPPRESS)  # the floor node's process
     parser.add_argument("--task-queue", help=argparse.SUPPRESS)
     args = parser.parse_args()
