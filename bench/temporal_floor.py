@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -67,10 +68,17 @@ from broker.runtime.temporal.workflow import TURN_RETRY
 
 HEARTBEAT_S = 2.0  # tests/temporal_runtime.py's `heartbeat_timeout_s`
 TURN_TIMEOUT_S = 180.0
-LOCAL_TURN = 179.0  # a turn timeout that says `--local-turn` to the workflow
 NOOP = "floor_turn"
 SETUP = "floor_setup"
 WITHIN_S = 600.0
+
+
+@dataclasses.dataclass
+class FloorSpec(SessionSpec):
+    """Our workflow's input (the same payload, 40 bytes more) and the probe's switches."""
+
+    run_setup: bool = False
+    local_turn: bool = False
 
 
 @activity.defn(name=NOOP)
@@ -89,7 +97,7 @@ async def floor_setup(label: str) -> str:
 @workflow.defn(name="FloorSession", sandboxed=False)
 class FloorWorkflow:
     @workflow.init
-    def __init__(self, spec: SessionSpec) -> None:
+    def __init__(self, spec: FloorSpec) -> None:
         self._arrivals: deque[Arrival] = deque(spec.carried)
         self._seen = {str(a.record[0]) for a in spec.carried}
 
@@ -101,8 +109,8 @@ class FloorWorkflow:
             self._arrivals.append(arrival)
 
     @workflow.run
-    async def run(self, spec: SessionSpec) -> None:
-        if spec.steerable:  # `--run-setup`, carried in a field the floor does not use
+    async def run(self, spec: FloorSpec) -> None:
+        if spec.run_setup:
             await workflow.execute_local_activity(
                 SETUP, spec.label, start_to_close_timeout=timedelta(seconds=HEARTBEAT_S)
             )
@@ -115,7 +123,7 @@ class FloorWorkflow:
             turn_no += 1
             arrival = self._arrivals.popleft()
             order = TurnOrder(spec.label, turn_no, [arrival.record])
-            if spec.turn_timeout_s == LOCAL_TURN:  # `--local-turn`: not our shape, a probe
+            if spec.local_turn:  # not our shape: a probe of another
                 await workflow.execute_local_activity(
                     NOOP,
                     order,
@@ -135,18 +143,7 @@ class FloorWorkflow:
             )
             bound = spec.history_max_events
             if bound and workflow.info().get_current_history_length() >= bound:
-                carried = list(self._arrivals)
-                workflow.continue_as_new(
-                    SessionSpec(
-                        spec.label,
-                        spec.idle_s,
-                        spec.steerable,
-                        spec.turn_timeout_s,
-                        spec.heartbeat_timeout_s,
-                        carried,
-                        bound,
-                    )
-                )
+                workflow.continue_as_new(dataclasses.replace(spec, carried=list(self._arrivals)))
 
 
 class Floor:
@@ -210,13 +207,15 @@ class HandOff:
 
     async def _signal(self, label: str, arrival: Arrival) -> None:
         a = self.args
-        spec = SessionSpec(
+        spec = FloorSpec(
             label=label,
             idle_s=30.0 if a.idle_timer else 0.0,
-            steerable=a.run_setup,
-            turn_timeout_s=LOCAL_TURN if a.local_turn else TURN_TIMEOUT_S,
+            steerable=False,
+            turn_timeout_s=TURN_TIMEOUT_S,
             heartbeat_timeout_s=HEARTBEAT_S,
             history_max_events=a.history_max_events,
+            run_setup=a.run_setup,
+            local_turn=a.local_turn,
         )
         with anyio.fail_after(10):
             await self.client.start_workflow(
