@@ -593,7 +593,7 @@ async def step_library(t: Twin, data: st.DataObject) -> None:
 
 async def step_reply_ops(t: Twin, data: st.DataObject) -> None:
     """Feedback on a reply, a command's reply and override, a turn's title."""
-    choice = data.draw(st.integers(0, 3))
+    choice = data.draw(st.integers(0, 2))
     now = t.now()
     if choice == 0 and t.model.outbox:
         out_id = data.draw(st.sampled_from(t.model.outbox))
@@ -623,13 +623,18 @@ async def step_reply_ops(t: Twin, data: st.DataObject) -> None:
 
         if await t.both(f"command in {session} override {override}", command) is not None:
             t.model.outbox.append(out_id)
-    elif choice == 2 and t.model.turns:
+    elif t.model.turns:
         turn_id = data.draw(st.sampled_from(t.model.turns))
         title = data.draw(st.sampled_from(["Tea talk", "Héron"]))
         await t.both(
             f"title {turn_id} {title}", lambda port, ids: port.set_title(turn_id, title, "model")
         )
-    elif t.model.conversations and t.model.sessions:
+
+
+async def step_chat_bind(t: Twin, data: st.DataObject) -> None:
+    """`/fork` or `/switch` from a conversation, on its contact's waiting item."""
+    now = t.now()
+    if t.model.conversations and t.model.sessions:
         conv = data.draw(st.sampled_from(t.model.conversations))
         verb: Literal["fork", "switch"] = data.draw(st.sampled_from(["fork", "switch"]))
         target = data.draw(st.sampled_from(t.model.sessions)) if verb == "switch" else None
@@ -703,7 +708,7 @@ STEP_KINDS = [
     step_worker,
     step_library,
     step_reply_ops,
-    step_reply_ops,
+    step_chat_bind,
     step_queries,
 ]
 
