@@ -46,12 +46,12 @@ def activity(conn: sqlite3.Connection, stuck_before: int, schema: int, latest: i
     """The report's part any engine answers alike: the schema, stuck turns and replies."""
     running = conn.execute(
         "SELECT session_label, min(updated_at) FROM queue_items WHERE status = 'running'"
-        " AND updated_at < ? GROUP BY session_label",
+        " AND updated_at < ? GROUP BY session_label ORDER BY session_label",
         (stuck_before,),
     ).fetchall()
     pending = conn.execute(
         "SELECT channel, count(*) FROM outbox WHERE status = 'pending' AND created_at < ?"
-        " GROUP BY channel",
+        " GROUP BY channel ORDER BY channel",  # in order on every engine, not a hash's
         (stuck_before,),
     ).fetchall()
     return LedgerReport(

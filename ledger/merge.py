@@ -12,6 +12,9 @@ Rule 3: every entity of the set gets the alias `dm:<entity>` pointing at the
 Rule 4: a merge is idempotent: merging two entities already in one set only
         re-asserts the aliases.
 Rule 5: each session it demotes leaves the primary a bridge note (ledger/bridges.py).
+Rule 6: the sessions are demoted oldest first (then by label): the notes' ids, and
+        so their order in the primary's next context, must not follow an engine's
+        row order (PostgreSQL moves an updated row to the end of its table).
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def _propagate(
         f" queue_items q WHERE q.session_label = s.label AND q.status IN ('queued', 'running')"
         f" ORDER BY q.seq DESC LIMIT 1), 0))"
         f" FROM sessions s WHERE s.kind = 'dm' AND s.status = 'active'"
-        f" AND s.entity_id IN ({marks})",
+        f" AND s.entity_id IN ({marks}) ORDER BY s.created_at, s.label",
         members,
     ).fetchall()
     if not rows:

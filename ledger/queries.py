@@ -206,7 +206,8 @@ def open_items_untouched_since(
     live actor holds (their items are stuck)."""
     rows = conn.execute(
         "SELECT session_label, count(*), min(updated_at) FROM queue_items"
-        " WHERE status IN ('queued', 'running') AND updated_at < ? GROUP BY session_label",
+        " WHERE status IN ('queued', 'running') AND updated_at < ? GROUP BY session_label"
+        " ORDER BY session_label",  # not the engine's group order: a hash's on PostgreSQL
         (cutoff_ms,),
     ).fetchall()
     return [(str(label), int(n), int(oldest)) for label, n, oldest in rows]

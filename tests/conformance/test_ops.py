@@ -6,6 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from broker.core.identity import SessionSpec
 from ledger.errors import NotFound
 from ledger.port import LedgerPort, Request
 from ledger.recall_reads import Summary
@@ -128,3 +129,18 @@ async def test_writes_still_commit_after_stop_retrying(port: LedgerPort) -> None
     acc = await ingest(port, inbound("m1"))
     assert [i.id for i in await port.open_items(acc.session)] == [acc.item]
     assert port.writer_problems() == []
+
+
+async def test_health_names_the_sessions_with_untouched_items_in_label_order(
+    port: LedgerPort,
+) -> None:
+    """Found by test_port_differential: the sessions came in the order of the engine's
+    GROUP BY, sorted on SQLite and a hash table's on PostgreSQL."""
+    room = SessionSpec("room:{entity}", None)
+    labels = []
+    for n in range(8):
+        labels.append((await ingest(port, inbound(f"h{n}", sender=f"s{n}"))).session)
+        rec = inbound(f"r{n}", sender=f"s{n}")
+        labels.append((await port.submit_inbound(rec, room, tick()).result()).session)
+    _, untouched, _ = await port.health_reads(tick())
+    assert [label for label, _, _ in untouched] == sorted(labels)

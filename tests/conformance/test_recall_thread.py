@@ -41,3 +41,16 @@ async def test_hint_terms_are_found_in_older_messages_only(port: LedgerPort) -> 
     assert await port.recall_hint_terms(session, terms, ()) == ["prod-keys.yaml"]
     assert await port.recall_hint_terms(session, terms, ("t0",)) == []  # its own input
     assert await port.recall_hint_terms("dm:nobody", terms, ()) == []
+
+
+async def test_a_word_with_an_accent_is_found(
+    port: LedgerPort, ledger_backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Found by test_port_differential: SQLite's unicode61 tokenizer finds 'héron' in
+    'Héron'; PostgreSQL's ledger_tsv splits at `[^[:alnum:]]`, which in a C-locale
+    cluster (the tests', devcluster.py) is every non-ASCII letter ('H', 'ron')."""
+    if ledger_backend == "postgres":
+        reason = "known divergence, not fixed yet: ledger_tsv needs a migration (0004)"
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+    session, ids = await _thread(port, ["Héron wades"])
+    assert [h.turn for h in await port.recall_search("héron", session, 5)] == ids

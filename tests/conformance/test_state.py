@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from broker.core.engine_types import ToolCall
+from broker.core.identity import SessionSpec
 from broker.core.session_state import EMPTY
 from ledger.errors import NotFound
 from ledger.port import ItemInfo, LedgerPort, TurnRecord
@@ -168,3 +169,31 @@ async def test_recall_covers_the_persons_sessions_and_never_another_persons(
     assert isinstance(summary, Summary)
     assert summary.related == ((sessions["mom@x"], 1),)
     assert summary.state.focus == "hello from chat"
+
+
+async def test_a_merge_demoting_two_sessions_leaves_their_notes_oldest_first(
+    port: LedgerPort,
+) -> None:
+    """Found by test_port_differential: the demoted sessions came in the engine's row
+    order, so the notes' ids, and their order in the next turn's context, differed
+    between SQLite and PostgreSQL (whose updated rows move to the end of the table)."""
+    room = SessionSpec("room:{entity}", None)
+    first = await ingest(port, inbound("a1", sender="ann", text="first"))
+    second = await port.submit_inbound(
+        inbound("b1", sender="bo", text="second"), room, tick()
+    ).result()
+    made = [first, second]
+    made.append(await ingest(port, inbound("b2", sender="bo", text="third")))
+    head: dict[str, str | None] = {}
+    for acc in (made[1], made[2], made[2], made[0]):  # the oldest session changed last
+        rec = turn(acc.session, head.get(acc.session), [])
+        await port.submit_turn(rec).result()
+        head[acc.session] = rec.turn_id
+    a, b = made[0].entity, made[2].entity
+    assert a is not None and b is not None
+    merged = await port.merge_entities(a, b, tick())
+    assert merged.primary == made[2].session  # the most turns
+    order = [note.split(" ", 9)[8].rstrip(",") for note in merged.bridges.values()]
+    assert order == [made[0].session, made[1].session]
+    assert list((await port.session_start(made[2].session)).bridges) == list(merged.bridges)
+    assert list(merged.bridges) == sorted(merged.bridges)
