@@ -4,7 +4,6 @@ daemon wrote (plain messages; empty turns) between the library's."""
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.api import SyncStore
-from ledger.ids import new_id
+from tests.library.daemon_turns import daemon_turn
 
 Step = tuple[str, int]
 STEPS = st.lists(
@@ -23,29 +22,6 @@ STEPS = st.lists(
     ),
     max_size=40,
 )
-
-
-def daemon_turn(path: Path, session: str, texts: list[str]) -> None:
-    """A turn as the daemon writes one: its engine's own, its messages plain text."""
-    with sqlite3.connect(path, isolation_level=None) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        head = conn.execute(
-            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
-        ).fetchone()[0]
-        turn = new_id()
-        conn.execute(
-            "INSERT INTO turns (id, session_label, parent_id, type, status, engine,"
-            " started_at, completed_at) VALUES (?, ?, ?, 'turn', 'completed', 'echo', 1, 1)",
-            (turn, session, head),
-        )
-        for seq, text in enumerate(texts):
-            conn.execute(
-                "INSERT INTO messages (turn_id, seq, role, content, created_at)"
-                " VALUES (?, ?, 'user', ?, 1)",
-                (turn, seq, text),
-            )
-        conn.execute("UPDATE sessions SET head_turn_id = ? WHERE label = ?", (turn, session))
-        conn.execute("COMMIT")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -65,7 +41,7 @@ def test_the_last_n_items_are_the_threads_last_n(steps: list[Step]) -> None:
                 elif op == "compact":
                     store.compact("s", lambda items: [f"summary of {len(items)}"])
                 else:
-                    daemon_turn(path, "s", [f"said {number}.{k}" for k in range(size)])
+                    daemon_turn(path, "s", [f"said {number}.{k}" for k in range(size)], 1)
             whole = store.items("s")
             for n in (1, 2, 3, 5, 30):
                 assert store.last("s", n) == whole[-n:], n
@@ -80,7 +56,7 @@ def test_a_thread_that_ends_in_empty_turns_reads_past_them(tmp_path: Path) -> No
         for _ in range(4):  # deeper than the first walk's bound for 4 items
             store.append("s", [])
         assert store.last("s", 4) == [3, 3, 4, 4]
-        daemon_turn(path, "s", ["plain"])
+        daemon_turn(path, "s", ["plain"], 1)
         assert store.last("s", 3) == [4, 4, {"role": "user", "content": "plain"}]
 
 
@@ -88,8 +64,8 @@ def test_a_pop_of_a_daemon_turn_keeps_the_rest_of_it_readable(tmp_path: Path) ->
     path = tmp_path / "ledger.db"
     with SyncStore.open(path) as store:
         store.append("s", ["mine"])
-        daemon_turn(path, "s", ["asked", "answered"])
-        assert store.pop("s") == {"role": "user", "content": "answered"}
+        daemon_turn(path, "s", ["asked", "answered"], 1)
+        assert store.pop("s") == {"role": "assistant", "content": "answered"}
         asked = {"role": "user", "content": "asked"}
         assert store.items("s") == ["mine", asked]
         assert store.last("s", 1) == [asked]

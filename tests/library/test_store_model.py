@@ -37,8 +37,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ledger.api import Conflict, NotFound, SessionInfo, Store, SyncStore
-from ledger.ids import new_id
 from ledger.sessions import thread_ids
+from tests.library.daemon_turns import daemon_turn
 
 LABELS = ["a", "b", "日本 ü", "x:y"]  # few: the calls meet on the same sessions
 TEXT = st.text(max_size=6)
@@ -65,36 +65,6 @@ METADATA = st.none() | st.dictionaries(TEXT, JSON, max_size=2)
 def same(got: Any, want: Any) -> bool:
     """Equal as JSON texts: 1 is not 1.0 nor True, and dict keys keep their order."""
     return orjson.dumps(got) == orjson.dumps(want)
-
-
-def daemon_turn(path: Path, session: str, texts: list[str], now: int) -> str:
-    """A turn as the daemon commits one (ledger/turns.py commit_turn): its engine's
-    own, plain-text messages, the session's count and time moved with its head."""
-    with sqlite3.connect(path, isolation_level=None) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        head = conn.execute(
-            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
-        ).fetchone()[0]
-        turn = new_id()
-        conn.execute(
-            "INSERT INTO turns (id, session_label, parent_id, type, status, engine,"
-            " started_at, completed_at) VALUES (?, ?, ?, 'turn', 'completed', 'echo', ?, ?)",
-            (turn, session, head, now, now),
-        )
-        for seq, text in enumerate(texts):
-            conn.execute(
-                "INSERT INTO messages (turn_id, seq, role, content, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (turn, seq, ("user", "assistant")[seq % 2], text, now),
-            )
-        conn.execute(
-            "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
-            " WHERE label = ?",
-            (turn, now, session),
-        )
-        conn.execute("COMMIT")
-    conn.close()
-    return turn
 
 
 def daemon_items(texts: list[str]) -> list[Any]:
