@@ -97,6 +97,37 @@ def test_every_code_point_splits_and_folds_as_sqlite_does(
     assert wrong == []
 
 
+def test_ascii_text_splits_as_sqlite_does(cluster: Any) -> None:
+    """ASCII text takes PostgreSQL's own parser (PG migration 0004): random text with
+    the shapes its parser names (numbers, versions, hosts, paths, mail, tags) and
+    words of 2048 letters, against SQLite's tokens."""
+    import random
+    import sqlite3
+
+    rng = random.Random(4)
+    pieces = [
+        "Heron", "x", "1e5", "1.5e-3", "0x1F", "v1.2.3", "-12", "a-b", "co-op", "foo.bar.com",
+        "/usr/lib", "a@b.org", "<b>", "&amp;", "http://x.y/z?q=1", "12abc34", "_", "'", "\\",
+        " ", "\t", "\x01", "\x7f", "ABC_def", "e" * 2048, "ÿ"[:0], "CamelCase", "--", "...",
+    ]  # fmt: skip
+    texts = ["".join(rng.choices(pieces, k=rng.randint(1, 12))) for _ in range(500)]
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE f USING fts5(x, tokenize = 'unicode61')")
+    db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, 'instance')")
+    db.executemany("INSERT INTO f (rowid, x) VALUES (?, ?)", enumerate(texts))
+    conn = _database(cluster, "ascii", "C.utf8")
+    try:
+        _migrate(conn)
+        for n, text in enumerate(texts):
+            want = [
+                r[0] for r in db.execute("SELECT term FROM v WHERE doc = ? ORDER BY offset", (n,))
+            ]
+            (tsv,) = conn.execute("SELECT ledger_tsv(?)::text", (text,)).fetchone()
+            assert _words(tsv) == [w for w in want if len(w) < 2048], text
+    finally:
+        conn.close()
+
+
 def test_the_python_model_of_the_tokenizer_is_sqlites(sqlite_words: Tokenizer) -> None:
     """`Tokenizer.tokens`, which the test above expects, against SQLite on whole texts."""
     import sqlite3
