@@ -19,13 +19,15 @@
 --   text (the common case) skips the fold table; otherwise translate() gets
 --   the text's own distinct non-ASCII letters that change (translate() scans
 --   its whole `from` string for every character of the text: with the table's
---   1,217 letters it cost a millisecond a message).
+--   1,217 letters it cost a millisecond a message; docs/performance.md, "PG
+--   migration 0004").
 -- * PL/pgSQL, not SQL: it plans its statements once a session, the tables'
 --   constants with them. An SQL function that is not one expression is
 --   planned again in every statement that calls it (4 ms an INSERT here).
 -- * The tsvector is written out and cast, not made by to_tsvector: the text
 --   search parser and the 'simple' dictionary classify and lower letters by
---   locale. A word's position counts the words before it; a word of dropped
+--   locale, and the parser splits some ASCII words unicode61 keeps whole (a
+--   number, then letters: "31e50x1fabc" is "31e50", "x1fabc"). A word's position counts the words before it; a word of dropped
 --   marks only is gone without a position, as in FTS5. A word of 2048 bytes or
 --   more is left out, as to_tsvector left it out (a tsvector cannot hold it).
 --   No word holds a quote or a backslash: both are separators.
