@@ -7,12 +7,20 @@ module) when it has one.
 
 Rule 1: the terms are FTS5 strings built by `recall.terms` (quoted words, a
         trailing `*` for a prefix), made only of letters and digits; here they
-        become a tsquery: a phrase is `a <-> b`, a prefix `word:*`, and terms
-        are joined by `&` (all) or `|` (any). User text is never tsquery syntax.
+        become the phrases and prefix flags `ledger_tsquery` (PG migration
+        0004) turns into a tsquery, splitting and folding each phrase into the
+        words `ledger_tsv` indexes, as FTS5 runs its tokenizer over the
+        phrase: a phrase is `a <-> b`, a prefix `word:*`, and terms are joined
+        by `&` (all) or `|` (any). User text is never tsquery syntax. The
+        arguments are literals in the statement (connection.py Rule 1), so the
+        planner computes the tsquery once and sees it as a constant.
 Rule 2: ranking is `ts_rank` over the newest matching messages (the newest
         CANDIDATES, or FILTERED that pass the filter), as recall.py Rule 3
         ranks with bm25: higher is better, ties to the newer message.
 Rule 3: snippets are `ts_headline` with recall's marks around matched words.
+        It reads the text with PostgreSQL's own parser and dictionary, not
+        with `ledger_tsv`: a word found only through a fold past ASCII case
+        ("Héron" for "heron") is in the snippet unmarked.
 """
 
 from __future__ import annotations
@@ -23,21 +31,16 @@ from typing import Any
 from .. import recall
 
 VECTOR = "ledger_tsv(m.content)"  # the expression the GIN index holds
+# NULL when no phrase has a word: it matches nothing. The casts: an empty list is
+# untyped, and the connection passes a bool as an int, as sqlite3 does.
+QUERY = "ledger_tsquery(?::text[], ?::boolean[], ?::boolean)"
 _WORD = re.compile(r"[^\W_]+")
 
 
-def tsquery(fts_terms: list[str], match: recall.Match) -> str:
-    """The tsquery text of `recall.terms`' strings (Rule 1)."""
-    out = []
-    for term in fts_terms:
-        prefix = term.endswith("*")
-        words = [w.lower() for w in _WORD.findall(term)]
-        if not words:
-            continue
-        if prefix:
-            words[-1] += ":*"
-        out.append("(" + " <-> ".join(words) + ")" if len(words) > 1 else words[0])
-    return (" | " if match == "any" else " & ").join(out)
+def tsquery(fts_terms: list[str], match: recall.Match) -> tuple[list[str], list[bool], bool]:
+    """The arguments of QUERY for `recall.terms`' strings (Rule 1)."""
+    phrases = [" ".join(_WORD.findall(term)) for term in fts_terms]
+    return phrases, [term.endswith("*") for term in fts_terms], match == "any"
 
 
 def search(
@@ -45,18 +48,16 @@ def search(
 ) -> list[recall.Hit]:
     """The best `limit` messages, best first (Rules 2, 3)."""
     q = tsquery(fts_terms, match)
-    if not q:
-        return []
     k = max(recall.FILTERED, limit) if flt.where else max(recall.CANDIDATES, limit)
     rows = conn.execute(
         "SELECT c.id, c.session_label, c.turn_id, c.role, c.created_at,"
-        " ts_headline('simple', c.content, to_tsquery('simple', ?), ?),"
-        " ts_rank(ledger_tsv(c.content), to_tsquery('simple', ?)) AS score"
+        f" ts_headline('simple', c.content, {QUERY}, ?),"
+        f" ts_rank(ledger_tsv(c.content), {QUERY}) AS score"
         " FROM (SELECT m.id, t.session_label, m.turn_id, m.role, m.created_at, m.content"
         " FROM messages m JOIN turns t ON t.id = m.turn_id"
-        f" WHERE {VECTOR} @@ to_tsquery('simple', ?)" + flt.where + " ORDER BY m.id DESC LIMIT ?) c"
+        f" WHERE {VECTOR} @@ {QUERY}" + flt.where + " ORDER BY m.id DESC LIMIT ?) c"
         " ORDER BY score DESC, c.id DESC LIMIT ?",
-        (q, _headline_options(), q, q, *flt.args, k, limit),
+        (*q, _headline_options(), *q, *q, *flt.args, k, limit),
     ).fetchall()
     return [recall.Hit(*_hit_fields(r), float(f"{float(r[6]):.6g}")) for r in rows]
 
@@ -77,16 +78,14 @@ def holds_term(conn: Any, session: str, fts: str, own_msg_ids: tuple[str, ...], 
     """Whether one of the newest `probe` messages holding `fts` is an earlier one of
     `session` (recall_hint.py)."""
     q = tsquery([fts], "all")
-    if not q:
-        return False
     own = list(own_msg_ids) or [""]
     marks = ",".join("?" * len(own))
     row = conn.execute(
         "SELECT 1 FROM (SELECT m.id, m.turn_id, m.msg_id FROM messages m"
-        f" WHERE {VECTOR} @@ to_tsquery('simple', ?) ORDER BY m.id DESC LIMIT ?) f"
+        f" WHERE {VECTOR} @@ {QUERY} ORDER BY m.id DESC LIMIT ?) f"
         " JOIN turns t ON t.id = f.turn_id WHERE t.session_label = ?"
         f" AND coalesce(f.msg_id, '') NOT IN ({marks}) LIMIT 1",
-        (q, probe, session, *own),
+        (*q, probe, session, *own),
     ).fetchone()
     return row is not None
 

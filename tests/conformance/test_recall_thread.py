@@ -43,14 +43,45 @@ async def test_hint_terms_are_found_in_older_messages_only(port: LedgerPort) -> 
     assert await port.recall_hint_terms("dm:nobody", terms, ()) == []
 
 
-async def test_a_word_with_an_accent_is_found(
-    port: LedgerPort, ledger_backend: str, request: pytest.FixtureRequest
-) -> None:
-    """Found by test_port_differential: SQLite's unicode61 tokenizer finds 'héron' in
-    'Héron'; PostgreSQL's ledger_tsv splits at `[^[:alnum:]]`, which in a C-locale
-    cluster (the tests', devcluster.py) is every non-ASCII letter ('H', 'ron')."""
-    if ledger_backend == "postgres":
-        reason = "known divergence, not fixed yet: ledger_tsv needs a migration (0004)"
-        request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+async def test_a_word_with_an_accent_is_found(port: LedgerPort) -> None:
+    """Found by test_port_differential: PostgreSQL's first ledger_tsv split at
+    `[^[:alnum:]]`, which in a C-locale cluster (the tests', devcluster.py) is every
+    non-ASCII letter ('H', 'ron'); PG migration 0004 splits as unicode61 does."""
     session, ids = await _thread(port, ["Héron wades"])
     assert [h.turn for h in await port.recall_search("héron", session, 5)] == ids
+
+
+async def test_case_folds_past_ascii(port: LedgerPort) -> None:
+    session, ids = await _thread(port, ["ÉTÉ chaud", "été froid", "Ωμέγα", "ДОМ"])
+    assert {h.turn for h in await port.recall_search("été", session, 5)} == set(ids[:2])
+    assert {h.turn for h in await port.recall_search("ÉTÉ", session, 5)} == set(ids[:2])
+    assert [h.turn for h in await port.recall_search("ωμέγα", session, 5)] == [ids[2]]
+    assert [h.turn for h in await port.recall_search("дом", session, 5)] == [ids[3]]
+
+
+async def test_latin_diacritics_are_dropped_and_others_kept(port: LedgerPort) -> None:
+    """unicode61 (remove_diacritics 1) folds Latin letters to their base letter, both
+    precomposed and a combining mark after the letter, and leaves Greek accents."""
+    session, ids = await _thread(port, ["Le Héron", "cafe\u0301 noir", "Ωμέγα"])
+    assert [h.turn for h in await port.recall_search("heron", session, 5)] == [ids[0]]
+    assert [h.turn for h in await port.recall_search("HERON", session, 5)] == [ids[0]]
+    assert [h.turn for h in await port.recall_search("café", session, 5)] == [ids[1]]
+    assert [h.turn for h in await port.recall_search("cafe", session, 5)] == [ids[1]]
+    assert await port.recall_search("ωμεγα", session, 5) == []
+
+
+async def test_words_in_other_scripts(port: LedgerPort) -> None:
+    """A run of CJK letters is one word to unicode61, as a run of Latin letters is."""
+    session, ids = await _thread(port, ["Москва зимой", "東京 タワー", "東京タワー"])
+    assert [h.turn for h in await port.recall_search("москва", session, 5)] == [ids[0]]
+    assert [h.turn for h in await port.recall_search("東京", session, 5)] == [ids[1]]
+    assert [h.turn for h in await port.recall_search("東京タワー", session, 5)] == [ids[2]]
+    assert {h.turn for h in await port.recall_search("東京タ*", session, 5)} == {ids[2]}
+
+
+async def test_words_split_at_non_ascii_punctuation(port: LedgerPort) -> None:
+    session, ids = await _thread(port, ["naïve—café «crème»", "naive cafes"])
+    for query in ("café", "crème", "creme", '"naive cafe"'):
+        assert [h.turn for h in await port.recall_search(query, session, 5)] == [ids[0]], query
+    for query in ("naive", '"naive cafe"*'):
+        assert {h.turn for h in await port.recall_search(query, session, 5)} == set(ids), query

@@ -1,0 +1,182 @@
+"""PostgreSQL full text before and after PG migration 0004 (`ledger_tsv` in unicode61's
+words): the cost of indexing a message, and of a search.
+
+    .venv/bin/python -m bench.pg_words [--rounds 8] [--batch 2000] [--ledger 50000]
+
+One private cluster (ledger/postgres/devcluster.py, fsync off), two databases: one
+migrated through 0003 (the old function), one through 0004. Each round inserts
+`--batch` messages into each (100 to a transaction, executemany, as the writer
+batches), in alternating order, so the VM's drifting speed falls on both alike;
+ASCII English text (bench/recall.py's generator) and the same text with a Latin
+accent in every third word. Per message: wall µs and the server backend's CPU µs
+(from /proc; this machine only). Then each ledger is filled to `--ledger`
+messages and searches are timed, interleaved: the old statement (to_tsquery)
+against recall.py's (ledger_tsquery), the same words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+from bench.recall import Generator
+from ledger.postgres import devcluster, schema
+from ledger.postgres.connection import PgConnection
+from ledger.postgres.recall import QUERY, tsquery
+from ledger.recall import terms
+
+ACCENTS = str.maketrans("eaiouc", "éàïôüç")
+# recall.py's search without the turns (the bench writes none), with the old
+# query (to_tsquery) and with the new (ledger_tsquery, PG migration 0004)
+SEARCH = (
+    "SELECT c.id, ts_headline('simple', c.content, {q}, 'MaxWords=16'),"
+    " ts_rank(ledger_tsv(c.content), {q}) AS score"
+    " FROM (SELECT m.id, m.content FROM messages m"
+    " WHERE ledger_tsv(m.content) @@ {q} ORDER BY m.id DESC LIMIT 2000) c"
+    " ORDER BY score DESC, c.id DESC LIMIT 20"
+)
+OLD_SEARCH = SEARCH.format(q="to_tsquery('simple', ?)")
+NEW_SEARCH = SEARCH.format(q=QUERY)
+# (label, recall query, the old tsquery text: what the old recall.py made of it)
+QUERIES = [
+    ("common word", "error", "error"),
+    ("rare word", "{rare}", "{rare}"),
+    ("phrase", '"the session"', "(the <-> session)"),
+    ("prefix", "serv*", "serv:*"),
+]
+
+
+def migrated(cluster: devcluster.DevCluster, name: str, through: int) -> PgConnection:
+    dsn = devcluster.fresh_database(cluster, name)
+    conn = PgConnection(dsn, reader=False)
+    conn.execute("CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)")
+    for migration in schema.load_migrations():
+        if migration.version <= through:
+            conn.execute("BEGIN")
+            conn.executescript(migration.sql)
+            conn.execute("INSERT INTO ledger_schema (version) VALUES (?)", (migration.version,))
+            conn.execute("COMMIT")
+    # Messages without their turns: the index is what is measured, not the keys.
+    conn.execute("SET session_replication_role = replica")
+    return conn
+
+
+def backend_cpu(conn: PgConnection) -> Callable[[], float]:
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def seconds() -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    return seconds
+
+
+class Side:
+    def __init__(self, name: str, conn: PgConnection) -> None:
+        self.name = name
+        self.conn = conn
+        self.cpu = backend_cpu(conn)
+        self.seq = 0
+
+    def insert(self, texts: list[str]) -> tuple[float, float]:
+        """Wall and backend CPU seconds for `texts`, 100 messages a transaction."""
+        wall, cpu = time.perf_counter(), self.cpu()
+        for first in range(0, len(texts), 100):
+            rows = []
+            for text in texts[first : first + 100]:
+                self.seq += 1
+                rows.append((f"t{self.seq // 2}", self.seq, text, self.seq))
+            self.conn.execute("BEGIN")
+            self.conn.executemany(
+                "INSERT INTO messages (turn_id, seq, role, content, created_at)"
+                " VALUES (?, ?, 'user', ?, ?)",
+                rows,
+            )
+            self.conn.execute("COMMIT")
+        return time.perf_counter() - wall, self.cpu() - cpu
+
+
+def texts(gen: Generator, n: int, accented: bool) -> list[str]:
+    out = [gen.text(gen.rng.randint(8, 60)) for _ in range(n)]
+    if accented:
+        out = [
+            " ".join(w.translate(ACCENTS) if i % 3 == 0 else w for i, w in enumerate(t.split()))
+            for t in out
+        ]
+    return out
+
+
+def write_rounds(sides: list[Side], rounds: int, batch: int) -> None:
+    gen = Generator(seed=11, messages=0)
+    for accented in (False, True):
+        per: dict[str, list[tuple[float, float]]] = {s.name: [] for s in sides}
+        for r in range(rounds):
+            batch_texts = texts(gen, batch, accented)
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                wall, cpu = side.insert(batch_texts)
+                per[side.name].append((wall / batch * 1e6, cpu / batch * 1e6))
+        kind = "accented" if accented else "ascii"
+        for name, runs in per.items():
+            wall = statistics.median(w for w, _ in runs)
+            cpu = statistics.median(c for _, c in runs)
+            print(
+                f"insert {kind:8} {name}: {wall:7.1f} µs wall  {cpu:7.1f} µs backend CPU a message"
+            )
+
+
+def fill(sides: list[Side], total: int) -> None:
+    gen = Generator(seed=12, messages=0)
+    while sides[0].seq < total:
+        chunk = texts(gen, min(5000, total - sides[0].seq), accented=False)
+        for side in sides:
+            side.insert(chunk)
+
+
+def search_rounds(old: Side, new: Side, rounds: int, rare: str) -> None:
+    for label, query, old_q in QUERIES:
+        query, old_q = query.format(rare=rare), old_q.format(rare=rare)
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        hits: dict[str, int] = {}
+        for _ in range(rounds):
+            t = time.perf_counter()
+            hits["old"] = len(old.conn.execute(OLD_SEARCH, (old_q, old_q, old_q)).fetchall())
+            times["old"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            q = tsquery(terms(query), "all")
+            hits["new"] = len(new.conn.execute(NEW_SEARCH, (*q, *q, *q)).fetchall())
+            times["new"].append(time.perf_counter() - t)
+        print(
+            f"search {label:12} old {statistics.median(times['old']) * 1e3:6.2f} ms"
+            f"  new {statistics.median(times['new']) * 1e3:6.2f} ms"
+            f"  (hits {hits['old']} / {hits['new']})"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--ledger", type=int, default=50_000)
+    args = parser.parse_args()
+    cluster = devcluster.create(durable=False)
+    try:
+        old = Side("old (0003)", migrated(cluster, "words_old", 3))
+        new = Side("new (0004)", migrated(cluster, "words_new", 4))
+        write_rounds([old, new], args.rounds, args.batch)
+        fill([old, new], args.ledger)
+        rare = Generator(seed=12, messages=0).words[-5]
+        search_rounds(old, new, args.rounds * 4, rare)
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        old.conn.close()
+        new.conn.close()
+    finally:
+        cluster.destroy()
+
+
+if __name__ == "__main__":
+    main()
