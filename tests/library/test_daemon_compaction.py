@@ -1,0 +1,94 @@
+"""The library face on a thread the daemon compacted: a daemon compaction keeps its
+newest turns verbatim (the `compactions` row's `first_kept_turn_id`), and the
+library reads that thread as the daemon's own context load does
+(ledger/reads.py load_thread): the summary, the kept turns, what came after."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.api import Store, SyncStore
+from ledger.reads import Thread, load_thread
+from tests.conftest import DaemonFactory
+from tests.integration.test_compaction import SMALL, WORDS, chat
+from tests.library.daemon_turns import daemon_compaction, daemon_turn
+
+
+def daemon_view(thread: Thread) -> list[Any]:
+    """The thread the daemon's context loads, as library items: the summary as the
+    compaction turn's one message reads, then every kept and later message."""
+    assert thread.summary is not None
+    summary = {"role": "assistant", "content": thread.summary}
+    return [summary] + [
+        {"role": role, "content": content}
+        for turn in thread.turns
+        for role, content, _ in turn.messages
+    ]
+
+
+def load(path: Path, session: str) -> Thread:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        head = conn.execute(
+            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
+        ).fetchone()[0]
+        return load_thread(conn, head)
+
+
+def check_reads(store: SyncStore, session: str, want: list[Any]) -> None:
+    assert store.items(session) == want
+    for n in range(1, len(want) + 2):
+        assert store.last(session, n) == want[-n:], n
+    assert [i for t in store.turns(session) for i in t.items] == want
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_compaction_by_a_real_daemon_reads_as_its_context(
+    make_daemon: DaemonFactory,
+) -> None:
+    d = make_daemon({"engine": {**SMALL, "delay_ms": 1}})
+    replies = await chat(d, [f"message {n}: {WORDS}" for n in range(8)])
+    session = replies[0]["session"]
+    with contextlib.closing(d.db()) as db:
+        kept = db.execute(
+            "SELECT count(*) FROM compactions WHERE first_kept_turn_id IS NOT NULL"
+        ).fetchone()[0]
+    assert kept, "a window of 400 tokens with keep_recent_ratio 0.25 keeps turns"
+    thread = load(d.ledger, session)
+    assert thread.turns, "the daemon's context holds kept turns"
+    want = daemon_view(thread)
+    async with await Store.connect(d.socket) as remote:
+        assert await remote.items(session) == want
+        for n in range(1, len(want) + 2):
+            assert await remote.last(session, n) == want[-n:], n
+        assert [i for t in await remote.turns(session) for i in t.items] == want
+    assert d.terminate() == 0
+    with SyncStore.open(d.ledger) as store:  # the same file, in this process
+        check_reads(store, session, want)
+
+
+def test_kept_turns_read_before_the_turns_after_the_compaction(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SyncStore.open(path) as store:
+        store.create("s")
+    daemon_turn(path, "s", ["q1", "a1"], 1)
+    kept = daemon_turn(path, "s", ["q2", "a2"], 2)
+    daemon_turn(path, "s", ["q3", "a3"], 3)
+    daemon_compaction(path, "s", "q1 and a1", kept, 4)
+    with SyncStore.open(path) as store:
+        check_reads(store, "s", daemon_view(load(path, "s")))
+        assert store.items("s")[1:] == [
+            {"role": "user", "content": "q2"},
+            {"role": "assistant", "content": "a2"},
+            {"role": "user", "content": "q3"},
+            {"role": "assistant", "content": "a3"},
+        ]
+        before = daemon_view(load(path, "s"))
+        store.append("s", ["after"])
+        check_reads(store, "s", [*before, "after"])
+        assert [t.type for t in store.turns("s")] == ["compaction", "turn", "turn", "turn"]
