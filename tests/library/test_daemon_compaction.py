@@ -92,3 +92,24 @@ def test_kept_turns_read_before_the_turns_after_the_compaction(tmp_path: Path) -
         store.append("s", ["after"])
         check_reads(store, "s", [*before, "after"])
         assert [t.type for t in store.turns("s")] == ["compaction", "turn", "turn", "turn"]
+
+
+def test_a_compaction_keeping_what_an_earlier_one_kept(tmp_path: Path) -> None:
+    """The second compaction keeps turns from before the first one (a large
+    keep_recent_ratio): the first one's summary is in the second's, and neither
+    the daemon's context nor the library shows it again."""
+    path = tmp_path / "ledger.db"
+    with SyncStore.open(path) as store:
+        store.create("s")
+    daemon_turn(path, "s", ["q1", "a1"], 1)
+    k2 = daemon_turn(path, "s", ["q2", "a2"], 2)
+    k3 = daemon_turn(path, "s", ["q3", "a3"], 3)
+    daemon_compaction(path, "s", "one", k2, 4)
+    daemon_turn(path, "s", ["q4", "a4"], 5)
+    daemon_compaction(path, "s", "one, two", k3, 6)
+    thread = load(path, "s")
+    assert thread.summary == "one, two"
+    assert [m[1] for t in thread.turns for m in t.messages] == ["q3", "a3", "q4", "a4"]
+    with SyncStore.open(path) as store:
+        check_reads(store, "s", daemon_view(thread))
+        assert [t.type for t in store.turns("s")] == ["compaction", "turn", "turn"]
