@@ -113,3 +113,43 @@ def test_a_compaction_keeping_what_an_earlier_one_kept(tmp_path: Path) -> None:
     with SyncStore.open(path) as store:
         check_reads(store, "s", daemon_view(thread))
         assert [t.type for t in store.turns("s")] == ["compaction", "turn", "turn"]
+
+
+def kept_thread(path: Path) -> tuple[str, str]:
+    """Session "s": q1/a1 summarized, q2/a2 and q3/a3 kept by a daemon compaction
+    at the head; (the second kept turn, the compaction)."""
+    with SyncStore.open(path) as store:
+        store.create("s")
+    daemon_turn(path, "s", ["q1", "a1"], 1)
+    kept = daemon_turn(path, "s", ["q2", "a2"], 2)
+    last = daemon_turn(path, "s", ["q3", "a3"], 3)
+    return last, daemon_compaction(path, "s", "q1 and a1", kept, 4)
+
+
+def test_a_pop_takes_the_last_kept_item(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        before = store.items("s")
+        assert store.pop("s") == {"role": "assistant", "content": "a3"}
+        assert store.items("s") == before[:-1]
+        check_reads(store, "s", daemon_view(load(path, "s")))
+        for n in range(4):  # down to the summary, then nothing
+            assert store.pop("s") == before[-2 - n]
+            assert store.items("s") == before[: -2 - n]
+            assert store.get("s").turns == len(before) - 2 - n  # the whole chain's length
+        assert store.pop("s") is None and store.items("s") == []
+        store.append("s", ["new"])
+        assert store.items("s") == ["new"]
+
+
+def test_a_pop_after_the_compaction_leaves_the_kept_turns(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        store.append("s", ["x"])
+        before = store.items("s")
+        assert store.pop("s") == "x"
+        assert store.items("s") == before[:-1]
+        assert store.pop("s") == {"role": "assistant", "content": "a3"}
+        check_reads(store, "s", daemon_view(load(path, "s")))
