@@ -162,3 +162,26 @@ def test_a_pop_after_the_compaction_leaves_the_kept_turns(tmp_path: Path) -> Non
         assert store.items("s") == before[:-1]
         assert store.pop("s") == {"role": "assistant", "content": "a3"}
         check_reads(store, "s", daemon_view(load(path, "s")))
+
+
+def test_a_library_compaction_of_a_thread_kept_by_the_daemon(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        given: list[Any] = []
+        store.compact("s", lambda items: given.append(items) or ["short"])
+        assert given == [daemon_view(load(path, "s"))]
+        assert store.items("s") == ["short"]
+
+
+@pytest.mark.anyio
+async def test_a_library_compaction_through_the_daemon_of_a_thread_it_kept(
+    make_daemon: DaemonFactory,
+) -> None:
+    d = make_daemon()
+    assert d.terminate() == 0
+    kept_thread(d.ledger)
+    d.start()
+    async with await Store.connect(d.socket) as remote:
+        await remote.compact("s", lambda items: [len(items)])
+        assert await remote.items("s") == [5]
