@@ -191,21 +191,30 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
 def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:
     """The thread's turns from the latest compaction to the head, with their items,
     in the order of their items (Rule 1a)."""
+    return thread(conn, label)[1]
+
+
+def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnInfo]]:
+    """The head and `turns`, of one moment: the last of the turns is not always the
+    head (Rule 1a), and a compaction must know what it summarized (writes.py Rule 3)."""
     rows = conn.execute(
         f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
-        f" m.content FROM chain c JOIN turns t ON t.id = c.id LEFT JOIN messages m ON {_SHOWN}"
-        " WHERE c.part != 1 OR c.type != 'compaction' ORDER BY c.part DESC, c.depth DESC, m.seq",
+        f" m.content, c.depth FROM chain c JOIN turns t ON t.id = c.id"
+        f" LEFT JOIN messages m ON {_SHOWN} WHERE c.part != 1 OR c.type != 'compaction'"
+        " ORDER BY c.part DESC, c.depth DESC, m.seq",
         (label, WHOLE),
     ).fetchall()
     if not rows and not exists(conn, label):
         raise NotFound(f"no session {label!r}", field="session")
     out: list[TurnInfo] = []
-    for turn_id, session, kind, at, engine, role, content in rows:
+    head = None
+    for turn_id, session, kind, at, engine, role, content, depth in rows:
         if not out or out[-1].id != turn_id:
             out.append(TurnInfo(turn_id, session, kind, [], int(at)))
+            head = turn_id if depth == 0 else head
         if content is not None:
             out[-1].items.append(decode_item(engine, role, content))
-    return out
+    return head, out
 
 
 def items(conn: sqlite3.Connection, label: str) -> list[Any]:

@@ -167,10 +167,16 @@ def test_a_pop_after_the_compaction_leaves_the_kept_turns(tmp_path: Path) -> Non
 def test_a_library_compaction_of_a_thread_kept_by_the_daemon(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     kept_thread(path)
+    want = daemon_view(load(path, "s"))
+    given: list[Any] = []
+
+    def summarize(items: list[Any]) -> list[Any]:
+        given.append(items)
+        return ["short"]
+
     with SyncStore.open(path) as store:
-        given: list[Any] = []
-        store.compact("s", lambda items: given.append(items) or ["short"])
-        assert given == [daemon_view(load(path, "s"))]
+        store.compact("s", summarize)
+        assert given == [want]
         assert store.items("s") == ["short"]
 
 
