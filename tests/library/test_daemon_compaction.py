@@ -17,6 +17,7 @@ from ledger.reads import Thread, load_thread
 from ledger.sessions import thread_ids
 from tests.conftest import DaemonFactory
 from tests.integration.test_compaction import SMALL, WORDS, chat
+from tests.integration.test_fork_export import ctl
 from tests.library.daemon_turns import daemon_compaction, daemon_turn
 
 
@@ -191,3 +192,48 @@ async def test_a_library_compaction_through_the_daemon_of_a_thread_it_kept(
     async with await Store.connect(d.socket) as remote:
         await remote.compact("s", lambda items: [len(items)])
         assert await remote.items("s") == [5]
+
+
+def context(thread: Thread) -> tuple[str | None, list[Any]]:
+    """What a context load gives the daemon, but for turn ids."""
+    return thread.summary, [turn.messages for turn in thread.turns]
+
+
+def test_an_export_carries_a_daemon_compaction_and_its_kept_turns(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        store.append("s", ["after"])
+        store.import_jsonl(store.export_jsonl("s"), "copy")
+        assert store.items("copy") == store.items("s")
+    assert context(load(path, "copy")) == context(load(path, "s"))
+
+
+def test_an_export_carries_a_library_compaction_and_a_popped_one(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with SyncStore.open(path) as store:
+        store.append("s", ["a", "b"])
+        store.compact("s", lambda items: ["one", "two"])
+        store.import_jsonl(store.export_jsonl("s"), "copy")
+        store.pop("s")
+        store.import_jsonl(store.export_jsonl("s"), "popped")
+    assert context(load(path, "copy")) == ('["one","two"]', [])
+    assert context(load(path, "popped")) == context(load(path, "s")) == ('["one"]', [])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_brokerctl_export_and_import_of_a_compacted_session(
+    make_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    d = make_daemon({"engine": {**SMALL, "delay_ms": 1}})
+    session = (await chat(d, [f"message {n}: {WORDS}" for n in range(8)]))[0]["session"]
+    out = tmp_path / "thread.jsonl"
+    done = ctl(d, "export", session, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    done = ctl(d, "import", str(out), "--label", "import:copy")
+    assert done.returncode == 0, done.stderr
+    assert d.terminate() == 0
+    original = load(d.ledger, session)
+    assert original.summary is not None and original.turns
+    assert context(load(d.ledger, "import:copy")) == context(original)
