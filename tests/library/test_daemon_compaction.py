@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from ledger.api import Store, SyncStore
@@ -237,3 +238,48 @@ async def test_brokerctl_export_and_import_of_a_compacted_session(
     original = load(d.ledger, session)
     assert original.summary is not None and original.turns
     assert context(load(d.ledger, "import:copy")) == context(original)
+
+
+def test_an_export_without_compaction_rows_still_imports(tmp_path: Path) -> None:
+    """An export made before lines carried `compaction` (ledger/sessions.py Rule 5)."""
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        lines = [orjson.loads(line) for line in store.export_jsonl("s").splitlines()]
+        assert [line.get("compaction", {}).get("first_kept") for line in lines[1:]] == [
+            None,
+            None,
+            None,
+            1,
+        ]
+        for line in lines:
+            line.pop("compaction", None)
+        old = b"\n".join(orjson.dumps(line) for line in lines)
+        copy = store.import_jsonl(old, "old")
+        assert copy.turns == 4
+        assert store.items("old") == store.items("s")[:1]  # the summary: no row, no kept turns
+    assert load(path, "old").summary is None
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"first_kept": 3}, "compaction.first_kept"),
+        ({"summarized_through": -1}, "compaction.summarized_through"),
+        ({"first_kept": "1"}, "compaction.first_kept"),
+        ({"summary": None}, "compaction.summary"),
+        ({"trigger": 5}, "compaction.trigger"),
+        ({"tokens_before": {"a": 1}}, "a compaction with a bad field"),
+    ],
+)
+def test_a_bad_compaction_line_is_refused_and_nothing_is_written(
+    tmp_path: Path, change: dict[str, Any], error: str
+) -> None:
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        lines = [orjson.loads(line) for line in store.export_jsonl("s").splitlines()]
+        lines[-1]["compaction"].update(change)
+        with pytest.raises(ValueError, match=error):
+            store.import_jsonl(b"\n".join(orjson.dumps(line) for line in lines), "bad")
+        assert [s.id for s in store.list_sessions().sessions] == ["s"]
