@@ -283,3 +283,15 @@ def test_a_bad_compaction_line_is_refused_and_nothing_is_written(
         with pytest.raises(ValueError, match=error):
             store.import_jsonl(b"\n".join(orjson.dumps(line) for line in lines), "bad")
         assert [s.id for s in store.list_sessions().sessions] == ["s"]
+
+
+def test_a_session_with_a_turn_the_daemon_committed_can_be_deleted(tmp_path: Path) -> None:
+    """The daemon's commit writes the turn's state record (turn_state), which
+    references the turn: found by the store model's delete after a daemon compaction."""
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    with SyncStore.open(path) as store:
+        store.delete("s")  # raised sqlite3.IntegrityError: FOREIGN KEY constraint failed
+        assert store.list_sessions().sessions == []
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM turn_state").fetchone() == (0,)
