@@ -406,7 +406,15 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
     # the index's delete trigger must only ever see indexed rows (fts.py Rule 2).
     index_new_messages(conn)
     turns = "SELECT id FROM turns WHERE session_label = ?"
-    for table in ("messages", "tool_calls", "turn_events", "compactions", "turn_progress"):
+    # turn_state: the state record each turn the daemon commits writes (state_records.py).
+    for table in (
+        "messages",
+        "tool_calls",
+        "turn_events",
+        "compactions",
+        "turn_progress",
+        "turn_state",
+    ):
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
     forget_deleted(conn)  # their ids may be given out again (fts.py Rule 4)
     conn.execute(f"DELETE FROM file_snapshots WHERE turn_id IN ({turns})", (label,))
