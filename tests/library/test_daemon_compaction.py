@@ -295,3 +295,23 @@ def test_a_session_with_a_turn_the_daemon_committed_can_be_deleted(tmp_path: Pat
         assert store.list_sessions().sessions == []
     with contextlib.closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM turn_state").fetchone() == (0,)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_agents_sdk_session_reads_the_kept_turns(tmp_path: Path) -> None:
+    pytest.importorskip("agents")
+    from ledger.integrations.openai_agents import LedgerSession
+
+    path = tmp_path / "ledger.db"
+    kept_thread(path)
+    want = daemon_view(load(path, "s"))
+    session = LedgerSession("s", path=path)
+    try:
+        assert await session.get_items() == want
+        for n in range(1, len(want) + 1):
+            assert await session.get_items(limit=n) == want[-n:]
+        assert await session.pop_item() == want[-1]
+        assert await session.get_items() == want[:-1]
+    finally:
+        session.close()
