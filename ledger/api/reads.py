@@ -162,7 +162,7 @@ _LAST_ITEMS = (
 
 
 def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
-    """The last `n` items of the session, oldest first (Rules 2, 2a)."""
+    """The last `n` items of the session, oldest first (Rules 2, 2a, 2b)."""
     if n <= 0:
         if not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
