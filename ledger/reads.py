@@ -6,6 +6,10 @@ Rule 1: the thread loaded is exactly the turns after the latest compaction
         most `MAX_LOAD_TURNS` of them, with the same rule as the rest of the
         ledger: inputs of aborted turns run again elsewhere and are left out;
         an aborted turn's partial reply stays.
+Rule 1a: a compaction keeping turns an earlier compaction had kept walks through
+        that earlier compaction turn: its summary is left out, merged into the
+        later one, as the compactor's own context never holds a compaction turn
+        (its blocks are the plan's kept turns).
 Rule 2: the state record is the head's (ledger/state_records.py): the
         thread's own, never another thread's of the same session.
 """
@@ -64,7 +68,8 @@ def load_thread(conn: sqlite3.Connection, head: str) -> Thread:
 def _kept_turns(
     conn: sqlite3.Connection, compaction: str, first_kept: str | None
 ) -> list[tuple[str, str]]:
-    """The turns a compaction kept verbatim: from its parent back to `first_kept`."""
+    """The turns a compaction kept verbatim: from its parent back to `first_kept`,
+    but for compaction turns (Rule 1a)."""
     if first_kept is None:
         return []
     rows = conn.execute(
@@ -72,10 +77,11 @@ def _kept_turns(
         " SELECT parent_id, 0 FROM turns WHERE id = ? UNION ALL"
         " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
         " WHERE c.id != ? AND t.parent_id IS NOT NULL AND c.depth < ?)"
-        " SELECT t.id, t.status FROM chain c JOIN turns t ON t.id = c.id ORDER BY c.depth",
+        " SELECT t.id, t.status, t.type FROM chain c JOIN turns t ON t.id = c.id"
+        " ORDER BY c.depth",
         (compaction, first_kept, MAX_LOAD_TURNS),
     ).fetchall()
-    return [(str(r[0]), str(r[1])) for r in rows]
+    return [(str(r[0]), str(r[1])) for r in rows if r[2] != "compaction"]  # Rule 1a
 
 
 def _messages(

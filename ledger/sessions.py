@@ -15,6 +15,14 @@ Rule 4: a turn line's `type` is its turn's own (`turn`, `compaction`,
         `messages` list for a turn line, whatever its type; only a blob line is
         told by its type. (A `compaction` line was refused before, and with it
         every export of a compacted thread.)
+Rule 5: a compaction turn's line carries its `compactions` row (`compaction`:
+        the summary the daemon's context loads, and the rest of the row), the
+        turns it names (`summarized_through`, `first_kept`: the turns it kept
+        verbatim) given as positions of turn lines in the export, from 0; an
+        import writes the row for the new turn, those positions mapped to the
+        new turns. Still version 2: a line without it (an older export) imports
+        as before, its compaction turn without a row, and an older broker
+        reading a newer export ignores it alike.
 """
 
 from __future__ import annotations
@@ -87,8 +95,9 @@ def export_lines(conn: sqlite3.Connection, label: str, now: int) -> Iterator[dic
         "turns": len(chain),
     }
     sent: set[str] = set()
+    positions = {turn_id: n for n, turn_id in enumerate(chain)}
     for turn_id in chain:
-        line = _turn_line(conn, turn_id)
+        line = _turn_line(conn, turn_id, positions)
         for f in line["files"]:
             if f["stored"] and f["sha256"] not in sent:
                 sent.add(f["sha256"])
@@ -139,7 +148,43 @@ MESSAGE_COLUMNS = ("role", "channel", "msg_id", "sender_id", "content", "tokens"
 TOOL_COLUMNS = ("name", "arguments", "result", "status", "created_at")
 
 
-def _turn_line(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any]:
+COMPACTION_COLUMNS = (
+    "summary",
+    "turns_summarized",
+    "trigger",
+    "created_at",  # these four are required in a line's `compaction`, the rest optional
+    "instructions",
+    "model",
+    "fallback",
+    "tokens_before",
+    "tokens_after",
+    "summary_tokens",
+    "summarization_input_tokens",
+    "summarization_output_tokens",
+    "duration_ms",
+)
+_COMPACTION_TURNS = ("summarized_through_turn_id", "first_kept_turn_id")
+
+
+def _compaction(
+    conn: sqlite3.Connection, turn_id: str, positions: dict[str, int]
+) -> dict[str, Any] | None:
+    """The `compactions` row of a turn as its line carries it (Rule 5), or None."""
+    row = conn.execute(
+        f"SELECT {', '.join(COMPACTION_COLUMNS + _COMPACTION_TURNS)} FROM compactions"
+        " WHERE turn_id = ?",
+        (turn_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    out = dict(zip(COMPACTION_COLUMNS, row, strict=False))
+    through, first_kept = row[len(COMPACTION_COLUMNS) :]
+    out["summarized_through"] = positions.get(through) if through is not None else None
+    out["first_kept"] = positions.get(first_kept) if first_kept is not None else None
+    return out
+
+
+def _turn_line(conn: sqlite3.Connection, turn_id: str, positions: dict[str, int]) -> dict[str, Any]:
     turn = conn.execute(
         f"SELECT {', '.join(TURN_COLUMNS)} FROM turns WHERE id = ?", (turn_id,)
     ).fetchone()
@@ -158,6 +203,10 @@ def _turn_line(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any]:
             (turn_id,),
         )
     ]
+    if line["type"] == "compaction":
+        compaction = _compaction(conn, turn_id, positions)
+        if compaction is not None:
+            line["compaction"] = compaction
     line["files"] = snapshots.turn_files(conn, turn_id)
     line["events"] = [
         {"type": kind, "payload": orjson.loads(payload)}
@@ -192,6 +241,7 @@ def import_lines(
     )
     parent: str | None = None
     count = 0
+    made: list[str] = []  # the new turns' ids, in the order of their lines (Rule 5)
     for number, raw in enumerate(it, start=2):
         turn = _parse(raw, number)
         if turn.get("type") == "blob":
@@ -203,6 +253,9 @@ def import_lines(
         if not isinstance(turn.get("messages"), list):  # Rule 4
             raise ImportError_(f"line {number}: expected a turn or a blob")
         parent = _insert_turn(conn, turn, label, parent, number)
+        if "compaction" in turn:
+            _insert_compaction(conn, turn["compaction"], parent, label, made, number)
+        made.append(parent)
         count += 1
     conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = ? WHERE label = ?", (parent, count, label)
@@ -275,3 +328,44 @@ def _insert_turn(
     except (KeyError, TypeError, sqlite3.IntegrityError) as exc:
         raise ImportError_(f"line {number}: a turn with a missing or bad field ({exc})") from exc
     return turn_id
+
+
+def _insert_compaction(
+    conn: sqlite3.Connection,
+    row: Any,
+    turn_id: str,
+    label: str,
+    made: list[str],
+    number: int,
+) -> None:
+    """The `compactions` row a compaction turn's line carries, its turns mapped to
+    the new ones (Rule 5)."""
+    if not isinstance(row, dict):
+        raise ImportError_(f"line {number}: `compaction` is not a JSON object")
+    turns: list[str | None] = []
+    for key in ("summarized_through", "first_kept"):
+        at = row.get(key)
+        if at is None:
+            turns.append(None)
+        elif type(at) is int and 0 <= at < len(made):
+            turns.append(made[at])
+        else:
+            raise ImportError_(
+                f"line {number}: `compaction.{key}` is not the position of an earlier turn"
+            )
+    for column, kind in zip(COMPACTION_COLUMNS[:4], (str, int, str, int), strict=True):
+        if type(row.get(column)) is not kind:
+            raise ImportError_(
+                f"line {number}: `compaction.{column}` is missing or not a {kind.__name__}"
+            )
+    values = [row.get(c) for c in COMPACTION_COLUMNS]
+    values[COMPACTION_COLUMNS.index("fallback")] = row.get("fallback") or 0
+    try:
+        conn.execute(
+            "INSERT INTO compactions (turn_id, session_label,"
+            f" {', '.join(COMPACTION_COLUMNS + _COMPACTION_TURNS)}) VALUES"
+            f" (?, ?, {', '.join('?' * (len(COMPACTION_COLUMNS) + 2))})",
+            (turn_id, label, *values, *turns),
+        )
+    except (sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.IntegrityError) as exc:
+        raise ImportError_(f"line {number}: a compaction with a bad field ({exc})") from exc

@@ -118,8 +118,7 @@ class Face:
 
     def _compact_plan(self, session_id: str) -> tuple[str | None, list[Any], int]:
         """The head, the items a summarizer gets and how many turns they span."""
-        turns = self._read_turns(session_id)
-        head = turns[-1].id if turns else None
+        head, turns = reads.thread(self._reads(), _label(session_id))
         return head, [i for t in turns for i in t.items], len(turns)
 
     def _compact_job(

@@ -3,6 +3,15 @@
 Rule 1: a session's items are its thread's messages, from the latest compaction
         turn (whose items are the summary) to the head, in order; a fork reads
         its ancestors' turns as its own.
+Rule 1a: a daemon compaction keeps its newest turns verbatim (its `compactions`
+        row's `first_kept_turn_id`): they sit before the compaction turn in the
+        tree and read after it, as the daemon's context loads them
+        (ledger/reads.py Rule 1): the summary, the kept turns, the turns since.
+        The walk goes on past such a compaction to its first kept turn; its
+        rows carry a `part` (2 the compaction, 1 a kept turn, 0 a turn since),
+        the reads order by part first. A compaction turn among the kept ones
+        (one compaction keeping turns an earlier one had kept) has no items:
+        the later summary took its place, as in the daemon's context.
 Rule 2: the last N items walk back from the head N/2 turns in one statement,
         so the cost follows N, not the length of the thread; a thread with
         fewer items a turn (or empty turns: daemon compactions) takes a second,
@@ -16,6 +25,13 @@ Rule 2a: that first walk has no ORDER BY: its rows (every message of the turns
         (docs/performance.md, "The library's sequential path"). Empty turns
         come as one row without content, so the walk's depth is known
         whatever its turns held.
+Rule 2b: that first walk stops at the latest compaction, as it did before
+        Rule 1a: going on to the kept turns in the same statement took a last-30
+        read from 609,000 instructions to 703,000 (docs/performance.md, "A
+        daemon compaction's kept turns"). A daemon's compaction (which alone
+        keeps turns) is told by its role, read as '' there; a thread starting
+        at one is read by the second, whole walk, which knows Rule 1a (so is
+        one whose deepest message has the role '', written so: rare, right).
 Rule 3: `list_sessions(title_contains=)` matches case-insensitively by
         SQLite's lower(), which folds ASCII letters only: "first" finds
         "First chat", "über" does not find "Über". Folding every letter would
@@ -104,7 +120,25 @@ def list_sessions(
 # The walk's bound is a depth, not a LIMIT inside the recursive query: PostgreSQL
 # has no LIMIT there (ledger/postgres). WHOLE walks the whole thread.
 WHOLE = 2**62
+# `part` and `target` (the first kept turn the walk goes on to) follow Rule 1a.
+_KEPT = "(SELECT first_kept_turn_id FROM compactions WHERE turn_id = t.id)"
 _WALK = (
+    "WITH RECURSIVE chain(id, depth, type, parent, engine, part, target) AS ("
+    " SELECT t.id, 0, t.type, t.parent_id, t.engine,"
+    " CASE WHEN t.type = 'compaction' THEN 2 ELSE 0 END,"
+    f" CASE WHEN t.type = 'compaction' THEN {_KEPT} END FROM sessions s"
+    " JOIN turns t ON t.id = s.head_turn_id WHERE s.label = ?"
+    " UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine,"
+    " CASE WHEN c.part != 0 THEN 1 WHEN t.type = 'compaction' THEN 2 ELSE 0 END,"
+    f" CASE WHEN c.part = 0 AND t.type = 'compaction' THEN {_KEPT} ELSE c.target END"
+    " FROM chain c JOIN turns t ON t.id = c.parent WHERE c.depth + 1 < ? AND"
+    " (c.part = 0 AND c.type != 'compaction' OR c.part = 2 AND c.target IS NOT NULL"
+    " OR c.part = 1 AND c.id != c.target))"
+)
+# The messages a walked turn shows: none of a compaction's among kept turns (Rule 1a).
+_SHOWN = "m.turn_id = c.id AND (c.part != 1 OR c.type != 'compaction')"
+# The first walk of `last_items` (Rule 2b): it stops at the latest compaction.
+_FIRST_WALK = (
     "WITH RECURSIVE chain(id, depth, type, parent, engine) AS ("
     " SELECT t.id, 0, t.type, t.parent_id, t.engine FROM sessions s"
     " JOIN turns t ON t.id = s.head_turn_id WHERE s.label = ?"
@@ -113,18 +147,22 @@ _WALK = (
 )
 # A message's role is needed only when it is not a library item (records.py Rule 2).
 _ROLE = f"CASE WHEN c.engine = '{LIBRARY}' THEN NULL ELSE m.role END"
+# ... and '' marks a daemon's compaction turn, which may have kept turns (Rule 2b).
+_FIRST_ROLE = (
+    f"CASE WHEN c.engine = '{LIBRARY}' THEN NULL WHEN c.type = 'compaction' THEN '' ELSE m.role END"
+)
 _LAST_TURNS = (
-    f"{_WALK} SELECT -c.depth, m.seq, {_ROLE}, m.content FROM chain c"
+    f"{_FIRST_WALK} SELECT -c.depth, m.seq, {_FIRST_ROLE}, m.content FROM chain c"
     " LEFT JOIN messages m ON m.turn_id = c.id"
 )
 _LAST_ITEMS = (
     f"{_WALK} SELECT {_ROLE}, m.content FROM chain c"
-    " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth, m.seq DESC LIMIT ?"
+    f" JOIN messages m ON {_SHOWN} ORDER BY c.part, c.depth, m.seq DESC LIMIT ?"
 )
 
 
 def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
-    """The last `n` items of the session, oldest first (Rules 2, 2a)."""
+    """The last `n` items of the session, oldest first (Rules 2, 2a, 2b)."""
     if n <= 0:
         if not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
@@ -140,7 +178,8 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
     rows.sort()  # oldest turn first (the deepest), then seq; (depth, seq) is unique
     walked_to_its_start = -rows[0][0] < depth - 1  # the walk stopped before its bound
     found = [(role, content) for _, _, role, content in rows if content is not None]
-    if len(found) < n and not walked_to_its_start:
+    # A daemon's compaction at the start: its kept turns read after it (Rule 2b).
+    if rows[0][2] == "" or (len(found) < n and not walked_to_its_start):
         found = conn.execute(_LAST_ITEMS, (label, WHOLE, n)).fetchall()
         found.reverse()
     return [
@@ -150,29 +189,39 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
 
 
 def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:
-    """The thread's turns from the latest compaction to the head, with their items."""
+    """The thread's turns from the latest compaction to the head, with their items,
+    in the order of their items (Rule 1a)."""
+    return thread(conn, label)[1]
+
+
+def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnInfo]]:
+    """The head and `turns`, of one moment: the last of the turns is not always the
+    head (Rule 1a), and a compaction must know what it summarized (writes.py Rule 3)."""
     rows = conn.execute(
         f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
-        " m.content FROM chain c JOIN turns t ON t.id = c.id"
-        " LEFT JOIN messages m ON m.turn_id = c.id ORDER BY c.depth DESC, m.seq",
+        f" m.content, c.depth FROM chain c JOIN turns t ON t.id = c.id"
+        f" LEFT JOIN messages m ON {_SHOWN} WHERE c.part != 1 OR c.type != 'compaction'"
+        " ORDER BY c.part DESC, c.depth DESC, m.seq",
         (label, WHOLE),
     ).fetchall()
     if not rows and not exists(conn, label):
         raise NotFound(f"no session {label!r}", field="session")
     out: list[TurnInfo] = []
-    for turn_id, session, kind, at, engine, role, content in rows:
+    head = None
+    for turn_id, session, kind, at, engine, role, content, depth in rows:
         if not out or out[-1].id != turn_id:
             out.append(TurnInfo(turn_id, session, kind, [], int(at)))
+            head = turn_id if depth == 0 else head
         if content is not None:
             out[-1].items.append(decode_item(engine, role, content))
-    return out
+    return head, out
 
 
 def items(conn: sqlite3.Connection, label: str) -> list[Any]:
     """Every item of the thread, oldest first (Rule 1)."""
     rows = conn.execute(
         f"{_WALK} SELECT c.engine, m.role, m.content FROM chain c"
-        " JOIN messages m ON m.turn_id = c.id ORDER BY c.depth DESC, m.seq",
+        f" JOIN messages m ON {_SHOWN} ORDER BY c.part DESC, c.depth DESC, m.seq",
         (label, WHOLE),
     ).fetchall()
     if not rows and not exists(conn, label):

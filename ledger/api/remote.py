@@ -193,8 +193,8 @@ class RemoteStore:
         return await self.get(str(made["label"]))
 
     async def compact(self, session_id: str, summarizer: Callable[[list[Any]], Any]) -> str:
-        turns = await self.turns(session_id)
-        head = turns[-1].id if turns else None
+        thread = await self._call("thread", session=session_id)
+        head, turns = thread["head"], [TurnInfo(**t) for t in thread["turns"]]
         summary = summarizer([i for t in turns for i in t.items])
         if inspect.isawaitable(summary):
             summary = await summary

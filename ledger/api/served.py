@@ -127,6 +127,8 @@ def plan(call: LibraryCall, args: dict[str, Any], now: int) -> tuple[str, Any]: 
         return _read(reads_.items, s("session", str))
     if call == "turns":
         return _read(reads_.turns, s("session", str))
+    if call == "thread":  # what a compaction summarizes: the head and its turns
+        return _read(reads_.thread, s("session", str))
     if call == "export":
         return _read(export_snapshot, s("session", str), now)
     if call.startswith("adk."):
@@ -190,6 +192,8 @@ def answer(call: LibraryCall, value: Any) -> Any:
         }
     if call == "turns":
         return [dataclasses.asdict(t) for t in value]
+    if call == "thread":
+        return {"head": value[0], "turns": [dataclasses.asdict(t) for t in value[1]]}
     if call == "export":
         return [orjson.dumps(line).decode() for line in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -35,6 +35,13 @@ Rule 2a: `pop` takes from the thread as the reads see it (reads.py Rule 1),
         daemon reads, shortened alike), not by moving to the turn's parent,
         which would bring back the whole summarized history; a compaction
         with no items left is an empty thread, and a pop there finds nothing.
+Rule 2b: the turns a daemon compaction kept verbatim read after its summary
+        (reads.py Rule 1a), so a pop there takes the last item of the newest
+        kept turn holding one: the new head is a copy of the compaction turn
+        (its summary, its `compactions` row) on that turn's copy without the
+        item, or on its parent when it held just that one; kept turns left
+        with nothing to show are left off, and the copy's first kept turn is
+        the original's, or its copy, or none when none is left.
 Rule 3: a compaction is a turn of type 'compaction' holding the summary items,
         committed only if the head is still the one that was summarized.
 """
@@ -188,6 +195,13 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
         rows = conn.execute(
             "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
         ).fetchall()
+        if kind == "compaction":
+            shown = [(str(r), str(c)) for r, c in rows]
+            popped = _pop_kept(conn, label, turn, shown, engine, now)
+            if popped is not None:  # Rule 2b
+                new_head, delta, item = popped
+                _move_head(conn, label, new_head, head[0], delta - skipped, "pop", now)
+                return item
         if not rows:
             if kind == "compaction":  # the thread starts here, empty (Rule 2a)
                 return None
@@ -199,7 +213,7 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
             # The copy keeps the engine: it says how the rows read back (records.py).
             copy = _insert_turn(conn, label, parent, kept, now, kind=kind, engine=engine)
             if kind == "compaction":
-                _copy_compaction(conn, turn, copy, label, kept, engine, now)
+                _copy_compaction(conn, turn, copy, label, _summary(kept, engine), now)
             new_head, delta = copy, -skipped
         _move_head(conn, label, new_head, head[0], delta, "pop", now)
         role, content = rows[-1]
@@ -212,22 +226,76 @@ def _copy_compaction(
     turn: str,
     copy: str,
     label: str,
-    kept: list[Row],
-    engine: str | None,
+    summary: str | None,
     now: int,
+    first_kept: tuple[str | None] | None = None,
 ) -> None:
-    """The `compactions` row of `turn` for its shortened `copy` (Rule 2a)."""
-    if engine == LIBRARY:
-        summary = orjson.dumps([orjson.loads(content) for _, content in kept]).decode()
-    else:
-        summary = "\n\n".join(content for _, content in kept)
+    """The `compactions` row of `turn` for its `copy`: its summary `summary` (None: the
+    same), its first kept turn `first_kept[0]` if given (Rules 2a, 2b)."""
+    kept, args = ("first_kept_turn_id", ()) if first_kept is None else ("?", first_kept)
     conn.execute(
         "INSERT INTO compactions (turn_id, session_label, summary, summarized_through_turn_id,"
-        " first_kept_turn_id, turns_summarized, trigger, created_at) SELECT ?, ?, ?,"
-        " summarized_through_turn_id, first_kept_turn_id, turns_summarized, trigger, ?"
-        " FROM compactions WHERE turn_id = ?",
-        (copy, label, summary, now, turn),
+        " first_kept_turn_id, turns_summarized, trigger, created_at) SELECT ?, ?,"
+        f" coalesce(?, summary), summarized_through_turn_id, {kept}, turns_summarized,"
+        " trigger, ? FROM compactions WHERE turn_id = ?",
+        (copy, label, summary, *args, now, turn),
     )
+
+
+def _summary(kept: list[Row], engine: str | None) -> str:
+    """The summary a compaction turn holding `kept` gives the daemon (Rule 2a)."""
+    if engine == LIBRARY:
+        return orjson.dumps([orjson.loads(content) for _, content in kept]).decode()
+    return "\n\n".join(content for _, content in kept)
+
+
+def _pop_kept(
+    conn: sqlite3.Connection,
+    label: str,
+    compaction: str,
+    rows: list[Row],
+    engine: str | None,
+    now: int,
+) -> tuple[str, int, tuple[str | None, str, str]] | None:
+    """Take the last item of the turns `compaction` kept (Rule 2b): (the new head, the
+    change of the chain's length, (engine, role, content)); None when no kept turn
+    holds an item."""
+    row = conn.execute(
+        "SELECT c.first_kept_turn_id, t.parent_id FROM compactions c JOIN turns t"
+        " ON t.id = c.turn_id WHERE c.turn_id = ?",
+        (compaction,),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    first_kept, turn = row
+    dropped = 0  # kept turns with nothing to show, newest first, that the copy leaves out
+    while turn is not None:
+        parent, kind, turn_engine = conn.execute(
+            "SELECT parent_id, type, engine FROM turns WHERE id = ?", (turn,)
+        ).fetchone()
+        found = []
+        if kind != "compaction":  # one among the kept turns shows nothing (reads.py 1a)
+            found = conn.execute(
+                "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
+            ).fetchall()
+        if found:
+            break
+        if turn == first_kept:
+            return None
+        turn, dropped = parent, dropped + 1
+    else:
+        return None  # `first_kept` is not on the chain: read as the summary alone
+    base, first = parent, None if turn == first_kept else first_kept
+    if len(found) > 1:  # a copy without the last item takes the turn's place
+        rest = [(str(r), str(c)) for r, c in found[:-1]]
+        base = _insert_turn(conn, label, parent, rest, now, kind=kind, engine=turn_engine)
+        first = base if turn == first_kept else first_kept
+    else:
+        dropped += 1
+    copy = _insert_turn(conn, label, base, rows, now, kind="compaction", engine=engine)
+    _copy_compaction(conn, compaction, copy, label, None, now, (first,))
+    role, content = found[-1]
+    return copy, -dropped, (turn_engine, str(role), str(content))
 
 
 def clear(conn: sqlite3.Connection, label: str, now: int) -> None:
@@ -338,7 +406,15 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
     # the index's delete trigger must only ever see indexed rows (fts.py Rule 2).
     index_new_messages(conn)
     turns = "SELECT id FROM turns WHERE session_label = ?"
-    for table in ("messages", "tool_calls", "turn_events", "compactions", "turn_progress"):
+    # turn_state: the state record each turn the daemon commits writes (state_records.py).
+    for table in (
+        "messages",
+        "tool_calls",
+        "turn_events",
+        "compactions",
+        "turn_progress",
+        "turn_state",
+    ):
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
     forget_deleted(conn)  # their ids may be given out again (fts.py Rule 4)
     conn.execute(f"DELETE FROM file_snapshots WHERE turn_id IN ({turns})", (label,))

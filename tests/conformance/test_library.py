@@ -4,12 +4,13 @@ session's items in and out, serialized appends, bad arguments refused whole."""
 from __future__ import annotations
 
 import anyio
+import orjson
 import pytest
 
 from ledger.errors import LedgerLookupError, NotFound
 from ledger.port import LedgerPort
 
-from .records import tick
+from .records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 
@@ -119,3 +120,55 @@ async def test_adk_calls_keep_a_session_record_beside_its_turns(port: LedgerPort
         )  # fmt: skip
     await port.library_call("delete", {"session": label}, tick())
     assert await port.library_call("adk.get", {**base, "recent": None}, tick()) == {}
+
+
+async def test_a_daemon_compaction_keeping_turns_reads_exports_and_pops_alike(
+    port: LedgerPort,
+) -> None:
+    # ledger/api/reads.py Rule 1a, writes.py Rule 2b, ledger/sessions.py Rule 5.
+    acc = await ingest(port, inbound("m1", text="q1"))
+    parent = None
+    turns = []
+    for n in range(3):
+        if n:
+            await ingest(port, inbound(f"m{n + 1}", text=f"q{n + 1}"))
+        rec = turn(acc.session, parent, await port.open_items(acc.session), f"a{n + 1}")
+        await port.submit_turn(rec).result()
+        parent = rec.turn_id
+        turns.append(rec)
+    compaction = turn(
+        acc.session,
+        parent,
+        [],
+        "q1 and a1",
+        kind="compaction",
+        compaction={
+            "summary": "q1 and a1",
+            "summarized_through_turn_id": turns[0].turn_id,
+            "first_kept_turn_id": turns[1].turn_id,
+            "turns_summarized": 1,
+            "trigger": "proactive",
+        },
+    )
+    await port.submit_turn(compaction).result()
+    want = [{"role": "assistant", "content": "q1 and a1"}] + [
+        {"role": role, "content": f"{letter}{n}"}
+        for n in (2, 3)
+        for role, letter in (("user", "q"), ("assistant", "a"))
+    ]
+    session = {"session": acc.session}
+    assert await port.library_call("items", session, tick()) == want
+    assert await port.library_call("last", {**session, "n": 2}, tick()) == want[-2:]
+    thread = await port.library_call("thread", session, tick())
+    assert thread["head"] == compaction.turn_id
+    assert [i for t in thread["turns"] for i in t["items"]] == want
+    lines = await port.export_session(acc.session, tick())
+    made, _ = await port.import_session([orjson.dumps(line) for line in lines], "copy", tick())
+    assert await port.library_call("items", {"session": made}, tick()) == want
+    original, copy = await port.session_start(acc.session), await port.session_start(made)
+    assert original.thread is not None and copy.thread is not None
+    assert copy.thread.summary == original.thread.summary == "q1 and a1"
+    assert [t.messages for t in copy.thread.turns] == [t.messages for t in original.thread.turns]
+    popped = await port.library_call("pop", session, tick())
+    assert popped == {"found": True, "item": want[-1]}
+    assert await port.library_call("items", session, tick()) == want[:-1]

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 from ledger.ids import new_id
+from ledger.turns import TurnRecord, commit_turn
 
 
 def daemon_turn(path: Path, session: str, texts: list[str], now: int) -> str:
@@ -34,6 +35,65 @@ def daemon_turn(path: Path, session: str, texts: list[str], now: int) -> str:
             " WHERE label = ?",
             (turn, now, session),
         )
+        conn.execute("COMMIT")
+    conn.close()
+    return turn
+
+
+def daemon_compaction(
+    path: Path, session: str, summary: str, first_kept: str | None, now: int
+) -> str:
+    """A compaction turn as the daemon's compactor commits one (broker/mailbox/
+    compactor.py, through ledger/turns.py commit_turn): on the head, its summary the
+    turn's one assistant message and its `compactions` row, the turns from
+    `first_kept` to the head kept verbatim (None: none kept)."""
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        head = conn.execute(
+            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
+        ).fetchone()[0]
+        through = head
+        if first_kept is not None:
+            through = conn.execute(
+                "SELECT parent_id FROM turns WHERE id = ?", (first_kept,)
+            ).fetchone()[0]
+        turn = new_id()
+        rec = TurnRecord(
+            turn_id=turn,
+            session=session,
+            parent_id=head,
+            type="compaction",
+            status="completed",
+            reason="proactive",
+            error=None,
+            output=summary,
+            engine="echo",
+            model=None,
+            started_at=now,
+            completed_at=now,
+            prompt_tokens=None,
+            completion_tokens=None,
+            inputs=[],
+            item_status="done",
+            output_tokens=len(summary.split()),
+            compaction={
+                "summary": summary,
+                "summarized_through_turn_id": through,
+                "first_kept_turn_id": first_kept,
+                "turns_summarized": 1,
+                "trigger": "proactive",
+                "instructions": None,
+                "model": None,
+                "fallback": 1,
+                "tokens_before": 100,
+                "tokens_after": 50,
+                "summary_tokens": len(summary.split()),
+                "summarization_input_tokens": None,
+                "summarization_output_tokens": None,
+                "duration_ms": 0,
+            },
+        )
+        commit_turn(conn, rec)
         conn.execute("COMMIT")
     conn.close()
     return turn

@@ -38,7 +38,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ledger.api import Conflict, NotFound, SessionInfo, Store, SyncStore
 from ledger.sessions import thread_ids
-from tests.library.daemon_turns import daemon_turn
+from tests.library.daemon_turns import daemon_compaction, daemon_turn
 
 LABELS = ["a", "b", "日本 ü", "x:y"]  # few: the calls meet on the same sessions
 TEXT = st.text(max_size=6)
@@ -81,6 +81,7 @@ class Turn:
     kind: str  # turn | compaction
     items: list[Any]
     at: int
+    first_kept: str | None = None  # a daemon compaction's first turn kept verbatim
 
 
 @dataclass
@@ -103,15 +104,29 @@ class Model:
         self.turns: dict[str, Turn] = {}
 
     def thread(self, head: str | None) -> list[str]:
-        """The turn ids a session with this head reads, oldest first."""
+        """The turn ids a session with this head reads, oldest first: from the latest
+        compaction, then the turns it kept but for compactions, then the turns since
+        (ledger/api/reads.py Rule 1a)."""
         out: list[str] = []
         while head is not None:
-            out.append(head)
             turn = self.turns[head]
             if turn.kind == "compaction":
-                break
+                kept = [t for t in self.kept(head) if self.turns[t].kind != "compaction"]
+                return [head, *kept[::-1], *out[::-1]]
+            out.append(head)
             head = turn.parent
         return out[::-1]
+
+    def kept(self, compaction: str) -> list[str]:
+        """The turns `compaction` kept verbatim, newest first, compactions among them."""
+        first_kept, out = self.turns[compaction].first_kept, []
+        head = self.turns[compaction].parent if first_kept is not None else None
+        while head is not None:
+            out.append(head)
+            if head == first_kept:
+                break
+            head = self.turns[head].parent
+        return out
 
     def chain_length(self, head: str | None) -> int:
         n = 0
@@ -390,6 +405,31 @@ class StoreMachine(RuleBasedStateMachine):
         if session.turns is not None:
             session.turns += 1
 
+    @rule(label=st.sampled_from(LABELS), data=st.data(), summary=st.text(max_size=6))
+    def daemon_compacts(self, label: str, data: st.DataObject, summary: str) -> None:
+        """A compaction as the daemon's compactor writes one (broker/mailbox/
+        compactor.py): its plan summarizes the oldest turns of its context and keeps
+        the newest (none, or from any turn but the first)."""
+        session = self.model.sessions.get(label)
+        if session is None:
+            return
+        view = self.model.thread(session.head)
+        blocks = [t for t in view if self.model.turns[t].items]
+        if view and self.model.turns[view[0]].kind == "compaction":
+            blocks = [t for t in blocks if t != view[0]]  # the summary is not a block
+        if not blocks:
+            return  # nothing to summarize: the daemon writes no compaction
+        first_kept = data.draw(st.sampled_from([None, *blocks[1:]]))
+        self.tick()
+        turn_id = daemon_compaction(self.store.path, label, summary, first_kept, self.now)
+        item = {"role": "assistant", "content": summary}
+        self.model.turns[turn_id] = Turn(
+            session.head, label, "compaction", [item], self.now, first_kept
+        )
+        session.head, session.updated_at = turn_id, self.now
+        if session.turns is not None:
+            session.turns += 1
+
     @rule(label=st.sampled_from(LABELS), n=st.integers(-1, 12))
     def last(self, label: str, n: int) -> None:
         if label not in self.model.sessions:
@@ -439,6 +479,8 @@ class StoreMachine(RuleBasedStateMachine):
             turn_id, skipped = turn.parent, skipped + 1
         assert turn_id is not None
         turn = self.model.turns[turn_id]
+        if turn.kind == "compaction" and self.model_pop_kept(label, turn_id, new_head, skipped):
+            return
         if len(turn.items) == 1 and turn.kind != "compaction":
             assert new_head == turn.parent
             delta = 1 + skipped
@@ -451,6 +493,43 @@ class StoreMachine(RuleBasedStateMachine):
         session.head, session.updated_at = new_head, self.now
         if session.turns is not None:
             session.turns = max(session.turns - delta, 0)
+
+    def model_pop_kept(
+        self, label: str, compaction: str, new_head: str | None, skipped: int
+    ) -> bool:
+        """A pop from the turns a daemon compaction kept (ledger/api/writes.py Rule
+        2b): the new head is a copy of the compaction on the newest kept turn holding
+        an item, shortened by a copy, or on its parent; False if none holds one."""
+        kept = self.model.kept(compaction)
+        holding = [t for t in kept if self.model.turns[t].kind != "compaction"]
+        holding = [t for t in holding if self.model.turns[t].items]
+        if not holding:
+            return False
+        turn_id, original = holding[0], self.model.turns[compaction]
+        dropped = kept.index(turn_id)  # the kept turns after it, left off
+        turn = self.model.turns[turn_id]
+        assert new_head is not None and new_head not in self.model.turns
+        with sqlite3.connect(self.store.path) as conn:
+            (base,) = conn.execute(
+                "SELECT parent_id FROM turns WHERE id = ?", (new_head,)
+            ).fetchone()
+        conn.close()
+        if len(turn.items) > 1:
+            assert base not in self.model.turns
+            self.model.turns[base] = replace(turn, owner=label, items=turn.items[:-1], at=self.now)
+            first = base if turn_id == original.first_kept else original.first_kept
+        else:
+            assert base == turn.parent
+            dropped += 1
+            first = None if turn_id == original.first_kept else original.first_kept
+        self.model.turns[new_head] = replace(
+            original, parent=base, owner=label, at=self.now, first_kept=first
+        )
+        session = self.model.sessions[label]
+        session.head, session.updated_at = new_head, self.now
+        if session.turns is not None:
+            session.turns = max(session.turns - skipped - dropped, 0)
+        return True
 
     @rule(label=st.sampled_from(LABELS))
     def clear(self, label: str) -> None:
@@ -544,9 +623,13 @@ class StoreMachine(RuleBasedStateMachine):
         originals = self.model_chain(session.head)
         assert len(ids) == len(originals)
         parent = None
+        copies = dict(zip(originals, ids, strict=True))
         for copy_id, original in zip(ids, originals, strict=True):
             turn = self.model.turns[original]
-            self.model.turns[copy_id] = Turn(parent, got.id, turn.kind, turn.items, turn.at)
+            first_kept = None if turn.first_kept is None else copies[turn.first_kept]
+            self.model.turns[copy_id] = Turn(
+                parent, got.id, turn.kind, turn.items, turn.at, first_kept
+            )
             parent = copy_id
         self.model.sessions[got.id] = Session(
             "import", "import", self.now, self.now, head=got.head_turn, turns=len(ids)
