@@ -1,17 +1,22 @@
 """PostgreSQL full text before and after PG migration 0004 (`ledger_tsv` in unicode61's
-words): the cost of indexing a message, and of a search.
+words): the cost of indexing a message, of a search, of the stored words, and of the
+migration itself.
 
     .venv/bin/python -m bench.pg_words [--rounds 8] [--batch 2000] [--ledger 50000]
 
-One private cluster (ledger/postgres/devcluster.py, fsync off), two databases: one
-migrated through 0003 (the old function), one through 0004. Each round inserts
-`--batch` messages into each (100 to a transaction, executemany, as the writer
-batches), in alternating order, so the VM's drifting speed falls on both alike;
-ASCII English text (bench/recall.py's generator) and the same text with a Latin
-accent in every third word. Per message: wall µs and the server backend's CPU µs
-(from /proc; this machine only). Then each ledger is filled to `--ledger`
-messages and searches are timed, interleaved: the old statement (to_tsquery)
-against recall.py's (ledger_tsquery), the same words.
+One private cluster (ledger/postgres/devcluster.py, fsync off), three databases:
+"old", migrated through 0003 (the old function, an index on it); "expr", through
+0004 but with 0004's first form, an index on the expression ledger_tsv(content)
+and no stored column; "stored", through 0004 (the stored column `words`, the index
+on it). Each round inserts `--batch` messages into each (100 to a transaction,
+executemany, as the writer batches), in rotating order, so the VM's drifting speed
+falls on all alike; ASCII English text (bench/recall.py's generator) and the same
+text with a Latin accent in every third word. Per message: wall µs and the server
+backend's CPU µs (from /proc; this machine only). Then each ledger is filled to
+`--ledger` messages, its size is read (pg_total_relation_size of messages, its
+TOAST and indexes), and searches are timed, interleaved: the old statement
+(to_tsquery) against recall.py's (ledger_tsquery), the same words. Last, the old
+ledger is migrated to 0004 and the migration timed.
 """
 
 from __future__ import annotations
@@ -33,13 +38,19 @@ ACCENTS = str.maketrans("eaiouc", "éàïôüç")
 # query (to_tsquery) and with the new (ledger_tsquery, PG migration 0004)
 SEARCH = (
     "SELECT c.id, ts_headline('simple', c.content, {q}, 'MaxWords=16'),"
-    " ts_rank(ledger_tsv(c.content), {q}) AS score"
-    " FROM (SELECT m.id, m.content FROM messages m"
-    " WHERE ledger_tsv(m.content) @@ {q} ORDER BY m.id DESC LIMIT 2000) c"
+    " ts_rank(c.v, {q}) AS score"
+    " FROM (SELECT m.id, m.content, {v} AS v FROM messages m"
+    " WHERE {v} @@ {q} ORDER BY m.id DESC LIMIT 2000) c"
     " ORDER BY score DESC, c.id DESC LIMIT 20"
 )
-OLD_SEARCH = SEARCH.format(q="to_tsquery('simple', ?)")
-NEW_SEARCH = SEARCH.format(q=QUERY)
+OLD_SEARCH = SEARCH.format(q="to_tsquery('simple', ?)", v="ledger_tsv(m.content)")
+EXPR_SEARCH = SEARCH.format(q=QUERY, v="ledger_tsv(m.content)")
+STORED_SEARCH = SEARCH.format(q=QUERY, v="m.words")
+# 0004's first form, from the stored one: the index on the expression, no column
+AS_EXPRESSION = (
+    "DROP INDEX messages_fts; ALTER TABLE messages DROP COLUMN words;"
+    " CREATE INDEX messages_fts ON messages USING gin (ledger_tsv(content))"
+)
 # (label, recall query, the old tsquery text: what the old recall.py made of it)
 QUERIES = [
     ("common word", "error", "error"),
@@ -49,19 +60,27 @@ QUERIES = [
 ]
 
 
-def migrated(cluster: devcluster.DevCluster, name: str, through: int) -> PgConnection:
+def migrated(
+    cluster: devcluster.DevCluster, name: str, through: int, then: str = ""
+) -> PgConnection:
     dsn = devcluster.fresh_database(cluster, name)
     conn = PgConnection(dsn, reader=False)
     conn.execute("CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)")
+    migrate(conn, through)
+    if then:
+        conn.executescript(then)
+    # Messages without their turns: the index is what is measured, not the keys.
+    conn.execute("SET session_replication_role = replica")
+    return conn
+
+
+def migrate(conn: PgConnection, through: int, since: int = 0) -> None:
     for migration in schema.load_migrations():
-        if migration.version <= through:
+        if since < migration.version <= through:
             conn.execute("BEGIN")
             conn.executescript(migration.sql)
             conn.execute("INSERT INTO ledger_schema (version) VALUES (?)", (migration.version,))
             conn.execute("COMMIT")
-    # Messages without their turns: the index is what is measured, not the keys.
-    conn.execute("SET session_replication_role = replica")
-    return conn
 
 
 def backend_cpu(conn: PgConnection) -> Callable[[], float]:
@@ -77,9 +96,10 @@ def backend_cpu(conn: PgConnection) -> Callable[[], float]:
 
 
 class Side:
-    def __init__(self, name: str, conn: PgConnection) -> None:
+    def __init__(self, name: str, conn: PgConnection, search: str) -> None:
         self.name = name
         self.conn = conn
+        self.search = search
         self.cpu = backend_cpu(conn)
         self.seq = 0
 
@@ -117,7 +137,7 @@ def write_rounds(sides: list[Side], rounds: int, batch: int) -> None:
         per: dict[str, list[tuple[float, float]]] = {s.name: [] for s in sides}
         for r in range(rounds):
             batch_texts = texts(gen, batch, accented)
-            for side in sides if r % 2 == 0 else sides[::-1]:
+            for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
                 wall, cpu = side.insert(batch_texts)
                 per[side.name].append((wall / batch * 1e6, cpu / batch * 1e6))
         kind = "accented" if accented else "ascii"
@@ -137,24 +157,46 @@ def fill(sides: list[Side], total: int) -> None:
             side.insert(chunk)
 
 
-def search_rounds(old: Side, new: Side, rounds: int, rare: str) -> None:
+def sizes(sides: list[Side]) -> None:
+    for side in sides:
+        side.conn.execute("VACUUM ANALYZE messages")
+        total, heap, count = side.conn.execute(
+            "SELECT pg_total_relation_size('messages'), pg_table_size('messages'), count(*)"
+            " FROM messages"
+        ).fetchone()
+        print(
+            f"size {side.name:13} {total / count:6.1f} bytes a message in all"
+            f" ({heap / count:6.1f} table and TOAST, {(total - heap) / count:6.1f} indexes),"
+            f" {total / 2**20:6.1f} MiB for {count} messages"
+        )
+
+
+def search_rounds(sides: list[Side], rounds: int, rare: str) -> None:
     for label, query, old_q in QUERIES:
         query, old_q = query.format(rare=rare), old_q.format(rare=rare)
-        times: dict[str, list[float]] = {"old": [], "new": []}
+        times: dict[str, list[float]] = {s.name: [] for s in sides}
         hits: dict[str, int] = {}
-        for _ in range(rounds):
-            t = time.perf_counter()
-            hits["old"] = len(old.conn.execute(OLD_SEARCH, (old_q, old_q, old_q)).fetchall())
-            times["old"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            q = tsquery(terms(query), "all")
-            hits["new"] = len(new.conn.execute(NEW_SEARCH, (*q, *q, *q)).fetchall())
-            times["new"].append(time.perf_counter() - t)
+        for r in range(rounds):
+            for side in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                args = (
+                    (old_q,) * 3 if side.search == OLD_SEARCH else tsquery(terms(query), "all") * 3
+                )
+                t = time.perf_counter()
+                hits[side.name] = len(side.conn.execute(side.search, args).fetchall())
+                times[side.name].append(time.perf_counter() - t)
         print(
-            f"search {label:12} old {statistics.median(times['old']) * 1e3:6.2f} ms"
-            f"  new {statistics.median(times['new']) * 1e3:6.2f} ms"
-            f"  (hits {hits['old']} / {hits['new']})"
+            f"search {label:12} "
+            + "  ".join(f"{n} {statistics.median(t) * 1e3:6.2f} ms" for n, t in times.items())
+            + f"  (hits {' / '.join(str(h) for h in hits.values())})"
         )
+
+
+def migration(side: Side) -> None:
+    count = side.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    wall, cpu = time.perf_counter(), side.cpu()
+    migrate(side.conn, 4, since=3)
+    wall, cpu = time.perf_counter() - wall, side.cpu() - cpu
+    print(f"migration 0004 on {count} messages: {wall:.2f} s wall, {cpu:.2f} s backend CPU")
 
 
 def main() -> None:
@@ -165,15 +207,20 @@ def main() -> None:
     args = parser.parse_args()
     cluster = devcluster.create(durable=False)
     try:
-        old = Side("old (0003)", migrated(cluster, "words_old", 3))
-        new = Side("new (0004)", migrated(cluster, "words_new", 4))
-        write_rounds([old, new], args.rounds, args.batch)
-        fill([old, new], args.ledger)
+        sides = [
+            Side("old (0003)", migrated(cluster, "words_old", 3), OLD_SEARCH),
+            Side("expr (0004)", migrated(cluster, "words_expr", 4, AS_EXPRESSION), EXPR_SEARCH),
+            Side("stored (0004)", migrated(cluster, "words_stored", 4), STORED_SEARCH),
+        ]
+        write_rounds(sides, args.rounds, args.batch)
+        fill(sides, args.ledger)
+        sizes(sides)
         rare = Generator(seed=12, messages=0).words[-5]
-        search_rounds(old, new, args.rounds * 4, rare)
+        search_rounds(sides, args.rounds * 4, rare)
+        migration(sides[0])
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        old.conn.close()
-        new.conn.close()
+        for side in sides:
+            side.conn.close()
     finally:
         cluster.destroy()
 

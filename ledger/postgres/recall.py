@@ -1,5 +1,5 @@
-"""Full-text recall on PostgreSQL: a GIN index on `ledger_tsv(content)` (the
-migration defines it) in place of SQLite's FTS5 table.
+"""Full-text recall on PostgreSQL: a GIN index on `messages.words`, the stored
+`ledger_tsv(content)` (PG migration 0004), in place of SQLite's FTS5 table.
 
 The shared recall code (ledger/recall.py, recall_hint.py) builds the terms and
 the filter, and hands the search to the connection's `full_text` (this
@@ -16,7 +16,9 @@ Rule 1: the terms are FTS5 strings built by `recall.terms` (quoted words, a
         planner computes the tsquery once and sees it as a constant.
 Rule 2: ranking is `ts_rank` over the newest matching messages (the newest
         CANDIDATES, or FILTERED that pass the filter), as recall.py Rule 3
-        ranks with bm25: higher is better, ties to the newer message.
+        ranks with bm25: higher is better, ties to the newer message. Match,
+        ranking and a phrase's recheck read the stored `words`, never
+        `ledger_tsv` again (docs/performance.md, "PG migration 0004").
 Rule 3: snippets are `ts_headline` with recall's marks around matched words.
         It reads the text with PostgreSQL's own parser and dictionary, not
         with `ledger_tsv`: a word found only through a fold past ASCII case
@@ -30,7 +32,7 @@ from typing import Any
 
 from .. import recall
 
-VECTOR = "ledger_tsv(m.content)"  # the expression the GIN index holds
+VECTOR = "m.words"  # the stored ledger_tsv(content) the GIN index holds
 # NULL when no phrase has a word: it matches nothing. The casts: an empty list is
 # untyped, and the connection passes a bool as an int, as sqlite3 does.
 QUERY = "ledger_tsquery(?::text[], ?::boolean[], ?::boolean)"
@@ -52,8 +54,9 @@ def search(
     rows = conn.execute(
         "SELECT c.id, c.session_label, c.turn_id, c.role, c.created_at,"
         f" ts_headline('simple', c.content, {QUERY}, ?),"
-        f" ts_rank(ledger_tsv(c.content), {QUERY}) AS score"
-        " FROM (SELECT m.id, t.session_label, m.turn_id, m.role, m.created_at, m.content"
+        f" ts_rank(c.words, {QUERY}) AS score"
+        " FROM (SELECT m.id, t.session_label, m.turn_id, m.role, m.created_at, m.content,"
+        " m.words"
         " FROM messages m JOIN turns t ON t.id = m.turn_id"
         f" WHERE {VECTOR} @@ {QUERY}" + flt.where + " ORDER BY m.id DESC LIMIT ?) c"
         " ORDER BY score DESC, c.id DESC LIMIT ?",

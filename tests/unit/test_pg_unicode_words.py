@@ -147,26 +147,31 @@ def test_the_python_model_of_the_tokenizer_is_sqlites(sqlite_words: Tokenizer) -
 
 
 def test_rows_written_under_migration_0003_are_found_by_their_new_words(cluster: Any) -> None:
+    """Rows written before 0004 get their new words, and so do those another session
+    writes after it, one that had written under 0003 (the header's comment)."""
+    from ledger.postgres.connection import PgConnection
+
     conn = _database(cluster, "upgraded", "C")
+    other = PgConnection(cluster.dsn("upgraded"), reader=False)
+    insert = (
+        "INSERT INTO messages (turn_id, seq, role, content, created_at)"
+        " VALUES ('t', ?, 'user', ?, 0)"
+    )
     try:
         _migrate(conn, through=3)
-        conn.execute("SET session_replication_role = replica")  # rows without their turn
+        for session in (conn, other):
+            session.execute("SET session_replication_role = replica")  # rows without their turn
         texts = ["Le Héron wades", "naïve—café", "ÉTÉ Москва", "plain ascii words"]
         for n, text in enumerate(texts, 1):
-            conn.execute(
-                "INSERT INTO messages (turn_id, seq, role, content, created_at)"
-                " VALUES ('t', ?, 'user', ?, 0)",
-                (n, text),
-            )
-        conn.execute("SET session_replication_role = origin")
+            (other if n == 1 else conn).execute(insert, (n, text))
         _migrate(conn)
+        other.execute(insert, (5, "Héron again"))
         conn.execute("SET enable_seqscan = off")  # the index answers, not a scan
         found = {
             query: [
                 r[0]
                 for r in conn.execute(
-                    f"SELECT content FROM messages WHERE ledger_tsv(content) @@ {QUERY}"
-                    " ORDER BY id",
+                    f"SELECT content FROM messages WHERE words @@ {QUERY} ORDER BY id",
                     tsquery(recall.terms(query), "all"),
                 )
             ]
@@ -176,14 +181,15 @@ def test_rows_written_under_migration_0003_are_found_by_their_new_words(cluster:
             r[0]
             for r in conn.execute(
                 "EXPLAIN SELECT 1 FROM messages"
-                " WHERE ledger_tsv(content) @@ ledger_tsquery('{heron}', '{f}', false)"
+                " WHERE words @@ ledger_tsquery('{heron}', '{f}', false)"
             )
         )
     finally:
+        other.close()
         conn.close()
     assert "messages_fts" in plan
     assert found == {
-        "heron": ["Le Héron wades"],
+        "heron": ["Le Héron wades", "Héron again"],
         "été": ["ÉTÉ Москва"],
         "москва": ["ÉTÉ Москва"],
         "cafe": ["naïve—café"],

@@ -13,7 +13,7 @@
 --   code point against SQLite's tokenizer by tests/unit/test_pg_unicode_words.py.
 --   Nothing asks the locale (lower() is C's, ASCII only; the regular
 --   expressions name code points), so the function is IMMUTABLE in fact, as
---   its index needs.
+--   its stored column needs.
 -- * Folding comes before splitting, which is safe: every fold is a letter
 --   again (the probe says so), so the separators stay where they were. ASCII
 --   text (the common case) skips the fold table; otherwise translate() gets
@@ -36,14 +36,24 @@
 --   their distances (<N>), the last one a prefix when asked. A phrase with no
 --   words is left out, as FTS5 leaves it out; no words at all is NULL, which
 --   matches nothing.
--- * The index is made anew in this transaction, so rows written before this
---   migration are found by their new words too; writes wait meanwhile. Not
---   REINDEX: 0001's ledger_tsv was a single expression, which PostgreSQL
---   inlines into the index's expression and caches with the index in each
---   session, and CREATE OR REPLACE does not clear that cache. A session that
---   had written a message before (this one, or another node's) would go on
---   indexing the old words; a new index is news to every session.
-
+-- * Each message keeps its words in a stored column, `words`, and the GIN index
+--   is on that column: ranking (ts_rank over up to 2,000 candidates) and a
+--   phrase's recheck read the stored vector instead of running ledger_tsv again
+--   for every row, which made searches 1.4x-2x slower than under 0003 with an
+--   index on the expression (docs/performance.md, "PG migration 0004"). A
+--   generated column is right on every write by itself (messages are inserted
+--   and deleted, never updated; every INSERT names its columns). It costs the
+--   vector's bytes in each row, and adding it rewrites the table.
+-- * The column and the index are made in this transaction, so rows written
+--   before this migration are found by their new words; writes wait
+--   meanwhile. The column is computed after CREATE OR REPLACE above, and the
+--   old expression index is dropped, not REINDEXed: 0001's ledger_tsv was a
+--   single expression, which PostgreSQL inlines into an index's expression
+--   and caches with the index in each session, and CREATE OR REPLACE does not
+--   clear that cache. Nothing reads the function through an index any more;
+--   a PL/pgSQL function is never inlined, so a session that had written a
+--   message before (this one, or another node's) computes `words` with the
+--   new function.
 CREATE OR REPLACE FUNCTION ledger_tsv(content text) RETURNS tsvector
     LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -447,4 +457,5 @@ END
 $$;
 
 DROP INDEX messages_fts;
-CREATE INDEX messages_fts ON messages USING gin (ledger_tsv(content));
+ALTER TABLE messages ADD COLUMN words tsvector GENERATED ALWAYS AS (ledger_tsv(content)) STORED;
+CREATE INDEX messages_fts ON messages USING gin (words);
