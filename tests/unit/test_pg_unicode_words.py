@@ -5,7 +5,6 @@ under migration 0003."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,14 +17,9 @@ pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    from ledger.postgres import devcluster
-
-    running = devcluster.create(durable=False)
-    try:
-        yield running
-    finally:
-        running.destroy()
+def cluster(pg_template: tuple[Any, str]) -> Any:
+    """The test session's cluster: these tests make databases of their own on it."""
+    return pg_template[0]
 
 
 @pytest.fixture(scope="module")
