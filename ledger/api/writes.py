@@ -368,7 +368,23 @@ def compact(
     return turn_id
 
 
-_DAEMON_TABLES = ("queue_items", "inbound", "timers", "dispatches")
+# A session's rows here are the daemon's work (a binding: where a person's messages
+# go): a library delete refuses rather than change what the daemon does (Rule 2).
+DAEMON_TABLES = ("queue_items", "inbound", "timers", "dispatches", "route_bindings")
+# What a delete clears: by its turns' ids (turn_state: the state record each daemon
+# commit writes); by the session's label, before the turns (the outbox's rows refer to
+# them) and after them.
+DELETED_BY_TURN = (
+    "messages",
+    "tool_calls",
+    "turn_events",
+    "compactions",
+    "turn_progress",
+    "turn_state",
+    "file_snapshots",
+)
+DELETED_BEFORE_TURNS = ("outbox",)
+DELETED_BY_SESSION = ("session_history", "scratchpad", "session_aliases", "adk_sessions")
 
 
 def _blockers(conn: sqlite3.Connection, label: str) -> list[str]:
@@ -394,7 +410,7 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
             " delete them first",
             field="session",
         )
-    for table in _DAEMON_TABLES:
+    for table in DAEMON_TABLES:
         column = "parent_session" if table == "dispatches" else "session_label"
         if conn.execute(f"SELECT 1 FROM {table} WHERE {column} = ? LIMIT 1", (label,)).fetchone():
             raise Conflict(
@@ -406,27 +422,14 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
     # the index's delete trigger must only ever see indexed rows (fts.py Rule 2).
     index_new_messages(conn)
     turns = "SELECT id FROM turns WHERE session_label = ?"
-    # turn_state: the state record each turn the daemon commits writes (state_records.py).
-    for table in (
-        "messages",
-        "tool_calls",
-        "turn_events",
-        "compactions",
-        "turn_progress",
-        "turn_state",
-    ):
+    for table in DELETED_BY_TURN:
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
-    forget_deleted(conn)  # their ids may be given out again (fts.py Rule 4)
-    conn.execute(f"DELETE FROM file_snapshots WHERE turn_id IN ({turns})", (label,))
-    conn.execute("DELETE FROM outbox WHERE session_label = ?", (label,))
+    forget_deleted(conn)  # the messages' ids may be given out again (fts.py Rule 4)
     conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))
+    for table in DELETED_BEFORE_TURNS:
+        conn.execute(f"DELETE FROM {table} WHERE session_label = ?", (label,))
     # One statement: SQLite checks the turn tree's own foreign keys at its end.
     conn.execute("DELETE FROM turns WHERE session_label = ?", (label,))
-    for table, column in (
-        ("session_history", "session_label"),
-        ("scratchpad", "session_label"),
-        ("session_aliases", "session_label"),
-        ("adk_sessions", "session_label"),
-    ):
-        conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (label,))
+    for table in DELETED_BY_SESSION:
+        conn.execute(f"DELETE FROM {table} WHERE session_label = ?", (label,))
     conn.execute("DELETE FROM sessions WHERE label = ?", (label,))

@@ -3,13 +3,15 @@ export and import, on asyncio and trio (tests/conftest.py `anyio_backend`)."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from ledger.api import Conflict, NotFound, Store, SyncStore
+from ledger.api import Conflict, NotFound, Store, SyncStore, writes
 
 pytestmark = pytest.mark.anyio
 
@@ -335,3 +337,40 @@ async def test_closing_while_tasks_append_keeps_every_append_that_returned(
         assert stored[: len(turns)] == turns
         assert stored == list(range(len(stored)))
     await again.aclose()
+
+
+def test_a_session_a_route_binding_points_at_is_not_deleted(tmp_path: Path) -> None:
+    """A binding (a person's /fork or /switch) sends a conversation's messages to the
+    session: deleting it under the daemon would break that route, so it is refused,
+    clearly, and nothing changes."""
+    path = tmp_path / "ledger.db"
+    with SyncStore.open(path) as store:
+        store.append("s", ["kept"])
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(
+            "INSERT INTO route_bindings (channel, peer_kind, peer_id, session_label, bound_by,"
+            " created_at) VALUES ('chat', 'dm', 'alice', 's', 'fork', 0)"
+        )
+    with SyncStore.open(path) as store:
+        with pytest.raises(Conflict, match="route_bindings"):
+            store.delete("s")
+        assert store.items("s") == ["kept"]
+
+
+def test_delete_handles_every_table_that_refers_to_a_session_or_a_turn(tmp_path: Path) -> None:
+    """Each table with a foreign key to `sessions` or `turns` is either cleared by a
+    library delete or makes it refuse (writes.py Rule 2): a table added later and
+    forgotten there would fail a delete on its foreign key instead."""
+    path = tmp_path / "ledger.db"
+    with SyncStore.open(path):
+        pass
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        referring = {
+            table
+            for table in tables
+            for fk in conn.execute(f"PRAGMA foreign_key_list('{table}')")
+            if fk[2] in ("sessions", "turns") and table not in ("sessions", "turns")
+        }
+    handled = {*writes.DELETED_BY_TURN, *writes.DELETED_BEFORE_TURNS, *writes.DELETED_BY_SESSION}
+    assert referring - handled - set(writes.DAEMON_TABLES) == set()
