@@ -177,8 +177,8 @@ def _compaction(
     ).fetchone()
     if row is None:
         return None
-    out = dict(zip(COMPACTION_COLUMNS, row, strict=False))
-    through, first_kept = row[len(COMPACTION_COLUMNS) :]
+    *columns, through, first_kept = row
+    out = dict(zip(COMPACTION_COLUMNS, columns, strict=True))
     out["summarized_through"] = positions.get(through) if through is not None else None
     out["first_kept"] = positions.get(first_kept) if first_kept is not None else None
     return out
