@@ -77,11 +77,13 @@ def _cluster_switch(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def short_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def short_tmp() -> Iterator[Path]:
     # Unix socket paths are limited to ~107 bytes; pytest's tmp paths can be long.
+    # Removed afterwards: pytest's own tmp dirs are pruned for us, these are not.
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))
+    with tempfile.TemporaryDirectory(prefix="brk-", dir="/tmp", ignore_cleanup_errors=True) as name:
+        yield Path(name)
 
 
 @pytest.fixture(scope="session")
