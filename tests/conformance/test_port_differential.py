@@ -691,7 +691,8 @@ async def step_queries(t: Twin, data: st.DataObject) -> None:
 
         await t.both(f"recall {word} as the person of {session}", person)
     else:
-        await t.both("health", lambda port, ids: port.health_reads(t.now()))
+        now = t.now()  # one cutoff for both sides: read inside the step, each had its own
+        await t.both("health", lambda port, ids: port.health_reads(now))
 
 
 STEP_KINDS = [
