@@ -78,7 +78,12 @@ class Hit:
 
 def fts_query(text: str, match: Match = "all") -> str:
     """Free text to an FTS5 query of quoted strings (see Rule 1)."""
-    return (" OR " if match == "any" else " ").join(terms(text))
+    return joined(terms(text), match)
+
+
+def joined(fts_terms: list[str], match: Match) -> str:
+    """The FTS5 query of `terms`' strings: all of them, or any."""
+    return (" OR " if match == "any" else " ").join(fts_terms)
 
 
 def terms(text: str) -> list[str]:

@@ -408,5 +408,6 @@ class PgConnection:
             raise _as_sqlite_error(exc) from exc
 
     def close(self) -> None:
+        self.full_text.snippets.close()
         if self._conn is not None:
             self._conn.close()

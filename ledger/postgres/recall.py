@@ -19,10 +19,10 @@ Rule 2: ranking is `ts_rank` over the newest matching messages (the newest
         ranks with bm25: higher is better, ties to the newer message. Match,
         ranking and a phrase's recheck read the stored `words`, never
         `ledger_tsv` again (docs/performance.md, "PG migration 0004").
-Rule 3: snippets are `ts_headline` with recall's marks around matched words.
-        It reads the text with PostgreSQL's own parser and dictionary, not
-        with `ledger_tsv`: a word found only through a fold past ASCII case
-        ("Héron" for "heron") is in the snippet unmarked.
+Rule 3: snippets are made by SQLite's FTS5 `snippet()` over the found texts
+        (postgres/snippets.py), so they are the SQLite port's, folds marked;
+        `ts_headline`, which read the text with PostgreSQL's own parser, left
+        a word found only through a fold ("Héron" for "heron") unmarked.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 from .. import recall
+from .snippets import Snippets
 
 VECTOR = "m.words"  # the stored ledger_tsv(content) the GIN index holds
 # NULL when no phrase has a word: it matches nothing. The casts: an empty list is
@@ -46,35 +47,33 @@ def tsquery(fts_terms: list[str], match: recall.Match) -> tuple[list[str], list[
 
 
 def search(
-    conn: Any, fts_terms: list[str], match: recall.Match, flt: Any, limit: int
+    conn: Any,
+    fts_terms: list[str],
+    match: recall.Match,
+    flt: Any,
+    limit: int,
+    snippets: Snippets,
 ) -> list[recall.Hit]:
     """The best `limit` messages, best first (Rules 2, 3)."""
     q = tsquery(fts_terms, match)
     k = max(recall.FILTERED, limit) if flt.where else max(recall.CANDIDATES, limit)
     rows = conn.execute(
-        "SELECT c.id, c.session_label, c.turn_id, c.role, c.created_at,"
-        f" ts_headline('simple', c.content, {QUERY}, ?),"
+        "SELECT c.id, c.session_label, c.turn_id, c.role, c.created_at, c.content,"
         f" ts_rank(c.words, {QUERY}) AS score"
         " FROM (SELECT m.id, t.session_label, m.turn_id, m.role, m.created_at, m.content,"
         " m.words"
         " FROM messages m JOIN turns t ON t.id = m.turn_id"
         f" WHERE {VECTOR} @@ {QUERY}" + flt.where + " ORDER BY m.id DESC LIMIT ?) c"
         " ORDER BY score DESC, c.id DESC LIMIT ?",
-        (*q, _headline_options(), *q, *q, *flt.args, k, limit),
+        (*q, *q, *flt.args, k, limit),
     ).fetchall()
-    return [recall.Hit(*_hit_fields(r), float(f"{float(r[6]):.6g}")) for r in rows]
-
-
-def _hit_fields(r: Any) -> tuple[int, str, str, str, int, str]:
-    return int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5])
-
-
-def _headline_options() -> str:
-    start, stop = recall.MARK
-    return (
-        f"StartSel={start}, StopSel={stop}, MaxWords={recall.SNIPPET_TOKENS}, MinWords=4,"
-        " FragmentDelimiter=…"
-    )
+    texts = snippets.of([str(r[5]) for r in rows], recall.joined(fts_terms, match))
+    return [
+        recall.Hit(
+            int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), text, float(f"{r[6]:.6g}")
+        )
+        for r, text in zip(rows, texts, strict=True)
+    ]
 
 
 def holds_term(conn: Any, session: str, fts: str, own_msg_ids: tuple[str, ...], probe: int) -> bool:
@@ -94,7 +93,15 @@ def holds_term(conn: Any, session: str, fts: str, own_msg_ids: tuple[str, ...], 
 
 
 class FullText:
-    """What the shared recall code calls on a connection's `full_text`."""
+    """What the shared recall code calls on a connection's `full_text`: one a
+    connection, since it keeps that connection's snippet table (snippets.py)."""
 
-    search = staticmethod(search)
+    def __init__(self) -> None:
+        self.snippets = Snippets()
+
+    def search(
+        self, conn: Any, fts_terms: list[str], match: recall.Match, flt: Any, limit: int
+    ) -> list[recall.Hit]:
+        return search(conn, fts_terms, match, flt, limit, self.snippets)
+
     holds_term = staticmethod(holds_term)

@@ -16,8 +16,9 @@ Rule 2: what legitimately differs is normalized, and only that: the ids a ledger
         side turns it back into its own id. An id cut off at the end of a preview
         (a queue item's payload, shortened) is `#cut`.
 Rule 3: recall's ranking is each engine's own (bm25 against ts_rank), so search
-        hits are compared as sets of (session, turn, role), not in order or by
-        score or snippet.
+        hits are compared as sets of (session, turn, role, snippet), not in order
+        or by score; both ports make snippets with FTS5's `snippet()`
+        (ledger/postgres/snippets.py), so those must be the same text.
 Rule 4: `PORT_DIFF_EXAMPLES` / `PORT_DIFF_STEPS` raise the example count and the
         steps per example for a longer hunt (defaults, 30 x 25: about 12 s on a loaded
         2-core machine); `PORT_DIFF_SHRINK=0` reports the first divergence as
@@ -687,7 +688,9 @@ async def step_queries(t: Twin, data: st.DataObject) -> None:
                 Request("search", ids.raw(session), 20, query=word, person=True)
             )
             hits = getattr(found, "hits", [])
-            return sorted((h.session, h.turn, h.role) for h in hits), getattr(found, "also", ())
+            return sorted((h.session, h.turn, h.role, h.snippet) for h in hits), getattr(
+                found, "also", ()
+            )
 
         await t.both(f"recall {word} as the person of {session}", person)
     else:
@@ -774,9 +777,9 @@ def searching(word: str | None, session: str | None) -> Step:
     return search
 
 
-async def hit_set(hits: Awaitable[list[Any]]) -> list[tuple[str, str, str]]:
-    """Rule 3: which messages were found, not their rank, score or snippet."""
-    return sorted((h.session, h.turn, h.role) for h in await hits)
+async def hit_set(hits: Awaitable[list[Any]]) -> list[tuple[str, str, str, str]]:
+    """Rule 3: which messages were found and their snippets, not their rank or score."""
+    return sorted((h.session, h.turn, h.role, h.snippet) for h in await hits)
 
 
 async def run_example(sqlite_path: Path, dsn: str, data: st.DataObject) -> None:

@@ -70,6 +70,21 @@ async def test_latin_diacritics_are_dropped_and_others_kept(port: LedgerPort) ->
     assert await port.recall_search("ωμεγα", session, 5) == []
 
 
+async def test_a_word_found_through_a_fold_is_marked_in_its_snippet(port: LedgerPort) -> None:
+    """The snippet marks what the search matched, folds included, on both ports:
+    PostgreSQL's `ts_headline` read the text with its own parser and left "Héron"
+    unmarked for "heron" (postgres/recall.py Rule 3)."""
+    session, _ = await _thread(port, ["Le Héron gris", "ÉTÉ chaud", "cafe\u0301 noir"])
+    [heron] = await port.recall_search("heron", session, 5)
+    assert heron.snippet == "Le **Héron** gris"
+    [summer] = await port.recall_search("été", session, 5)
+    assert summer.snippet == "**ÉTÉ** chaud"
+    [coffee] = await port.recall_search("café", session, 5)
+    assert coffee.snippet == "**cafe\u0301** noir"
+    [prefix] = await port.recall_search("hér*", session, 5)
+    assert prefix.snippet == "Le **Héron** gris"
+
+
 async def test_words_in_other_scripts(port: LedgerPort) -> None:
     """A run of CJK letters is one word to unicode61, as a run of Latin letters is."""
     session, ids = await _thread(port, ["Москва зимой", "東京 タワー", "東京タワー"])
