@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 
 from ledger.api import Store, SyncStore
 from ledger.reads import Thread, load_thread
 from tests.conftest import DaemonFactory
+from tests.integration.test_crash_events import ENGINE
+from tests.integration.wire import Adapter
 from tests.library.daemon_turns import daemon_aborted_turn, daemon_compaction, daemon_turn
 
 
@@ -230,3 +234,44 @@ async def test_the_agents_sdk_session_leaves_them_out(tmp_path: Path) -> None:
         assert await session.get_items() == WANT[:-1]
     finally:
         session.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_turn_a_real_daemon_lost_to_a_kill(
+    make_daemon: DaemonFactory, tmp_path: Path
+) -> None:
+    """kill -9 mid-turn: the restart records the turn aborted and runs its input again;
+    through the daemon and in process, the library shows that input once."""
+    program = tmp_path / "engine.py"
+    program.write_text(ENGINE)  # hangs the first time, answers after the restart
+    command = [sys.executable, str(program), str(tmp_path / "ran-once")]
+    d = make_daemon({"engine": {"kind": "subprocess", "command": command, "timeout_s": 60}})
+    async with await Adapter.connect(d, "sms") as a:
+        session = (await a.send_inbound("m1", "work through it", "+1", mode="followup"))["session"]
+    with anyio.fail_after(15):
+        while True:  # until the turn runs: its events are written as it goes
+            with contextlib.closing(d.db()) as db:
+                if db.execute("SELECT 1 FROM turn_events").fetchone():
+                    break
+            await anyio.sleep(0.02)
+    d.kill()
+    d.start()
+    async with await Adapter.connect(d, "sms") as a:
+        rerun = await a.deliver(msg_id="m1")
+        await a.confirm(rerun["out_id"])
+    with contextlib.closing(d.db()) as db:
+        statuses = db.execute(
+            "SELECT status FROM turns WHERE session_label = ? ORDER BY started_at", (session,)
+        ).fetchall()
+    assert statuses == [("aborted",), ("completed",)]
+    want = daemon_view(d.ledger, session)
+    assert [i["content"] for i in want if i["role"] == "user"] == ["work through it"]
+    async with await Store.connect(d.socket) as remote:
+        assert await remote.items(session) == want
+        for n in range(1, len(want) + 2):
+            assert await remote.last(session, n) == want[-n:], n
+    assert d.terminate() == 0
+    with SyncStore.open(d.ledger) as store:
+        check_reads(store, session, want)
