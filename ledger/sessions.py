@@ -23,6 +23,11 @@ Rule 5: a compaction turn's line carries its `compactions` row (`compaction`:
         new turns. Still version 2: a line without it (an older export) imports
         as before, its compaction turn without a row, and an older broker
         reading a newer export ignores it alike.
+Rule 6: a turn the daemon aborted is exported whole, its inputs with its
+        partial reply, and its line's `status` (a turn column, in every export
+        since version 1) is imported back, so the copy hides those inputs as
+        the original does (ledger/reads.py Rule 1, ledger/api/reads.py Rule 1b):
+        history is never dropped, and an import reads back the same items.
 """
 
 from __future__ import annotations

@@ -12,6 +12,15 @@ Rule 1a: a daemon compaction keeps its newest turns verbatim (its `compactions`
         the reads order by part first. A compaction turn among the kept ones
         (one compaction keeping turns an earlier one had kept) has no items:
         the later summary took its place, as in the daemon's context.
+Rule 1b: a turn the daemon aborted (`turns.status` 'aborted': an interrupt, or
+        a crash `recover_crashed` cleaned up) shows its partial reply, not its
+        inputs: they run again in a later turn, and the daemon's context loads
+        them once (ledger/reads.py Rule 1), so every walk here leaves out the
+        'user' messages of such a turn, kept or not. The test is of a flag the
+        walk computes once a turn (`aborted`), not of the status text at each
+        message: comparing texts took a last-30 read (of a thread without an
+        aborted turn) from 593,000 instructions to 624,000, the flag to 605,000
+        (docs/performance.md, "An aborted turn's inputs").
 Rule 2: the last N items walk back from the head N/2 turns in one statement,
         so the cost follows N, not the length of the thread; a thread with
         fewer items a turn (or empty turns: daemon compactions) takes a second,
@@ -120,29 +129,34 @@ def list_sessions(
 # The walk's bound is a depth, not a LIMIT inside the recursive query: PostgreSQL
 # has no LIMIT there (ledger/postgres). WHOLE walks the whole thread.
 WHOLE = 2**62
+# A walked turn's `aborted`: a flag, not its status, so the test of each message is
+# not a comparison of texts (Rule 1b).
+_ABORTED = "t.status = 'aborted'"
 # `part` and `target` (the first kept turn the walk goes on to) follow Rule 1a.
 _KEPT = "(SELECT first_kept_turn_id FROM compactions WHERE turn_id = t.id)"
 _WALK = (
-    "WITH RECURSIVE chain(id, depth, type, parent, engine, part, target) AS ("
-    " SELECT t.id, 0, t.type, t.parent_id, t.engine,"
+    "WITH RECURSIVE chain(id, depth, type, parent, engine, aborted, part, target) AS ("
+    f" SELECT t.id, 0, t.type, t.parent_id, t.engine, {_ABORTED},"
     " CASE WHEN t.type = 'compaction' THEN 2 ELSE 0 END,"
     f" CASE WHEN t.type = 'compaction' THEN {_KEPT} END FROM sessions s"
     " JOIN turns t ON t.id = s.head_turn_id WHERE s.label = ?"
-    " UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine,"
+    f" UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine, {_ABORTED},"
     " CASE WHEN c.part != 0 THEN 1 WHEN t.type = 'compaction' THEN 2 ELSE 0 END,"
     f" CASE WHEN c.part = 0 AND t.type = 'compaction' THEN {_KEPT} ELSE c.target END"
     " FROM chain c JOIN turns t ON t.id = c.parent WHERE c.depth + 1 < ? AND"
     " (c.part = 0 AND c.type != 'compaction' OR c.part = 2 AND c.target IS NOT NULL"
     " OR c.part = 1 AND c.id != c.target))"
 )
+# A message an aborted turn hides: one of its inputs (Rule 1b).
+_VISIBLE = "(NOT c.aborted OR m.role != 'user')"
 # The messages a walked turn shows: none of a compaction's among kept turns (Rule 1a).
-_SHOWN = "m.turn_id = c.id AND (c.part != 1 OR c.type != 'compaction')"
+_SHOWN = f"m.turn_id = c.id AND (c.part != 1 OR c.type != 'compaction') AND {_VISIBLE}"
 # The first walk of `last_items` (Rule 2b): it stops at the latest compaction.
 _FIRST_WALK = (
-    "WITH RECURSIVE chain(id, depth, type, parent, engine) AS ("
-    " SELECT t.id, 0, t.type, t.parent_id, t.engine FROM sessions s"
+    "WITH RECURSIVE chain(id, depth, type, parent, engine, aborted) AS ("
+    f" SELECT t.id, 0, t.type, t.parent_id, t.engine, {_ABORTED} FROM sessions s"
     " JOIN turns t ON t.id = s.head_turn_id WHERE s.label = ?"
-    " UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine FROM chain c"
+    f" UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine, {_ABORTED} FROM chain c"
     " JOIN turns t ON t.id = c.parent WHERE c.type != 'compaction' AND c.depth + 1 < ?)"
 )
 # A message's role is needed only when it is not a library item (records.py Rule 2).
@@ -153,7 +167,7 @@ _FIRST_ROLE = (
 )
 _LAST_TURNS = (
     f"{_FIRST_WALK} SELECT -c.depth, m.seq, {_FIRST_ROLE}, m.content FROM chain c"
-    " LEFT JOIN messages m ON m.turn_id = c.id"
+    f" LEFT JOIN messages m ON m.turn_id = c.id AND {_VISIBLE}"
 )
 _LAST_ITEMS = (
     f"{_WALK} SELECT {_ROLE}, m.content FROM chain c"

@@ -42,6 +42,11 @@ Rule 2b: the turns a daemon compaction kept verbatim read after its summary
         item, or on its parent when it held just that one; kept turns left
         with nothing to show are left off, and the copy's first kept turn is
         the original's, or its copy, or none when none is left.
+Rule 2c: a pop takes the last message the reads show (reads.py Rule 1b), never
+        an input of a turn the daemon aborted: such a turn showing nothing is
+        looked past like an empty one, and a copy without the popped message
+        keeps the turn's status with its other rows, so its inputs stay hidden
+        (and in the ledger, as history is).
 Rule 3: a compaction is a turn of type 'compaction' holding the summary items,
         committed only if the head is still the one that was summarized.
 """
@@ -95,13 +100,14 @@ def _insert_turn(
     kind: str = "turn",
     usage: tuple[int | None, int | None] = (None, None),
     engine: str | None = LIBRARY,
+    status: str = "completed",
 ) -> str:
     turn_id = new_id()
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, engine, started_at,"
         " completed_at, prompt_tokens, completion_tokens)"
-        " VALUES (?, ?, ?, ?, 'completed', ?, ?, ?, ?, ?)",
-        (turn_id, label, parent, kind, engine, now, now, *usage),
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (turn_id, label, parent, kind, status, engine, now, now, *usage),
     )
     conn.executemany(
         "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -189,35 +195,50 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
         raise NotFound(f"no session {label!r}", field="session")
     turn, skipped = head[0], 0
     while turn is not None:
-        parent, engine, kind = conn.execute(
-            "SELECT parent_id, engine, type FROM turns WHERE id = ?", (turn,)
+        parent, engine, kind, status = conn.execute(
+            "SELECT parent_id, engine, type, status FROM turns WHERE id = ?", (turn,)
         ).fetchone()
-        rows = conn.execute(
-            "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
-        ).fetchall()
+        rows = _rows(conn, turn)
         if kind == "compaction":
-            shown = [(str(r), str(c)) for r, c in rows]
-            popped = _pop_kept(conn, label, turn, shown, engine, now)
+            popped = _pop_kept(conn, label, turn, rows, engine, now)
             if popped is not None:  # Rule 2b
                 new_head, delta, item = popped
                 _move_head(conn, label, new_head, head[0], delta - skipped, "pop", now)
                 return item
-        if not rows:
+        last = _last_shown(rows, status)
+        if last is None:
             if kind == "compaction":  # the thread starts here, empty (Rule 2a)
                 return None
-            turn, skipped = parent, skipped + 1  # an empty turn: look past it
+            turn, skipped = parent, skipped + 1  # a turn showing nothing: look past it
             continue
         new_head, delta = parent, -1 - skipped
         if len(rows) > 1 or kind == "compaction":
-            kept = [(str(r), str(c)) for r, c in rows[:-1]]
-            # The copy keeps the engine: it says how the rows read back (records.py).
-            copy = _insert_turn(conn, label, parent, kept, now, kind=kind, engine=engine)
+            kept = rows[:last] + rows[last + 1 :]
+            # The copy keeps the engine and the status: they say how its rows read
+            # back (records.py Rule 2, Rule 2c).
+            copy = _insert_turn(conn, label, parent, kept, now, kind, engine=engine, status=status)
             if kind == "compaction":
                 _copy_compaction(conn, turn, copy, label, _summary(kept, engine), now)
             new_head, delta = copy, -skipped
         _move_head(conn, label, new_head, head[0], delta, "pop", now)
-        role, content = rows[-1]
-        return engine, str(role), str(content)
+        role, content = rows[last]
+        return engine, role, content
+    return None
+
+
+def _rows(conn: sqlite3.Connection, turn: str) -> list[Row]:
+    """The (role, content) of each message of `turn`, in order."""
+    rows = conn.execute(
+        "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
+    ).fetchall()
+    return [(str(r), str(c)) for r, c in rows]
+
+
+def _last_shown(rows: list[Row], status: str) -> int | None:
+    """The position of the last of `rows` the reads show, or None (Rule 2c)."""
+    for at in range(len(rows) - 1, -1, -1):
+        if status != "aborted" or rows[at][0] != "user":
+            return at
     return None
 
 
@@ -270,15 +291,15 @@ def _pop_kept(
     first_kept, turn = row
     dropped = 0  # kept turns with nothing to show, newest first, that the copy leaves out
     while turn is not None:
-        parent, kind, turn_engine = conn.execute(
-            "SELECT parent_id, type, engine FROM turns WHERE id = ?", (turn,)
+        parent, kind, turn_engine, status = conn.execute(
+            "SELECT parent_id, type, engine, status FROM turns WHERE id = ?", (turn,)
         ).fetchone()
-        found = []
+        found: list[Row] = []
+        last = None
         if kind != "compaction":  # one among the kept turns shows nothing (reads.py 1a)
-            found = conn.execute(
-                "SELECT role, content FROM messages WHERE turn_id = ? ORDER BY seq", (turn,)
-            ).fetchall()
-        if found:
+            found = _rows(conn, turn)
+            last = _last_shown(found, status)
+        if last is not None:
             break
         if turn == first_kept:
             return None
@@ -286,16 +307,16 @@ def _pop_kept(
     else:
         return None  # `first_kept` is not on the chain: read as the summary alone
     base, first = parent, None if turn == first_kept else first_kept
-    if len(found) > 1:  # a copy without the last item takes the turn's place
-        rest = [(str(r), str(c)) for r, c in found[:-1]]
-        base = _insert_turn(conn, label, parent, rest, now, kind=kind, engine=turn_engine)
+    if len(found) > 1:  # a copy without the last item takes the turn's place (Rule 2c)
+        rest = found[:last] + found[last + 1 :]
+        base = _insert_turn(conn, label, parent, rest, now, kind, engine=turn_engine, status=status)
         first = base if turn == first_kept else first_kept
     else:
         dropped += 1
     copy = _insert_turn(conn, label, base, rows, now, kind="compaction", engine=engine)
     _copy_compaction(conn, compaction, copy, label, None, now, (first,))
-    role, content = found[-1]
-    return copy, -dropped, (turn_engine, str(role), str(content))
+    role, content = found[last]
+    return copy, -dropped, (turn_engine, role, content)
 
 
 def clear(conn: sqlite3.Connection, label: str, now: int) -> None:

@@ -3,6 +3,8 @@ session's items in and out, serialized appends, bad arguments refused whole."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import anyio
 import orjson
 import pytest
@@ -172,3 +174,43 @@ async def test_a_daemon_compaction_keeping_turns_reads_exports_and_pops_alike(
     popped = await port.library_call("pop", session, tick())
     assert popped == {"found": True, "item": want[-1]}
     assert await port.library_call("items", session, tick()) == want[:-1]
+
+
+async def test_an_aborted_turn_reads_exports_and_pops_as_the_context_loads_it(
+    port: LedgerPort,
+) -> None:
+    # ledger/api/reads.py Rule 1b, writes.py Rule 2c, ledger/sessions.py Rule 6.
+    acc = await ingest(port, inbound("m1", text="q1"))
+    first = turn(acc.session, None, await port.open_items(acc.session), "a1")
+    await port.submit_turn(first).result()
+    await ingest(port, inbound("m2", text="q2"))
+    cut = turn(acc.session, first.turn_id, await port.open_items(acc.session), "half")
+    cut = dataclasses.replace(cut, status="aborted", reason="interrupt", item_status="queued")
+    await port.submit_turn(cut).result()
+    await ingest(port, inbound("m3", text="q3"))
+    again = await port.open_items(acc.session)
+    assert [i.content for i in again] == ["q2", "q3"]  # q2 runs again
+    await port.submit_turn(turn(acc.session, cut.turn_id, again, "a3")).result()
+    start = await port.session_start(acc.session)
+    assert start.thread is not None
+    want = [{"role": r, "content": c} for t in start.thread.turns for r, c, _ in t.messages]
+    assert [i["content"] for i in want] == ["q1", "a1", "half", "q2", "q3", "a3"]
+    session = {"session": acc.session}
+    assert await port.library_call("items", session, tick()) == want
+    for n in range(1, len(want) + 2):
+        assert await port.library_call("last", {**session, "n": n}, tick()) == want[-n:]
+    thread = await port.library_call("thread", session, tick())
+    assert [len(t["items"]) for t in thread["turns"]] == [2, 1, 3]
+    lines = await port.export_session(acc.session, tick())
+    assert [line.get("status") for line in lines[1:]] == ["completed", "aborted", "completed"]
+    made, _ = await port.import_session([orjson.dumps(line) for line in lines], "copy", tick())
+    assert await port.library_call("items", {"session": made}, tick()) == want
+    for n in range(len(want)):
+        popped = await port.library_call("pop", session, tick())
+        assert popped == {"found": True, "item": want[-1 - n]}
+        assert await port.library_call("items", session, tick()) == want[: -1 - n]
+        start = await port.session_start(acc.session)
+        shown = [] if start.thread is None else start.thread.turns
+        assert [(r, c) for t in shown for r, c, _ in t.messages] == [
+            (i["role"], i["content"]) for i in want[: -1 - n]
+        ]

@@ -97,3 +97,33 @@ def daemon_compaction(
         conn.execute("COMMIT")
     conn.close()
     return turn
+
+
+def daemon_aborted_turn(path: Path, session: str, inputs: list[str], output: str, now: int) -> str:
+    """An interrupted turn as the daemon commits one (ledger/turns.py _write_turn with
+    status 'aborted', as `recover_crashed` or an interrupt leaves it): its inputs as
+    user messages, then its partial reply, if it had begun one."""
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        head = conn.execute(
+            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
+        ).fetchone()[0]
+        turn = new_id()
+        conn.execute(
+            "INSERT INTO turns (id, session_label, parent_id, type, status, reason, engine,"
+            " started_at, completed_at) VALUES (?, ?, ?, ?, 'aborted', 'crash', '', ?, ?)",
+            (turn, session, head, "turn" if len(inputs) == 1 else "queue_batch", now, now),
+        )
+        rows = [("user", text) for text in inputs] + ([("assistant", output)] if output else [])
+        conn.executemany(
+            "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
+            [(turn, seq, role, text, now) for seq, (role, text) in enumerate(rows)],
+        )
+        conn.execute(
+            "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
+            " WHERE label = ?",
+            (turn, now, session),
+        )
+        conn.execute("COMMIT")
+    conn.close()
+    return turn

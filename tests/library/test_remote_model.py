@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from ledger.api import Conflict, NotFound, SessionInfo, Store, SyncStore
 from tests.harness import DaemonProcess
+from tests.library.daemon_turns import daemon_aborted_turn
 from tests.library.test_store_model import ITEM, ITEMS, METADATA, TITLE
 
 LABELS = ["a", "b", "ü x"]
@@ -48,6 +49,7 @@ def same(got: Any, want: Any) -> bool:
 
 class RemoteMachine(RuleBasedStateMachine):
     socket: Path  # the daemon's, set by the test
+    ledger: Path  # the daemon's ledger file, set by the test
     backend = "asyncio"  # the client's event loop, set by the test
     examples = itertools.count()
 
@@ -183,6 +185,21 @@ class RemoteMachine(RuleBasedStateMachine):
             self.labels.add(self.label(name))
             self.same_id(remote, local)
 
+    @rule(
+        name=st.sampled_from(LABELS),
+        inputs=st.lists(st.text(max_size=4), min_size=1, max_size=2),
+        output=st.text(max_size=4),
+    )
+    def daemon_aborts_a_turn(self, name: str, inputs: list[str], output: str) -> None:
+        """A turn the daemon aborted, written into each ledger as the daemon writes
+        one: both must leave its inputs out alike (ledger/api/reads.py Rule 1b)."""
+        label = self.label(name)
+        if label not in self.labels:
+            return
+        remote = daemon_aborted_turn(self.ledger, label, inputs, output, 1)
+        local = daemon_aborted_turn(self.folder / "ledger.db", label, inputs, output, 1)
+        self.same_id(remote, local)
+
     @rule(name=st.sampled_from(LABELS), at=st.integers(0, 1))
     def append_what_json_cannot_hold(self, name: str, at: int) -> None:
         items: list[Any] = ["fine"]
@@ -291,4 +308,5 @@ class RemoteMachine(RuleBasedStateMachine):
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_store_connect_answers_as_the_store_does(daemon: DaemonProcess, backend: str) -> None:
     RemoteMachine.socket, RemoteMachine.backend = daemon.socket, backend
+    RemoteMachine.ledger = daemon.ledger
     run_state_machine_as_test(RemoteMachine, settings=SETTINGS)

@@ -38,7 +38,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ledger.api import Conflict, NotFound, SessionInfo, Store, SyncStore
 from ledger.sessions import thread_ids
-from tests.library.daemon_turns import daemon_compaction, daemon_turn
+from tests.library.daemon_turns import daemon_aborted_turn, daemon_compaction, daemon_turn
 
 LABELS = ["a", "b", "日本 ü", "x:y"]  # few: the calls meet on the same sessions
 TEXT = st.text(max_size=6)
@@ -82,6 +82,17 @@ class Turn:
     items: list[Any]
     at: int
     first_kept: str | None = None  # a daemon compaction's first turn kept verbatim
+    aborted: bool = False  # a turn the daemon aborted: its inputs are not shown
+
+    @property
+    def shown(self) -> list[Any]:
+        """The items the reads show: an aborted turn's inputs run again in a later
+        turn and are left out (ledger/api/reads.py Rule 1b)."""
+        return [i for i in self.items if not (self.aborted and i["role"] == "user")]
+
+    def last_shown(self) -> int:
+        """The position in `items` of the last item shown."""
+        return max(n for n, i in enumerate(self.items) if not self.aborted or i["role"] != "user")
 
 
 @dataclass
@@ -135,7 +146,7 @@ class Model:
         return n
 
     def items(self, label: str) -> list[Any]:
-        return [i for t in self.thread(self.sessions[label].head) for i in self.turns[t].items]
+        return [i for t in self.thread(self.sessions[label].head) for i in self.turns[t].shown]
 
     def info(self, label: str) -> Session:
         return self.sessions[label]
@@ -405,6 +416,29 @@ class StoreMachine(RuleBasedStateMachine):
         if session.turns is not None:
             session.turns += 1
 
+    @rule(
+        label=st.sampled_from(LABELS),
+        inputs=st.lists(st.text(max_size=6), min_size=1, max_size=3),
+        output=st.text(max_size=6),
+    )
+    def daemon_aborts_a_turn(self, label: str, inputs: list[str], output: str) -> None:
+        """A turn the daemon aborted (an interrupt, or a crash it recovered from):
+        its inputs, then its partial reply if it began one (ledger/turns.py)."""
+        session = self.model.sessions.get(label)
+        if session is None:
+            return
+        self.tick()
+        turn_id = daemon_aborted_turn(self.store.path, label, inputs, output, self.now)
+        items = [{"role": "user", "content": t} for t in inputs]
+        items += [{"role": "assistant", "content": output}] if output else []
+        self.model.turns[turn_id] = Turn(
+            session.head, label, "turn" if len(inputs) == 1 else "queue_batch", items, self.now,
+            aborted=True,
+        )  # fmt: skip
+        session.head, session.updated_at = turn_id, self.now
+        if session.turns is not None:
+            session.turns += 1
+
     @rule(label=st.sampled_from(LABELS), data=st.data(), summary=st.text(max_size=6))
     def daemon_compacts(self, label: str, data: st.DataObject, summary: str) -> None:
         """A compaction as the daemon's compactor writes one (broker/mailbox/
@@ -414,7 +448,7 @@ class StoreMachine(RuleBasedStateMachine):
         if session is None:
             return
         view = self.model.thread(session.head)
-        blocks = [t for t in view if self.model.turns[t].items]
+        blocks = [t for t in view if self.model.turns[t].shown]
         if view and self.model.turns[view[0]].kind == "compaction":
             blocks = [t for t in blocks if t != view[0]]  # the summary is not a block
         if not blocks:
@@ -474,7 +508,7 @@ class StoreMachine(RuleBasedStateMachine):
         turn_id, skipped = session.head, 0
         while turn_id is not None:
             turn = self.model.turns[turn_id]
-            if turn.items or turn.kind == "compaction":
+            if turn.shown or turn.kind == "compaction":
                 break
             turn_id, skipped = turn.parent, skipped + 1
         assert turn_id is not None
@@ -486,9 +520,10 @@ class StoreMachine(RuleBasedStateMachine):
             delta = 1 + skipped
         else:
             assert new_head is not None and new_head not in self.model.turns
-            self.model.turns[new_head] = replace(
-                turn, owner=label, items=turn.items[:-1], at=self.now
-            )
+            # The copy keeps what the reads do not show (ledger/api/writes.py Rule 2c).
+            rest = turn.items[:]
+            del rest[turn.last_shown()]
+            self.model.turns[new_head] = replace(turn, owner=label, items=rest, at=self.now)
             delta = skipped
         session.head, session.updated_at = new_head, self.now
         if session.turns is not None:
@@ -502,7 +537,7 @@ class StoreMachine(RuleBasedStateMachine):
         an item, shortened by a copy, or on its parent; False if none holds one."""
         kept = self.model.kept(compaction)
         holding = [t for t in kept if self.model.turns[t].kind != "compaction"]
-        holding = [t for t in holding if self.model.turns[t].items]
+        holding = [t for t in holding if self.model.turns[t].shown]
         if not holding:
             return False
         turn_id, original = holding[0], self.model.turns[compaction]
@@ -516,7 +551,9 @@ class StoreMachine(RuleBasedStateMachine):
         conn.close()
         if len(turn.items) > 1:
             assert base not in self.model.turns
-            self.model.turns[base] = replace(turn, owner=label, items=turn.items[:-1], at=self.now)
+            rest = turn.items[:]
+            del rest[turn.last_shown()]
+            self.model.turns[base] = replace(turn, owner=label, items=rest, at=self.now)
             first = base if turn_id == original.first_kept else original.first_kept
         else:
             assert base == turn.parent
@@ -627,8 +664,8 @@ class StoreMachine(RuleBasedStateMachine):
         for copy_id, original in zip(ids, originals, strict=True):
             turn = self.model.turns[original]
             first_kept = None if turn.first_kept is None else copies[turn.first_kept]
-            self.model.turns[copy_id] = Turn(
-                parent, got.id, turn.kind, turn.items, turn.at, first_kept
+            self.model.turns[copy_id] = replace(
+                turn, parent=parent, owner=got.id, first_kept=first_kept
             )
             parent = copy_id
         self.model.sessions[got.id] = Session(
@@ -662,7 +699,7 @@ class StoreMachine(RuleBasedStateMachine):
             for got in turns:
                 want = self.model.turns[got.id]
                 assert (got.session, got.type, got.created_at) == (want.owner, want.kind, want.at)
-                assert same(got.items, want.items)
+                assert same(got.items, want.shown)
 
 
 def _ascii_lower(text: str) -> str:
