@@ -13,31 +13,8 @@ from ledger.turns import TurnRecord, commit_turn
 def daemon_turn(path: Path, session: str, texts: list[str], now: int) -> str:
     """A turn as the daemon commits one (ledger/turns.py commit_turn): its engine's
     own, plain-text messages, the session's count and time moved with its head."""
-    with sqlite3.connect(path, isolation_level=None) as conn:
-        conn.execute("BEGIN IMMEDIATE")
-        head = conn.execute(
-            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
-        ).fetchone()[0]
-        turn = new_id()
-        conn.execute(
-            "INSERT INTO turns (id, session_label, parent_id, type, status, engine,"
-            " started_at, completed_at) VALUES (?, ?, ?, 'turn', 'completed', 'echo', ?, ?)",
-            (turn, session, head, now, now),
-        )
-        for seq, text in enumerate(texts):
-            conn.execute(
-                "INSERT INTO messages (turn_id, seq, role, content, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (turn, seq, ("user", "assistant")[seq % 2], text, now),
-            )
-        conn.execute(
-            "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
-            " WHERE label = ?",
-            (turn, now, session),
-        )
-        conn.execute("COMMIT")
-    conn.close()
-    return turn
+    rows = [(("user", "assistant")[seq % 2], text) for seq, text in enumerate(texts)]
+    return _write_turn(path, session, ("turn", "completed", None, "echo"), rows, now)
 
 
 def daemon_compaction(
@@ -103,6 +80,20 @@ def daemon_aborted_turn(path: Path, session: str, inputs: list[str], output: str
     """An interrupted turn as the daemon commits one (ledger/turns.py _write_turn with
     status 'aborted', as `recover_crashed` or an interrupt leaves it): its inputs as
     user messages, then its partial reply, if it had begun one."""
+    kind = "turn" if len(inputs) == 1 else "queue_batch"
+    rows = [("user", text) for text in inputs] + ([("assistant", output)] if output else [])
+    return _write_turn(path, session, (kind, "aborted", "crash", ""), rows, now)
+
+
+def _write_turn(
+    path: Path,
+    session: str,
+    turn_row: tuple[str, str, str | None, str],
+    rows: list[tuple[str, str]],
+    now: int,
+) -> str:
+    """A turn of `turn_row` (type, status, reason, engine) holding `rows` (role,
+    content) on the session's head, in one transaction as the daemon's writer does."""
     with sqlite3.connect(path, isolation_level=None) as conn:
         conn.execute("BEGIN IMMEDIATE")
         head = conn.execute(
@@ -111,10 +102,9 @@ def daemon_aborted_turn(path: Path, session: str, inputs: list[str], output: str
         turn = new_id()
         conn.execute(
             "INSERT INTO turns (id, session_label, parent_id, type, status, reason, engine,"
-            " started_at, completed_at) VALUES (?, ?, ?, ?, 'aborted', 'crash', '', ?, ?)",
-            (turn, session, head, "turn" if len(inputs) == 1 else "queue_batch", now, now),
+            " started_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (turn, session, head, *turn_row, now, now),
         )
-        rows = [("user", text) for text in inputs] + ([("assistant", output)] if output else [])
         conn.executemany(
             "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
             [(turn, seq, role, text, now) for seq, (role, text) in enumerate(rows)],
