@@ -1,13 +1,48 @@
 """A turn written as the daemon commits one, for tests of the library face on a
-ledger that both write (a served ledger mixes the two)."""
+ledger that both write (a served ledger mixes the two), and the thread as the
+daemon's context load reads it, to hold the library's reads to."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+from ledger.api import SyncStore
 from ledger.ids import new_id
+from ledger.reads import Thread, load_thread
 from ledger.turns import TurnRecord, commit_turn
+
+
+def load(path: Path, session: str) -> Thread:
+    """The session's thread as the daemon's context load reads it."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        head = conn.execute(
+            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
+        ).fetchone()[0]
+        return load_thread(conn, head)
+
+
+def daemon_view(thread: Thread) -> list[Any]:
+    """That thread as library items: the summary (a compaction turn's one message
+    reads so), then every message it shows."""
+    summary = [] if thread.summary is None else [{"role": "assistant", "content": thread.summary}]
+    return summary + [
+        {"role": role, "content": content}
+        for turn in thread.turns
+        for role, content, _ in turn.messages
+    ]
+
+
+def check_reads(store: SyncStore, session: str, want: list[Any]) -> None:
+    """Every read of the library shows `want`: items, each last(n), each range, turns."""
+    assert store.items(session) == want
+    for n in range(1, len(want) + 2):
+        assert store.last(session, n) == want[-n:], n
+    for start in range(-len(want) - 1, len(want) + 1):
+        assert store.items(session, start) == want[start:], start
+    assert [i for t in store.turns(session) for i in t.items] == want
 
 
 def daemon_turn(path: Path, session: str, texts: list[str], now: int) -> str:

@@ -7,7 +7,6 @@ context loads it (issue 22: items round-trip exactly)."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,40 +16,17 @@ import orjson
 import pytest
 
 from ledger.api import Store, SyncStore
-from ledger.reads import Thread, load_thread
 from tests.conftest import DaemonFactory
 from tests.integration.test_crash_events import ENGINE
 from tests.integration.wire import Adapter
-from tests.library.daemon_turns import daemon_aborted_turn, daemon_compaction, daemon_turn
-
-
-def load(path: Path, session: str) -> Thread:
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        head = conn.execute(
-            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
-        ).fetchone()[0]
-        return load_thread(conn, head)
-
-
-def daemon_view(path: Path, session: str) -> list[Any]:
-    """The session's thread as the daemon's context loads it, as library items: the
-    summary (a compaction turn's one message), then every message it shows."""
-    thread = load(path, session)
-    summary = [] if thread.summary is None else [{"role": "assistant", "content": thread.summary}]
-    return summary + [
-        {"role": role, "content": content}
-        for turn in thread.turns
-        for role, content, _ in turn.messages
-    ]
-
-
-def check_reads(store: SyncStore, session: str, want: list[Any]) -> None:
-    assert store.items(session) == want
-    for n in range(1, len(want) + 2):
-        assert store.last(session, n) == want[-n:], n
-    for start in range(-len(want) - 1, len(want) + 1):
-        assert store.items(session, start) == want[start:], start
-    assert [i for t in store.turns(session) for i in t.items] == want
+from tests.library.daemon_turns import (
+    check_reads,
+    daemon_aborted_turn,
+    daemon_compaction,
+    daemon_turn,
+    daemon_view,
+    load,
+)
 
 
 def interrupted_thread(path: Path) -> str:
@@ -80,7 +56,7 @@ WANT = [
 def test_the_reads_leave_out_an_aborted_turns_inputs(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     interrupted_thread(path)
-    assert daemon_view(path, "s") == WANT
+    assert daemon_view(load(path, "s")) == WANT
     with SyncStore.open(path) as store:
         check_reads(store, "s", WANT)
         assert [len(t.items) for t in store.turns("s")] == [2, 1, 2, 0, 2]
@@ -98,7 +74,7 @@ def test_an_aborted_turn_at_the_head_shows_its_partial_reply_alone(tmp_path: Pat
         assert store.pop("s") is None
     daemon_aborted_turn(path, "s", ["q1", "q2"], "so far", 2)
     with SyncStore.open(path) as store:
-        check_reads(store, "s", daemon_view(path, "s"))
+        check_reads(store, "s", daemon_view(load(path, "s")))
         assert store.items("s") == [{"role": "assistant", "content": "so far"}]
 
 
@@ -111,7 +87,7 @@ def test_the_kept_turns_of_a_daemon_compaction_leave_them_out_too(tmp_path: Path
     daemon_turn(path, "s", ["q2", "a2"], 3)
     daemon_compaction(path, "s", "q1 and a1", kept, 4)
     daemon_aborted_turn(path, "s", ["q5"], "part", 5)
-    want = daemon_view(path, "s")
+    want = daemon_view(load(path, "s"))
     assert [m["content"] for m in want] == ["q1 and a1", "partial", "q2", "a2", "part"]
     with SyncStore.open(path) as store:
         check_reads(store, "s", want)
@@ -125,7 +101,7 @@ def test_a_pop_never_takes_a_hidden_input(tmp_path: Path) -> None:
             assert store.pop("s") == WANT[-1 - n], n
             want = WANT[: -1 - n]
             check_reads(store, "s", want)
-            assert daemon_view(path, "s") == want  # the copies keep the turn's status
+            assert daemon_view(load(path, "s")) == want  # the copies keep the turn's status
         assert store.pop("s") is None
 
 
@@ -138,14 +114,14 @@ def test_a_pop_of_a_kept_aborted_turn(tmp_path: Path) -> None:
     daemon_aborted_turn(path, "s", ["q3", "q4"], "partial", 3)
     daemon_aborted_turn(path, "s", ["q3", "q4"], "", 4)
     daemon_compaction(path, "s", "q1 and a1", kept, 5)
-    want = daemon_view(path, "s")
+    want = daemon_view(load(path, "s"))
     assert [m["content"] for m in want] == ["q1 and a1", "q2", "a2", "partial"]
     with SyncStore.open(path) as store:
         for n in range(len(want)):
             assert store.pop("s") == want[-1 - n], n
             check_reads(store, "s", want[: -1 - n])
             if n < len(want) - 1:  # after the summary's pop the daemon loads an empty one
-                assert daemon_view(path, "s") == want[: -1 - n]
+                assert daemon_view(load(path, "s")) == want[: -1 - n]
 
 
 def test_a_library_compaction_summarizes_what_the_reads_show(tmp_path: Path) -> None:
@@ -186,7 +162,7 @@ def test_an_export_keeps_the_aborted_turns_and_imports_reading_the_same(tmp_path
         ]
         store.import_jsonl(b"\n".join(orjson.dumps(line) for line in old), "old")
         check_reads(store, "old", WANT)
-    assert daemon_view(path, "copy") == daemon_view(path, "old") == WANT
+    assert daemon_view(load(path, "copy")) == daemon_view(load(path, "old")) == WANT
 
 
 @pytest.mark.anyio
@@ -266,7 +242,7 @@ async def test_a_turn_a_real_daemon_lost_to_a_kill(
             "SELECT status FROM turns WHERE session_label = ? ORDER BY started_at", (session,)
         ).fetchall()
     assert statuses == [("aborted",), ("completed",)]
-    want = daemon_view(d.ledger, session)
+    want = daemon_view(load(d.ledger, session))
     assert [i["content"] for i in want if i["role"] == "user"] == ["work through it"]
     async with await Store.connect(d.socket) as remote:
         assert await remote.items(session) == want

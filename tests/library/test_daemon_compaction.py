@@ -14,32 +14,24 @@ import orjson
 import pytest
 
 from ledger.api import Store, SyncStore
-from ledger.reads import Thread, load_thread
+from ledger.reads import Thread
 from ledger.sessions import thread_ids
 from tests.conftest import DaemonFactory
 from tests.integration.test_compaction import SMALL, WORDS, chat
 from tests.integration.test_fork_export import ctl
-from tests.library.daemon_turns import daemon_compaction, daemon_turn
+from tests.library.daemon_turns import (
+    check_reads,
+    daemon_compaction,
+    daemon_turn,
+    daemon_view,
+    load,
+)
 
 
-def daemon_view(thread: Thread) -> list[Any]:
-    """The thread the daemon's context loads, as library items: the summary as the
-    compaction turn's one message reads, then every kept and later message."""
+def compacted_view(thread: Thread) -> list[Any]:
+    """The thread the daemon's context loads, as library items; it has a summary."""
     assert thread.summary is not None
-    summary = {"role": "assistant", "content": thread.summary}
-    return [summary] + [
-        {"role": role, "content": content}
-        for turn in thread.turns
-        for role, content, _ in turn.messages
-    ]
-
-
-def load(path: Path, session: str) -> Thread:
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        head = conn.execute(
-            "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
-        ).fetchone()[0]
-        return load_thread(conn, head)
+    return daemon_view(thread)
 
 
 def chain_length(path: Path, session: str) -> int:
@@ -48,13 +40,6 @@ def chain_length(path: Path, session: str) -> int:
             "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
         ).fetchone()[0]
         return len(thread_ids(conn, head))
-
-
-def check_reads(store: SyncStore, session: str, want: list[Any]) -> None:
-    assert store.items(session) == want
-    for n in range(1, len(want) + 2):
-        assert store.last(session, n) == want[-n:], n
-    assert [i for t in store.turns(session) for i in t.items] == want
 
 
 @pytest.mark.anyio
@@ -72,7 +57,7 @@ async def test_a_compaction_by_a_real_daemon_reads_as_its_context(
     assert kept, "a window of 400 tokens with keep_recent_ratio 0.25 keeps turns"
     thread = load(d.ledger, session)
     assert thread.turns, "the daemon's context holds kept turns"
-    want = daemon_view(thread)
+    want = compacted_view(thread)
     async with await Store.connect(d.socket) as remote:
         assert await remote.items(session) == want
         for n in range(1, len(want) + 2):
@@ -92,14 +77,14 @@ def test_kept_turns_read_before_the_turns_after_the_compaction(tmp_path: Path) -
     daemon_turn(path, "s", ["q3", "a3"], 3)
     daemon_compaction(path, "s", "q1 and a1", kept, 4)
     with SyncStore.open(path) as store:
-        check_reads(store, "s", daemon_view(load(path, "s")))
+        check_reads(store, "s", compacted_view(load(path, "s")))
         assert store.items("s")[1:] == [
             {"role": "user", "content": "q2"},
             {"role": "assistant", "content": "a2"},
             {"role": "user", "content": "q3"},
             {"role": "assistant", "content": "a3"},
         ]
-        before = daemon_view(load(path, "s"))
+        before = compacted_view(load(path, "s"))
         store.append("s", ["after"])
         check_reads(store, "s", [*before, "after"])
         assert [t.type for t in store.turns("s")] == ["compaction", "turn", "turn", "turn"]
@@ -122,7 +107,7 @@ def test_a_compaction_keeping_what_an_earlier_one_kept(tmp_path: Path) -> None:
     assert thread.summary == "one, two"
     assert [m[1] for t in thread.turns for m in t.messages] == ["q3", "a3", "q4", "a4"]
     with SyncStore.open(path) as store:
-        check_reads(store, "s", daemon_view(thread))
+        check_reads(store, "s", compacted_view(thread))
         assert [t.type for t in store.turns("s")] == ["compaction", "turn", "turn"]
 
 
@@ -144,7 +129,7 @@ def test_a_pop_takes_the_last_kept_item(tmp_path: Path) -> None:
         before = store.items("s")
         assert store.pop("s") == {"role": "assistant", "content": "a3"}
         assert store.items("s") == before[:-1]
-        check_reads(store, "s", daemon_view(load(path, "s")))
+        check_reads(store, "s", compacted_view(load(path, "s")))
         for n in range(4):  # down to the summary, then nothing
             assert store.pop("s") == before[-2 - n]
             assert store.items("s") == before[: -2 - n]
@@ -163,13 +148,13 @@ def test_a_pop_after_the_compaction_leaves_the_kept_turns(tmp_path: Path) -> Non
         assert store.pop("s") == "x"
         assert store.items("s") == before[:-1]
         assert store.pop("s") == {"role": "assistant", "content": "a3"}
-        check_reads(store, "s", daemon_view(load(path, "s")))
+        check_reads(store, "s", compacted_view(load(path, "s")))
 
 
 def test_a_library_compaction_of_a_thread_kept_by_the_daemon(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     kept_thread(path)
-    want = daemon_view(load(path, "s"))
+    want = compacted_view(load(path, "s"))
     given: list[Any] = []
 
     def summarize(items: list[Any]) -> list[Any]:
@@ -305,7 +290,7 @@ async def test_the_agents_sdk_session_reads_the_kept_turns(tmp_path: Path) -> No
 
     path = tmp_path / "ledger.db"
     kept_thread(path)
-    want = daemon_view(load(path, "s"))
+    want = compacted_view(load(path, "s"))
     session = LedgerSession("s", path=path)
     try:
         assert await session.get_items() == want
