@@ -84,6 +84,12 @@ def _kept_turns(
     return [(str(r[0]), str(r[1])) for r in rows if r[2] != "compaction"]  # Rule 1a
 
 
+def hidden(status: str, role: str) -> bool:
+    """Whether a message of a turn of `status` is left out of the thread (Rule 1): an
+    aborted turn's inputs, which ran again in a later turn."""
+    return status == "aborted" and role == "user"
+
+
 def _messages(
     conn: sqlite3.Connection, turn_id: str, status: str
 ) -> list[tuple[Role, str, int | None]]:
@@ -92,7 +98,7 @@ def _messages(
         "SELECT role, content, tokens FROM messages WHERE turn_id = ? ORDER BY seq",
         (turn_id,),
     ):
-        if status == "aborted" and role == "user":
-            continue  # those inputs ran again in a later turn
+        if hidden(status, role):
+            continue
         out.append((role, content, int(tokens) if tokens is not None else None))
     return out

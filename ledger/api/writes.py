@@ -60,6 +60,7 @@ import orjson
 from ..errors import Conflict, NotFound
 from ..fts import forget_deleted, index_new_messages
 from ..ids import new_id
+from ..reads import hidden
 from .records import LIBRARY, Row
 
 
@@ -237,7 +238,7 @@ def _rows(conn: sqlite3.Connection, turn: str) -> list[Row]:
 def _last_shown(rows: list[Row], status: str) -> int | None:
     """The position of the last of `rows` the reads show, or None (Rule 2c)."""
     for at in range(len(rows) - 1, -1, -1):
-        if status != "aborted" or rows[at][0] != "user":
+        if not hidden(status, rows[at][0]):
             return at
     return None
 
