@@ -5,7 +5,7 @@ reads of the recall tool (a run of turns, tool calls, a session's summary) are
 Sync functions over a sqlite3 connection (`ledger/store.py` runs them on a
 reader); they only read. Times are integer milliseconds (UTC), as stored.
 
-Rule 1: user text never reaches FTS5 as syntax. `fts_query` turns it into
+Rule 1: user text never reaches FTS5 as syntax. `terms` turns it into
         quoted strings only: each word, or "a phrase" in double quotes, with a
         trailing `*` for a prefix; operators (AND, NEAR, `:`, `(`, `^`) are
         plain words. Text with nothing to search raises ValueError, so a MATCH
@@ -76,13 +76,8 @@ class Hit:
 # -- the query language ------------------------------------------------------
 
 
-def fts_query(text: str, match: Match = "all") -> str:
-    """Free text to an FTS5 query of quoted strings (see Rule 1)."""
-    return joined(terms(text), match)
-
-
 def joined(fts_terms: list[str], match: Match) -> str:
-    """The FTS5 query of `terms`' strings: all of them, or any."""
+    """The FTS5 query of `terms`' strings: all of them, or any (Rule 1)."""
     return (" OR " if match == "any" else " ").join(fts_terms)
 
 
@@ -134,7 +129,8 @@ def search(
 ) -> list[Hit]:
     """The best `limit` messages for `query`, best first; `session` None: all sessions,
     a list: those sessions."""
-    fts = fts_query(query, match)
+    fts_terms = terms(query)
+    fts = joined(fts_terms, match)
     sessions = (
         (session,) if isinstance(session, str) else None if session is None else tuple(session)
     )
@@ -143,7 +139,7 @@ def search(
         require_session(conn, sessions[0])
     engine = getattr(conn, "full_text", None)  # another engine's own search: ledger/postgres
     if engine is not None:
-        return engine.search(conn, terms(query), match, flt, limit)  # type: ignore[no-any-return]
+        return engine.search(conn, fts_terms, match, flt, limit)  # type: ignore[no-any-return]
     try:
         ranked = _rank(conn, fts, flt, limit)[:limit]
         return _hits(conn, fts, ranked)
