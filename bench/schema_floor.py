@@ -54,6 +54,7 @@ from ledger.api import Store
 from ledger.api.engine import FTS_LAG
 from ledger.api.records import LIBRARY, Row, encode_items
 from ledger.api.writes import append_turn
+from ledger.db import connect
 from ledger.ids import new_id
 
 Turn = tuple[str, list[Row], int]  # a session's label, the turn's rows, its time (ms)
@@ -113,11 +114,7 @@ def floor(
 ) -> tuple[float, float]:
     """(turns/s, CPU µs a turn) of the schema's own statements, `per_txn` turns a transaction."""
     create_sessions(path, sessions)
-    conn = sqlite3.connect(path, isolation_level=None)
-    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
-        conn.execute(f"PRAGMA {pragma}")
-    conn.execute("PRAGMA temp_store = MEMORY")
-    conn.execute("PRAGMA cache_size = -65536")  # as ledger/db.py sets it
+    conn = connect(path, "NORMAL")  # the pragmas the Store's writer connection has
     order = [(s, t) for t in range(turns) for s in range(sessions)]
     started, cpu = time.perf_counter(), time.process_time()
     waiting = 0  # messages not yet in the full-text index
