@@ -1,0 +1,33 @@
+"""Channel adapters: one process per channel (terminal, webhook, IRC, XMPP, Matrix,
+mail), each speaking the wire protocol to the broker through the adapter SDK
+(`sdk`, over `wire.client`)."""
+
+__all__ = [
+    "attachments",
+    "bridge",
+    "connector",
+    "http",
+    "irc",
+    "irc_conn",
+    "irc_text",
+    "mail",
+    "mail_book",
+    "mail_imap",
+    "mail_message",
+    "matrix",
+    "matrix_events",
+    "matrix_position",
+    "matrix_session",
+    "position",
+    "replies",
+    "retry",
+    "sdk",
+    "settings",
+    "terminal",
+    "types",
+    "url_probe",
+    "webhook",
+    "xmpp",
+    "xmpp_session",
+    "xmpp_stanzas",
+]

@@ -32,9 +32,16 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .retry import TEMPFAIL, ServerUnavailable
-from .sdk import Adapter, Backoff, Deliver, Delta, HandshakeRefused, MessageRejected, Tuning
-from .settings import AdapterSection, BrokerSection, SettingsError, load_file, read_secret, section
+from adapters.retry import TEMPFAIL, ServerUnavailable
+from adapters.sdk import Adapter, Backoff, Deliver, Delta, HandshakeRefused, MessageRejected, Tuning
+from adapters.settings import (
+    AdapterSection,
+    BrokerSection,
+    SettingsError,
+    load_file,
+    read_secret,
+    section,
+)
 
 log = logging.getLogger("adapters.bridge")
 

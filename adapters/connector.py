@@ -27,11 +27,10 @@ import anyio.abc
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from broker.client import BrokerClient, BrokerError
-from broker.framing import FrameTooLarge
-from ledger.ids import new_id
-
-from .types import BrokerUnreachable, HandshakeRefused, MessageRejected, Tuning
+from adapters.types import BrokerUnreachable, HandshakeRefused, MessageRejected, Tuning
+from plumbing.ids import new_id
+from wire.client import BrokerClient, BrokerError
+from wire.framing import FrameTooLarge
 
 log = logging.getLogger("adapters.sdk")  # the SDK's one logger: users configure it by name
 

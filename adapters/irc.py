@@ -46,13 +46,13 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import Field
 
-from .bridge import Incoming, Target, main
-from .irc_conn import ConnectionDead, IrcConnection, LoginRefused
-from .irc_text import Line, is_channel, mentions, message_id, split_text
-from .position import Spool
-from .retry import RetryClock, ServerUnavailable, TokenBucket, single_error
-from .sdk import Backoff, Deliver, Delta
-from .settings import AdapterSection, Strict, read_secret, section
+from adapters.bridge import Incoming, Target, main
+from adapters.irc_conn import ConnectionDead, IrcConnection, LoginRefused
+from adapters.irc_text import Line, is_channel, mentions, message_id, split_text
+from adapters.position import Spool
+from adapters.retry import RetryClock, ServerUnavailable, TokenBucket, single_error
+from adapters.sdk import Backoff, Deliver, Delta
+from adapters.settings import AdapterSection, Strict, read_secret, section
 
 log = logging.getLogger("adapters.irc")
 

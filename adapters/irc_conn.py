@@ -21,8 +21,8 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from .irc_text import Line, MalformedLine, parse
-from .retry import TokenBucket
+from adapters.irc_text import Line, MalformedLine, parse
+from adapters.retry import TokenBucket
 
 log = logging.getLogger("adapters.irc")
 

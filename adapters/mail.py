@@ -43,14 +43,14 @@ from aioimaplib import AioImapException
 from anyio.streams.memory import MemoryObjectSendStream
 from pydantic import Field
 
-from .bridge import Incoming, Target, main
-from .mail_book import ReplyBook
-from .mail_imap import FETCH_BATCH, ImapSession, LoginRefused
-from .mail_message import Malformed, ReplyContext, build_reply, parse
-from .position import PositionStore
-from .retry import RetryClock, ServerUnavailable, single_error
-from .sdk import Backoff, Deliver, Delta
-from .settings import AdapterSection, Strict, read_secret, section
+from adapters.bridge import Incoming, Target, main
+from adapters.mail_book import ReplyBook
+from adapters.mail_imap import FETCH_BATCH, ImapSession, LoginRefused
+from adapters.mail_message import Malformed, ReplyContext, build_reply, parse
+from adapters.position import PositionStore
+from adapters.retry import RetryClock, ServerUnavailable, single_error
+from adapters.sdk import Backoff, Deliver, Delta
+from adapters.settings import AdapterSection, Strict, read_secret, section
 
 log = logging.getLogger("adapters.mail")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from .mail_message import ReplyContext
+from adapters.mail_message import ReplyContext
 
 
 class ReplyBook:

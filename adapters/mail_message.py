@@ -36,7 +36,7 @@ from typing import Any
 
 from bs4 import BeautifulSoup
 
-from .attachments import attachment
+from adapters.attachments import attachment
 
 MAX_MSG_ID = 128  # the broker's limit on msg_id
 MAX_THREAD_ID = 256  # and on thread_id / peer_id

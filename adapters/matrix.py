@@ -53,8 +53,8 @@ from nio import (
 )
 from pydantic import Field
 
-from .bridge import Incoming, Target, main
-from .matrix_events import (
+from adapters.bridge import Incoming, Target, main
+from adapters.matrix_events import (
     Bot,
     MalformedEvent,
     Room,
@@ -63,12 +63,12 @@ from .matrix_events import (
     text_content,
     to_incoming,
 )
-from .matrix_position import AckedTokens
-from .matrix_session import StoredLogin, log_in, new_client
-from .position import PositionStore
-from .retry import RetryClock, ServerUnavailable, single_error
-from .sdk import Backoff, Deliver, Delta
-from .settings import AdapterSection, Strict, read_secret, section
+from adapters.matrix_position import AckedTokens
+from adapters.matrix_session import StoredLogin, log_in, new_client
+from adapters.position import PositionStore
+from adapters.retry import RetryClock, ServerUnavailable, single_error
+from adapters.sdk import Backoff, Deliver, Delta
+from adapters.settings import AdapterSection, Strict, read_secret, section
 
 log = logging.getLogger("adapters.matrix")
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .attachments import attachment, size_of
-from .bridge import Incoming
-from .irc_text import mentions
+from adapters.attachments import attachment, size_of
+from adapters.bridge import Incoming
+from adapters.irc_text import mentions
 
 ATTACHMENT_TYPES = frozenset({"m.image", "m.file", "m.video", "m.audio"})
 SKIPPED_TYPES = frozenset({"m.notice"})

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import orjson
 
-from .types import Deliver, Delta, Reply
+from adapters.types import Deliver, Delta, Reply
 
 log = logging.getLogger("adapters.sdk")  # the SDK's one logger: users configure it by name
 _LINK_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)

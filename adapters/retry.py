@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .types import Backoff
+from adapters.types import Backoff
 
 TEMPFAIL = 75  # sysexits.h EX_TEMPFAIL
 

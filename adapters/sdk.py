@@ -28,9 +28,9 @@ from typing import Any
 import anyio
 import orjson
 
-from .connector import Connector
-from .replies import ReplyBuffer
-from .types import (
+from adapters.connector import Connector
+from adapters.replies import ReplyBuffer
+from adapters.types import (
     Ack,
     AdapterError,
     Backoff,

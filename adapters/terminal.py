@@ -34,11 +34,10 @@ from anyio.streams.memory import MemoryObjectSendStream
 from rich.console import Console
 from rich.markup import escape
 
-from broker.client import BrokerClient, BrokerError
-from broker.core.queue_machine import QueueMode
-from ledger.ids import new_id
-
-from .sdk import Adapter, AdapterError, Deliver, Delta, MessageRejected
+from adapters.sdk import Adapter, AdapterError, Deliver, Delta, MessageRejected
+from core.queue_machine import QueueMode
+from plumbing.ids import new_id
+from wire.client import BrokerClient, BrokerError
 
 STATUS_TIMEOUT_S = 2.0  # one `session.show` for the status line
 

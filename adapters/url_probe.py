@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 
-from .attachments import type_from_name
+from adapters.attachments import type_from_name
 
 log = logging.getLogger("adapters.url_probe")
 

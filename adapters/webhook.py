@@ -47,8 +47,8 @@ import httpx
 import orjson
 from anyio.abc import SocketAttribute
 
-from .http import HttpServer, Limits, Request, Response
-from .sdk import Adapter, AdapterError, Backoff, Deliver, Delta, MessageRejected
+from adapters.http import HttpServer, Limits, Request, Response
+from adapters.sdk import Adapter, AdapterError, Backoff, Deliver, Delta, MessageRejected
 
 log = logging.getLogger("adapters.webhook")
 

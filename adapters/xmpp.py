@@ -52,14 +52,14 @@ from pydantic import Field
 from slixmpp import JID, Message
 from slixmpp.exceptions import IqError, IqTimeout
 
-from .bridge import Incoming, Target, main
-from .position import PositionStore
-from .retry import RetryClock, ServerUnavailable, single_error
-from .sdk import Backoff, Deliver, Delta
-from .settings import AdapterSection, Strict, read_secret, section
-from .url_probe import UrlProbe
-from .xmpp_session import XmppSession
-from .xmpp_stanzas import stanza_id, to_incoming
+from adapters.bridge import Incoming, Target, main
+from adapters.position import PositionStore
+from adapters.retry import RetryClock, ServerUnavailable, single_error
+from adapters.sdk import Backoff, Deliver, Delta
+from adapters.settings import AdapterSection, Strict, read_secret, section
+from adapters.url_probe import UrlProbe
+from adapters.xmpp_session import XmppSession
+from adapters.xmpp_stanzas import stanza_id, to_incoming
 
 log = logging.getLogger("adapters.xmpp")
 

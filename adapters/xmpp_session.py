@@ -35,7 +35,7 @@ import anyio
 from slixmpp import JID, ClientXMPP, Message
 from slixmpp.plugins.xep_0198.stanza import RequestAck
 
-from .bridge import Target
+from adapters.bridge import Target
 
 log = logging.getLogger("adapters.xmpp")
 

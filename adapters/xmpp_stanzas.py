@@ -27,9 +27,9 @@ from xml.etree.ElementTree import Element
 
 from slixmpp import JID, Message
 
-from .attachments import attachment, name_from_url, size_of, text_with
-from .bridge import Incoming
-from .irc_text import mentions
+from adapters.attachments import attachment, name_from_url, size_of, text_with
+from adapters.bridge import Incoming
+from adapters.irc_text import mentions
 
 OOB = "{jabber:x:oob}"
 SFS = "{urn:xmpp:sfs:0}"

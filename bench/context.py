@@ -15,10 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from broker.core.packing import ContextInput, Msg, TurnBlock, assemble
+from core.packing import ContextInput, Msg, TurnBlock, assemble
 from ledger.db import connect, migrate
-from ledger.ids import new_id, now_ms
-from ledger.turns import TurnRecord, commit_turn
+from ledger.port.records import TurnRecord
+from ledger.turns import commit_turn
+from plumbing.ids import new_id, now_ms
 
 
 def bench_assembly(turns: int = 50_000) -> list[float]:

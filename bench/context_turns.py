@@ -22,11 +22,10 @@ import sys
 
 from broker.context.session import SessionContext
 from broker.context.tokens import TokenCounter
-from broker.core import turn_events as te
-from broker.core.titles import outcome_line, turn_title
 from broker.mailbox.session_facts import SessionFacts
-from ledger.items import ItemInfo
-from ledger.turns import TurnRecord
+from core import turn_events as te
+from core.titles import outcome_line, turn_title
+from ledger.port.records import ItemInfo, TurnRecord
 
 COLLECTED = re.compile(r"==\d+== Collected : (\d+)")
 

@@ -26,9 +26,9 @@ import orjson
 
 from bench.turns import cpu_s, own_cpu_s
 from bench.turns import window as window_of
-from broker.client import BrokerClient
-from ledger.ids import new_id
+from plumbing.ids import new_id
 from tests.harness import DaemonProcess, writer_pid
+from wire.client import BrokerClient
 
 SENDERS = 500
 
@@ -252,7 +252,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--modes", default="NORMAL,FULL")
     parser.add_argument(
-        "--writer", choices=("process", "thread"), default="process", help="ledger.writer"
+        "--writer",
+        choices=("process", "thread"),
+        default="process",
+        help="ledger.writer",
     )
     args = parser.parse_args()
     print(

@@ -31,7 +31,7 @@ from bench.recall import Generator
 from ledger.postgres import devcluster, schema
 from ledger.postgres.connection import PgConnection
 from ledger.postgres.recall import QUERY, tsquery
-from ledger.recall import terms
+from ledger.recall.search import terms
 
 ACCENTS = str.maketrans("eaiouc", "éàïôüç")
 # recall.py's search without the turns (the bench writes none), with the old

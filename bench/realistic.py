@@ -29,8 +29,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from bench.turns import Adapters, cpu_s, pct, with_daemon
-from broker.client import BrokerClient
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 
 def config(args: argparse.Namespace) -> dict[str, Any]:

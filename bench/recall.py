@@ -13,7 +13,7 @@ Rows go in with executemany inside one transaction with the FTS trigger
 dropped, then one FTS5 'rebuild' (faster than the trigger row by row), and the
 trigger is put back as the migration wrote it.
 
-Then it times `ledger.recall.search` (limit 20) for rare, mid-frequency and
+Then it times `ledger.recall.search.search` (limit 20) for rare, mid-frequency and
 common words, a phrase and a prefix, over all sessions and within one large
 and one small session, and prints p50/p95 milliseconds. Target: < 20 ms.
 """
@@ -31,10 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.core.ids import UlidSequence
-from ledger import recall
+from core.ids import UlidSequence
 from ledger.db import connect, migrate
 from ledger.fts import index_new_messages
+from ledger.recall import search as recall
 
 VERSION = "1"
 SESSIONS = 1000

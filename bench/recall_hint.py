@@ -31,10 +31,10 @@ from pathlib import Path
 import anyio
 
 from bench.recall import build, cached, pct, vocabulary
-from broker.core import recall_hint
-from ledger import recall_hint as ledger_hint
+from core import recall_hint
 from ledger.db import connect
-from ledger.store import Ledger
+from ledger.recall import hint as ledger_hint
+from ledger.sqlite.store import Ledger
 
 CONTEXT_CHARS = 24_000
 

@@ -55,7 +55,7 @@ from ledger.api.engine import FTS_LAG
 from ledger.api.records import LIBRARY, Row, encode_items
 from ledger.api.writes import append_turn
 from ledger.db import connect
-from ledger.ids import new_id
+from plumbing.ids import new_id
 
 Turn = tuple[str, list[Row], int]  # a session's label, the turn's rows, its time (ms)
 

@@ -36,8 +36,9 @@ import anyio
 
 from ledger import snapshots
 from ledger.db import connect, migrate
-from ledger.store import Ledger
-from ledger.turns import TurnRecord, commit_turn
+from ledger.port.records import TurnRecord
+from ledger.sqlite.store import Ledger
+from ledger.turns import commit_turn
 
 WORDS = [
     *("def", "return", "self", "value", "index", "session", "turn", "ledger", "write"),

@@ -18,7 +18,7 @@ max_text_bytes 256 KiB, max_inflight 1,024, max_pending_bytes 64 MiB):
    50 MB over the start while stalled. The peak of the whole run is printed
    too: when the writer goes on, the ledger link pickles every job that waited
    into one batch and copies that once more to put its length in front
-   (ledger/writer_process.py), so for a moment the daemon holds the pending
+   (ledger/writer/process.py), so for a moment the daemon holds the pending
    texts three times.
 
 VmRSS counts what the daemon's process holds; the writer process is apart.
@@ -41,9 +41,9 @@ import anyio
 import orjson
 
 from bench.turns import rss_kib
-from broker.client import BrokerClient
 from broker.config import Settings
 from tests.harness import DaemonProcess, writer_pid
+from wire.client import BrokerClient
 
 DEFAULTS = Settings()
 MB = 1_000_000

@@ -28,16 +28,14 @@ from typing import Any
 import anyio
 import orjson
 
-from broker.client import BrokerClient
-from broker.core.engine_types import ToolCall
-from broker.core.identity import SessionSpec
+from core.engine_types import ToolCall
+from core.identity import SessionSpec
 from ledger import events, state_reads
-from ledger.ids import new_id
-from ledger.ingest import InboundRecord
-from ledger.items import ItemInfo
-from ledger.store import Ledger
-from ledger.turns import TurnRecord
+from ledger.port.records import InboundRecord, ItemInfo, TurnRecord
+from ledger.sqlite.store import Ledger
+from plumbing.ids import new_id
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 DM = SessionSpec(None, None)
 

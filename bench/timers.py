@@ -26,8 +26,8 @@ from typing import Any
 
 import anyio
 
-from broker.client import BrokerClient
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 
 def config() -> dict[str, Any]:

@@ -41,8 +41,8 @@ import anyio.abc
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from broker.client import BrokerClient
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 CHANNEL = "bench"
 CLOSED = (anyio.ClosedResourceError, anyio.EndOfStream, anyio.BrokenResourceError)
@@ -485,7 +485,10 @@ def main() -> None:
     parser.add_argument("--idle-stop-s", type=float, default=1.0)
     parser.add_argument("--parts", default="tput,latency,memory")
     parser.add_argument(
-        "--writer", choices=("process", "thread"), default="process", help="ledger.writer"
+        "--writer",
+        choices=("process", "thread"),
+        default="process",
+        help="ledger.writer",
     )
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",")}

@@ -29,15 +29,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from broker.core import turn_events as te
-from broker.core.identity import SessionSpec
-from broker.core.session_state import EMPTY
+from core import turn_events as te
+from core.identity import SessionSpec
+from core.session_state import EMPTY
 from ledger import ingest as li
 from ledger import state_records
 from ledger import turns as lt
 from ledger.db import connect, migrate
-from ledger.ids import new_id
-from ledger.ingest import InboundRecord, WriterConnection, ingest
+from ledger.ingest import WriterConnection, ingest
+from ledger.port.records import InboundRecord, TurnRecord
+from plumbing.ids import new_id
 
 SESSIONS, BATCH = 100, 4
 COLLECTED = re.compile(r"Collected : (\d+)")
@@ -90,7 +91,7 @@ def run(turns: int, kind: str, text_chars: int) -> None:
             records = []
             for a, turn_id in zip(accepted, ids, strict=True):
                 item = items[a.item]
-                rec = lt.TurnRecord(
+                rec = TurnRecord(
                     turn_id=turn_id, session=a.session, parent_id=heads.get(a.session),
                     type="turn", status="completed", reason=None, error=None,
                     output="echo: " + item.content, engine="echo", model=None,

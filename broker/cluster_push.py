@@ -34,15 +34,14 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from ledger import logs
-from ledger.ids import now_ms
-from ledger.port import DeliveryPort, OutboxKey, OutboxRow
-from ledger.writer import WriterClosed, WriterOverloaded
-
-from .deliveries import Deliveries
+from broker.deliveries import Deliveries
+from ledger.port.errors import WriterClosed, WriterOverloaded
+from ledger.port.protocols import DeliveryPort, OutboxKey, OutboxRow
+from plumbing import logs
+from plumbing.ids import now_ms
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from broker.config import Settings
 
 log = logs.get("broker.cluster_push")
 PAGE = 500  # replies claimed per channel per round

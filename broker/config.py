@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from broker.core.queue_machine import QueueMode
-from broker.core.resets import ResetPolicy, parse_daily_at
+from core.queue_machine import QueueMode
+from core.resets import ResetPolicy, parse_daily_at
 from policies.model import Owner, Rule, RulesFile
 
 EX_CONFIG = 78
@@ -33,15 +33,15 @@ class LedgerSettings(_Section):
     synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
     readers: int = Field(2, ge=1, le=16)
     # process: write transactions run in a child process with its own GIL
-    # (ledger/writer_process.py); thread: in a thread of the daemon.
+    # (ledger/writer/process.py); thread: in a thread of the daemon.
     writer: Literal["process", "thread"] = "process"
     # Writes that fail on the storage (disk full, I/O error) are run again until
     # they commit; if none can commit for this long, the daemon exits with status
-    # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer.py Rule 7).
+    # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer/group_commit.py Rule 7).
     write_fail_exit_s: float = Field(60.0, gt=0)
     # The integrity check at start stops after this long (0: no check); see ledger/db.py.
     check_s: float = Field(10.0, ge=0)
-    # Backpressure (ledger/writer.py Rule 9): writes queued for the writer at most;
+    # Backpressure (ledger/writer/group_commit.py Rule 9): writes queued for the writer at most;
     # a message past it waits up to `writer_wait_s` for room, then is `overloaded`.
     writer_queue: int = Field(100_000, ge=1, le=10_000_000)
     writer_wait_s: float = Field(10.0, ge=0, le=3600)
@@ -140,7 +140,7 @@ class SnapshotSettings(_Section):
     max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
 
 
-# -- [reset]: when a session's thread rolls over (broker/core/resets.py) ---------------
+# -- [reset]: when a session's thread rolls over (core/resets.py) ---------------
 
 
 def check_timezone(name: str) -> str:

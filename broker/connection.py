@@ -3,7 +3,7 @@
 `post` is the hot path: the acks of a committed batch and a turn's deltas and
 reply go through it. Accepting a connection, its handshake and reading its
 frames are broker/server.py's; splitting its bytes into frames is
-broker/frame_reader.py's.
+wire/reader.py's.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from ledger import logs
-from ledger.rawsock import running_asyncio_loop
-
-from .framing import ProtocolError, encode
+from plumbing import logs
+from plumbing.rawsock import running_asyncio_loop
+from wire.framing import ProtocolError, encode
 
 log = logs.get("broker.connection")
 SEND_TIMEOUT_S = 30.0

@@ -4,7 +4,7 @@ Rule 1: one root task group owns everything; "ready" is announced only after
         the ledger is migrated, the writer runs and the socket listens.
 Rule 2: on stop the listener closes first, then the rest is cancelled; the
         ledger writer finishes every job already handed to it before the
-        ledger closes (see ledger/writer.py), so no acked write is cut short.
+        ledger closes (see ledger/writer/group_commit.py), so no acked write is cut short.
 Rule 3: every failure before "ready" becomes one `StartupError` with its
         sysexits status (`exit_status`); after it, a lost writer becomes
         `LedgerLost`. The decision is made outside any `except*` block:
@@ -22,30 +22,36 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from ledger import logs
+from broker import systemd
+from broker.cluster_push import follower_for
+from broker.config import ConfigError, Settings, load_rules, load_settings
+from broker.connection import Connection
+from broker.deliveries import Deliveries
+from broker.engines.factory import build_engine
+from broker.ingress import Ingress
+from broker.mailbox.registry import Mailboxes
+from broker.ops.table import Ops
+from broker.router import Router
+from broker.runtime import RuntimeUnreachable
+from broker.server import AlreadyRunning, Server
+from broker.timers import Timers, TimerWheel
+from broker.titler import Titler
 from ledger.api.errors import LedgerInUse
 from ledger.api.owner import claim as claim_ledger
-from ledger.db import LedgerError, LedgerNotWritable, LedgerUnreachable, damaged, is_damage
+from ledger.db import damaged, is_damage
 from ledger.inspect import FailureKind, storage_failure
-from ledger.jobs import LedgerWriteFailed, WriterDied, WriterStuck
-from ledger.store import Ledger
-from ledger.writer import WriterClosed
-
-from . import systemd
-from .cluster_push import follower_for
-from .config import ConfigError, Settings, load_rules, load_settings
-from .connection import Connection
-from .deliveries import Deliveries
-from .engines.factory import build_engine
-from .ingress import Ingress
-from .mailbox.registry import Mailboxes
-from .ops import Ops
-from .protocol import Hello
-from .router import Router
-from .runtime import RuntimeUnreachable
-from .server import AlreadyRunning, Server
-from .timers import Timers, TimerWheel
-from .titler import Titler
+from ledger.port.errors import (
+    LedgerError,
+    LedgerNotWritable,
+    LedgerUnreachable,
+    LedgerWriteFailed,
+    WriterClosed,
+    WriterDied,
+    WriterStuck,
+)
+from ledger.sqlite.store import Ledger
+from plumbing import logs
+from wire.frames import Hello
 
 log = logs.get("broker.daemon")
 _E = TypeVar("_E", bound=BaseException)
@@ -289,7 +295,7 @@ async def _sessions_runtime(s: Settings, mailboxes: Mailboxes, ingress: Ingress)
     Imported only then: `temporalio` is the optional extra `temporal`."""
     if s.runtime.kind != "temporal":
         return None
-    from .runtime.temporal.runtime import TemporalRuntime, connect
+    from broker.runtime.temporal.runtime import TemporalRuntime, connect
 
     runtime = TemporalRuntime(s, mailboxes, await connect(s.runtime))
     runtime.install()

@@ -10,10 +10,9 @@ from typing import Annotated, Literal
 import anyio
 import typer
 
-from ledger import gc_policy, logs
-
-from .config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
-from .daemon import LedgerLost, StartupError, backend_options, run_until_signalled
+from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
+from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
+from plumbing import gc_policy, logs
 
 app = typer.Typer(
     pretty_exceptions_enable=False, add_completion=False, help="The agent session broker daemon."

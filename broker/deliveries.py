@@ -10,7 +10,7 @@ Rule 1: a `deliver` is sent only after the outbox row holding it committed;
 Rule 2: a session's replies go to one adapter of the channel, chosen by the
         session label, so its deltas and its deliver arrive in order on one
         connection. Sending never waits on a client (see Connection.post).
-Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer.py
+Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer/group_commit.py
         Rule 6), one in flight at a time, whose outcome `record_confirmations`
         awaits and acts on (in its own task, not the writer's). Until the record
         commits, the confirmed ids are kept here and are not sent again; after a
@@ -38,14 +38,13 @@ import anyio
 import anyio.abc
 import orjson
 
-from ledger import logs
-from ledger.ids import now_ms
-from ledger.port import Committing, DeliveryPort, OutboxKey
-from ledger.writer import WriterClosed
-
-from .connection import Connection
-from .framing import ProtocolError
-from .protocol import ArgSpec, check_args
+from broker.connection import Connection
+from ledger.port.errors import WriterClosed
+from ledger.port.protocols import Committing, DeliveryPort, OutboxKey
+from plumbing import logs
+from plumbing.ids import now_ms
+from wire.frames import ArgSpec, check_args
+from wire.framing import ProtocolError
 
 log = logs.get("broker.deliveries")
 RESEND_PAGE = 1_000  # pending replies read from the ledger at a time (Rule 4)
@@ -262,7 +261,7 @@ class Deliveries:
         if self._confirm_job:
             return  # the job already queued records this one too
         try:
-            await self.ledger.admit()  # room first (ledger/writer.py Rule 9)
+            await self.ledger.admit()  # room first (ledger/writer/group_commit.py Rule 9)
             if not self._confirm_job:  # (none was queued while `admit` waited)
                 self._submit_confirm_job()
         except Exception as exc:  # overloaded or closing: it stays pending and is resent

@@ -10,7 +10,7 @@ Rule 2: acks leave in arrival order, and items reach their actors in commit
         runs in the ledger writer's task. When the channel is full, the
         connection's reader waits to file the next message, so it stops
         reading its socket: backpressure reaches the adapter. So it does when
-        the ledger's queue of writes is full (`admit`, ledger/writer.py Rule 9),
+        the ledger's queue of writes is full (`admit`, ledger/writer/group_commit.py Rule 9),
         for a bounded time, past which the frame is answered `overloaded`.
 Rule 3: what happens after a commit (waking the session's mailbox) belongs to
         the ingress, not to the connection, so a client that goes away before
@@ -33,22 +33,20 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ledger import logs
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.ids import now_ms
-from ledger.jobs import LedgerWriteFailed, WriterDied
-from ledger.port import Accepted, Committing, InboundRecord, IngestPort
-
-from .config import Settings
-from .connection import Connection
-from .framing import ProtocolError, encode
-from .protocol import parse_inbound
-from .reactions import submit_reaction
-from .router import Router
+from broker.config import Settings
+from broker.connection import Connection
+from broker.reactions import submit_reaction
+from broker.router import Router
+from ledger.port.errors import LedgerWriteFailed, WriterClosed, WriterDied, WriterOverloaded
+from ledger.port.protocols import Accepted, Committing, InboundRecord, IngestPort
+from plumbing import logs
+from plumbing.ids import now_ms
+from wire.frames import parse_inbound
+from wire.framing import ProtocolError, encode
 
 log = logs.get("broker.ingress")
 # Messages filed and not yet answered, over all connections (Rule 2): a few
-# writer batches' worth (ledger/writer.py takes up to 2,048 jobs a batch).
+# writer batches' worth (ledger/writer/group_commit.py takes up to 2,048 jobs a batch).
 FILED_BUFFER = 8192
 
 

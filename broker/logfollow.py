@@ -1,6 +1,6 @@
 """`logs.follow`: live log records for an operator connection.
 
-A follower registers a tap on the log pipeline (ledger.logs.add_tap). Records
+A follower registers a tap on the log pipeline (plumbing.logs.add_tap). Records
 pass its filters (session, minimum level) into a bounded buffer; a task of the
 connection sends them as `log` frames. A follower that cannot keep up loses
 records, never slows the daemon, and is told how many it lost.
@@ -16,9 +16,8 @@ import anyio
 import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ledger import logs
-
-from .connection import Connection
+from broker.connection import Connection
+from plumbing import logs
 
 BUFFER = 1000
 LEVEL_ORDER = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}

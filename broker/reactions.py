@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger import logs
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.errors import LedgerLookupError
-from ledger.ids import now_ms
-from ledger.port import IngestPort
-
-from .connection import Connection
-from .framing import ProtocolError, encode
-from .protocol import InboundMessage, parse_reaction
+from broker.connection import Connection
+from ledger.port.errors import LedgerLookupError, WriterClosed, WriterOverloaded
+from ledger.port.protocols import IngestPort
+from plumbing import logs
+from plumbing.ids import now_ms
+from wire.frames import InboundMessage, parse_reaction
+from wire.framing import ProtocolError, encode
 
 log = logs.get("broker.ingress")
 
@@ -36,7 +34,7 @@ async def submit_reaction(
     reaction, reply_to = parse_reaction(frame)
     assert conn.channel is not None
     try:
-        await ledger.admit()  # room first (ledger/writer.py Rule 9), then the write
+        await ledger.admit()  # room first (ledger/writer/group_commit.py Rule 9), then the write
         pending = ledger.submit_feedback(
             conn.channel, reply_to, msg.msg_id, msg.sender_id, reaction, msg.text, now_ms()
         )

@@ -13,15 +13,14 @@ from typing import Literal
 
 import orjson
 
-from broker.core.identity import SessionSpec
-from broker.core.queue_machine import QueueMode
-from broker.core.resets import NO_RESETS, ResetPolicy
-from ledger.ingest import InboundRecord
+from core.identity import SessionSpec
+from core.queue_machine import QueueMode
+from core.resets import NO_RESETS, ResetPolicy
+from ledger.port.records import InboundRecord
 from policies.model import Decision, Delivery, Rule, decide
 from policies.ratelimit import RateLimiter
-
-from .framing import ProtocolError
-from .protocol import InboundMessage
+from wire.frames import InboundMessage
+from wire.framing import ProtocolError
 
 
 @dataclass(frozen=True, slots=True)

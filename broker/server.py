@@ -9,7 +9,7 @@ Rule 3: an inbound frame is acked only after the commit that holds it; acks of
 Rule 4: at most `max_inflight` inbound frames of one connection wait for their
         commit; past that the broker answers `overloaded` at once.
 Rule 5: after the hello, a frame begun and not finished within `frame_timeout_s`
-        closes its connection (broker/frame_reader.py); a connection with
+        closes its connection (wire/reader.py); a connection with
         nothing half sent may stay idle for as long as it likes.
 
 What the broker writes to a connection, and how, is broker/connection.py's.
@@ -31,16 +31,15 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from ledger import logs
-from ledger.ids import new_id
-from ledger.rawsock import SocketReader
-
-from . import systemd
-from .config import Settings
-from .connection import Connection
-from .frame_reader import FrameReader
-from .framing import FrameTooLarge, FrameUnfinished, LineBuffer, ProtocolError, decode
-from .protocol import Hello, parse_hello
+from broker import systemd
+from broker.config import Settings
+from broker.connection import Connection
+from plumbing import logs
+from plumbing.ids import new_id
+from plumbing.rawsock import SocketReader
+from wire.frames import Hello, parse_hello
+from wire.framing import FrameTooLarge, FrameUnfinished, LineBuffer, ProtocolError, decode
+from wire.reader import FrameReader
 
 log = logs.get("broker.server")
 HELLO_TIMEOUT_S = 10.0

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
-from ledger import logs
+from plumbing import logs
 
 __all__ = [
     "ActivationError",

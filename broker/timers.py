@@ -18,17 +18,32 @@ Rule 4: timer firings are not activity: the wheel touches nothing but the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
-from ledger import logs
-from ledger.ids import now_ms
-from ledger.items import ItemInfo
-from ledger.jobs import LedgerWriteFailed
-from ledger.port import TimerPort
-from ledger.writer import WriterClosed
+from core.timers import TimerSpec, TimerSpecError, parse_spec
+from ledger.port.errors import LedgerWriteFailed, WriterClosed
+from ledger.port.protocols import TimerPort
+from ledger.port.records import ItemInfo
+from plumbing import logs
+from plumbing.ids import now_ms
+from wire.frames import ArgSpec, check_args
+from wire.framing import ProtocolError
+
+TEXT = ArgSpec("text", str, True, 100_000)
+
+
+def spec_of(args: dict[str, Any], now: int, req: str | None) -> TimerSpec:
+    """The timer `args` ask for (`text`, `in_s` or `at`, `every_s?`), or `invalid` naming
+    the field: the one validation of `timer.add` and of the agents' `schedule` tool."""
+    text = check_args(args, (TEXT,), req)["text"]
+    try:
+        return parse_spec(text, args.get("in_s"), args.get("at"), args.get("every_s"), now)
+    except TimerSpecError as exc:
+        raise ProtocolError("invalid", str(exc), field=exc.field, req=req) from exc
+
 
 log = logs.get("broker.timers")
 MAX_SLEEP_S = 60.0

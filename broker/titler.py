@@ -4,7 +4,7 @@ Rule 1: off the turn's path: a committed turn is offered without waiting (a full
         queue skips it), one task asks the model, one turn at a time, and the
         actor never waits on it: the next turn does not start later for it.
 Rule 2: only a mechanical title is replaced (an engine's `intent` title stays),
-        with the model's first line, cut like any title (broker/core/titles.py);
+        with the model's first line, cut like any title (core/titles.py);
         a model that fails, hangs past `titles.timeout_s` or says nothing leaves
         the mechanical title, with a warning in the log.
 """
@@ -18,12 +18,12 @@ import anyio
 import anyio.abc
 
 from broker.config import TitleSettings
-from broker.core.engine_types import ChatMessage, TurnRequest
-from broker.core.titles import MAX_TITLE, one_line
 from broker.engines.base import Engine, EngineError
 from broker.engines.factory import build_engine
-from ledger import logs
-from ledger.port import TitlePort, TurnRecord
+from core.engine_types import ChatMessage, TurnRequest
+from core.titles import MAX_TITLE, one_line
+from ledger.port.protocols import TitlePort, TurnRecord
+from plumbing import logs
 
 log = logs.get("broker.titler")
 PROMPT = (

@@ -1,0 +1,41 @@
+"""The ledger: every message, turn and event, written transactionally. `port` is
+what the rest of the broker sees; `sqlite` and `postgres` implement it; `writer`
+runs the one writer with group commit; `api` is the library face for agent
+frameworks (`Store`, `SyncStore`). All SQL of the project lives in this package."""
+
+__all__ = [
+    "api",
+    "binding_jobs",
+    "bindings",
+    "bridges",
+    "db",
+    "dispatch",
+    "events",
+    "fts",
+    "ingest",
+    "inspect",
+    "integrations",
+    "items",
+    "live_events",
+    "live_turns",
+    "merge",
+    "migrations",
+    "outbox_claims",
+    "port",
+    "postgres",
+    "queries",
+    "reads",
+    "recall",
+    "resets",
+    "sessions",
+    "snapshots",
+    "sqlite",
+    "state_reads",
+    "state_records",
+    "threads",
+    "timers",
+    "transfer",
+    "turns",
+    "workers",
+    "writer",
+]

@@ -12,18 +12,16 @@ Rule 2: a refusal changes nothing but the command item and its reply; an op that
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
-from typing import Literal
 
 import orjson
 
-from broker.core import bindings as rules
-from broker.core.bindings import Conversation, Owner
-from broker.core.identity import Route, build_session_key, resolve_label
-
-from . import bindings, sessions
-from .errors import Conflict, NotFound
-from .turns import command_done
+from core import bindings as rules
+from core.bindings import Conversation, Owner
+from core.identity import Route, build_session_key, resolve_label
+from ledger import bindings, sessions
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.records import BindCommand
+from ledger.turns import command_done
 
 NOT_HEARD = "no message has come from this conversation yet, so its person is unknown"
 
@@ -80,19 +78,6 @@ def route_unbind(conn: sqlite3.Connection, conversation: Conversation) -> str:
     if was is None:
         raise NotFound("this conversation is not bound to a session", field="peer_id")
     return was
-
-
-@dataclass(frozen=True, slots=True)
-class BindCommand:
-    """A `/fork` or `/switch` from a conversation, and the reply it gets."""
-
-    verb: Literal["fork", "switch"]
-    item_id: str
-    session: str  # the session the command landed in: the one the conversation talks to
-    conversation: Conversation
-    target: str | None  # /switch: the label named
-    out_id: str
-    frame: str  # the reply's `deliver` frame, its text still to write
 
 
 def chat_bind(conn: sqlite3.Connection, cmd: BindCommand, now: int) -> str:

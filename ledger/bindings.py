@@ -1,6 +1,6 @@
 """Route bindings in the ledger: which session a conversation talks to, when not its own.
 
-The rules are `broker/core/bindings.py`'s; this module reads and writes the
+The rules are `core/bindings.py`'s; this module reads and writes the
 `route_bindings` table and walks sessions and entities for them. The writer jobs
 that bind and unbind are `ledger/binding_jobs.py`.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from broker.core.bindings import BoundBy, Conversation, Owner, SessionLink, bound_label, owner_of
-from broker.core.identity import SessionRef, chain_to_root
+from core.bindings import BoundBy, Conversation, Owner, SessionLink, bound_label, owner_of
+from core.identity import SessionRef, chain_to_root
 
 
 def session_ref(conn: sqlite3.Connection, label: str) -> SessionRef | None:
@@ -89,7 +89,7 @@ def bindings_of(conn: sqlite3.Connection, session: str | None) -> list[dict[str,
     return out
 
 
-# -- owners (broker/core/bindings.py Rule 1) --------------------------------------
+# -- owners (core/bindings.py Rule 1) --------------------------------------
 
 
 def session_link(conn: sqlite3.Connection, label: str) -> SessionLink | None:

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from broker.core.session_state import render
-
-from .ids import new_id
-from .state_records import state_at
+from core.session_state import render
+from ledger.state_records import state_at
+from plumbing.ids import new_id
 
 SUMMARY_CHARS = 1500
 

@@ -29,24 +29,10 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from ledger.port.errors import LedgerDamaged, LedgerError
+
 Synchronous = Literal["NORMAL", "FULL"]
 sqlite3.register_adapter(type(None), lambda none: none)  # Rule 4
-
-
-class LedgerError(Exception):
-    """The ledger cannot be used (schema too new, file unreadable, ...)."""
-
-
-class LedgerDamaged(LedgerError):
-    """SQLite cannot read all of the ledger file; the message says how to recover."""
-
-
-class LedgerUnreachable(LedgerError):
-    """The database server holding the ledger (ledger/postgres) cannot be reached."""
-
-
-class LedgerNotWritable(LedgerError):
-    """The ledger file cannot be written (owner, mode or an immutable attribute)."""
 
 
 SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26

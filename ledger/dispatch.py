@@ -29,48 +29,18 @@ Rule 4: a handoff (`Handoff`) goes with the task in the task item's text: the pa
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .errors import Conflict, NotFound
-from .ids import new_id
-from .items import ItemInfo, load_item
-from .sessions import fork, label_free
+from ledger.items import load_item
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.records import Dispatched, Handoff, ItemInfo, Limits, Reported
+from ledger.sessions import fork, label_free
+from plumbing.ids import new_id
 
 RESULT_PREVIEW = 16_000  # characters of the worker's reply carried in the result item
 WAITS_ON = frozenset({"agent_send", "schedule"})  # tools whose outcome wakes the worker
-
-
-@dataclass(frozen=True, slots=True)
-class Handoff:
-    """What a parent hands its worker beside the task (Rule 4)."""
-
-    state: str | None  # the parent's session-state record, rendered
-    scratchpad_keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Reported:
-    """`worker_done`'s outcome: the dispatches it ended and their result items."""
-
-    dispatches: tuple[str, ...]
-    items: tuple[ItemInfo, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    max_depth: int
-    max_children: int
-    timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Dispatched:
-    dispatch: str
-    session: str
-    item: ItemInfo
 
 
 def depth_of(conn: sqlite3.Connection, session: str) -> int:

@@ -12,10 +12,9 @@ from typing import Any
 
 import orjson
 
-from broker.core.session_state import merge_patch
-
-from .errors import Conflict, NotFound
-from .recall_reads import TOTALS
+from core.session_state import merge_patch
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.records import TOTALS
 
 SCRATCHPAD_MAX_BYTES = 64 << 10
 

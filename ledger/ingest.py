@@ -20,10 +20,10 @@ Rule 5: whether the message starts a new thread first (the reset policies) is
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, NamedTuple
+from typing import Any
 
-from broker.core.bindings import Conversation
-from broker.core.identity import (
+from core.bindings import Conversation
+from core.identity import (
     Route,
     SessionRef,
     SessionSpec,
@@ -31,41 +31,13 @@ from broker.core.identity import (
     chain_to_root,
     resolve_label,
 )
-from broker.core.queue_machine import QueueMode
-
-from .bindings import bound_session
-from .ids import new_entity_id, new_id
-from .resets import on_person_message
-from .state_records import LastRecords
+from ledger.bindings import bound_session
+from ledger.port.records import Accepted, InboundRecord
+from ledger.resets import on_person_message
+from ledger.state_records import LastRecords
+from plumbing.ids import new_entity_id, new_id
 
 CACHE_LIMIT = 200_000
-
-
-class InboundRecord(NamedTuple):  # named tuples here: built once per message, cheaply
-    channel: str
-    msg_id: str
-    sender_id: str
-    sender_name: str | None
-    peer_kind: str
-    peer_id: str
-    thread_id: str | None
-    text: str
-    ts: str | None
-    queue_mode: str | None  # the mode the message asked for, if any
-    meta: str | None  # JSON text, None when empty
-    # The mode its route gives a message that names none, decided once here at
-    # ingest (broker/router.py) and stored with the item: the actor does not route.
-    route_mode: QueueMode | None = None
-
-
-class Accepted(NamedTuple):
-    msg_id: str
-    session: str
-    item: str
-    duplicate: bool
-    seq: int  # arrival order of the queue item; 0 for a duplicate
-    entity: str | None
-    thread: tuple[int, str] | None = None  # the new thread it starts (number, reason)
 
 
 class IdentityCache:

@@ -13,24 +13,14 @@ Rule 3: what the report says past the damage is only filled in when there is
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .db import integrity_check, is_damage, load_migrations, readonly_uri, schema_version
-from .queries import open_item_count
+from ledger.db import integrity_check, is_damage, load_migrations, readonly_uri, schema_version
+from ledger.port.records import LedgerReport
+from ledger.queries import open_item_count
 
 FailureKind = Literal["permission", "io", "damage", "cannot_open"]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerReport:
-    damage: list[str] = field(default_factory=list)
-    unreadable: str | None = None  # why the file cannot be read (Rule 2)
-    schema: int = 0
-    latest: int = 0  # the newest schema this broker knows
-    running_since: list[tuple[str, int]] = field(default_factory=list)  # (session, since ms)
-    unconfirmed: list[tuple[str, int]] = field(default_factory=list)  # (channel, replies)
 
 
 def report(conn: sqlite3.Connection, stuck_before: int) -> LedgerReport:

@@ -7,54 +7,15 @@ Rule: `ItemInfo` is the item with its inbound message (if any) joined in, in the
 from __future__ import annotations
 
 import sqlite3
-from typing import NamedTuple
 
-import orjson
-
-from broker.core.queue_machine import QueueMode
-
-from .errors import NotFound
+from ledger.port.errors import NotFound
+from ledger.port.records import ItemInfo
 
 ITEM_COLUMNS = (
     "q.id, q.seq, q.session_label, q.source, q.mode, q.status, q.turn_id, q.payload,"
     " i.channel, i.msg_id, i.sender_id, i.sender_name, i.peer_kind, i.peer_id, i.thread_id,"
     " i.text, q.dispatch_id, q.route_mode"
 )
-
-
-class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
-    id: str
-    seq: int
-    session: str
-    source: str
-    mode: str | None
-    status: str
-    turn_id: str | None
-    payload: str | None
-    channel: str | None
-    msg_id: str | None
-    sender_id: str | None
-    sender_name: str | None
-    peer_kind: str | None
-    peer_id: str | None
-    thread_id: str | None
-    text: str | None
-    dispatch_id: str | None = None
-    route_mode: QueueMode | None = None  # an inbound message's, decided at ingest (ingest.py)
-
-    @property
-    def content(self) -> str:
-        if self.text is not None:
-            return self.text
-        payload = self.payload or ""
-        if payload.startswith("{"):  # a structured item (a worker result) carries its text
-            try:
-                value = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                return payload
-            if isinstance(value, dict) and isinstance(value.get("text"), str):
-                return str(value["text"])
-        return payload
 
 
 def item_from_row(row: tuple[object, ...]) -> ItemInfo:

@@ -5,7 +5,7 @@ Rule 1: a turn's events are rows of `turn_events` keyed by (turn id, seq). Those
         turn row, which the commit or crash recovery writes later with the same
         id, so the rows are attached from the start; the commit writes only the
         events not written yet (`TurnRecord.events_written`).
-Rule 2: the seq numbers come from the turn (broker/core/turn_events.py Rule 1):
+Rule 2: the seq numbers come from the turn (core/turn_events.py Rule 1):
         a write never numbers events itself, so writes that carry a turn's
         events in any grouping give the same rows.
 Rule 3: a turn whose `file` events changed files ends with a `snapshot` event:
@@ -25,10 +25,9 @@ from typing import Any
 
 import orjson
 
-from broker.core.turn_events import modified_paths
-
-from .errors import NotFound
-from .snapshots import record_events
+from core.turn_events import modified_paths
+from ledger.port.errors import NotFound
+from ledger.snapshots import record_events
 
 Event = tuple[str, dict[str, Any]]
 

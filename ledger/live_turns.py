@@ -5,7 +5,7 @@ Rule 1: a running turn is known by its items: `mark_running` stamps them with it
 Rule 2: its output is what it saved while streaming (turn_progress, ledger/turns.py
         Rule 4), so it grows every `engine.progress_save_s` while the turn speaks;
         its title is an engine's `intent` title among the events written so far,
-        else the mechanical one from its inputs (broker/core/titles.py).
+        else the mechanical one from its inputs (core/titles.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from broker.core.titles import mechanical_title, turn_title
+from core.titles import mechanical_title, turn_title
 
 
 def running_turn(conn: sqlite3.Connection, label: str, head: str | None) -> dict[str, Any] | None:

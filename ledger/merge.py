@@ -1,7 +1,7 @@
 """Entity merge and its propagation to DM sessions, in one transaction.
 
 Rule 1: merging joins two union-find sets; the canonical root is the smallest
-        id of the joined set (see broker.core.identity), whatever the argument order.
+        id of the joined set (see core.identity), whatever the argument order.
 Rule 2: histories are never merged. Among the set's active DM sessions the one
         with the most turns (then the latest activity) becomes primary; the
         others are marked `merged` into it and stop receiving messages. Their
@@ -19,23 +19,13 @@ Rule 6: the sessions are demoted oldest first (then by label): the notes' ids, a
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
-from dataclasses import dataclass
 
-from broker.core.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
-
-from .bridges import record_bridges
-from .errors import NotFound
-from .ingest import IdentityCache, find_root, identity_of
-
-
-@dataclass(frozen=True, slots=True)
-class MergeResult:
-    canonical: str
-    primary: str | None
-    aliases: list[tuple[str, str]]  # (alias, session)
-    bridges: dict[str, str] = dataclasses.field(default_factory=dict)  # notes for the primary
+from core.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
+from ledger.bridges import record_bridges
+from ledger.ingest import IdentityCache, find_root, identity_of
+from ledger.port.errors import NotFound
+from ledger.port.records import MergeResult
 
 
 def merge_job(conn: sqlite3.Connection, src: str, into: str, now: int) -> MergeResult:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .turns import OutboxKey
+from ledger.port.records import OutboxKey
 
 _CLAIMABLE = "(claimed_by IS NULL OR claimed_by = ? OR claimed_at < ?)"
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from broker.core.identity import DM_TEMPLATE, chain_to_root, resolve_label
-
-from .errors import NotFound
-from .events import session_totals
-from .ingest import get_alias, get_session_ref
-from .live_turns import running_turn
+from core.identity import DM_TEMPLATE, chain_to_root, resolve_label
+from ledger.events import session_totals
+from ledger.ingest import get_alias, get_session_ref
+from ledger.live_turns import running_turn
+from ledger.port.errors import NotFound
 
 OPEN = "('queued', 'running')"
 

@@ -17,25 +17,12 @@ Rule 2: the state record is the head's (ledger/state_records.py): the
 from __future__ import annotations
 
 import sqlite3
-from typing import NamedTuple
 
-from broker.core.engine_types import Role
-from broker.core.session_state import SessionState
-
-from .state_records import state_at
+from core.engine_types import Role
+from ledger.port.records import StoredTurn, Thread
+from ledger.state_records import state_at
 
 MAX_LOAD_TURNS = 5000  # a thread longer than this without a compaction loads its newest part
-
-
-class StoredTurn(NamedTuple):
-    id: str
-    messages: list[tuple[Role, str, int | None]]  # role, content, stored token count
-
-
-class Thread(NamedTuple):
-    summary: str | None  # of the latest compaction
-    turns: list[StoredTurn]  # oldest first
-    state: SessionState  # the thread's state record (Rule 2)
 
 
 def load_thread(conn: sqlite3.Connection, head: str) -> Thread:

@@ -1,4 +1,4 @@
-"""Deciding a new thread (migration 0009): the ledger side of `broker/core/resets.py`.
+"""Deciding a new thread (migration 0009): the ledger side of `core/resets.py`.
 
 Rule 1: an automatic reset is decided inside the transaction that files the
         person's message that triggers it (`on_person_message`, called by
@@ -15,9 +15,8 @@ import sqlite3
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from broker.core.resets import ResetPolicy, decide
-
-from .errors import NotFound
+from core.resets import ResetPolicy, decide
+from ledger.port.errors import NotFound
 
 
 @lru_cache(maxsize=64)

@@ -38,9 +38,9 @@ from typing import Any
 
 import orjson
 
-from . import snapshots
-from .errors import Conflict, NotFound
-from .ids import new_id
+from ledger import snapshots
+from ledger.port.errors import Conflict, NotFound
+from plumbing.ids import new_id
 
 EXPORT_FORMAT = "agent-broker-session"
 EXPORT_VERSION = 2  # 2: blob lines, and turn lines with files and events (Rule 3)

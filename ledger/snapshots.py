@@ -12,7 +12,7 @@ Rule 2: the file after turn T is the latest snapshot of its path at T or
         through (T's own, and the sessions it was forked from) ever touched it.
 Rule 3: nothing is silently dropped: a content over `max_bytes` is recorded by
         hash and size with a note (`stored` 0), and an event the core finds bad
-        (broker/core/snapshots.py) keeps its problem in the event row and
+        (core/snapshots.py) keeps its problem in the event row and
         stores no content.
 Rule 4: a blob goes only by an explicit `gc`, and only when no snapshot names
         it, as its after- or its before-hash.
@@ -27,10 +27,9 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from broker.core.snapshots import event_content, file_event_problem, normal_path, shown
-
-from .errors import NotFound
-from .queries import resolve_for_show
+from core.snapshots import event_content, file_event_problem, normal_path, shown
+from ledger.port.errors import NotFound
+from ledger.queries import resolve_for_show
 
 DEFAULT_MAX_BYTES = 8 << 20
 _max_bytes = DEFAULT_MAX_BYTES  # this process's limit: the writer's, set by `configure`

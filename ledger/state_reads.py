@@ -14,11 +14,10 @@ from typing import Any
 
 import orjson
 
-from broker.core.session_state import to_json
-
-from .errors import NotFound
-from .queries import resolve_for_show
-from .state_records import state_at, thread_seed
+from core.session_state import to_json
+from ledger.port.errors import NotFound
+from ledger.queries import resolve_for_show
+from ledger.state_records import state_at, thread_seed
 
 
 def session_state_json(conn: sqlite3.Connection, name: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The session-state record of a thread (broker/core/session_state.py), stored per turn.
+"""The session-state record of a thread (core/session_state.py), stored per turn.
 
 Rule 1: every turn committed on a thread gets a `turn_state` row in its own
         transaction: `advance(record of its parent, facts of the turn)`. The record
@@ -28,13 +28,11 @@ Rule 5: the writer's connection keeps the record it stored last for each session
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, Protocol
 
 import orjson
 
-from broker.core.engine_types import ToolCall
-from broker.core.session_state import (
+from core.engine_types import ToolCall
+from core.session_state import (
     EMPTY,
     SessionState,
     TurnFacts,
@@ -42,47 +40,8 @@ from broker.core.session_state import (
     dumps,
     loads,
 )
-
-from .errors import NotFound
-
-
-class _Input(Protocol):
-    @property
-    def source(self) -> str: ...
-    @property
-    def content(self) -> str: ...
-
-
-class TurnRecord(Protocol):
-    """What this module reads of `ledger.turns.TurnRecord` (which imports this one)."""
-
-    @property
-    def turn_id(self) -> str: ...
-    @property
-    def session(self) -> str: ...
-    @property
-    def parent_id(self) -> str | None: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def error(self) -> str | None: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def inputs(self) -> Sequence[_Input]: ...
-    @property
-    def tool_calls(self) -> Sequence[ToolCall]: ...
-    @property
-    def events(self) -> Sequence[tuple[str, dict[str, Any]]]: ...
-    @property
-    def prompt_tokens(self) -> int | None: ...
-    @property
-    def completion_tokens(self) -> int | None: ...
-    @property
-    def bridges(self) -> tuple[str, ...]: ...
-
+from ledger.port.errors import NotFound
+from ledger.port.records import TurnRecord, facts_of
 
 MAX_WALK = 5000  # turns without a row worked out in one go (Rule 2)
 LAST_RECORDS_LIMIT = 10_000  # sessions whose last record the writer keeps (Rule 5)
@@ -105,21 +64,6 @@ class LastRecords:
 
     def clear(self) -> None:
         self._by_session.clear()
-
-
-def facts_of(rec: TurnRecord) -> TurnFacts:
-    """What the record takes of a turn about to be committed."""
-    return TurnFacts(
-        type=rec.type,
-        status=rec.status,
-        error=rec.error,
-        model=rec.model,
-        inputs=tuple([(i.source, i.content) for i in rec.inputs]),
-        tool_calls=tuple(rec.tool_calls),
-        events=tuple(rec.events),
-        prompt_tokens=rec.prompt_tokens or 0,
-        completion_tokens=rec.completion_tokens or 0,
-    )
 
 
 def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState:

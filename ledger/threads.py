@@ -1,4 +1,4 @@
-"""Threads and resets (migration 0009); the decision is `broker/core/resets.py`.
+"""Threads and resets (migration 0009); the decision is `core/resets.py`.
 
 A session's turns fall into threads, numbered from 1. A new thread is decided
 (a `threads` row, `pending`) and then begun by its cut: the session's actor,
@@ -21,20 +21,13 @@ Rule 4: an automatic rollover begins from what the old thread knew: its state
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, NamedTuple
+from typing import Any
 
-from broker.core.resets import AUTOMATIC
-
-from .errors import Conflict, NotFound
-from .state_records import drop_seed, seed_thread, state_at
-from .turns import TurnRecord, commit_turn
-
-
-class Carry(NamedTuple):
-    """What an automatic rollover begins from (Rule 4): the compaction turn to write."""
-
-    turn_id: str
-    summary: str
+from core.resets import AUTOMATIC
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.records import Carry, TurnRecord
+from ledger.state_records import drop_seed, seed_thread, state_at
+from ledger.turns import commit_turn
 
 
 def start_thread(

@@ -1,4 +1,4 @@
-"""Timers and their firings (migration 0007); the decisions are `broker/core/timers.py`.
+"""Timers and their firings (migration 0007); the decisions are `core/timers.py`.
 
 Rule 1: a firing is one transaction: the `timer_firings` row named
         `timer:<timer>:<n>`, the queue item (source `timer`, mode `followup`,
@@ -20,36 +20,14 @@ Rule 4: `fire_one` fires one named timer by the same rules, for a runtime that
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
 
 import orjson
 
-from broker.core import timers as core
-
-from .errors import NotFound
-from .ids import new_id
-from .items import ItemInfo, load_item
-
-
-@dataclass(frozen=True, slots=True)
-class TimerInfo:
-    timer: str
-    session: str
-    text: str
-    next_at: int | None
-    every_s: float | None
-    fired: int
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "timer": self.timer,
-            "session": self.session,
-            "text": self.text,
-            "next_at": self.next_at,
-            "every_s": self.every_s,
-            "fired": self.fired,
-        }
-
+from core import timers as core
+from ledger.items import load_item
+from ledger.port.errors import NotFound
+from ledger.port.records import ItemInfo, OneTimer, TimerInfo
+from plumbing.ids import new_id
 
 _COLUMNS = "id, session_label, text, next_at, every_ms, fired"
 
@@ -151,15 +129,6 @@ def fire_due(conn: sqlite3.Connection, now: int, limit: int) -> list[ItemInfo]:
     for row in rows:
         items.extend(_fire(conn, row, now))
     return items
-
-
-@dataclass(frozen=True, slots=True)
-class OneTimer:
-    """What `fire_one` did: the items it queued, and when the timer is next due
-    (None: it is done, cancelled or unknown, and will never fire again)."""
-
-    items: list[ItemInfo]
-    next_at: int | None
 
 
 def fire_one(conn: sqlite3.Connection, timer: str, now: int) -> OneTimer:

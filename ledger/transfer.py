@@ -19,10 +19,10 @@ from pathlib import Path
 
 import orjson
 
-from .db import Synchronous, connect, readonly_uri
-from .jobs import JobSpec
-from .sessions import export_lines, import_lines
-from .transactor import open_transactor
+from ledger.db import Synchronous, connect, readonly_uri
+from ledger.sessions import export_lines, import_lines
+from ledger.writer.jobs import JobSpec
+from ledger.writer.transactor import open_transactor
 
 
 def export_session(

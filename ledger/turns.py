@@ -17,7 +17,7 @@ Rule 4: a turn that streams for a while has its partial output saved now and
         output last saved, and started when its items were marked running, or
         when the session's latest committed turn ended if that is later (no two
         turns of a session overlap in time: docs/turns.md).
-Rule 6: a turn row has a title and an outcome (broker/core/titles.py); the totals
+Rule 6: a turn row has a title and an outcome (core/titles.py); the totals
         count its events written while it ran too (ledger/live_events.py Rule 1).
 Rule 5: a job here may run again after the storage refused its COMMIT
         (writer.py Rule 7): nothing of the failed run was kept, so the head
@@ -28,28 +28,20 @@ Rule 5: a job here may run again after the storage refused its COMMIT
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
 
-from broker.core import titles
-from broker.core.engine_types import ToolCall
-from broker.core.session_state import totals_of
-from broker.core.turn_events import intent_payload, model_calls
-
-from . import live_events as ev
-from .dispatch import settle_turn, spawned_by
-from .errors import NotFound
-from .events import stored_scratchpad
-from .ids import new_id
-from .items import ITEM_COLUMNS, ItemInfo, item_from_row
-from .resets import pending_thread
-from .state_records import record_turn_state
-
-ItemStatus = Literal["done", "queued", "cancelled"]
-
-
-class HeadMoved(Exception):
-    """The session's head is no longer the turn's parent."""
+from core import titles
+from core.session_state import totals_of
+from core.turn_events import intent_payload, model_calls
+from ledger import live_events as ev
+from ledger.dispatch import settle_turn, spawned_by
+from ledger.events import stored_scratchpad
+from ledger.items import ITEM_COLUMNS, item_from_row
+from ledger.port.errors import HeadMoved, NotFound
+from ledger.port.records import ActorStart, ItemInfo, OutboxKey, Route, TurnRecord
+from ledger.resets import pending_thread
+from ledger.state_records import record_turn_state
+from plumbing.ids import new_id
 
 
 def load_open_items(conn: sqlite3.Connection, session: str | None = None) -> list[ItemInfo]:
@@ -101,39 +93,6 @@ def session_head(conn: sqlite3.Connection, label: str) -> tuple[str | None, str 
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
     return row[0], row[1]
-
-
-@dataclass
-class TurnRecord:
-    turn_id: str
-    session: str
-    parent_id: str | None
-    type: str
-    status: Literal["completed", "aborted", "failed"]
-    reason: str | None
-    error: str | None
-    output: str
-    engine: str
-    model: str | None
-    started_at: int
-    completed_at: int
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    inputs: list[ItemInfo]
-    item_status: ItemStatus
-    item_reason: str | None = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    outbox: tuple[str, str, str] | None = None  # (out_id, channel, frame JSON)
-    input_tokens: list[int] | None = None  # per input, counted once when first seen
-    output_tokens: int | None = None
-    compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
-    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
-    bridges: tuple[str, ...] = ()  # bridge notes its context showed (ledger/bridges.py)
-    events_written: int = 0  # events[:events_written] were written while it ran (Rule 6)
-    title: str | None = None  # None: the mechanical title (Rule 6)
-    title_source: str | None = None
-    outcome: str | None = None
 
 
 def commit_turn(
@@ -393,9 +352,6 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
     return recovered
 
 
-OutboxKey = tuple[int, str]  # (created_at, out_id): the order replies are resent in
-
-
 def pending_outbox(
     conn: sqlite3.Connection, channel: str, limit: int, after: OutboxKey | None = None
 ) -> list[tuple[str, str, str, OutboxKey]]:
@@ -420,27 +376,6 @@ def mark_delivered(conn: sqlite3.Connection, out_ids: list[str], now: int) -> in
         [(now, o) for o in out_ids],
     )
     return cur.rowcount
-
-
-Route = tuple[str, str | None, str | None, str | None]  # channel, peer_kind, peer_id, thread
-
-
-@dataclass(frozen=True, slots=True)
-class ActorStart:
-    """What an actor needs when it starts."""
-
-    head: str | None
-    persona: str | None
-    override: str | None
-    turns: int
-    tokens: tuple[int, int]  # running totals, kept by commit_turn
-    kind: str
-    route: Route | None  # the delivery context of the latest inbound message
-    # Decided and not begun (ledger/threads.py): number, reason, the seq of the item
-    # that decided it (0: none).
-    pending_thread: tuple[int, str, int] | None = None
-    scratchpad: str | None = None  # its JSON, as stored; None: never written
-    scratchpad_at: int = -1  # when it was last merged (ms): a newer merge seen live wins
 
 
 def last_route(conn: sqlite3.Connection, label: str) -> Route | None:

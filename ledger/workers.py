@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from .errors import NotFound
-from .queries import resolve_for_show
+from ledger.port.errors import NotFound
+from ledger.queries import resolve_for_show
 
 COLUMNS = ("session", "parent_turn", "spawn_tool_call_id", "status", "task", "dispatch")
 

@@ -19,11 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from broker.core.identity import TEMPLATE_FIELDS, SessionSpec
-from broker.core.queue_machine import QueueMode
-from broker.core.resets import NO_RESETS, ResetPolicy, parse_daily_at
-
-from .ratelimit import Rate
+from core.identity import TEMPLATE_FIELDS, SessionSpec
+from core.queue_machine import QueueMode
+from core.resets import NO_RESETS, ResetPolicy, parse_daily_at
+from policies.ratelimit import Rate
 
 PrincipalKind = Literal["owner", "known", "unknown"]
 ChatCommand = Literal["queue", "stop", "status", "new", "compact", "fork", "switch"]

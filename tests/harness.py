@@ -81,7 +81,7 @@ def gone_within(pid: int, seconds: float) -> bool:
 
 async def writer_pid(sock: Path) -> int | None:
     """The daemon's ledger writer process, from `health` (None when it writes in a thread)."""
-    from broker.client import BrokerClient
+    from wire.client import BrokerClient
 
     async with await BrokerClient.connect(sock) as op:
         pid = (await op.op("health")).get("writer_pid")

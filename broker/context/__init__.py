@@ -1,7 +1,7 @@
 """The context shell: token counting and loading a session's context.
 
-The pure parts, context packing and compaction planning, are `broker.core.packing`
-and `broker.core.compaction`. ``tokens`` only loads a bundled tokenizer file, once
+The pure parts, context packing and compaction planning, are `core.packing`
+and `core.compaction`. ``tokens`` only loads a bundled tokenizer file, once
 per process, and never downloads.
 """
 

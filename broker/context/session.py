@@ -22,11 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import chain
 
-from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
-from broker.core.session_state import EMPTY, SessionState, TurnFacts, advance, record_lines
-from ledger.port import Thread
-
-from .tokens import TokenCounter
+from broker.context.tokens import TokenCounter
+from core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
+from core.session_state import EMPTY, SessionState, TurnFacts, advance, record_lines
+from ledger.port.protocols import Thread
 
 
 @dataclass

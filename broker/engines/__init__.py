@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from broker.core.engine_types import ChatMessage, EngineResult, ToolCall, ToolSpec, TurnRequest
-
-from .base import Engine, EngineError, TurnIO
+from broker.engines.base import Engine, EngineError, TurnIO
+from core.engine_types import ChatMessage, EngineResult, ToolCall, ToolSpec, TurnRequest
 
 __all__ = [
     "ChatMessage",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from broker.core.engine_types import ChatMessage, EngineResult, TurnRequest
+from core.engine_types import ChatMessage, EngineResult, TurnRequest
 
 
 class EngineError(Exception):

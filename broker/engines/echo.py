@@ -12,9 +12,8 @@ from functools import lru_cache
 
 import anyio
 
-from broker.core.engine_types import EngineResult, TurnRequest
-
-from .base import TurnIO
+from broker.engines.base import TurnIO
+from core.engine_types import EngineResult, TurnRequest
 
 
 @lru_cache(maxsize=8192)

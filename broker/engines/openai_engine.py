@@ -53,15 +53,14 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 
-from broker.core.engine_types import (
+from broker.engines.base import EngineError, TurnIO
+from core.engine_types import (
     EngineResult,
     HistoryMessage,
     ToolCall,
     ToolSpec,
     TurnRequest,
 )
-
-from .base import EngineError, TurnIO
 
 if TYPE_CHECKING:
     import httpx2  # the openai SDK's HTTP client (a fork of httpx)

@@ -31,11 +31,16 @@ import anyio
 import orjson
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process, TaskGroup
 
-from broker.core.engine_types import ChatMessage, EngineResult, ToolCall, TurnRequest
-from broker.core.session_state import EVENT_TYPES
-
-from .base import EngineError, TurnIO
-from .subprocess_protocol import LineReader, Message, parse_line, steer_message, turn_message
+from broker.engines.base import EngineError, TurnIO
+from broker.engines.subprocess_protocol import (
+    LineReader,
+    Message,
+    parse_line,
+    steer_message,
+    turn_message,
+)
+from core.engine_types import ChatMessage, EngineResult, ToolCall, TurnRequest
+from core.session_state import EVENT_TYPES
 
 STDERR_TAIL_BYTES = 8 << 10
 STEER_POLL_S = 0.05

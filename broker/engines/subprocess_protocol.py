@@ -80,9 +80,8 @@ import anyio
 import orjson
 from anyio.abc import ByteReceiveStream
 
-from broker.core.engine_types import ChatMessage, HistoryMessage, TurnRequest
-
-from .base import EngineError
+from broker.engines.base import EngineError
+from core.engine_types import ChatMessage, HistoryMessage, TurnRequest
 
 MAX_LINE_BYTES = 16 << 20
 

@@ -1,6 +1,6 @@
 """A session's mailbox actor: runs the turn-lifecycle machine's actions through its ports.
 
-What to do is decided by `broker.core.lifecycle` (which wraps the queue-mode machine);
+What to do is decided by `core.lifecycle` (which wraps the queue-mode machine);
 the actor performs its actions through `ports.ActorPorts` and reports back the events.
 
 Rule 1: one actor per live session (the registry guarantees it), and a turn runs only
@@ -15,7 +15,7 @@ Rule 3: a turn is durable at both ends: its items are marked running before the
 Rule 4: every engine call is bounded by `engine.timeout_s`; an abort cancels the
         turn's own scope; a shutdown leaves the turn uncommitted, for crash recovery
         to record and re-run at the next start.
-Rule 5: the actor writes only with room in the ledger's queue of writes (ledger/port.py
+Rule 5: the actor writes only with room in the ledger's queue of writes (ledger/port/protocols.py
         Rule 2): it handles an event (which may drop an item, begin a thread, answer a
         command) and begins a turn (marking its items running) only while `has_room`
         holds; else it awaits `admit` first, in its loop or in a task of its own, while
@@ -37,19 +37,18 @@ import anyio
 import anyio.abc
 
 from broker.context.session import SessionContext
-from broker.core import lifecycle as lc
-from broker.core import queue_machine as m
-from ledger import logs
-from ledger.items import ItemInfo
-
-from . import compactor
-from .commands import Command, CompactRequest, is_chat_command, split_commands
-from .ports import ActorPorts
-from .running_turn import RunningTurn
-from .session_facts import SessionFacts
-from .thread_start import EXPLICIT_NEW, ThreadCuts, ThreadRequest
-from .turn_steps import TurnSteps
-from .write_room import WriteRoom
+from broker.mailbox import compactor
+from broker.mailbox.commands import Command, CompactRequest, is_chat_command, split_commands
+from broker.mailbox.ports import ActorPorts
+from broker.mailbox.running_turn import RunningTurn
+from broker.mailbox.session_facts import SessionFacts
+from broker.mailbox.thread_start import EXPLICIT_NEW, ThreadCuts, ThreadRequest
+from broker.mailbox.turn_steps import TurnSteps
+from broker.mailbox.write_room import WriteRoom
+from core import lifecycle as lc
+from core import queue_machine as m
+from ledger.port.records import ItemInfo
+from plumbing import logs
 
 log = logs.get("broker.actor")
 ActorState = Literal["idle", "processing", "streaming", "compacting", "completing"]

@@ -27,16 +27,14 @@ from typing import Any
 import anyio.abc
 import orjson
 
-from broker.core.bindings import Conversation
 from broker.deliveries import Deliveries
+from broker.mailbox.commands import BINDING, Command, CommandError, parse
+from broker.mailbox.ports import CommandTarget
 from broker.router import Router
-from ledger.binding_jobs import BindCommand
-from ledger.ids import new_id, now_ms
-from ledger.items import ItemInfo
-from ledger.port import Committing, LedgerPort
-
-from .commands import BINDING, Command, CommandError, parse
-from .ports import CommandTarget
+from core.bindings import Conversation
+from ledger.port.protocols import Committing, LedgerPort
+from ledger.port.records import BindCommand, ItemInfo
+from plumbing.ids import new_id, now_ms
 
 
 class ChatCommands:

@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 
-from broker.core.queue_machine import QUEUE_MODES
-from ledger.items import ItemInfo
+from core.queue_machine import QUEUE_MODES
+from ledger.port.records import ItemInfo
 
 COMMANDS = ("queue", "stop", "status", "new", "reset", "compact", "fork", "switch")
 ALIASES = {"reset": "new"}  # allowed, answered and applied as the command it names

@@ -8,9 +8,9 @@ Rule 2: the summary comes from the engine, bounded by `compaction_timeout_s`.
         the summary budget, a deterministic summary is used instead, so a
         session can never stay in `compacting`.
 Rule 3: a compaction is committed before the turn it serves starts, whatever
-        its trigger, so their times never overlap (broker/core/lifecycle.py
+        its trigger, so their times never overlap (core/lifecycle.py
         Rule 2, docs/turns.md); its commit, like any write, waits out a disk
-        that refuses it (ledger/writer.py Rule 7).
+        that refuses it (ledger/writer/group_commit.py Rule 7).
 Rule 4: it changes nothing of the actor's: it returns the committed compaction
         (`Compaction`), which the actor applies to its head and its context.
 """
@@ -25,17 +25,16 @@ import anyio
 
 from broker.config import EngineSettings
 from broker.context.session import SessionContext
-from broker.core import compaction
-from broker.core import turn_events as te
-from broker.core.engine_types import ChatMessage, TurnRequest
-from broker.core.lifecycle import Trigger
-from broker.core.packing import TurnBlock
 from broker.engines.base import Engine, EngineError
-from ledger import logs
-from ledger.ids import new_id, now_ms
-from ledger.turns import TurnRecord
-
-from .turn_commit import Written
+from broker.mailbox.turn_commit import Written
+from core import compaction
+from core import turn_events as te
+from core.engine_types import ChatMessage, TurnRequest
+from core.lifecycle import Trigger
+from core.packing import TurnBlock
+from ledger.port.records import TurnRecord
+from plumbing import logs
+from plumbing.ids import new_id, now_ms
 
 log = logs.get("broker.compaction")
 

@@ -10,7 +10,7 @@ Rule 1: the synchronous ports never block: a write they make is only queued on t
         the same actor (a turn's items are marked running before its commit). The actor
         calls them only while `has_room` holds, or after `admit` (actor.py Rule 5).
 Rule 2: the awaited ports end by themselves (a write waits out a refusing disk inside
-        the writer, ledger/writer.py Rule 7, and for room at most `ledger.writer_wait_s`
+        the writer (ledger/writer/group_commit.py), and for room at most `ledger.writer_wait_s`
         at a time); the actor bounds only the engine.
 """
 
@@ -22,19 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from broker.config import Settings
 from broker.context import TokenCounter
 from broker.context.session import SessionContext
-from broker.core.queue_machine import QueueMode
 from broker.engines.base import Engine
-from ledger.items import ItemInfo
-from ledger.port import Committing
-from ledger.threads import Carry
-from ledger.turns import ActorStart, TurnRecord
-
-from .commands import Command
-from .session_facts import SessionFacts
-from .turn_commit import Written
+from broker.mailbox.commands import Command
+from broker.mailbox.session_facts import SessionFacts
+from broker.mailbox.turn_commit import Written
+from core.queue_machine import QueueMode
+from ledger.port.protocols import Committing
+from ledger.port.records import ActorStart, Carry, ItemInfo, TurnRecord
 
 if TYPE_CHECKING:
-    from .running_turn import RunningTurn
+    from broker.mailbox.running_turn import RunningTurn
 
 
 class CommandTarget(Protocol):
@@ -75,7 +72,7 @@ class ActorPorts(Protocol):
     async def settled(self) -> None: ...
     async def load(self, label: str) -> tuple[ActorStart, SessionContext]: ...
 
-    # Room in the ledger's queue of writes (ledger/port.py Rule 2): `admit` waits for
+    # Room in the ledger's queue of writes (ledger/port/protocols.py Rule 2): `admit` waits for
     # some, at most `ledger.writer_wait_s`, then raises `WriterOverloaded`.
     def has_room(self) -> bool: ...
     async def admit(self) -> None: ...

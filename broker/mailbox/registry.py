@@ -20,25 +20,24 @@ import anyio.abc
 
 from broker.config import Settings
 from broker.context import TokenCounter
-from broker.core import queue_machine as m
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
+from broker.mailbox.actor import SessionActor
+from broker.mailbox.commands import CompactRequest
+from broker.mailbox.restarts import (
+    MAX_ACTOR_RESTARTS as MAX_ACTOR_RESTARTS,  # its old home, for importers
+)
+from broker.mailbox.restarts import ActorRestarts, stopped_by_storage
+from broker.mailbox.session_ports import SessionPorts
+from broker.mailbox.thread_start import ThreadRequest
+from broker.mailbox.turn_commit import TurnCommits
 from broker.router import Router
-from ledger import dispatch, logs
-from ledger.ids import now_ms
-from ledger.ingest import Accepted, InboundRecord
-from ledger.items import ItemInfo
-from ledger.jobs import LedgerWriteFailed
-from ledger.port import LedgerPort
-from ledger.writer import WriterClosed
-
-from .actor import SessionActor
-from .commands import CompactRequest
-from .restarts import MAX_ACTOR_RESTARTS as MAX_ACTOR_RESTARTS  # its old home, for importers
-from .restarts import ActorRestarts, stopped_by_storage
-from .session_ports import SessionPorts
-from .thread_start import ThreadRequest
-from .turn_commit import TurnCommits
+from core import queue_machine as m
+from ledger.port.errors import LedgerWriteFailed, WriterClosed
+from ledger.port.protocols import LedgerPort
+from ledger.port.records import Accepted, Dispatched, Handoff, InboundRecord, ItemInfo, Limits
+from plumbing import logs
+from plumbing.ids import now_ms
 
 log = logs.get("broker.mailboxes")
 SWEEP_S = 5.0
@@ -67,7 +66,7 @@ class Mailboxes:
         # starts for an item; the runtime runs it (the actors here run its turns).
         self.forward: Callable[[ItemInfo], None] | None = None
         commits = TurnCommits(ledger, deliveries, self.post)
-        # What the actors see of the daemon; `self` is what the tools see (broker/tools.py).
+        # What the actors see of the daemon; `self` is what the tools see (broker/tools/table.py).
         self.ports = SessionPorts(
             settings, ledger, engine, router, deliveries, commits, self, self.retire
         )
@@ -107,11 +106,11 @@ class Mailboxes:
         tool_call: str | None,
         target: dict[str, Any],
         task: str,
-        handoff: dispatch.Handoff | None = None,
-    ) -> dispatch.Dispatched:
+        handoff: Handoff | None = None,
+    ) -> Dispatched:
         """agent_send(op="dispatch"): queue a task on a session or a new worker session."""
         w = self.settings.workers
-        limits = dispatch.Limits(w.max_depth, w.max_children, int(w.timeout_s * 1000))
+        limits = Limits(w.max_depth, w.max_children, int(w.timeout_s * 1000))
         now = now_ms()
         done = await self.ledger.dispatch(
             parent=parent,
@@ -322,7 +321,7 @@ class Mailboxes:
             await request.done.wait()
         return request.turn
 
-    # -- what the tools see besides `dispatch` (broker/tools.py ToolContext) ------------
+    # -- what the tools see besides `dispatch` (broker/tools/table.py ToolContext) ------------
 
     def compact_later(self, label: str, focus: str | None) -> None:
         """`session_compact`: a manual compaction of `label` after its running turn."""

@@ -20,7 +20,7 @@ Rule 3: a session whose actor failed in any way has its next actor recover it fr
 
 from __future__ import annotations
 
-from ledger.jobs import StorageFailed, storage_error
+from ledger.port.errors import StorageFailed, storage_error
 
 MAX_ACTOR_RESTARTS = 5
 BACK_OFF_FIRST_S = 0.2

@@ -30,22 +30,24 @@ from typing import Any
 
 import anyio
 
-from broker.core import queue_machine as m
-from broker.core import turn_events as te
-from broker.core.engine_types import ChatMessage, EngineResult, TurnRequest
-from broker.core.lifecycle import save_due
-from broker.core.packing import ContextPlan, Msg
-from broker.core.snapshots import bad_file_event
 from broker.engines.base import Engine, EngineError
-from ledger import logs
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.ids import new_id, now_ms
-from ledger.items import ItemInfo
-from ledger.port import Committing
+from core import queue_machine as m
+from core import turn_events as te
+from core.engine_types import ChatMessage, EngineResult, TurnRequest
+from core.lifecycle import save_due
+from core.packing import ContextPlan, Msg
+from core.snapshots import bad_file_event
+from ledger.port.errors import WriterClosed, WriterOverloaded
+from ledger.port.protocols import Committing
+from ledger.port.records import ItemInfo
+from plumbing import logs
+from plumbing.ids import new_id, now_ms
 
 log = logs.get("broker.actor")
 WriteEvents = Callable[[int, list[te.Event]], "Committing[None] | None"]
-Admit = Callable[[], Awaitable[None]]  # the ledger's wait for room (ledger/port.py Rule 2)
+Admit = Callable[
+    [], Awaitable[None]
+]  # the ledger's wait for room (ledger/port/protocols.py Rule 2)
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task group's start_soon
 TIMEOUT = "the agent took too long to answer and was stopped"
 
@@ -75,14 +77,14 @@ class RunningTurn:
     window: int = 0
     system: str | None = None
     notes: tuple[str, ...] = ()
-    scratchpad: tuple[str, ...] = ()  # its renderings (broker/core/scratchpad.py)
+    scratchpad: tuple[str, ...] = ()  # its renderings (core/scratchpad.py)
     plan: ContextPlan | None = None
     # The outcome so far: the engine's result, or an error and its reason.
     result: EngineResult | None = None
     error: str | None = None
     reason: str | None = None
     overflowed_call: dict[str, Any] | None = None  # kept if a reactive compaction follows
-    # The engine's id of each broker tool call -> the broker's (broker/tools.py Rule 1);
+    # The engine's id of each broker tool call -> the broker's (broker/tools/table.py Rule 1);
     # made at the first call: most turns call no tool.
     call_ids: dict[str, str] | None = None
     # Rule 2: `save_progress` runs at the first delta of each `save_every_s` after the

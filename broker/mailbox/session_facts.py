@@ -19,15 +19,12 @@ import orjson
 
 from broker.config import QueueSettings
 from broker.context.session import SessionContext
-from broker.core import queue_machine as m
-from broker.core.packing import Msg
-from broker.core.scratchpad import renderings
-from ledger.items import ItemInfo
-from ledger.state_records import facts_of
-from ledger.turns import ActorStart, Route, TurnRecord
-
-from .compactor import Compaction
-from .turn_commit import Written
+from broker.mailbox.compactor import Compaction
+from broker.mailbox.turn_commit import Written
+from core import queue_machine as m
+from core.packing import Msg
+from core.scratchpad import renderings
+from ledger.port.records import ActorStart, ItemInfo, Route, TurnRecord, facts_of
 
 SOURCES: dict[str, m.Source] = {s: s for s in ("person", "worker", "timer", "operator")}
 

@@ -14,27 +14,24 @@ from typing import Any
 
 import anyio
 
-from broker import tools
 from broker.config import Settings
 from broker.context import TokenCounter
 from broker.context.session import SessionContext, from_thread
-from broker.core import queue_machine as m
 from broker.deliveries import Deliveries
 from broker.engines.base import Engine
 from broker.engines.factory import build_engine
+from broker.mailbox.chat import ChatCommands
+from broker.mailbox.ports import CommandTarget
+from broker.mailbox.turn_commit import TurnCommits
+from broker.mailbox.warm_threads import WarmThreads
 from broker.router import Router
-from ledger import logs
-from ledger.ids import now_ms
-from ledger.items import ItemInfo
-from ledger.port import Committing, LedgerPort
-from ledger.threads import Carry
-from ledger.turns import ActorStart
-from ledger.writer import WriterClosed, WriterOverloaded
-
-from .chat import ChatCommands
-from .ports import CommandTarget
-from .turn_commit import TurnCommits
-from .warm_threads import WarmThreads
+from broker.tools import table as tools
+from core import queue_machine as m
+from ledger.port.errors import WriterClosed, WriterOverloaded
+from ledger.port.protocols import Committing, LedgerPort
+from ledger.port.records import ActorStart, Carry, ItemInfo
+from plumbing import logs
+from plumbing.ids import now_ms
 
 log = logs.get("broker.actor")
 

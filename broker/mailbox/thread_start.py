@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.core.resets import AUTOMATIC
-from ledger.ids import new_id
-from ledger.threads import Carry
-
-from .ports import ActorPorts
-from .session_facts import SessionFacts
+from broker.mailbox.ports import ActorPorts
+from broker.mailbox.session_facts import SessionFacts
+from core.resets import AUTOMATIC
+from ledger.port.records import Carry
+from plumbing.ids import new_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ Rule 2: a turn whose parent is no longer the head (a `/new` or a merge moved it)
 Rule 3: a commit the ledger refuses leaves the turn's items running; crash recovery
         records and re-runs them at the next start.
 Rule 4: worker results a commit queues for their parents go to their actors at once.
-Rule 5: a commit waits for room in the ledger's queue of writes (ledger/writer.py
+Rule 5: a commit waits for room in the ledger's queue of writes (ledger/writer/group_commit.py
         Rule 9), and when none comes within its bound it waits again (logged each
         time), as the turn's start did (actor.py Rule 5): a turn that ran is never
         given up for a queue that was full for a while. The wait ends: the writer
@@ -23,12 +23,10 @@ from collections.abc import Callable
 from typing import Literal
 
 from broker.deliveries import Deliveries
-from ledger import logs
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.items import ItemInfo
-from ledger.jobs import LedgerWriteFailed
-from ledger.port import Committing, TurnPort
-from ledger.turns import HeadMoved, TurnRecord
+from ledger.port.errors import HeadMoved, LedgerWriteFailed, WriterClosed, WriterOverloaded
+from ledger.port.protocols import Committing, TurnPort
+from ledger.port.records import ItemInfo, TurnRecord
+from plumbing import logs
 
 log = logs.get("broker.mailboxes")
 Written = Literal["thread", "orphan", "lost"]

@@ -20,32 +20,29 @@ import orjson
 
 from broker.config import Persona, Settings
 from broker.context.session import SessionContext, summary_text
-from broker.core import queue_machine as m
-from broker.core import turn_events as te
-from broker.core.compaction import compaction_due
-from broker.core.engine_types import (
+from broker.engines.base import Engine
+from broker.mailbox.running_turn import RunningTurn, as_chat
+from core import queue_machine as m
+from core import turn_events as te
+from core.compaction import compaction_due
+from core.engine_types import (
     ChatMessage,
     HistoryMessage,
     ToolCall,
     ToolSpec,
     TurnRequest,
 )
-from broker.core.packing import ContextPlan, Msg
-from broker.core.titles import outcome_line, turn_title
-from broker.engines.base import Engine
-from ledger import logs
-from ledger import turns as lt
-from ledger.ids import now_ms
-from ledger.items import ItemInfo
-from ledger.turns import TurnRecord
-
-from .running_turn import RunningTurn, as_chat
+from core.packing import ContextPlan, Msg
+from core.titles import outcome_line, turn_title
+from ledger.port.records import ItemInfo, ItemStatus, Route, TurnRecord
+from plumbing import logs
+from plumbing.ids import now_ms
 
 log = logs.get("broker.actor")
 Status = Literal["completed", "aborted", "failed"]
 
 
-def route_of(item: ItemInfo) -> lt.Route:
+def route_of(item: ItemInfo) -> Route:
     assert item.channel is not None
     return (item.channel, item.peer_kind, item.peer_id, item.thread_id)
 
@@ -150,7 +147,7 @@ def turn_events(turn: RunningTurn, status: str, error: str | None) -> list[te.Ev
     return turn.events.events
 
 
-def settle(turn: RunningTurn) -> tuple[m.Outcome, Status, lt.ItemStatus]:
+def settle(turn: RunningTurn) -> tuple[m.Outcome, Status, ItemStatus]:
     """The turn's outcome for the machine, its status and its items' (Rule 2 trims
     `turn.taken` to what the engine used)."""
     result = turn.result
@@ -173,7 +170,7 @@ def outbox(
     inputs: list[ItemInfo],
     text: str,
     status: str,
-    fallback: lt.Route | None,
+    fallback: Route | None,
 ) -> tuple[str, str, str] | None:
     latest = next((i for i in reversed(inputs) if i.channel), None)
     route = route_of(latest) if latest is not None else fallback
@@ -201,7 +198,7 @@ def record(
     parent: str | None,
     ctx: SessionContext,
     engine: str,
-    route: lt.Route | None,
+    route: Route | None,
 ) -> tuple[TurnRecord, m.Outcome, list[Msg], Msg | None]:
     """The turn's record; its outcome for the machine, the steered inputs' and the
     reply's messages for the in-memory history (Rule 1)."""
@@ -248,7 +245,7 @@ def record(
 
 
 def _broker_ids(calls: list[ToolCall], ours: dict[str, str] | None) -> list[ToolCall]:
-    """The calls under the broker's ids where it ran them (broker/tools.py Rule 1)."""
+    """The calls under the broker's ids where it ran them (broker/tools/table.py Rule 1)."""
     if not ours:
         return calls
     return [replace(c, id=ours[c.id]) if c.id in ours else c for c in calls]

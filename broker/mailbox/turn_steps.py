@@ -9,7 +9,7 @@ Rule 1: a compaction, whatever its trigger, changes the session's facts only onc
 Rule 2: the commit's parent is the head as it is at the commit: after any compaction
         the turn ran first.
 Rule 3: a turn whose context leaves older turns out looks once, before its first engine
-        call, for a recall hint (broker/core/recall_hint.py): one line among its notes,
+        call, for a recall hint (core/recall_hint.py): one line among its notes,
         counted into its plan, and only when it fits the budget.
 """
 
@@ -17,20 +17,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from broker import tools
-from broker.core import lifecycle as lc
-from broker.core import queue_machine as m
-from broker.core import recall_hint
-from broker.core import turn_events as te
 from broker.engines.base import Engine
-from ledger.ids import new_id, now_ms
-from ledger.items import ItemInfo
-
-from . import compactor
-from . import turn_parts as parts
-from .ports import ActorPorts
-from .running_turn import RunningTurn, Spawn
-from .session_facts import SessionFacts
+from broker.mailbox import compactor
+from broker.mailbox import turn_parts as parts
+from broker.mailbox.ports import ActorPorts
+from broker.mailbox.running_turn import RunningTurn, Spawn
+from broker.mailbox.session_facts import SessionFacts
+from broker.tools import table as tools
+from core import lifecycle as lc
+from core import queue_machine as m
+from core import recall_hint
+from core import turn_events as te
+from ledger.port.records import ItemInfo
+from plumbing.ids import new_id, now_ms
 
 
 class TurnSteps:
@@ -140,7 +139,7 @@ class TurnSteps:
             return
         own = tuple(i.msg_id for i in turn.inputs if i.msg_id is not None)
         # No timeout of its own: a reader thread cannot be cancelled, and the read is
-        # bounded by its work instead (ledger/recall_hint.py Rule 1).
+        # bounded by its work instead (ledger/recall/hint.py Rule 1).
         found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
         line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
         if line is None:

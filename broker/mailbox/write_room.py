@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ledger import logs
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.items import ItemInfo
-
-from .commands import is_chat_command
-from .ports import ActorPorts
+from broker.mailbox.commands import is_chat_command
+from broker.mailbox.ports import ActorPorts
+from ledger.port.errors import WriterClosed, WriterOverloaded
+from ledger.port.records import ItemInfo
+from plumbing import logs
 
 log = logs.get("broker.actor")
 

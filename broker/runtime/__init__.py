@@ -4,3 +4,6 @@
 
 class RuntimeUnreachable(Exception):
     """The runtime's service cannot be reached at start (exit 69, naming its address)."""
+
+
+__all__ = ["RuntimeUnreachable", "temporal"]

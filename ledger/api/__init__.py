@@ -4,12 +4,11 @@ in this process (`Store`, `SyncStore`) or through a running daemon
 
 from __future__ import annotations
 
-from ..db import LedgerDamaged, LedgerError, LedgerNotWritable
-from ..errors import Conflict, NotFound
-from .errors import DaemonUnreachable, LedgerInUse, NotALedger, SchemaTooNew, StoreClosed
-from .records import Page, SessionInfo, TurnInfo
-from .store import Store
-from .sync import SyncStore
+from ledger.api.errors import DaemonUnreachable, LedgerInUse, NotALedger, SchemaTooNew, StoreClosed
+from ledger.api.records import Page, SessionInfo, TurnInfo
+from ledger.api.store import Store
+from ledger.api.sync import SyncStore
+from ledger.port.errors import Conflict, LedgerDamaged, LedgerError, LedgerNotWritable, NotFound
 
 __all__ = [
     "Conflict",

@@ -1,5 +1,5 @@
 """What Google ADK's `LedgerSessionService` (ledger/integrations/adk/) keeps in the
-ledger: jobs for the one writer (ledger/jobs.py Rule 1: functions of a connection
+ledger: jobs for the one writer (ledger/writer/jobs.py Rule 1: functions of a connection
 and plain arguments) and reads of a read connection, run by the in-process Store
 or by a daemon (served.py: the `adk.*` calls). Nothing here knows ADK's classes,
 so a daemon without ADK installed serves them; the service turns them into these
@@ -31,9 +31,9 @@ from urllib.parse import quote
 
 import orjson
 
-from ..errors import NotFound
-from . import reads, writes
-from .records import Row
+from ledger.api import reads, writes
+from ledger.api.records import Row
+from ledger.port.errors import NotFound
 
 PREFIX = "adk:"
 APP, USER = "app", "user"

@@ -72,15 +72,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import WalCheckpointer
-from ..db import Synchronous, connect
-from ..fts import index_new_messages
-from ..ingest import WriterConnection
-from ..jobs import JobSpec, StorageFailed, WriterDied, resume_writes
-from ..transactor import Transactor
-from .errors import StoreClosed
-from .opening import open_checked
-from .waiting import Ticket, run_now
+from ledger.api.errors import StoreClosed
+from ledger.api.opening import open_checked
+from ledger.api.waiting import Ticket, run_now
+from ledger.db import Synchronous, connect
+from ledger.fts import index_new_messages
+from ledger.ingest import WriterConnection
+from ledger.port.errors import StorageFailed, WriterDied
+from ledger.writer.checkpoint import WalCheckpointer
+from ledger.writer.jobs import JobSpec, resume_writes
+from ledger.writer.transactor import Transactor
 
 MAX_BATCH = 512  # jobs a transaction: bounds one commit's time, not the throughput
 FTS_LAG = 256  # messages the full-text index may lag behind (Rule 5)

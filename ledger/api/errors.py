@@ -3,12 +3,12 @@
 Every one is a `LedgerError` (ledger/db.py), so code that already catches the
 daemon's ledger errors catches these; each message names the file and what to do.
 A lookup that misses raises the ledger's own `NotFound` or `Conflict`
-(ledger/errors.py), with the argument it blames in `field`.
+(ledger/port/errors.py), with the argument it blames in `field`.
 """
 
 from __future__ import annotations
 
-from ..db import LedgerError
+from ledger.port.errors import LedgerError
 
 
 class NotALedger(LedgerError):

@@ -15,13 +15,12 @@ import orjson
 
 import ledger.api.reads as reads
 import ledger.api.writes as writes
-
-from .. import sessions as ledger_sessions
-from ..jobs import JobSpec
-from ..sessions import export_snapshot, import_lines
-from .engine import Engine, release
-from .errors import StoreClosed
-from .records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata
+from ledger import sessions as ledger_sessions
+from ledger.api.engine import Engine, release
+from ledger.api.errors import StoreClosed
+from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata
+from ledger.sessions import export_snapshot, import_lines
+from ledger.writer.jobs import JobSpec
 
 Clock = Callable[[], int]
 _NO_USAGE = (None, None)
@@ -67,7 +66,7 @@ class Face:
     def _create_job(
         self, session_id: str | None, title: str | None, metadata: dict[str, Any] | None
     ) -> tuple[str, JobSpec]:
-        from ..ids import new_id
+        from plumbing.ids import new_id
 
         label = _label(session_id) if session_id is not None else f"lib:{new_id()}"
         return label, _job(

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from ..db import (
-    LedgerError,
-    LedgerNotWritable,
+from ledger.api.errors import NotALedger, SchemaTooNew
+from ledger.api.owner import claim
+from ledger.db import (
     Synchronous,
     connect,
     damaged,
@@ -36,8 +36,7 @@ from ..db import (
     migrate,
     readonly_uri,
 )
-from .errors import NotALedger, SchemaTooNew
-from .owner import claim
+from ledger.port.errors import LedgerError, LedgerNotWritable
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 LEDGER_TABLES = frozenset({"sessions", "turns", "messages"})

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import LedgerInUse
+from ledger.api.errors import LedgerInUse
 
 
 def lock_path(ledger: Path | str) -> Path:

@@ -56,8 +56,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import NotFound
-from .records import LIBRARY, Page, SessionInfo, TurnInfo, decode_item
+from ledger.api.records import LIBRARY, Page, SessionInfo, TurnInfo, decode_item
+from ledger.port.errors import NotFound
 
 SESSION_COLUMNS = (
     "label, title, kind, origin, status, turns, head_turn_id, metadata, created_at,"

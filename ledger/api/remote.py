@@ -1,5 +1,5 @@
 """`RemoteStore`: the Store's calls through a running daemon's socket, as an operator
-(the `store.call` op, broker/ops_store.py; ledger/api/served.py runs them).
+(the `store.call` op, broker/ops/store.py; ledger/api/served.py runs them).
 
 Rule 1: items are encoded here first (records.py Rule 1), so an item that is not
         JSON-serializable raises `TypeError` before anything is sent.
@@ -24,11 +24,10 @@ import anyio.abc
 import orjson
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ..db import LedgerError
-from ..errors import Conflict, NotFound
-from ..ids import new_id
-from .errors import DaemonUnreachable
-from .records import Page, SessionInfo, TurnInfo, encode_items
+from ledger.api.errors import DaemonUnreachable
+from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items
+from ledger.port.errors import Conflict, LedgerError, NotFound
+from plumbing.ids import new_id
 
 MAX_FRAME = 64 << 20
 

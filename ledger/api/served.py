@@ -1,5 +1,5 @@
 """The library face through a running daemon: what `Store.connect` asks for, one
-call at a time (the `store.call` op, broker/ops_store.py), answered on the daemon's
+call at a time (the `store.call` op, broker/ops/store.py), answered on the daemon's
 own ledger by the same jobs and reads as the in-process Store.
 
 Rule 1: a call is a name and JSON arguments, checked here: a missing or mistyped
@@ -16,31 +16,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import orjson
 
 import ledger.api.reads as reads_
 import ledger.api.writes as writes_
-
-from ..errors import LedgerLookupError
-from ..ids import new_id
-from ..jobs import JobSpec
-from ..sessions import export_snapshot, import_lines
-from . import adk_rows
-from .records import decode_item, encode_items, encode_metadata, row_of_text
-
-LibraryCall = str
-
-
-class Invalid(LedgerLookupError):
-    code = "invalid"
-
-
-class LibraryPort(Protocol):
-    async def library_call(self, call: LibraryCall, args: dict[str, Any], now: int) -> Any:
-        """Run one library call (Rule 1) and return its JSON answer (Rule 3)."""
-        ...
+from ledger.api import adk_rows
+from ledger.api.records import decode_item, encode_items, encode_metadata, row_of_text
+from ledger.port.errors import Invalid
+from ledger.port.records import LibraryCall
+from ledger.sessions import export_snapshot, import_lines
+from ledger.writer.jobs import JobSpec
+from plumbing.ids import new_id
 
 
 def _arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:

@@ -26,13 +26,13 @@ from typing import Any, Self
 
 import anyio
 
-from ..db import Synchronous
-from ..ids import now_ms
-from .engine import acquire
-from .face import Clock, Face
-from .records import Page, SessionInfo, TurnInfo
-from .remote import RemoteStore
-from .waiting import wait_async
+from ledger.api.engine import acquire
+from ledger.api.face import Clock, Face
+from ledger.api.records import Page, SessionInfo, TurnInfo
+from ledger.api.remote import RemoteStore
+from ledger.api.waiting import wait_async
+from ledger.db import Synchronous
+from plumbing.ids import now_ms
 
 Summarizer = Callable[[list[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
 
@@ -149,7 +149,7 @@ class Store(Face):
 
     async def pop(self, session_id: str) -> Any:
         """Take the last item off the thread and return it; None if there is none."""
-        from .records import decode_item
+        from ledger.api.records import decode_item
 
         popped = await wait_async(self._pop_job(session_id), self._submit)
         return None if popped is None else decode_item(*popped)

@@ -8,12 +8,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ..db import Synchronous
-from ..ids import now_ms
-from .engine import acquire
-from .face import Clock, Face
-from .records import Page, SessionInfo, TurnInfo, decode_item
-from .waiting import wait_blocking
+from ledger.api.engine import acquire
+from ledger.api.face import Clock, Face
+from ledger.api.records import Page, SessionInfo, TurnInfo, decode_item
+from ledger.api.waiting import wait_blocking
+from ledger.db import Synchronous
+from plumbing.ids import now_ms
 
 
 class SyncStore(Face):

@@ -5,7 +5,7 @@ Rule 1: a ticket carries its job and a `post` that runs a function on the
         blocking caller); the writer posts once per batch and caller side, not
         once per job, so 200 waiting tasks cost one wake-up of their loop.
 Rule 2: a caller cancelled while it waits does not take its job back: a job
-        handed to the writer runs and may commit (ledger/writer.py Rule 4). Its
+        handed to the writer runs and may commit (ledger/writer/group_commit.py Rule 4). Its
         result is dropped.
 Rule 3: the event loop is looked up at each call, not kept: one Store serves
         any number of event loops one after another (an `asyncio.run` per
@@ -34,7 +34,7 @@ import types
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ..jobs import JobSpec
+from ledger.writer.jobs import JobSpec
 
 Post = Callable[[Callable[[], None]], object]
 

@@ -1,4 +1,4 @@
-"""The library face's writes: jobs for the ledger's one writer (ledger/jobs.py
+"""The library face's writes: jobs for the ledger's one writer (ledger/writer/jobs.py
 Rule 1: functions of a connection and plain arguments).
 
 Rule 1: a library turn is an ordinary completed turn (engine 'library', one
@@ -57,11 +57,11 @@ import sqlite3
 
 import orjson
 
-from ..errors import Conflict, NotFound
-from ..fts import forget_deleted, index_new_messages
-from ..ids import new_id
-from ..reads import hidden
-from .records import LIBRARY, Row
+from ledger.api.records import LIBRARY, Row
+from ledger.fts import forget_deleted, index_new_messages
+from ledger.port.errors import Conflict, NotFound
+from ledger.reads import hidden
+from plumbing.ids import new_id
 
 
 def _head(conn: sqlite3.Connection, label: str) -> tuple[str | None] | None:

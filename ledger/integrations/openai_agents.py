@@ -33,14 +33,14 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
-from ..api.engine import acquire
-from ..api.errors import StoreClosed
-from ..api.remote import RemoteStore
-from ..api.store import Store
-from ..api.waiting import current_loop
-from ..db import Synchronous
-from ..errors import NotFound
-from ..ids import now_ms
+from ledger.api.engine import acquire
+from ledger.api.errors import StoreClosed
+from ledger.api.remote import RemoteStore
+from ledger.api.store import Store
+from ledger.api.waiting import current_loop
+from ledger.db import Synchronous
+from ledger.port.errors import NotFound
+from plumbing.ids import now_ms
 
 
 class LedgerSession(SessionABC):

@@ -8,7 +8,7 @@
 -- migration have no row; their record is worked out from their stored rows.
 CREATE TABLE turn_state (
     turn_id TEXT PRIMARY KEY REFERENCES turns(id),
-    state   TEXT NOT NULL              -- JSON, broker/core/session_state.py to_json
+    state   TEXT NOT NULL              -- JSON, core/session_state.py to_json
 ) WITHOUT ROWID;
 
 -- What a merged-in session was about, for the first turn of the surviving one.

@@ -1,6 +1,6 @@
 -- Titles and outcomes of turns, and turn events written while a turn runs.
 
--- A short line saying what the turn was about (broker/core/titles.py), where it
+-- A short line saying what the turn was about (core/titles.py), where it
 -- came from (mechanical | engine | model), and how it ended in plain words.
 ALTER TABLE turns ADD COLUMN title TEXT;
 ALTER TABLE turns ADD COLUMN title_source TEXT;

@@ -74,9 +74,9 @@ from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowMaker, tuple_row
 
-from .. import logs
-from .dialect import Statement, translate
-from .recall import FullText
+from ledger.postgres.dialect import Statement, translate
+from ledger.postgres.recall import FullText
+from plumbing import logs
 
 CONNECT_TIMEOUT_S = 5
 # Rule 8 (a): libpq's TCP settings, where the DSN names none of its own. A silent peer

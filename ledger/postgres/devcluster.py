@@ -150,8 +150,8 @@ def template_database(cluster: DevCluster, name: str = "ledger_template") -> str
     """A database migrated to the ledger's schema, to copy per test (`fresh_database`)."""
     import psycopg
 
-    from .connection import PgConnection
-    from .schema import migrate
+    from ledger.postgres.connection import PgConnection
+    from ledger.postgres.schema import migrate
 
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')

@@ -1,7 +1,7 @@
 """Full-text recall on PostgreSQL: a GIN index on `messages.words`, the stored
 `ledger_tsv(content)` (PG migration 0004), in place of SQLite's FTS5 table.
 
-The shared recall code (ledger/recall.py, recall_hint.py) builds the terms and
+The shared recall code (ledger/recall/search.py, recall_hint.py) builds the terms and
 the filter, and hands the search to the connection's `full_text` (this
 module) when it has one.
 
@@ -30,8 +30,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import recall
-from .snippets import Snippets
+from ledger.port.records import Hit
+from ledger.postgres.snippets import Snippets
+from ledger.recall import search as recall
 
 VECTOR = "m.words"  # the stored ledger_tsv(content) the GIN index holds
 # NULL when no phrase has a word: it matches nothing. The casts: an empty list is
@@ -53,7 +54,7 @@ def search(
     flt: Any,
     limit: int,
     snippets: Snippets,
-) -> list[recall.Hit]:
+) -> list[Hit]:
     """The best `limit` messages, best first (Rules 2, 3)."""
     q = tsquery(fts_terms, match)
     k = max(recall.FILTERED, limit) if flt.where else max(recall.CANDIDATES, limit)
@@ -69,9 +70,7 @@ def search(
     ).fetchall()
     texts = snippets.of([str(r[5]) for r in rows], recall.joined(fts_terms, match))
     return [
-        recall.Hit(
-            int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), text, float(f"{r[6]:.6g}")
-        )
+        Hit(int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), text, float(f"{r[6]:.6g}"))
         for r, text in zip(rows, texts, strict=True)
     ]
 
@@ -101,7 +100,7 @@ class FullText:
 
     def search(
         self, conn: Any, fts_terms: list[str], match: recall.Match, flt: Any, limit: int
-    ) -> list[recall.Hit]:
+    ) -> list[Hit]:
         return search(conn, fts_terms, match, flt, limit, self.snippets)
 
     holds_term = staticmethod(holds_term)

@@ -10,9 +10,10 @@ Rule 2: nodes that open the same database at once take turns (an advisory
 
 from __future__ import annotations
 
-from .. import db
-from ..db import LedgerError, Migration
-from .connection import PgConnection
+from ledger import db
+from ledger.db import Migration
+from ledger.port.errors import LedgerError
+from ledger.postgres.connection import PgConnection
 
 MIGRATION_LOCK = 0x6C656467  # "ledg": any constant the nodes agree on
 

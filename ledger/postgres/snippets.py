@@ -1,7 +1,7 @@
 """Recall's snippets on PostgreSQL, made by SQLite's own FTS5 `snippet()`.
 
 Rule 1: a snippet marks the words the search matched, as the SQLite port's does
-        (ledger/recall.py `_hits`). PostgreSQL's `ts_headline` cannot: it reads
+        (ledger/recall/search.py `_hits`). PostgreSQL's `ts_headline` cannot: it reads
         the text with its own parser and dictionary, not with `ledger_tsv`, so
         a word found only through a fold ("Héron" for "heron") stayed unmarked.
         So the found messages' texts go through the very function the SQLite
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .. import recall
+from ledger.recall import search as recall
 
 _SNIPPET = "SELECT rowid, snippet(found, 0, ?, ?, '…', ?) FROM found WHERE found MATCH ?"
 

@@ -1,7 +1,7 @@
 """The PostgreSQL ledger behind the port: the SQLite ledger's jobs and reads on a
 PostgreSQL database.
 
-Rule 1: the same single writer (ledger/writer.py: group commit, one
+Rule 1: the same single writer (ledger/writer/group_commit.py: group commit, one
         transaction per batch, an ack only after COMMIT, storage failures held
         back and retried) runs the same jobs, on one PostgreSQL connection in a
         worker thread; the reads run on a small pool of connections of their
@@ -24,16 +24,17 @@ from typing import Any, cast
 import anyio
 from psycopg.conninfo import conninfo_to_dict
 
-from .. import inspect
-from ..db import LedgerError, LedgerUnreachable
-from ..ingest import IdentityCache
-from ..port import WriterStats
-from ..sqlite_reads import ReaderPool
-from ..store import Ledger
-from ..transactor import Transactor
-from ..writer import ThreadLink
-from .connection import PgConnection
-from .schema import load_migrations, migrate, schema_version
+from ledger import inspect
+from ledger.ingest import IdentityCache
+from ledger.port.errors import LedgerError, LedgerUnreachable
+from ledger.port.protocols import WriterStats
+from ledger.port.records import LedgerReport
+from ledger.postgres.connection import PgConnection
+from ledger.postgres.schema import load_migrations, migrate, schema_version
+from ledger.sqlite.reads import ReaderPool
+from ledger.sqlite.store import Ledger
+from ledger.writer.group_commit import ThreadLink
+from ledger.writer.transactor import Transactor
 
 
 def address_of(dsn: str) -> str:
@@ -59,10 +60,10 @@ class WriterPgConnection(PgConnection):
 class PgLedger(Ledger):
     backend = "postgres"
 
-    async def check(self, stuck_before: int) -> inspect.LedgerReport:
+    async def check(self, stuck_before: int) -> LedgerReport:
         """What `brokerctl doctor` reports: no file to check here (Rule 2), the rest alike."""
 
-        def run(c: Any) -> inspect.LedgerReport:
+        def run(c: Any) -> LedgerReport:
             return inspect.activity(c, stuck_before, schema_version(c), len(load_migrations()))
 
         return await self.readers.run(run)
@@ -140,7 +141,7 @@ def open(  # the backend's entry point, as `Ledger.open` is SQLite's
 ) -> AbstractAsyncContextManager[PgLedger]:
     """`async with ledger.postgres.open(dsn) as ledger:` a `LedgerPort` on PostgreSQL.
 
-    `writer_queue`, `writer_wait_s`: the writer's backpressure (ledger/writer.py Rule 9).
+    `writer_queue`, `writer_wait_s`: the writer's backpressure (ledger/writer/admission.py).
     """
     return PgLedger.open_pg(
         dsn,

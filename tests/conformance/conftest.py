@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from ledger.port import LedgerPort
-from ledger.store import Ledger
+from ledger.port.protocols import LedgerPort
+from ledger.sqlite.store import Ledger
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -61,7 +61,7 @@ async def port(
 async def small_queue_port(
     ledger_backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[LedgerPort]:
-    """A port whose queue of writes holds SMALL_QUEUE (ledger/port.py Rule 2)."""
+    """A port whose queue of writes holds SMALL_QUEUE (ledger/port/protocols.py Rule 2)."""
     async with open_port(
         ledger_backend,
         tmp_path,

@@ -6,9 +6,16 @@ import itertools
 
 import orjson
 
-from broker.core.queue_machine import QueueMode
-from ledger.ids import new_id
-from ledger.port import Accepted, InboundRecord, ItemInfo, LedgerPort, SessionSpec, TurnRecord
+from core.queue_machine import QueueMode
+from ledger.port.protocols import (
+    Accepted,
+    InboundRecord,
+    ItemInfo,
+    LedgerPort,
+    SessionSpec,
+    TurnRecord,
+)
+from plumbing.ids import new_id
 
 DM = SessionSpec(None, None)
 _clock = itertools.count(1_700_000_000_000, 1000)

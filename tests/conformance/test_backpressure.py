@@ -1,4 +1,4 @@
-"""Backpressure that waits, through the port (ledger/port.py Rule 2): a submitter
+"""Backpressure that waits, through the port (ledger/port/protocols.py Rule 2): a submitter
 finding the queue of writes full waits in `admit` for room, then its write is taken."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ledger.port import Accepted, Committing, LedgerPort
-
-from .conftest import SMALL_QUEUE
-from .records import DM, inbound, tick
+from ledger.port.protocols import Accepted, Committing, LedgerPort
+from tests.conformance.conftest import SMALL_QUEUE
+from tests.conformance.records import DM, inbound, tick
 
 pytestmark = pytest.mark.anyio
 

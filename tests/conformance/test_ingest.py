@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.errors import NotFound
-from ledger.port import LedgerPort
-
-from .records import DM, inbound, ingest, tick
+from ledger.port.errors import NotFound
+from ledger.port.protocols import LedgerPort
+from tests.conformance.records import DM, inbound, ingest, tick
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,9 @@ import anyio
 import orjson
 import pytest
 
-from ledger.errors import LedgerLookupError, NotFound
-from ledger.port import LedgerPort
-
-from .records import inbound, ingest, tick, turn
+from ledger.port.errors import LedgerLookupError, NotFound
+from ledger.port.protocols import LedgerPort
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ledger.errors import NotFound
-from ledger.ids import new_id
-from ledger.port import LedgerPort
-
-from .records import inbound, ingest, tick, turn
+from ledger.port.errors import NotFound
+from ledger.port.protocols import LedgerPort
+from plumbing.ids import new_id
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from broker.core.identity import SessionSpec
-from ledger.errors import NotFound
-from ledger.port import LedgerPort, Request
-from ledger.recall_reads import Summary
-
-from .records import inbound, ingest, tick, turn
+from core.identity import SessionSpec
+from ledger.port.errors import NotFound
+from ledger.port.protocols import LedgerPort, Request
+from ledger.port.records import Summary
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 

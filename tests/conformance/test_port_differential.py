@@ -44,14 +44,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from broker.core.engine_types import ToolCall
-from broker.core.identity import SessionSpec
-from broker.core.resets import ResetPolicy
-from broker.core.timers import parse_spec
-from ledger.dispatch import Limits
-from ledger.errors import LedgerLookupError
-from ledger.ids import new_id
-from ledger.port import (
+from core.engine_types import ToolCall
+from core.identity import SessionSpec
+from core.resets import ResetPolicy
+from core.timers import parse_spec
+from ledger.port.errors import HeadMoved, LedgerLookupError
+from ledger.port.protocols import (
     BindCommand,
     Carry,
     Conversation,
@@ -60,8 +58,9 @@ from ledger.port import (
     Request,
     TurnRecord,
 )
-from ledger.store import Ledger
-from ledger.turns import HeadMoved
+from ledger.port.records import Limits
+from ledger.sqlite.store import Ledger
+from plumbing.ids import new_id
 
 EXAMPLES = int(os.environ.get("PORT_DIFF_EXAMPLES", "30"))
 STEPS = int(os.environ.get("PORT_DIFF_STEPS", "25"))

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.port import LedgerPort
-
-from .records import inbound, ingest, turn
+from ledger.port.protocols import LedgerPort
+from tests.conformance.records import inbound, ingest, turn
 
 pytestmark = pytest.mark.anyio
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ledger.errors import Conflict, NotFound
-from ledger.ids import new_id
-from ledger.port import BindCommand, Conversation, LedgerPort
-
-from .records import inbound, ingest, tick, turn
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.protocols import BindCommand, Conversation, LedgerPort
+from plumbing.ids import new_id
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 ALICE = Conversation("chat", "dm", "alice", None)

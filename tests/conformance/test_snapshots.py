@@ -8,10 +8,9 @@ import hashlib
 
 import pytest
 
-from ledger.errors import NotFound
-from ledger.port import LedgerPort, TurnRecord
-
-from .records import inbound, ingest, turn
+from ledger.port.errors import NotFound
+from ledger.port.protocols import LedgerPort, TurnRecord
+from tests.conformance.records import inbound, ingest, turn
 
 pytestmark = pytest.mark.anyio
 

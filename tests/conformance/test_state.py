@@ -8,15 +8,13 @@ import dataclasses
 import orjson
 import pytest
 
-from broker.core.engine_types import ToolCall
-from broker.core.identity import SessionSpec
-from broker.core.session_state import EMPTY
-from ledger.errors import NotFound
-from ledger.port import ItemInfo, LedgerPort, TurnRecord
-from ledger.recall_answer import Request, Searched
-from ledger.recall_reads import Summary
-
-from .records import inbound, ingest, tick, turn
+from core.engine_types import ToolCall
+from core.identity import SessionSpec
+from core.session_state import EMPTY
+from ledger.port.errors import NotFound
+from ledger.port.protocols import ItemInfo, LedgerPort, TurnRecord
+from ledger.port.records import Request, Searched, Summary
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.identity import SessionSpec
-from broker.core.resets import ResetPolicy
-from ledger.errors import Conflict, NotFound
-from ledger.ids import new_id
-from ledger.port import Carry, LedgerPort
-
-from .records import inbound, ingest, tick, turn
+from core.identity import SessionSpec
+from core.resets import ResetPolicy
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.protocols import Carry, LedgerPort
+from plumbing.ids import new_id
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 EVERY_MESSAGE_IS_LATE = SessionSpec(None, None, ResetPolicy(idle_s=0.001))

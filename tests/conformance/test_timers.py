@@ -6,11 +6,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from broker.core.timers import parse_spec
-from ledger.errors import NotFound
-from ledger.port import ItemInfo, LedgerPort
-
-from .records import inbound, ingest, tick
+from core.timers import parse_spec
+from ledger.port.errors import NotFound
+from ledger.port.protocols import ItemInfo, LedgerPort
+from tests.conformance.records import inbound, ingest, tick
 
 pytestmark = pytest.mark.anyio
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.dispatch import Limits
-from ledger.errors import NotFound
-from ledger.ids import new_id
-from ledger.port import LedgerPort
-from ledger.turns import HeadMoved
-
-from .records import inbound, ingest, tick, turn
+from ledger.port.errors import HeadMoved, NotFound
+from ledger.port.protocols import LedgerPort
+from ledger.port.records import Limits
+from plumbing.ids import new_id
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 LIMITS = Limits(max_depth=2, max_children=4, timeout_ms=60_000)

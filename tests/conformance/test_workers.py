@@ -7,12 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from broker.core.engine_types import ToolCall
-from ledger.dispatch import Dispatched, Handoff, Limits
-from ledger.errors import Conflict, NotFound
-from ledger.port import LedgerPort
-
-from .records import inbound, ingest, tick, turn
+from core.engine_types import ToolCall
+from ledger.port.errors import Conflict, NotFound
+from ledger.port.protocols import LedgerPort
+from ledger.port.records import Dispatched, Handoff, Limits
+from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
 LIMITS = Limits(max_depth=2, max_children=8, timeout_ms=60_000)

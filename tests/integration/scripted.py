@@ -21,9 +21,9 @@ from typing import Any
 
 import anyio
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 PROGRAM = textwrap.dedent("""
     import json, pathlib, sys, time

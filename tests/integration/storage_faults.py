@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from broker.client import BrokerClient
+from wire.client import BrokerClient
 
 WAIT = 10.0
 

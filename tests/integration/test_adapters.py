@@ -345,7 +345,7 @@ async def test_the_example_adapter_in_the_docs_works_and_reruns_as_duplicates(
 
 
 def brokerctl() -> list[str]:
-    return [sys.executable, "-c", "from broker.ctl import main; main()"]
+    return [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def clean_env() -> dict[str, str]:

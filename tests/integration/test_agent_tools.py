@@ -12,13 +12,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from broker.client import BrokerError
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.integration.scripted import Scripted, call
+from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def results(reply: dict[str, object]) -> list[tuple[str, str, str]]:

@@ -1,4 +1,4 @@
-"""Backpressure that waits (ledger/writer.py Rule 9), against the real daemon.
+"""Backpressure that waits (ledger/writer/group_commit.py Rule 9), against the real daemon.
 
 The ledger writer process is stopped (SIGSTOP) so nothing commits, and the
 writer's queue is made tiny (`ledger.writer_queue`), so many senders at once
@@ -26,8 +26,7 @@ import orjson
 import pytest
 
 from tests.harness import DaemonProcess, writer_pid
-
-from .wire import op, query
+from tests.integration.wire import op, query
 
 WAIT = 5.0  # the bound on every wait for the broker
 SENDERS = 24  # well past the queue, twice the queue and the link's two batches

@@ -16,10 +16,10 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 SMALL = {"context_window": 400, "reserve_reply_tokens": 60, "keep_recent_ratio": 0.25}

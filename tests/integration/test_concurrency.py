@@ -36,11 +36,11 @@ import anyio.abc
 import orjson
 import pytest
 
-from broker.client import BrokerClient
-from broker.core.queue_machine import QUEUE_MODES
+from core.queue_machine import QUEUE_MODES
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

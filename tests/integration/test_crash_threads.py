@@ -21,9 +21,9 @@ import random
 import anyio
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.integration.wire import query, wait_db
+from wire.client import BrokerClient
 
 pytestmark = [
     pytest.mark.anyio,

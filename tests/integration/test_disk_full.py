@@ -29,11 +29,11 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, writer_pid
 from tests.integration.storage_faults import WAIT, answer, storage_back, until_health
+from wire.client import BrokerClient
 
 pytestmark = [
     pytest.mark.anyio,
@@ -176,7 +176,7 @@ TURN_S = 0.4  # each echo turn streams for this long: time to fill the disk unde
 SLOW_ECHO = {"engine": {"chunks": 2, "delay_ms": int(TURN_S * 1000 / 2)}}
 
 
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def doctor(d: DaemonProcess) -> tuple[int, list[dict[str, str]]]:

@@ -12,7 +12,7 @@ import orjson
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def doctor(config: Path) -> tuple[int, list[dict[str, str]]]:

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 

@@ -11,11 +11,11 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 async def converse(d: DaemonProcess, texts: list[str], first: int = 0) -> str:

@@ -3,7 +3,7 @@
 The daemon runs its default echo engine, so every message starts a turn and
 `sessions.turns` grows. Where a merge's choice of primary depends on turns
 (most turns, then latest activity, then the smaller label: see
-broker/core/identity.py pick_primary), the test waits for each turn's `deliver`
+core/identity.py pick_primary), the test waits for each turn's `deliver`
 before going on, so the counts are known.
 """
 
@@ -21,9 +21,9 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
 

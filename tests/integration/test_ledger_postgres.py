@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, brokerd_once, write_config
 from tests.integration.storage_faults import WAIT, answer, storage_back, until_health
 from tests.temporal_runtime import runtime_config
+from wire.client import BrokerClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

@@ -7,8 +7,8 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = pytest.mark.anyio
 

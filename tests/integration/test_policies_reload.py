@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, brokerd_once
+from wire.client import BrokerClient
 
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 

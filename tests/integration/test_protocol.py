@@ -26,9 +26,9 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient
 from broker.server import HELLO_TIMEOUT_S
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,6 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.wire import (
@@ -40,6 +39,7 @@ from tests.integration.wire import (
     wait_item,
     wait_until,
 )
+from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])

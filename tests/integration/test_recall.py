@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.integration.test_events import chat
+from wire.client import BrokerClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 

@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from broker.client import BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.wire import Adapter, Frame, op, query, show, wait_until
+from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 CHANNEL = "sms"
 
 

@@ -9,9 +9,9 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from broker.client import BrokerClient
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
 

@@ -15,13 +15,13 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, write_config
 from tests.integration.test_fork_export import converse
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 BINARY = bytes([0, 159, 146, 150, 255])
 
 # "write PATH TEXT" (| for a newline), "delete PATH", "bin PATH", "bad": one file event.

@@ -12,12 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 # An engine that does what the message says, so each test can drive the record:
 # "decide: X" (a decision event), "touch: P" (a file event), "fail-tool" (a tool

@@ -15,10 +15,10 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.test_doctor import doctor
+from wire.client import BrokerClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["trio"])]
 

@@ -30,9 +30,9 @@ import broker.config
 import broker.daemon
 import broker.server
 from broker import systemd
-from broker.client import BrokerClient
 from broker.config import Settings
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "systemd"

@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerError
 from broker.runtime.temporal.devserver import DevServer, free_port
 from broker.runtime.temporal.live_turns import QUERY_EVERY_S
 from tests.cluster import scrape
@@ -24,6 +23,7 @@ from tests.integration.wire import (
     wait_until,
 )
 from tests.temporal_runtime import runtime_config
+from wire.client import BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.temporal]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])

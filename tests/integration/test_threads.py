@@ -15,13 +15,13 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.wire import Adapter, add_routes, op, query, uniq, wait_db, wait_until
+from wire.client import BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 QUIET = {"log_level": "warning", "queue": {"idle_stop_s": 5.0}}
 
 

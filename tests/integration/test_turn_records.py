@@ -14,14 +14,14 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.wire import Adapter, operator
+from wire.client import BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 BACKENDS = pytest.mark.parametrize("backend", ["asyncio", "trio"])
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 # One program, what it does chosen by the message's first word.
 ENGINE = textwrap.dedent("""

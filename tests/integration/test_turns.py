@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker.core.session_state import loads, render
+from core.session_state import loads, render
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, write_config
 from tests.integration.wire import (

@@ -1,13 +1,13 @@
-"""The ledger's WAL stays short under a steady stream of writes (ledger/checkpoint.py)."""
+"""The ledger's WAL stays short under a steady stream of writes (ledger/writer/checkpoint.py)."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.integration.wire import op
+from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from broker.client import BrokerError
 from tests.conftest import DaemonFactory
 from tests.integration.scripted import Scripted, call
+from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from broker.ctl import main; main()"]
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 async def test_links_workers_list_and_the_handoff(

@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerClient, BrokerError
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient, BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 

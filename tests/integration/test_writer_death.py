@@ -19,9 +19,9 @@ import anyio
 import orjson
 import pytest
 
-from broker.client import BrokerClient
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess, gone_within, writer_pid
+from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
 

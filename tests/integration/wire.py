@@ -23,8 +23,8 @@ from typing import Any
 import anyio
 import orjson
 
-from broker.client import BrokerClient, BrokerError
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient, BrokerError
 
 WAIT = 10.0  # the bound on every single wait for the broker
 Frame = dict[str, Any]

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ledger.api import SyncStore
-from ledger.ids import new_id
-from ledger.reads import Thread, load_thread
-from ledger.turns import TurnRecord, commit_turn
+from ledger.port.records import Thread, TurnRecord
+from ledger.reads import load_thread
+from ledger.turns import commit_turn
+from plumbing.ids import new_id
 
 
 def load(path: Path, session: str) -> Thread:

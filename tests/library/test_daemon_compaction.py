@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from ledger.api import Store, SyncStore
-from ledger.reads import Thread
+from ledger.port.records import Thread
 from ledger.sessions import thread_ids
 from tests.conftest import DaemonFactory
 from tests.integration.test_compaction import SMALL, WORDS, chat

@@ -229,7 +229,7 @@ async def test_a_writer_thread_that_fails_fails_its_callers_instead_of_hanging(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ledger.api import StoreClosed
-    from ledger.jobs import WriterDied
+    from ledger.port.errors import WriterDied
 
     store = await Store.open(tmp_path / "ledger.db")
     writer = store._live().writer

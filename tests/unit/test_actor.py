@@ -16,16 +16,14 @@ from trio.testing import MockClock
 from broker.config import Settings
 from broker.context import TokenCounter
 from broker.context.session import SessionContext
-from broker.core.engine_types import EngineResult, TurnRequest
 from broker.engines.base import Engine, TurnIO
 from broker.mailbox.actor import SessionActor
 from broker.mailbox.commands import CompactRequest
 from broker.mailbox.ports import CommandTarget
 from broker.mailbox.turn_commit import Written
-from ledger.admission import WriterOverloaded
-from ledger.items import ItemInfo
-from ledger.threads import Carry
-from ledger.turns import ActorStart, TurnRecord
+from core.engine_types import EngineResult, TurnRequest
+from ledger.port.errors import WriterOverloaded
+from ledger.port.records import ActorStart, Carry, ItemInfo, TurnRecord
 
 pytestmark = pytest.mark.anyio
 COUNTER = TokenCounter()

@@ -13,10 +13,10 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
-from broker.core import turn_events as te
 from broker.engines.base import Engine
 from broker.mailbox.actor import SessionActor
 from broker.mailbox.running_turn import RunningTurn
+from core import turn_events as te
 from tests.unit.test_actor import Ports, anyio_backend, at, item, ports_with
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,7 @@ import pytest
 from broker.context.session import SessionContext
 from broker.mailbox.actor import SessionActor
 from broker.mailbox.thread_start import ThreadRequest
-from ledger.threads import Carry
-from ledger.turns import ActorStart
+from ledger.port.records import ActorStart, Carry
 from tests.unit.test_actor import Ports, anyio_backend, item, ports_with
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from adapters.sdk import Adapter, Backoff, Deliver, Tuning
-from broker.framing import LineBuffer
+from wire.framing import LineBuffer
 
 pytestmark = pytest.mark.anyio
 

@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.config import Settings
-from broker.core.engine_types import ToolCall
-from broker.core.packing import SCRATCHPAD_SHARE, ContextInput, Msg, assemble
-from broker.core.scratchpad import POINTER_KEYS, renderings
 from broker.mailbox import turn_parts
 from broker.mailbox.running_turn import RunningTurn
+from core.engine_types import ToolCall
+from core.packing import SCRATCHPAD_SHARE, ContextInput, Msg, assemble
+from core.scratchpad import POINTER_KEYS, renderings
 from tests.unit.test_context import context_inputs
 
 

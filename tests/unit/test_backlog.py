@@ -7,8 +7,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.backlog import Backlog
-from broker.core.queue_machine import Arrived, Item, Limits, Resume, State, handle
+from core.backlog import Backlog
+from core.queue_machine import Arrived, Item, Limits, Resume, State, handle
 
 
 def item(n: int) -> Item:

@@ -1,11 +1,11 @@
-"""The pure rules of route bindings (broker/core/bindings.py): owners, refusals, and
+"""The pure rules of route bindings (core/bindings.py): owners, refusals, and
 where a stored binding leads."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.core.bindings import (
+from core.bindings import (
     Conversation,
     Owner,
     SessionLink,
@@ -13,7 +13,7 @@ from broker.core.bindings import (
     owner_of,
     refusal,
 )
-from broker.core.identity import SessionRef
+from core.identity import SessionRef
 
 SESSIONS = {
     s.label: s

@@ -1,4 +1,4 @@
-"""WAL checkpoints beside the writer (ledger/checkpoint.py)."""
+"""WAL checkpoints beside the writer (ledger/writer/checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from ledger.checkpoint import WalCheckpointer
 from ledger.db import connect
-from ledger.jobs import JobSpec
-from ledger.transactor import Transactor
+from ledger.writer.checkpoint import WalCheckpointer
+from ledger.writer.jobs import JobSpec
+from ledger.writer.transactor import Transactor
 
 PAGE = 4096
 FRAME = PAGE + 24
@@ -201,7 +201,7 @@ def test_close_stops_the_thread_and_leaves_every_commit_readable(
 def test_stop_gives_up_on_a_stuck_checkpoint_without_closing_under_it(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ledger.checkpoint.STOP_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("ledger.writer.checkpoint.STOP_TIMEOUT_S", 0.2)
     checkpointer = WalCheckpointer(db, interval_s=0.001, restart_frames=0)
     checkpointer.start()
     with checkpointer.writing:  # the catch-up waits for this lock: the thread is stuck

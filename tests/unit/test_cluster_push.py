@@ -11,7 +11,7 @@ import pytest
 
 from broker.cluster_push import PAGE, OutboxFollower
 from broker.deliveries import Deliveries
-from ledger.port import DeliveryPort, OutboxKey, OutboxRow
+from ledger.port.protocols import DeliveryPort, OutboxKey, OutboxRow
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""Commits that got no answer (ledger/transactor.py Rule 3), on a connection that
+"""Commits that got no answer (ledger/writer/transactor.py Rule 3), on a connection that
 plays the part of PostgreSQL's: its COMMIT commits and then raises as a lost server
 does, and its verdict says what happened, or that it can never be known.
 
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from ledger.jobs import JobSpec, LedgerWriteFailed, StorageFailed, resume_writes
-from ledger.transactor import Transactor
+from ledger.port.errors import LedgerWriteFailed, StorageFailed
+from ledger.writer.jobs import JobSpec, resume_writes
+from ledger.writer.transactor import Transactor
 
 
 def lost(message: str) -> sqlite3.OperationalError:

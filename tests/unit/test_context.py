@@ -19,18 +19,18 @@ from hypothesis import strategies as st
 from broker.context import TokenCounter
 from broker.context import tokens as tokens_mod
 from broker.context.session import SessionContext, from_thread, summary_text
-from broker.core import packing
-from broker.core.compaction import (
+from core import packing
+from core.compaction import (
     CompactionPlan,
     compaction_due,
     fallback_summary,
     plan,
     summary_request,
 )
-from broker.core.engine_types import Role
-from broker.core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
-from broker.core.session_state import SessionState
-from ledger.reads import StoredTurn, Thread
+from core.engine_types import Role
+from core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
+from core.session_state import SessionState
+from ledger.port.records import StoredTurn, Thread
 
 # --- helpers and strategies -------------------------------------------------------
 

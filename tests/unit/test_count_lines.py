@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from broker.context import TokenCounter
 from broker.context.session import SessionContext
 from broker.context.tokens import DIGIT_RUN_ENCODINGS, MAX_KNOWN_LINES, split_lines
-from broker.core.packing import ContextPlan
-from broker.core.session_state import EMPTY, TurnFacts, advance, render
+from core.packing import ContextPlan
+from core.session_state import EMPTY, TurnFacts, advance, render
 
 COUNTER = TokenCounter()
 

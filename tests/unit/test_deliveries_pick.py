@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from broker.connection import Connection
 from broker.deliveries import Deliveries
-from ledger.port import DeliveryPort
+from ledger.port.protocols import DeliveryPort
 
 
 @dataclass(eq=False)

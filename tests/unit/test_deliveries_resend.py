@@ -22,7 +22,7 @@ import pytest
 from broker.connection import Connection
 from broker.deliveries import Deliveries
 from ledger import turns
-from ledger.port import DeliveryPort, OutboxKey, OutboxRow
+from ledger.port.protocols import DeliveryPort, OutboxKey, OutboxRow
 
 pytestmark = pytest.mark.anyio
 

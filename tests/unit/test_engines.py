@@ -16,12 +16,12 @@ import pytest
 from anyio.abc import ByteReceiveStream
 from openai import AsyncOpenAI
 
-from broker.core.engine_types import ChatMessage, EngineResult, ToolSpec, TurnRequest
 from broker.engines.base import Engine, EngineError
 from broker.engines.echo import EchoEngine, split_chunks
 from broker.engines.openai_engine import OpenAIEngine, SSEDecoder
 from broker.engines.subprocess_engine import SubprocessEngine
 from broker.engines.subprocess_protocol import LineReader
+from core.engine_types import ChatMessage, EngineResult, ToolSpec, TurnRequest
 from tests.fake_openai import (
     FakeOpenAI,
     Reply,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.session_state import EVENT_TYPES
+from core.session_state import EVENT_TYPES
 from ledger.db import connect, load_migrations, migrate
 
 INSERT = (

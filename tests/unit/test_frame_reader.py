@@ -13,9 +13,9 @@ import anyio
 import pytest
 from trio.testing import MockClock
 
-from broker.frame_reader import FrameReader
-from broker.framing import FrameTooLarge, FrameUnfinished, LineBuffer
-from ledger.rawsock import SocketReader
+from plumbing.rawsock import SocketReader
+from wire.framing import FrameTooLarge, FrameUnfinished, LineBuffer
+from wire.reader import FrameReader
 
 pytestmark = pytest.mark.anyio
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from ledger.db import connect, load_migrations, migrate
-from ledger.errors import NotFound
 from ledger.fts import index_new_messages
-from ledger.store import Ledger, WriterKind
+from ledger.port.errors import NotFound
+from ledger.sqlite.store import Ledger, WriterKind
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ledger import gc_policy
+from plumbing import gc_policy
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def test_cycles_are_still_collected_under_the_policy() -> None:
     # In a fresh interpreter, so the test process keeps its own settings.
     code = (
         "import gc, weakref\n"
-        "from ledger import gc_policy\n"
+        "from plumbing import gc_policy\n"
         "gc_policy.tune()\n"
         "class Node: pass\n"
         "a, b = Node(), Node(); a.other, b.other = b, a\n"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.identity import (
+from core.identity import (
     DmCandidate,
     Resolved,
     Route,

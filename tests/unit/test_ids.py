@@ -11,9 +11,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from ulid import ULID
 
-from broker.core.ids import UlidSequence
-from ledger import ids
-from ledger.ids import new_entity_id, new_id, now_ms
+from core.ids import UlidSequence
+from plumbing import ids
+from plumbing.ids import new_entity_id, new_id, now_ms
 
 RANDOM_BITS = (1 << 80) - 1
 

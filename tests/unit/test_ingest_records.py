@@ -11,12 +11,11 @@ from broker.config import Settings
 from broker.deliveries import Deliveries
 from broker.engines.echo import EchoEngine
 from broker.mailbox.registry import Mailboxes
-from broker.protocol import InboundMessage
 from broker.router import Router
-from ledger.ingest import Accepted, InboundRecord
-from ledger.items import ItemInfo
-from ledger.store import Ledger
+from ledger.port.records import Accepted, InboundRecord, ItemInfo
+from ledger.sqlite.store import Ledger
 from policies.model import Rule
+from wire.frames import InboundMessage
 
 # A distinct value in every field, given by name.
 RECORD = InboundRecord(

@@ -16,9 +16,10 @@ from broker.config import Settings
 from broker.connection import Connection
 from broker.ingress import Ingress
 from broker.router import Router
-from ledger.ingest import Accepted, InboundRecord
-from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
-from ledger.port import IngestPort, SessionSpec
+from ledger.port.errors import LedgerWriteFailed
+from ledger.port.protocols import IngestPort, SessionSpec
+from ledger.port.records import Accepted, InboundRecord
+from ledger.writer.jobs import JobSpec, Pending
 
 pytestmark = pytest.mark.anyio
 

@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.identity import SessionSpec
-from broker.core.session_state import EMPTY, loads
+from core.identity import SessionSpec
+from core.session_state import EMPTY, loads
 from ledger import state_records
 from ledger.db import connect, migrate
 from ledger.ingest import WriterConnection, ingest_job
-from ledger.jobs import JobSpec
+from ledger.port.records import TurnRecord
+from ledger.sqlite.store import Ledger
 from ledger.state_records import LastRecords
-from ledger.store import Ledger
-from ledger.transactor import Transactor
-from ledger.turns import TurnRecord, commit_turn, load_open_items
+from ledger.turns import commit_turn, load_open_items
+from ledger.writer.jobs import JobSpec
+from ledger.writer.transactor import Transactor
 from tests.conformance.records import inbound, ingest, turn
 
 pytestmark = pytest.mark.anyio

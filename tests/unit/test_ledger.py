@@ -11,21 +11,16 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 
-from broker.core.identity import SessionSpec
+from core.identity import SessionSpec
 from ledger import queries
-from ledger.db import LedgerError, Migration, connect, load_migrations, migrate, schema_version
-from ledger.errors import NotFound
-from ledger.ingest import (
-    Accepted,
-    IdentityCache,
-    InboundRecord,
-    contact_entity,
-    ingest,
-)
-from ledger.jobs import LedgerWriteFailed, Pending
-from ledger.merge import MergeResult, merge_entities
-from ledger.store import Ledger
-from ledger.writer import LedgerWriter, WriterClosed
+from ledger.db import Migration, connect, load_migrations, migrate, schema_version
+from ledger.ingest import IdentityCache, contact_entity, ingest
+from ledger.merge import merge_entities
+from ledger.port.errors import LedgerError, LedgerWriteFailed, NotFound, WriterClosed
+from ledger.port.records import Accepted, InboundRecord, MergeResult
+from ledger.sqlite.store import Ledger
+from ledger.writer.group_commit import LedgerWriter
+from ledger.writer.jobs import Pending
 
 pytestmark = pytest.mark.anyio
 

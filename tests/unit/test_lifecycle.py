@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core import lifecycle as lc
-from broker.core import queue_machine as m
+from core import lifecycle as lc
+from core import queue_machine as m
 
 IDLE_S = 10.0
 Pick = Callable[[Sequence[Any]], Any]

@@ -1,4 +1,4 @@
-"""ledger.logs: a logger binds once per configuration and follows a reload's level.
+"""plumbing.logs: a logger binds once per configuration and follows a reload's level.
 
 Run in a fresh interpreter: logging configuration is process-wide.
 """
@@ -11,7 +11,7 @@ import sys
 import orjson
 
 SCRIPT = """
-from ledger import logs
+from plumbing import logs
 
 log = logs.get("test.logs")
 logs.configure("warning")

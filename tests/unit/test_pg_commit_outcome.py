@@ -1,5 +1,5 @@
 """A COMMIT whose answer is lost on PostgreSQL: the batch committed, or it did not,
-and the writer cannot see which (ledger/transactor.py Rule 3, connection.py Rule 5).
+and the writer cannot see which (ledger/writer/transactor.py Rule 3, connection.py Rule 5).
 
 The writer's connection is cut at its COMMIT, as a server dying under it would
 cut it: after the server committed (only the answer is lost) or before the
@@ -19,10 +19,10 @@ import anyio
 import psycopg
 import pytest
 
-from ledger.ids import new_id
-from ledger.jobs import LedgerWriteFailed
+from ledger.port.errors import LedgerWriteFailed
 from ledger.postgres.connection import PgConnection, _as_sqlite_error
 from ledger.postgres.store import PgLedger, WriterPgConnection
+from plumbing.ids import new_id
 from tests.conformance.records import DM, inbound, ingest, tick, turn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ledger.jobs import storage_error
+from ledger.port.errors import storage_error
 
 pytestmark = pytest.mark.postgres
 

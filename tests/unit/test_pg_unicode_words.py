@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ledger import recall
 from ledger.postgres.recall import QUERY, tsquery
+from ledger.recall import search as recall
 from tests.unicode61 import CODE_POINTS, Tokenizer, sqlite_tokenizer
 
 pytestmark = pytest.mark.postgres

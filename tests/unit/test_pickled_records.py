@@ -6,9 +6,8 @@ import pickle
 
 import pytest
 
-from broker.core.identity import SessionSpec
-from ledger.ingest import Accepted, InboundRecord
-from ledger.items import ItemInfo
+from core.identity import SessionSpec
+from ledger.port.records import Accepted, InboundRecord, ItemInfo
 
 RECORDS = [
     InboundRecord("chat", "m1", "u1", "Ann", "dm", "u1", None, "hello", None, "collect", None),

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from broker.core.identity import Route, SessionSpec, build_session_key
+from core.identity import Route, SessionSpec, build_session_key
 from policies.model import (
     ALL_COMMANDS,
     DEFAULT_RULES,

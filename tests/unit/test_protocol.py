@@ -10,8 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from broker.framing import MAX_REQ, FrameTooLarge, LineBuffer, ProtocolError, decode, encode
-from broker.protocol import (
+from wire.frames import (
     VERSION,
     ArgSpec,
     Inbound,
@@ -22,6 +21,7 @@ from broker.protocol import (
     parse_inbound,
     parse_model,
 )
+from wire.framing import MAX_REQ, FrameTooLarge, LineBuffer, ProtocolError, decode, encode
 
 # -- framing ----------------------------------------------------------------
 

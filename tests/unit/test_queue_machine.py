@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.queue_machine import (
+from core.queue_machine import (
     QUEUE_MODES,
     AbortReason,
     AbortTurn,

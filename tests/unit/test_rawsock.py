@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from ledger.rawsock import CHUNK, SocketReader, send_all
+from plumbing.rawsock import CHUNK, SocketReader, send_all
 
 pytestmark = pytest.mark.anyio
 

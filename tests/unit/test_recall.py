@@ -10,14 +10,16 @@ from typing import Any
 import pytest
 
 from broker.engines.base import EngineError
-from broker.framing import ProtocolError
-from broker.ops import Ops
-from broker.recall_tool import RECALL_TOOL, conversation_recall, fit, parse_arguments
-from ledger import recall, recall_answer, recall_reads
-from ledger.errors import NotFound
+from broker.ops.table import Ops
+from broker.tools.recall import RECALL_TOOL, conversation_recall, fit, parse_arguments
 from ledger.fts import index_new_messages
-from ledger.recall_answer import Found, Request
-from ledger.store import Ledger
+from ledger.port.errors import NotFound
+from ledger.port.records import Found, Hit, Request
+from ledger.recall import answer as recall_answer
+from ledger.recall import reads as recall_reads
+from ledger.recall import search as recall
+from ledger.sqlite.store import Ledger
+from wire.framing import ProtocolError
 
 pytestmark = pytest.mark.anyio
 
@@ -99,7 +101,7 @@ def archive(conn: sqlite3.Connection) -> sqlite3.Connection:
     return conn
 
 
-def turns_of(hits: list[recall.Hit]) -> list[str]:
+def turns_of(hits: list[Hit]) -> list[str]:
     return [h.turn for h in hits]
 
 
@@ -183,7 +185,7 @@ def test_hostile_queries_never_reach_sqlite_as_syntax(
             hits = recall.search(archive, text, session, 10)
         except ValueError:
             continue
-        assert all(isinstance(h, recall.Hit) for h in hits)
+        assert all(isinstance(h, Hit) for h in hits)
 
 
 # -- search ----------------------------------------------------------------------------
@@ -500,7 +502,7 @@ async def test_search_drops_the_lowest_ranked(archive: sqlite3.Connection) -> No
 
 
 def test_fit_with_a_tiny_budget() -> None:
-    from broker.recall_tool import Answer, Block
+    from broker.tools.recall import Answer, Block
 
     answer = Answer("a header " * 20, [Block("x", "y" * 100)])
     assert tokens(fit(answer, tokens, 10)) <= 10

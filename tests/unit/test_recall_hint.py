@@ -1,4 +1,4 @@
-"""The recall hint's pure part (broker/core/recall_hint.py): which terms of a message are
+"""The recall hint's pure part (core/recall_hint.py): which terms of a message are
 looked up, and the one line a turn gets."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.recall_hint import MAX_TERMS, REFERRING, candidates, hint_line, select
+from core.recall_hint import MAX_TERMS, REFERRING, candidates, hint_line, select
 
 
 @pytest.mark.parametrize(

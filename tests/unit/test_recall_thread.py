@@ -1,4 +1,4 @@
-"""Recall along a thread (ledger/recall_thread.py, ledger/recall_hint.py): a hit's
+"""Recall along a thread (ledger/recall/thread.py, ledger/recall/hint.py): a hit's
 neighbouring turns, turns by number, the hint's lookup, and how the tool shows them."""
 
 from __future__ import annotations
@@ -8,11 +8,13 @@ import sqlite3
 import pytest
 
 from broker.engines.base import EngineError
-from broker.recall_tool import conversation_recall, parse_arguments
-from ledger import recall_hint, recall_thread
-from ledger.errors import NotFound
+from broker.tools.recall import conversation_recall, parse_arguments
 from ledger.fts import index_new_messages
-from ledger.recall_answer import Found, Request, answer
+from ledger.port.errors import NotFound
+from ledger.port.records import Found, Request
+from ledger.recall import hint as recall_hint
+from ledger.recall import thread as recall_thread
+from ledger.recall.answer import answer
 
 pytestmark = pytest.mark.anyio
 T0 = 1_714_557_600_000

@@ -1,4 +1,4 @@
-"""`broker.core.records.record`: value semantics at run time, immutability checked by mypy."""
+"""`core.records.record`: value semantics at run time, immutability checked by mypy."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from mypy import api as mypy_api
 
-from broker.core.packing import Msg, TurnBlock
-from broker.core.queue_machine import Item, StartTurn
+from core.packing import Msg, TurnBlock
+from core.queue_machine import Item, StartTurn
 
 
 def test_a_record_compares_hashes_copies_and_pickles_by_value() -> None:
@@ -39,8 +39,8 @@ def test_mypy_rejects_an_assignment_to_a_record_field(tmp_path: Path) -> None:
     source.write_text(
         textwrap.dedent(
             """
-            from broker.core.packing import Msg
-            from broker.core.records import record
+            from core.packing import Msg
+            from core.records import record
 
             @record
             class Point:

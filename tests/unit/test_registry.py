@@ -20,9 +20,9 @@ from broker.mailbox import registry
 from broker.mailbox.registry import Mailboxes
 from broker.mailbox.restarts import stopped_by_storage
 from broker.router import Router
-from ledger.items import ItemInfo
-from ledger.jobs import LedgerWriteFailed, StorageFailed
-from ledger.port import LedgerPort
+from ledger.port.errors import LedgerWriteFailed, StorageFailed
+from ledger.port.protocols import LedgerPort
+from ledger.port.records import ItemInfo
 
 pytestmark = pytest.mark.anyio
 

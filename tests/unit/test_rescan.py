@@ -1,11 +1,11 @@
-"""broker/core/rescan.py: which open items a node hands over again."""
+"""core/rescan.py: which open items a node hands over again."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.core.rescan import look
+from core.rescan import look
 
 ids = st.frozensets(st.sampled_from("abcdefgh"))
 

@@ -1,4 +1,4 @@
-"""The reset decision (broker/core/resets.py) on a fake clock: idle, daily (across
+"""The reset decision (core/resets.py) on a fake clock: idle, daily (across
 DST changes: days of 23 and 25 hours, a `daily_at` the clock skips or shows twice)
 and turn limits."""
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.resets import (
+from core.resets import (
     ResetPolicy,
     ResetPolicyError,
     check,

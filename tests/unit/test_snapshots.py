@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker.core.snapshots import (
+from core.snapshots import (
     content_of,
     file_event_problem,
     normal_path,
@@ -20,9 +20,10 @@ from broker.core.snapshots import (
 )
 from ledger import snapshots
 from ledger.db import connect, load_migrations, migrate, schema_version
-from ledger.errors import NotFound
+from ledger.port.errors import NotFound
+from ledger.port.records import TurnRecord
 from ledger.sessions import fork
-from ledger.turns import TurnRecord, commit_turn
+from ledger.turns import commit_turn
 
 BAD_PATHS = {
     "": "empty",

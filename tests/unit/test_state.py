@@ -1,4 +1,4 @@
-"""The session-state record (broker/core/session_state.py): extraction, sizes, JSON,
+"""The session-state record (core/session_state.py): extraction, sizes, JSON,
 rendering, and its place in a turn's context within the budget."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from broker.context import TokenCounter
 from broker.context.session import SessionContext
-from broker.core.engine_types import ToolCall
-from broker.core.packing import ContextPlan
-from broker.core.session_state import (
+from core.engine_types import ToolCall
+from core.packing import ContextPlan
+from core.session_state import (
     EMPTY,
     FOCUS_CHARS,
     MAX_DECISIONS,

@@ -11,12 +11,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from broker.core.engine_types import ToolCall
-from broker.core.session_state import loads
+from core.engine_types import ToolCall
+from core.session_state import loads
 from ledger import state_records
-from ledger.ids import new_id
-from ledger.store import Ledger
-from ledger.turns import TurnRecord
+from ledger.port.records import TurnRecord
+from ledger.sqlite.store import Ledger
+from plumbing.ids import new_id
 from tests.conformance.records import inbound, ingest, turn
 
 pytestmark = pytest.mark.anyio

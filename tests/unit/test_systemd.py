@@ -120,7 +120,7 @@ def test_not_under_systemd_is_false(monkeypatch: pytest.MonkeyPatch, value: str 
     "target",
     [
         "/nonexistent/brokerd-notify.sock",
-        f"@brokerd-nobody-{uuid.uuid4().hex}",
+        pytest.param(f"@brokerd-nobody-{uuid.uuid4().hex}", id="abstract-nobody"),
         "vsock:2:1234",  # a form newer systemd knows; not supported here
         "relative/notify.sock",
     ],

@@ -32,7 +32,7 @@ from broker.runtime.temporal.session_records import (
     TurnResult,
 )
 from broker.runtime.temporal.timer_workflow import Fired, TimerRun
-from ledger.items import ItemInfo
+from ledger.port.records import ItemInfo
 
 ITEM = ItemInfo(
     "i1", 7, "s", "person", None, "queued", None, None, "sms", "m1", "u1", "Ünïcode ✓",

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from broker.config import ConfigError, load_rules, load_settings
-from broker.core import lifecycle as lc
-from broker.core.queue_machine import (
+from broker.mailbox.commands import is_command, parse
+from broker.mailbox.thread_start import ThreadRequest
+from core import lifecycle as lc
+from core.queue_machine import (
     Arrived,
     Cancel,
     Drop,
@@ -27,9 +29,7 @@ from broker.core.queue_machine import (
     WakeAt,
     handle,
 )
-from broker.core.resets import ResetPolicy
-from broker.mailbox.commands import is_command, parse
-from broker.mailbox.thread_start import ThreadRequest
+from core.resets import ResetPolicy
 from ledger import threads
 from ledger.db import load_migrations, migrate
 from policies.model import Delivery, Rule, decide

@@ -1,4 +1,4 @@
-"""Timer scheduling (broker/core/timers.py) on a fake clock: specs, due times, and
+"""Timer scheduling (core/timers.py) on a fake clock: specs, due times, and
 missed firings collapsed, including across a daemon that was down."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.core.timers import (
+from core.timers import (
     MIN_EVERY_S,
     TimerSpecError,
     fire,

@@ -1,4 +1,4 @@
-"""broker/core/titles.py: a turn's title and outcome as short lines."""
+"""core/titles.py: a turn's title and outcome as short lines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.core.titles import (
+from core.titles import (
     MAX_OUTCOME,
     MAX_TITLE,
     engine_title,

@@ -16,10 +16,10 @@ import pytest
 from broker.deliveries import Deliveries
 from broker.mailbox.turn_commit import TurnCommits, Written
 from ledger import turns as lt
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.jobs import JobSpec, LedgerWriteFailed, Pending
-from ledger.port import TurnPort
-from ledger.turns import HeadMoved, TurnRecord
+from ledger.port.errors import HeadMoved, LedgerWriteFailed, WriterClosed, WriterOverloaded
+from ledger.port.protocols import TurnPort
+from ledger.port.records import TurnRecord
+from ledger.writer.jobs import JobSpec, Pending
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""broker/core/turn_events.py: when a running turn's events are written, and what counts."""
+"""core/turn_events.py: when a running turn's events are written, and what counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.core import turn_events as te
+from core import turn_events as te
 
 
 def test_an_event_with_nothing_on_its_way_is_sent_at_once() -> None:

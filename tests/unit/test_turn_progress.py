@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from broker.core.identity import SessionSpec
 from broker.mailbox.running_turn import RunningTurn
+from core.identity import SessionSpec
 from ledger import turns as lt
-from ledger.ingest import IdentityCache, InboundRecord, ingest
+from ledger.ingest import IdentityCache, ingest
+from ledger.port.records import InboundRecord, TurnRecord
 
 STARTED, SAVED, RESTARTED = 5_000, 6_000, 9_000
 
@@ -82,7 +83,7 @@ def test_a_commit_removes_its_turns_saved_output(conn: sqlite3.Connection) -> No
     session, _ = running_turn(conn)
     in_tx(conn, lt.save_progress, "t1", session, "hello wor", SAVED)
     [info] = lt.load_open_items(conn)
-    rec = lt.TurnRecord(
+    rec = TurnRecord(
         turn_id="t1",
         session=session,
         parent_id=None,
@@ -113,7 +114,7 @@ def test_a_turn_cut_off_after_a_compaction_it_waited_for_starts_after_it(
     recorded turn does not overlap the compaction (ledger/turns.py Rule 4)."""
     session, _ = running_turn(conn)
     compacted = SAVED
-    rec = lt.TurnRecord(
+    rec = TurnRecord(
         turn_id="c1",
         session=session,
         parent_id=None,

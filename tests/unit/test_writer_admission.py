@@ -1,4 +1,4 @@
-"""Backpressure that waits (ledger/writer.py Rule 9, ledger/admission.py): a full
+"""Backpressure that waits (ledger/writer/admission.py): a full
 queue makes a submitter wait for room, for a bounded time, instead of refusing."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import anyio
 import anyio.abc
 import pytest
 
-from ledger.admission import WriterClosed, WriterOverloaded
-from ledger.jobs import Pending
-from ledger.writer import LedgerWriter
+from ledger.port.errors import WriterClosed, WriterOverloaded
+from ledger.writer.group_commit import LedgerWriter
+from ledger.writer.jobs import Pending
 from tests.suspensions import counting_suspensions
 from tests.unit.test_writer_pipeline import GatedLink, _echo
 

@@ -12,8 +12,8 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ledger.jobs import JobSpec, Outcome, Pending
-from ledger.writer import LedgerWriter
+from ledger.writer.group_commit import LedgerWriter
+from ledger.writer.jobs import JobSpec, Outcome, Pending
 from tests.suspensions import counting_suspensions
 
 pytestmark = pytest.mark.anyio

@@ -16,13 +16,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from ledger import logs
 from ledger.db import connect
-from ledger.errors import NotFound
-from ledger.jobs import JobSpec, LedgerWriteFailed, Pending, WriterDied
-from ledger.store import Ledger
-from ledger.writer import LedgerWriter, WriterClosed
-from ledger.writer_process import ProcessLink, RemoteJobError, UnpicklableJob
+from ledger.port.errors import LedgerWriteFailed, NotFound, WriterClosed, WriterDied
+from ledger.sqlite.store import Ledger
+from ledger.writer.group_commit import LedgerWriter
+from ledger.writer.jobs import JobSpec, Pending
+from ledger.writer.process import ProcessLink, RemoteJobError, UnpicklableJob
+from plumbing import logs
 from tests.harness import gone_within
 
 pytestmark = pytest.mark.anyio
@@ -234,7 +234,7 @@ _PARENT = """
 import sys, time
 from pathlib import Path
 import anyio
-from ledger.writer_process import ProcessLink
+from ledger.writer.process import ProcessLink
 t = ProcessLink.spawn(Path(sys.argv[1]), "NORMAL")
 anyio.run(t.start)
 print(t.pid, flush=True)
@@ -348,7 +348,7 @@ async def test_writer_problems_name_a_batch_left_unanswered(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A child that runs but does not answer (a stuck disk, here a slow job) is stalled."""
-    from ledger import writer_process
+    from ledger.writer import process as writer_process
 
     monkeypatch.setattr(writer_process, "STALLED_S", 0.2)
     async with Ledger.open(db, writer="process") as ledger:

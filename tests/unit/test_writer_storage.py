@@ -1,4 +1,4 @@
-"""The writer when the storage fails (ledger/writer.py Rule 7): the failed batch
+"""The writer when the storage fails (ledger/writer/group_commit.py Rule 7): the failed batch
 and every batch behind it run again, in order, until they commit; `failure`
 says so meanwhile; a shutdown fails them instead; a failure that lasts ends
 the writer with WriterStuck.
@@ -20,9 +20,10 @@ from typing import Any
 import anyio
 import pytest
 
-from ledger.jobs import JobSpec, Outcome, Pending, StorageFailed, WriterStuck
-from ledger.transactor import Transactor
-from ledger.writer import LedgerWriter
+from ledger.port.errors import StorageFailed, WriterStuck
+from ledger.writer.group_commit import LedgerWriter
+from ledger.writer.jobs import JobSpec, Outcome, Pending
+from ledger.writer.transactor import Transactor
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@
 A turn runs on whichever node's worker picked the activity up, through the same
 actor code as the local runtime (`broker/mailbox/actor.py`): a `OneTurnActor`
 given exactly the items the workflow's queue machine chose. Inside it the
-turn-lifecycle machine (`broker.core.lifecycle`) decides the turn's own steps
+turn-lifecycle machine (`core.lifecycle`) decides the turn's own steps
 (compaction first, a reactive compaction, progress saves) as it does locally;
 the queue decisions between turns are the workflow's.
 
@@ -48,20 +48,14 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from broker.core import lifecycle as lc
-from broker.core import queue_machine as m
 from broker.mailbox.actor import Posted, SessionActor
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.registry import Mailboxes
 from broker.mailbox.warm_threads import WarmThreads
-from ledger import logs
-from ledger.ids import now_ms
-from ledger.items import ItemInfo
-
-from .control import Control, ControlPush
-from .failed_turn import failing_ports, failure_text
-from .live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
-from .session_records import (
+from broker.runtime.temporal.control import Control, ControlPush
+from broker.runtime.temporal.failed_turn import failing_ports, failure_text
+from broker.runtime.temporal.live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
+from broker.runtime.temporal.session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
     FAIL_ITEMS,
@@ -76,6 +70,11 @@ from .session_records import (
     TurnOrder,
     TurnResult,
 )
+from core import lifecycle as lc
+from core import queue_machine as m
+from ledger.port.records import ItemInfo
+from plumbing import logs
+from plumbing.ids import now_ms
 
 log = logs.get("broker.runtime.temporal")
 POLL_S = 0.2

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from broker.core.engine_types import EngineResult, TurnRequest
 from broker.engines.base import Engine, EngineError, TurnIO
 from broker.mailbox.ports import ActorPorts
+from core.engine_types import EngineResult, TurnRequest
 
 # The turn's `reason` in the ledger: its activity failed, not (necessarily) its engine.
 REASON = "runtime"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from .control import Control
+from broker.runtime.temporal.control import Control
 
 QUERY_EVERY_S = 2.0  # Rule 2: the bound on news that missed this node
 

@@ -10,7 +10,7 @@ Rule 2: nothing is dropped. A hand-off that fails is tried again, with back-off,
         messages `overloaded` (`failure`). The item waits in the ledger meanwhile;
         a restart hands every open item over again (registry.py rehydration).
         Every `stuck_after_s` the node hands over again the items open since its
-        last look that it has not itself landed (broker/core/rescan.py): an item
+        last look that it has not itself landed (core/rescan.py): an item
         acked by a node that died before its hand-off is taken within twice
         `stuck_after_s`.
 Rule 3: one session's items are handed over in order, one at a time: the
@@ -34,19 +34,18 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from broker.config import RuntimeSettings, Settings
-from broker.core import rescan
 from broker.mailbox.commands import is_command
 from broker.mailbox.registry import Mailboxes
 from broker.runtime import RuntimeUnreachable
-from ledger import logs
-from ledger.items import ItemInfo
-
-from .activities import Activities
-from .payloads import data_converter
-from .session_records import ITEM_SIGNAL, Arrival, SessionSpec
-from .timer_workflow import TimerWorkflow
-from .timers import TemporalTimers, TimerActivities
-from .workflow import SessionWorkflow
+from broker.runtime.temporal.activities import Activities
+from broker.runtime.temporal.payloads import data_converter
+from broker.runtime.temporal.session_records import ITEM_SIGNAL, Arrival, SessionSpec
+from broker.runtime.temporal.timer_workflow import TimerWorkflow
+from broker.runtime.temporal.timers import TemporalTimers, TimerActivities
+from broker.runtime.temporal.workflow import SessionWorkflow
+from core import rescan
+from ledger.port.records import ItemInfo
+from plumbing import logs
 
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64

@@ -26,10 +26,15 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 
 from broker.mailbox.registry import Mailboxes
-from ledger import logs
-from ledger.ids import now_ms
-
-from .timer_workflow import FIRE_TIMER, Fired, TimerRun, TimerWorkflow, workflow_id
+from broker.runtime.temporal.timer_workflow import (
+    FIRE_TIMER,
+    Fired,
+    TimerRun,
+    TimerWorkflow,
+    workflow_id,
+)
+from plumbing import logs
+from plumbing.ids import now_ms
 
 log = logs.get("broker.runtime.temporal.timers")
 RECONCILE_S = 30.0

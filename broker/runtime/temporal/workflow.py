@@ -1,7 +1,7 @@
 """A session's mailbox as a Temporal workflow: its id is the session label.
 
 Deterministic and free of I/O: it runs the pure queue machine
-(`broker.core.queue_machine`) on the workflow's clock (`workflow.now()`), and
+(`core.queue_machine`) on the workflow's clock (`workflow.now()`), and
 everything that touches the ledger or an engine is an activity (activities.py).
 The short ledger steps (the queue's setup at a run's start, drops) are local
 activities: they run on this workflow's worker inside its task, with no activity
@@ -58,12 +58,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from broker.core import queue_machine as m
-
-    from .control import Control, ControlPush
-    from .idle_timer import IdleTimer
-    from .replays import ReplayNote
-    from .session_records import (
+    from broker.runtime.temporal.control import Control, ControlPush
+    from broker.runtime.temporal.idle_timer import IdleTimer
+    from broker.runtime.temporal.replays import ReplayNote
+    from broker.runtime.temporal.session_records import (
         BOUNDED,
         CONTROL_QUERY,
         DROP_ITEMS,
@@ -84,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
         TurnOrder,
         TurnResult,
     )
+    from core import queue_machine as m
 
 # A retry after a timeout (a dead node's turn or short activity) waits this first:
 # Temporal's default 1 s would add to every session's failover, after the heartbeat

@@ -50,15 +50,15 @@ from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ...api import adk_rows, served
-from ...api.engine import acquire
-from ...api.errors import StoreClosed
-from ...api.remote import RemoteStore
-from ...api.store import Store
-from ...api.waiting import current_loop, wait_async
-from ...db import Synchronous
-from ...errors import Conflict, NotFound
-from ...ids import now_ms
+from ledger.api import adk_rows, served
+from ledger.api.engine import acquire
+from ledger.api.errors import StoreClosed
+from ledger.api.remote import RemoteStore
+from ledger.api.store import Store
+from ledger.api.waiting import current_loop, wait_async
+from ledger.db import Synchronous
+from ledger.port.errors import Conflict, NotFound
+from plumbing.ids import now_ms
 
 Deltas = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]  # app, user, session
 

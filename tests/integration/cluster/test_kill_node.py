@@ -21,11 +21,11 @@ from typing import Any
 import anyio
 import pytest
 
-from broker.client import BrokerError
 from tests.cluster import Cluster, cpu_seconds, scrape
 from tests.harness import DaemonProcess
 from tests.integration.cluster.conftest import ClusterFactory
 from tests.integration.wire import Adapter, query, uniq, wait_until
+from wire.client import BrokerError
 
 SESSIONS = int(os.environ.get("KILL_SESSIONS", "30"))
 KILLS = int(os.environ.get("KILL_COUNT", "4"))

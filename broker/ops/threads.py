@@ -1,0 +1,76 @@
+"""Operator ops for threads and waiting items: `session.reset`, `session.threads`,
+`item.cancel` (one small async function per op, see ops.py).
+
+Rule 1: `session.reset` decides the new thread in the ledger first, then hands it to
+        the session's actor, which begins it before its next turn: never under a turn.
+Rule 2: `item.cancel` asks the session's actor first, in one step of the event loop:
+        an item the actor took into a turn answers `conflict`; one it held waiting has
+        left its queue and can no longer run. The ledger then records it `cancelled`
+        (or answers `not_found` / `conflict` from what it holds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.connection import Connection
+from broker.mailbox.registry import Mailboxes
+from ledger.port.errors import Conflict
+from ledger.port.protocols import LedgerPort
+from plumbing import logs
+from plumbing.ids import now_ms
+from wire.frames import ArgSpec, check_args
+from wire.framing import ProtocolError
+
+log = logs.get("broker.ops")
+
+
+class ThreadOps:
+    def __init__(self, ledger: LedgerPort, mailboxes: Mailboxes | None) -> None:
+        self.ledger = ledger
+        self.mailboxes = mailboxes
+        self.table = {
+            "session.reset": self.session_reset,
+            "session.threads": self.session_threads,
+            "item.cancel": self.item_cancel,
+        }
+
+    async def session_reset(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("session", str, True), ArgSpec("reason", str, False, 1000)), req
+        )
+        if self.mailboxes is None:
+            raise ProtocolError("internal", "the mailboxes are not running", req=req)
+        label = await self.ledger.resolve_session(a["session"])
+        thread = await self.ledger.reset_session(label, "operator", now_ms())
+        self.mailboxes.begin_thread(label, thread, "operator")
+        log.info(
+            "thread reset",
+            session=label,
+            thread=thread,
+            previous=thread - 1,
+            reason="operator",
+            note=a.get("reason"),
+        )
+        return {"label": label, "thread": thread}
+
+    async def session_threads(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("session", str, True),), req)
+        label = await self.ledger.resolve_session(a["session"])
+        return await self.ledger.list_threads(label)
+
+    async def item_cancel(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(args, (ArgSpec("session", str, True), ArgSpec("item", str, True, 64)), req)
+        label, item = await self.ledger.resolve_session(a["session"]), a["item"]
+        held = self.mailboxes.cancel(label, item) if self.mailboxes is not None else "absent"
+        if held == "running":
+            raise ProtocolError(
+                "conflict", f"item {item!r} is running: only a waiting item can be cancelled",
+                field="item", req=req,
+            )  # fmt: skip
+        try:
+            await self.ledger.cancel_item(label, item, now_ms())
+        except Conflict as exc:
+            raise ProtocolError("conflict", str(exc), field="item", req=req) from exc
+        log.info("item cancelled", session=label, item=item)
+        return {"item": item, "status": "cancelled"}

@@ -1,0 +1,3 @@
+from brokerctl.main import main
+
+main()

@@ -1,0 +1,273 @@
+"""Context packing as a pure function: ``assemble(ContextInput) -> ContextPlan``.
+
+No I/O, no tokenizer: every ``Msg`` carries its token count (the caller counts once,
+with ``TokenCounter.count_message``, and caches it). ``budget = window - reserve_reply``.
+
+Rule 1. Order: system, state, scratchpad, summary, bridge (each if present), then history, then
+        notes, then the inputs, each input a message of its own, in the given order.
+Rule 2. The fixed parts (system, summary, notes, inputs) always go in. If they
+        alone exceed the budget the plan is ``over_budget``, carries no history, and the
+        caller fails the turn with a clear message instead of sending too much.
+Rule 2a. The state record and the bridge note are wanted but never forced: the state
+        goes in whole if it fits beside the fixed parts, else its short form if that
+        fits, else not at all; then the bridge note if it fits too. They take their room
+        before history does, and never make a plan ``over_budget`` (``plan.state`` and
+        ``plan.bridge`` say what went in).
+Rule 3. Otherwise ``tokens <= budget``. History is walked from the newest turn back;
+        whole turns are kept while they fit, and the walk stops at the first turn that
+        does not fit, so the kept turns are always a suffix of the history, in order.
+Rule 4. A ``group`` (a tool call and its result) is never split. Groups live inside one
+        turn; a group whose messages are not adjacent spans everything between them.
+Rule 5. ``compaction_due`` is True iff there is history and
+        ``fixed + sum(all history) > min(threshold * window, budget)``.
+        So it is True whenever history is dropped (that happens exactly when
+        ``fixed + history > budget``) and already a little before, once the full context
+        passes ``threshold`` of the window. With no history there is nothing to compact.
+
+Rule 6. ``whole``, when given, must be ``history``'s messages in order and their tokens
+        (``WholeHistory().plus(block)`` for each block). A history that fits whole is
+        then taken from it as it is: the plan is the same as without it, only cheaper.
+
+Rule 7. The scratchpad (the agent's own notes) comes in renderings, best first (the
+        whole pad, then a short pointer to it). It goes in after the state as the first
+        rendering that fits both in what the fixed parts leave of the budget and in
+        ``SCRATCHPAD_SHARE`` of the budget; if none fits, it is left out. So it never
+        makes a plan ``over_budget``, and a large pad cannot crowd out the history
+        (which it would do turn after turn, compaction or not). Once in, it counts as
+        fixed for Rules 2, 3 and 5.
+
+Choice where the brief leaves room (partial turns): a turn is cut only when it is the
+newest turn and does not fit whole. Then its newest messages that fit are kept, cut at
+a group boundary from its oldest side (``cut_messages`` says how many were left out),
+so the latest exchange is not lost to one oversized tool result. An older turn that
+does not fit is dropped whole: history then always starts at a turn's first message,
+never with a reply whose question is missing.
+
+Cost: the walk stops at the first turn that does not fit, so a call looks at about
+``budget / tokens-per-turn`` turns however long the history is (``TurnBlock.tokens``
+is summed once, when the block is built). When the whole history fits (most turns
+of most sessions) and the caller keeps ``whole`` (Rule 6), there is no walk at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import field
+from itertools import chain
+from typing import NamedTuple
+
+from core.engine_types import Role
+from core.records import record
+
+SCRATCHPAD_SHARE = 0.25  # of the budget, at most, for the scratchpad (Rule 7)
+
+
+@record
+class Msg:
+    role: Role
+    content: str
+    tokens: int  # as counted by TokenCounter.count_message, framing included
+    turn_id: str | None = None
+    group: str | None = None  # messages sharing a group are never split (tool call+result)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {self.tokens}")
+
+
+@record
+class TurnBlock:
+    """One turn of history, its messages oldest first."""
+
+    turn_id: str
+    messages: tuple[Msg, ...]
+    tokens: int = field(init=False)  # the sum over messages, computed once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", _tokens(self.messages))
+
+
+@record
+class WholeHistory:
+    """Every message of a history, oldest first, and their tokens: kept by a caller
+    that appends turns, so that a history that fits whole is packed without a walk."""
+
+    messages: tuple[Msg, ...] = ()
+    tokens: int = 0
+
+    def plus(self, block: TurnBlock) -> WholeHistory:
+        return WholeHistory(self.messages + block.messages, self.tokens + block.tokens)
+
+
+@record
+class ContextInput:
+    window: int
+    reserve_reply: int
+    system: Msg | None
+    state: Msg | None
+    summary: Msg | None
+    # Oldest -> newest, after the latest compaction; read only (the caller's own list is
+    # handed over as it is, not copied for every turn).
+    history: Sequence[TurnBlock]
+    inputs: tuple[Msg, ...]
+    notes: tuple[Msg, ...] = ()
+    threshold: float = 0.85
+    whole: WholeHistory | None = None  # `history` flattened and summed, if the caller has it
+    state_short: Msg | None = None  # the state's short form, for a tight budget (Rule 2a)
+    bridge: Msg | None = None  # what a merged-in session was about (Rule 2a)
+    scratchpad: tuple[Msg, ...] = ()  # renderings of the agent's notes, best first (Rule 7)
+
+    def __post_init__(self) -> None:
+        if self.window <= 0:
+            raise ValueError(f"window must be > 0, got {self.window}")
+        if not 0 <= self.reserve_reply < self.window:
+            raise ValueError(f"reserve_reply must be in [0, window), got {self.reserve_reply}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+
+    @property
+    def budget(self) -> int:
+        return self.window - self.reserve_reply
+
+
+@record
+class ContextPlan:
+    head: tuple[Msg, ...]  # system, state, scratchpad, summary, bridge: those that went in
+    tail: tuple[Msg, ...]  # notes and inputs
+    tokens: int
+    budget: int
+    kept_turns: int  # turns with at least one message in the plan
+    dropped_turns: int  # whole turns left out (older than every kept turn)
+    over_budget: bool
+    compaction_due: bool
+    cut_messages: int = 0  # messages left out of the oldest kept turn (a cut newest turn)
+    history: tuple[Msg, ...] = ()  # the part of `messages` that is history
+    state: Msg | None = None  # the state record's message that went in, if any (Rule 2a)
+    bridge: Msg | None = None  # the bridge note, if it went in (Rule 2a)
+    scratchpad: Msg | None = None  # the rendering of the scratchpad that went in (Rule 7)
+
+    @property
+    def messages(self) -> tuple[Msg, ...]:
+        """The whole context in order (Rule 1). Made when asked: an engine takes its
+        parts (state, history...) and few turns read the whole."""
+        return self.head + self.history + self.tail
+
+
+def assemble(ctx: ContextInput) -> ContextPlan:
+    """Pack the context for one turn (see the module rules)."""
+    tail = ctx.notes + ctx.inputs
+    forced = _present(ctx.system, ctx.summary)
+    fixed = _tokens(forced) + _tokens(tail)
+    budget = ctx.budget
+    if fixed > budget:
+        return ContextPlan(
+            head=forced,
+            tail=tail,
+            tokens=fixed,
+            budget=budget,
+            kept_turns=0,
+            dropped_turns=len(ctx.history),
+            over_budget=True,
+            compaction_due=bool(ctx.history),  # fixed > budget >= the limit of Rule 5
+        )
+    state = ctx.state if _fits(ctx.state, fixed, budget) else None
+    if state is None and _fits(ctx.state_short, fixed, budget):
+        state = ctx.state_short
+    fixed += state.tokens if state is not None else 0
+    pad = None
+    if ctx.scratchpad:  # Rule 7
+        room = min(budget - fixed, int(budget * SCRATCHPAD_SHARE))
+        pad = next((m for m in ctx.scratchpad if m.tokens <= room), None)
+        fixed += pad.tokens if pad is not None else 0
+    bridge = ctx.bridge if _fits(ctx.bridge, fixed, budget) else None
+    fixed += bridge.tokens if bridge is not None else 0
+    head = _present(ctx.system, state, pad, ctx.summary, bridge)
+    whole = ctx.whole
+    if whole is not None and fixed + whole.tokens <= budget:
+        fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # Rule 6
+    else:
+        fill = _fill(ctx.history, budget - fixed)
+    limit = min(ctx.threshold * ctx.window, budget)
+    due = bool(ctx.history) and (not fill.all_fit or fixed + fill.tokens > limit)
+    return ContextPlan(
+        head=head,
+        tail=tail,
+        tokens=fixed + fill.tokens,
+        budget=budget,
+        kept_turns=fill.turns,
+        dropped_turns=len(ctx.history) - fill.turns,
+        over_budget=False,
+        compaction_due=due,
+        cut_messages=fill.cut,
+        history=fill.messages,
+        state=state,
+        bridge=bridge,
+        scratchpad=pad,
+    )
+
+
+def _fits(m: Msg | None, used: int, budget: int) -> bool:
+    return m is not None and used + m.tokens <= budget
+
+
+def _present(*messages: Msg | None) -> tuple[Msg, ...]:
+    return tuple([m for m in messages if m is not None])
+
+
+def _tokens(messages: Sequence[Msg]) -> int:
+    total = 0
+    for m in messages:
+        total += m.tokens
+    return total
+
+
+class _Fill(NamedTuple):
+    messages: tuple[Msg, ...]
+    tokens: int
+    turns: int
+    cut: int  # messages left out of the one cut turn
+    all_fit: bool
+
+
+def _fill(history: Sequence[TurnBlock], room: int) -> _Fill:
+    """The newest turns that fit in ``room`` (Rule 3 and the partial-turn choice)."""
+    chosen: list[tuple[Msg, ...]] = []
+    used = 0
+    for turn in reversed(history):
+        if used + turn.tokens <= room:
+            chosen.append(turn.messages)
+            used += turn.tokens
+            continue
+        if chosen:
+            return _Fill(_flatten(chosen), used, len(chosen), 0, False)
+        part, tokens = _newest_part(turn.messages, room)  # the newest turn is too big
+        if not part:
+            return _Fill((), 0, 0, 0, False)
+        return _Fill(part, tokens, 1, len(turn.messages) - len(part), False)
+    return _Fill(_flatten(chosen), used, len(chosen), 0, True)
+
+
+def _newest_part(messages: tuple[Msg, ...], room: int) -> tuple[tuple[Msg, ...], int]:
+    """The longest suffix of ``messages`` that fits in ``room`` and starts at a group
+    boundary (no group has messages on both sides of the cut), with its tokens."""
+    first: dict[str, int] = {}
+    for i, m in enumerate(messages):
+        if m.group is not None:
+            first.setdefault(m.group, i)
+    best, best_tokens = len(messages), 0
+    tokens, lowest = 0, len(messages)  # lowest first index of a group seen in the suffix
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        tokens += m.tokens
+        if tokens > room:
+            break
+        if m.group is not None:
+            lowest = min(lowest, first[m.group])
+        if lowest >= i:
+            best, best_tokens = i, tokens
+    return messages[best:], best_tokens
+
+
+def _flatten(newest_first: list[tuple[Msg, ...]]) -> tuple[Msg, ...]:
+    return tuple(chain.from_iterable(reversed(newest_first)))

@@ -1,0 +1,93 @@
+"""Errors the ledger raises for callers to map onto protocol error codes."""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+class LedgerLookupError(Exception):
+    code = "internal"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotFound(LedgerLookupError):
+    code = "not_found"
+
+
+class Conflict(LedgerLookupError):
+    code = "invalid"
+
+
+class HeadMoved(Exception):
+    """The session's head is no longer the turn's parent."""
+
+
+class LedgerWriteFailed(Exception):
+    """The transaction holding the job did not commit; nothing of it was kept."""
+
+
+class WriterOverloaded(Exception):
+    """The writer's queue stayed full (Rule 1); the caller should shed load."""
+
+
+class WriterClosed(Exception):
+    """The writer has stopped and takes no more jobs."""
+
+
+class LedgerError(Exception):
+    """The ledger cannot be used (schema too new, file unreadable, ...)."""
+
+
+class LedgerDamaged(LedgerError):
+    """SQLite cannot read all of the ledger file; the message says how to recover."""
+
+
+class LedgerUnreachable(LedgerError):
+    """The database server holding the ledger (ledger/postgres) cannot be reached."""
+
+
+class LedgerNotWritable(LedgerError):
+    """The ledger file cannot be written (owner, mode or an immutable attribute)."""
+
+
+class Invalid(LedgerLookupError):
+    code = "invalid"
+
+
+class StorageFailed(LedgerWriteFailed):
+    """The storage refused the transaction (disk full, I/O error); the same jobs may
+    commit later. Within the writer only: callers see it only at a shutdown
+    (writer.py Rule 7)."""
+
+
+class HeldBack(StorageFailed):
+    """Not run: an earlier batch failed on the storage and goes first (writer.py Rule 7)."""
+
+
+# The storage, not the data: these may pass by themselves, so a batch is run again.
+STORAGE_ERRORS = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+    }
+)
+
+
+def storage_error(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in STORAGE_ERRORS
+
+
+class WriterDied(LedgerWriteFailed):
+    """The process running the transactions is gone; no more writes can happen."""
+
+
+class WriterStuck(WriterDied):
+    """The storage failed for longer than the writer may wait (writer.py Rule 7)."""

@@ -1,0 +1,36 @@
+"""The timer methods of the SQLite ledger (`ledger/port/features.py` TimerPort), beside
+`ledger/sqlite/store.py` so that the `Ledger` class stays small: each runs one job of
+`ledger/timers.py` on the writer, or one read of it.
+"""
+
+from __future__ import annotations
+
+from core.timers import TimerSpec
+from ledger import timers
+from ledger.port.records import ItemInfo, OneTimer, TimerInfo
+from ledger.sqlite.reads import ReaderPool
+from ledger.writer.group_commit import LedgerWriter
+
+
+class TimerMethods:
+    writer: LedgerWriter
+
+    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
+
+    async def add_timer(self, session: str, spec: TimerSpec, now: int) -> TimerInfo:
+        return await self.writer.call(timers.add, session, spec, now)
+
+    async def list_timers(self, session: str | None) -> list[TimerInfo]:
+        return await self.readers.run(lambda c: timers.list_live(c, session))
+
+    async def cancel_timer(self, timer: str, now: int) -> None:
+        await self.writer.call(timers.cancel, timer, now)
+
+    async def next_timer_at(self) -> int | None:
+        return await self.readers.run(timers.next_due)
+
+    async def fire_due_timers(self, now: int, limit: int) -> list[ItemInfo]:
+        return await self.writer.call(timers.fire_due, now, limit)
+
+    async def fire_timer(self, timer: str, now: int) -> OneTimer:
+        return await self.writer.call(timers.fire_one, timer, now)

@@ -1,0 +1,41 @@
+"""Identifiers and wall-clock time: the one id generator of the process.
+
+`new_id` makes ULIDs with `core.ids.UlidSequence`, reading the clock and
+`os.urandom` here. It is our own because it sits on the ingest hot path:
+python-ulid takes about 10 µs an id, this 1-1.5 µs on the reference VM. Tests
+check the output against python-ulid.
+
+It lives in the ledger because the ledger makes ids inside its transactions and
+imports nothing from the broker shell; the broker and the adapters take theirs
+from here too, so the ids of one process come from one sequence and sort in
+creation order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from core.ids import UlidSequence
+
+_lock = threading.Lock()
+_sequence = UlidSequence()
+
+
+def _fresh_random() -> int:
+    return int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+
+
+def new_id() -> str:
+    ms = time.time_ns() // 1_000_000
+    with _lock:
+        return _sequence.next(ms, _fresh_random)
+
+
+def new_entity_id() -> str:
+    return f"ent_{new_id()}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
