@@ -327,7 +327,8 @@ class ResetSettings(_Section):
 
 
 class TitleSettings(_Section):
-    """`[titles]`: a cheap model titling each turn after it, never delaying the next."""
+    """`[titles]`: a cheap model titling each turn after it, never delaying the next. Read
+    at start only."""
 
     engine: str = Field(
         "",
@@ -409,7 +410,8 @@ class RuntimeSettings(_Section):
 
 class ClusterSettings(_Section):
     """`[cluster]`: several nodes on one ledger (docs/cluster.md "Two and more nodes").
-    Used on the Temporal runtime only: a local node sends its replies itself."""
+    Used on the Temporal runtime only: a local node sends its replies itself. Read at
+    start only."""
 
     outbox_poll_ms: int = Field(
         100,

@@ -41,7 +41,9 @@ checks the same file. `config/broker.example.toml` is a commented example.
 
 `systemctl reload brokerd` (SIGHUP) reads the file again; an invalid file is
 refused and the old configuration stays. These keys keep their old values
-until a restart, and the log names any that changed: {restart_only}.
+until a restart, and the log names any that changed: {restart_only}. A
+section read at start only (it says so below) keeps its old values too,
+without a warning.
 
 Route rules decide, for each inbound message, its session, persona, queue
 modes, chat commands, rate limit and reset policy: the first rule whose
