@@ -90,3 +90,10 @@ def test_the_example_in_the_reference_is_a_valid_configuration(tmp_path: Path) -
     assert [rule.name for rule in rules] == ["owner", "strangers"]
     assert rules[0].session.persona == "helper" and "helper" in settings.personas
     assert rules[1].rate is not None and rules[1].rate.burst == 3
+
+
+def test_the_example_configuration_loads() -> None:
+    settings = load_settings(ROOT / "config" / "broker.example.toml")
+    assert load_rules(settings) == ()
+    assert settings.socket_path == Path("var/broker.sock")
+    assert settings.ledger.path == Path("var/ledger.db")
