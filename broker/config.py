@@ -148,10 +148,16 @@ class EngineSettings(_Section):
         default_factory=list, description="`subprocess`: the program and its arguments."
     )
     base_url: str | None = Field(
-        None, description="`openai`: the server's URL; unset: the client library's default."
+        None,
+        description="`openai`: the server's URL; unset: the OpenAI library's default (its"
+        " own API, or `OPENAI_BASE_URL`).",
     )
     model: str = Field("gpt-4o-mini", description="`openai`: the model asked for.")
-    api_key: str | None = Field(None, description="`openai`: the key sent to the server.")
+    api_key: str | None = Field(
+        None,
+        description="`openai`: the key sent to the server; unset: `OPENAI_API_KEY`, or a"
+        " placeholder when `base_url` names a local server.",
+    )
 
 
 class AuthSettings(_Section):
@@ -191,9 +197,7 @@ class QueueSettings(_Section):
         le=600_000,
         description="`collect` mode: the quiet period after which the batch runs as one turn.",
     )
-    cap: int | None = Field(
-        100, ge=1, description="Waiting items a session keeps at most; unset: no cap."
-    )
+    cap: int | None = Field(100, ge=1, description="Waiting items a session keeps at most.")
     drop: Literal["old", "new", "summarize"] = Field(
         "old",
         description="Past `cap`: drop the oldest or the newest waiting item, or summarize the"
