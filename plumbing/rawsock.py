@@ -26,7 +26,7 @@ import anyio.lowlevel
 
 # One recv. Not larger: CPython allocates the whole size for every recv, and
 # past glibc's mmap threshold (128 KiB) that costs a map and an unmap each time
-# (measured: 256 KiB took 17 us for a 100-byte read, 64 KiB 2.6 us).
+# (docs/performance.md).
 CHUNK = 64 * 1024
 HIGH_WATER = 1 << 20
 
