@@ -21,7 +21,7 @@ of changing figures costs a lookup (docs/performance.md).
 
 Message overhead follows OpenAI's chat counting formula (the cookbook's
 ``num_tokens_from_messages`` for gpt-3.5-turbo-0613 / gpt-4 and later): each message
-costs ``MESSAGE_OVERHEAD`` = 3 tokens of framing (``<|start|>{role}\n ... <|end|>``)
+costs ``MESSAGE_OVERHEAD`` = 3 tokens of framing (``<|start|>{role}\\n ... <|end|>``)
 plus the tokens of its role and content; a ``name`` costs its own tokens plus
 ``NAME_OVERHEAD`` = 1. Every reply is primed with ``REPLY_PRIMING`` = 3 more tokens
 (``<|start|>assistant<|message|>``), counted once per request, not per message; the
