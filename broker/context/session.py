@@ -113,7 +113,7 @@ class SessionContext:
 
     def _state_msg(self, lines: list[str]) -> Msg | None:
         # Each turn changes the record's counts line: counted by line, the rest is known
-        # (docs/performance.md, "The per-turn cost of round 2's features").
+        # (docs/performance.md).
         if not lines:
             return None
         tokens = self.counter.count_message_lines("system", lines, self._state_lines)
