@@ -42,6 +42,7 @@ from ledger.port.records import (
 )
 from ledger.sqlite.admission import AdmittedWrites
 from ledger.sqlite.events import EventWrites
+from ledger.sqlite.handoffs import HandoffMethods
 from ledger.sqlite.library import LibraryMethods
 from ledger.sqlite.outbox import OutboxClaimMethods
 from ledger.sqlite.reads import ReaderPool, SqliteReads
@@ -79,7 +80,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
 
 class Ledger(
     SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites,
-    OutboxClaimMethods, TimerMethods,
+    OutboxClaimMethods, TimerMethods, HandoffMethods,
 ):  # fmt: skip
     def __init__(
         self,
