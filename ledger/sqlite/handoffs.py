@@ -1,5 +1,11 @@
-"""The SQLite ledger's part of the port's `HandoffPort`: a read of the items no
-runtime has recorded as handed over, and the lazy record of a landed hand-off."""
+"""The SQLite ledger's `HandoffPort`: which queued items reached their session's
+runtime (a Temporal workflow), for a cluster whose nodes may die between an ack and
+its hand-off (ledger/handoffs.py).
+
+The record of a landed hand-off is a lazy job: nobody waits on it and it only fills
+an empty column, so it commutes with every other write and joins the writer's next
+batch. A lost record costs one redundant signal, which the workflow ignores.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,11 @@ import functools
 
 from ledger import handoffs
 from ledger.port.records import ItemInfo
-from ledger.sqlite.reads import ReaderPool
-from ledger.writer.group_commit import LedgerWriter
+from ledger.sqlite.connections import Connected
 from ledger.writer.jobs import Pending
 
 
-class HandoffMethods:
-    writer: LedgerWriter
-    readers: ReaderPool
-
+class SqliteHandoffs(Connected):
     async def unhanded_items(self, before_ms: int, limit: int) -> list[ItemInfo]:
         return await self.readers.run(
             functools.partial(handoffs.unhanded_items, before_ms=before_ms, limit=limit)
@@ -27,5 +29,4 @@ class HandoffMethods:
         )
 
     def submit_items_handed(self, item_ids: list[str], now: int) -> Pending[None]:
-        # Lazy: it commutes with every other write (it only fills an empty column).
         return self.writer.submit_lazy(handoffs.mark_handed, item_ids, now)

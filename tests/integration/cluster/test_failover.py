@@ -217,7 +217,7 @@ async def test_a_dead_nodes_sessions_are_answered_again_within_10_s(
             "slowest:", session, [[None if v is None else int(v) - kill_at for v in r] for r in row]
         )
     drained = max((answered[m] - kill_at for m in waiting), default=0)
-    report = {
+    report: dict[str, Any] = {
         "acked": len(acked),
         "acked_before_kill": sum(1 for _s, at in acked.values() if at <= kill_at),
         "resent_to_the_other_node": len(sent.unacked),
