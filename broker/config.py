@@ -58,8 +58,14 @@ class LedgerSettings(_Section):
         return self
 
 
+# Engines that run code the operator brings (docs/engines.md): their [engine] table may
+# hold keys of its own, which a python engine's factory receives.
+CODE_ENGINES = ("python", "openai-agents")
+
+
 class EngineSettings(_Section):
-    kind: Literal["echo", "subprocess", "openai"] = "echo"
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["echo", "subprocess", "openai", "python", "openai-agents"] = "echo"
     chunks: int = Field(3, ge=1, le=1000)
     delay_ms: int = Field(0, ge=0, le=60_000)
     timeout_s: float = Field(120.0, gt=0)
@@ -79,6 +85,18 @@ class EngineSettings(_Section):
     base_url: str | None = None
     model: str = "gpt-4o-mini"
     api_key: str | None = None
+    entry: str | None = None  # kind "python": "module:attribute"
+    agent: str | None = None  # kind "openai-agents": "module:attribute"
+
+    @model_validator(mode="after")
+    def _own_keys_for_code(self) -> EngineSettings:
+        extra = sorted(self.model_extra or {})
+        if extra and self.kind not in CODE_ENGINES:
+            raise ValueError(
+                f"unknown key(s) {', '.join(extra)}: only engines of kind"
+                f" {', '.join(CODE_ENGINES)} take keys of their own"
+            )
+        return self
 
 
 class AuthSettings(_Section):

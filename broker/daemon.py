@@ -67,6 +67,7 @@ EX_CANTCREAT = 73  # a file or directory cannot be created
 EX_IOERR = 74  # another I/O error
 EX_DATAERR = 65  # the ledger is damaged or too new
 EX_NOPERM = 77  # not allowed to read or write the ledger or the socket
+EX_CONFIG = 78  # an engine the config names that cannot be made
 
 
 class StartupError(Exception):
@@ -441,6 +442,8 @@ def exit_status(exc: BaseException) -> int:
     """The sysexits status of a start-up failure (README: the table under Operating)."""
     if isinstance(exc, LedgerNotWritable):
         return EX_NOPERM
+    if isinstance(exc, ConfigError):  # an engine's factory, say
+        return EX_CONFIG
     if isinstance(exc, LedgerInUse | LedgerUnreachable):
         return EX_UNAVAILABLE
     if isinstance(exc, LedgerError):

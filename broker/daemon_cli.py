@@ -12,6 +12,7 @@ import typer
 
 from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
 from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
+from broker.engines.factory import check_engines
 from plumbing import gc_policy, logs
 
 app = typer.Typer(
@@ -43,9 +44,18 @@ def run(
     if settings.runtime.kind == "temporal" and backend != "asyncio":
         print('brokerd: runtime.kind = "temporal" needs --backend asyncio', file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
+    kinds = {e.kind for e in (settings.engine, *settings.engines.values())}
+    if "openai-agents" in kinds and backend != "asyncio":
+        print('brokerd: engine kind "openai-agents" needs --backend asyncio', file=sys.stderr)
+        raise typer.Exit(EX_CONFIG)
     if (missing := missing_extra(settings)) is not None:
         print(f"brokerd: {missing}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
+    try:
+        check_engines(settings, config_path(config))  # the operator's code, found now
+    except ConfigError as exc:
+        print(f"brokerd: {exc}", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG) from exc
     if check:
         print("brokerd: configuration is valid")
         return
@@ -72,6 +82,7 @@ def run(
 EXTRAS = {
     ("ledger", "postgres"): ("psycopg", "postgres"),
     ("runtime", "temporal"): ("temporalio", "temporal"),
+    ("engine", "openai-agents"): ("agents", "openai-agents"),
 }
 
 
@@ -79,7 +90,11 @@ def missing_extra(settings: Settings) -> str | None:
     """The sentence for a chosen backend whose optional package is not installed. A
     config error (78), not a crash: it holds until the operator installs the extra,
     so a supervisor restarting the daemon would only fail again."""
-    chosen = {("ledger", settings.ledger.kind), ("runtime", settings.runtime.kind)}
+    chosen: set[tuple[str, str]] = {
+        ("ledger", settings.ledger.kind),
+        ("runtime", settings.runtime.kind),
+    }
+    chosen |= {("engine", e.kind) for e in (settings.engine, *settings.engines.values())}
     for (section, kind), (module, extra) in EXTRAS.items():
         if (section, kind) not in chosen:
             continue
