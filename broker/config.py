@@ -99,6 +99,40 @@ class EngineSettings(_Section):
         return self
 
 
+class McpServerSettings(_Section):
+    """One MCP server whose tools engines are offered (docs/mcp.md)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    command: list[str] = Field(default_factory=list)  # stdio: the server's command line
+    url: str | None = None  # or streamable HTTP: "http://127.0.0.1:8000/mcp"
+    allow: list[str] = Field(default_factory=list)  # the tools offered (by the server's names)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r}: set either command or url")
+        return self
+
+
+class McpSettings(_Section):
+    servers: list[McpServerSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> McpSettings:
+        owner: dict[str, str] = {}
+        for server in self.servers:
+            if server.name in {s.name for s in self.servers if s is not server}:
+                raise ValueError(f"two MCP servers are named {server.name!r}")
+            for tool in server.allow:
+                if tool in owner and owner[tool] != server.name:
+                    raise ValueError(
+                        f"the tool {tool!r} is allowed from both MCP servers"
+                        f" {owner[tool]!r} and {server.name!r}"
+                    )
+                owner[tool] = server.name
+        return self
+
+
 class AuthSettings(_Section):
     # None: the broker's own uid / gid only.
     allowed_uids: list[int] | None = None
@@ -285,6 +319,7 @@ class Settings(BaseSettings):
     node_id: str = Field("", max_length=64)  # unique per node of a cluster; shown in `health`
     runtime: RuntimeSettings = RuntimeSettings()
     cluster: ClusterSettings = ClusterSettings()
+    mcp: McpSettings = McpSettings()  # [[mcp.servers]]: tools for engines
 
     @field_validator("socket_path")
     @classmethod

@@ -30,6 +30,7 @@ from broker.deliveries import Deliveries
 from broker.engines.factory import build_engine
 from broker.ingress import Ingress
 from broker.mailbox.registry import Mailboxes
+from broker.mcp.tools import McpTools
 from broker.ops.table import Ops
 from broker.router import Router
 from broker.runtime import RuntimeUnreachable
@@ -249,6 +250,10 @@ class Daemon:
             self.server = server
             listener = await server.open_listener()
             async with anyio.create_task_group() as tg:
+                if s.mcp.servers:  # the servers connect in the background
+                    mcp = McpTools(s, self.config_path.parent if self.config_path else None)
+                    mailboxes.mcp = mcp
+                    await tg.start(mcp.run)
                 if runtime is not None:  # before the backlog: it is handed to the runtime
                     await tg.start(runtime.run)
                 # Rehydrate the backlog before the socket takes new work.

@@ -13,6 +13,8 @@ import typer
 from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
 from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
 from broker.engines.factory import check_engines
+from broker.mcp.tools import check_mcp
+from broker.tools.table import WORKER_SPECS
 from plumbing import gc_policy, logs
 
 app = typer.Typer(
@@ -53,6 +55,7 @@ def run(
         raise typer.Exit(EX_CONFIG)
     try:
         check_engines(settings, config_path(config))  # the operator's code, found now
+        check_mcp(settings, [spec.name for spec in WORKER_SPECS])
     except ConfigError as exc:
         print(f"brokerd: {exc}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG) from exc
