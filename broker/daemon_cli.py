@@ -47,9 +47,10 @@ def run(
         print('brokerd: runtime.kind = "temporal" needs --backend asyncio', file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
     kinds = {e.kind for e in (settings.engine, *settings.engines.values())}
-    if "openai-agents" in kinds and backend != "asyncio":
-        print('brokerd: engine kind "openai-agents" needs --backend asyncio', file=sys.stderr)
-        raise typer.Exit(EX_CONFIG)
+    for kind in sorted(kinds & {"openai-agents", "adk"}):  # frameworks on asyncio only
+        if backend != "asyncio":
+            print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
+            raise typer.Exit(EX_CONFIG)
     if (missing := missing_extra(settings)) is not None:
         print(f"brokerd: {missing}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
@@ -86,6 +87,7 @@ EXTRAS = {
     ("ledger", "postgres"): ("psycopg", "postgres"),
     ("runtime", "temporal"): ("temporalio", "temporal"),
     ("engine", "openai-agents"): ("agents", "openai-agents"),
+    ("engine", "adk"): ("google.adk", "adk"),
 }
 
 

@@ -27,6 +27,10 @@ def build_engine(settings: EngineSettings) -> Engine:
         from broker.engines.agents_engine import load_agents_engine
 
         return load_agents_engine(settings)
+    if settings.kind == "adk":
+        from broker.engines.adk_engine import load_adk_engine
+
+        return load_adk_engine(settings)
     from broker.engines.openai_engine import OpenAIEngine
 
     return OpenAIEngine(
@@ -48,6 +52,10 @@ def check_engines(settings: Settings, config: Path | None) -> None:
             from broker.engines.python_engine import check_entry
 
             check_entry(found, entry_key(engine, section), entry_of(engine) or "")
+        elif engine.kind == "adk":
+            from broker.engines.adk_engine import check_adk_agent
+
+            check_adk_agent(found, entry_key(engine, section), entry_of(engine) or "")
         else:
             from broker.engines.agents_engine import check_agent
 
