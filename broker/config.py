@@ -60,12 +60,14 @@ class LedgerSettings(_Section):
 
 # Engines that run code the operator brings (docs/engines.md): their [engine] table may
 # hold keys of its own, which a python engine's factory receives.
-CODE_ENGINES = ("python", "openai-agents", "adk")
+CODE_ENGINES = ("python", "openai-agents", "adk", "langgraph")
 
 
 class EngineSettings(_Section):
     model_config = ConfigDict(extra="allow")
-    kind: Literal["echo", "subprocess", "openai", "python", "openai-agents", "adk"] = "echo"
+    kind: Literal["echo", "subprocess", "openai", "python", "openai-agents", "adk", "langgraph"] = (
+        "echo"
+    )
     chunks: int = Field(3, ge=1, le=1000)
     delay_ms: int = Field(0, ge=0, le=60_000)
     timeout_s: float = Field(120.0, gt=0)
@@ -87,6 +89,7 @@ class EngineSettings(_Section):
     api_key: str | None = None
     entry: str | None = None  # kind "python": "module:attribute"
     agent: str | None = None  # kinds "openai-agents" and "adk": "module:attribute"
+    graph: str | None = None  # kind "langgraph": "module:attribute", a compiled graph
 
     @model_validator(mode="after")
     def _own_keys_for_code(self) -> EngineSettings:

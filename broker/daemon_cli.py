@@ -47,7 +47,7 @@ def run(
         print('brokerd: runtime.kind = "temporal" needs --backend asyncio', file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
     kinds = {e.kind for e in (settings.engine, *settings.engines.values())}
-    for kind in sorted(kinds & {"openai-agents", "adk"}):  # frameworks on asyncio only
+    for kind in sorted(kinds & {"openai-agents", "adk", "langgraph"}):  # asyncio only
         if backend != "asyncio":
             print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
             raise typer.Exit(EX_CONFIG)
@@ -88,6 +88,7 @@ EXTRAS = {
     ("runtime", "temporal"): ("temporalio", "temporal"),
     ("engine", "openai-agents"): ("agents", "openai-agents"),
     ("engine", "adk"): ("google.adk", "adk"),
+    ("engine", "langgraph"): ("langgraph", "langgraph"),
 }
 
 

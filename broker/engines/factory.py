@@ -31,6 +31,10 @@ def build_engine(settings: EngineSettings) -> Engine:
         from broker.engines.adk_engine import load_adk_engine
 
         return load_adk_engine(settings)
+    if settings.kind == "langgraph":
+        from broker.engines.langgraph_engine import load_langgraph_engine
+
+        return load_langgraph_engine(settings)
     from broker.engines.openai_engine import OpenAIEngine
 
     return OpenAIEngine(
@@ -52,6 +56,10 @@ def check_engines(settings: Settings, config: Path | None) -> None:
             from broker.engines.python_engine import check_entry
 
             check_entry(found, entry_key(engine, section), entry_of(engine) or "")
+        elif engine.kind == "langgraph":
+            from broker.engines.langgraph_engine import check_graph
+
+            check_graph(found, entry_key(engine, section), entry_of(engine) or "")
         elif engine.kind == "adk":
             from broker.engines.adk_engine import check_adk_agent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from broker.config import ConfigError, EngineSettings
 
 # The key that names the code, by engine kind.
-ENTRY_KEYS = {"python": "entry", "openai-agents": "agent", "adk": "agent"}
+ENTRY_KEYS = {"python": "entry", "openai-agents": "agent", "adk": "agent", "langgraph": "graph"}
 
 
 def add_config_folder(config: Path | None) -> None:

@@ -67,12 +67,13 @@ class RuleLlm(BaseLlm):
         elif "count to three" in said:
             yield reply("one two three")
         elif "slow" in said:
+            wait = first_slow()  # marked before the delta a test acts on
             if stream:
                 yield LlmResponse(
                     content=types.Content(role="model", parts=[types.Part(text="working")]),
                     partial=True,
                 )
-            if first_slow():
+            if wait:
                 await asyncio.sleep(30)
             yield reply("working")
         else:

@@ -88,9 +88,10 @@ class RuleModel(Model):
         self, *args: Any, **kwargs: Any
     ) -> AsyncIterator[TResponseStreamEvent]:
         items = args[1] if isinstance(args[1], list) else []
-        slow = bool(items) and "slow" in _text(items[-1])
+        # Marked before the delta a test acts on.
+        slow = bool(items) and "slow" in _text(items[-1]) and first_slow()
         async for event in self._script().stream_response(*args, **kwargs):
-            if slow and event.type == "response.completed" and first_slow():
+            if slow and event.type == "response.completed":
                 await asyncio.sleep(30)
             yield event
 
