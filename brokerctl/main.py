@@ -324,7 +324,7 @@ def backup(
 def mcp_serve() -> None:
     """Serve the broker as an MCP server on stdio (docs/mcp.md; the `mcp` extra)."""
     try:
-        from brokerctl.mcp import serve  # Rule 1
+        from brokerctl.mcp import serve  # here: a fast start
     except ImportError as exc:
         print(f"brokerctl: mcp needs the optional package mcp ({exc})", file=sys.stderr)
         raise typer.Exit(1) from exc
