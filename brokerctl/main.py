@@ -320,6 +320,17 @@ def backup(
     console.print(f"backed up {ledger} to {target} ({target.stat().st_size} bytes)")
 
 
+@app.command("mcp")
+def mcp_serve() -> None:
+    """Serve the broker as an MCP server on stdio (docs/mcp.md; the `mcp` extra)."""
+    try:
+        from brokerctl.mcp import serve  # here: a fast start
+    except ImportError as exc:
+        print(f"brokerctl: mcp needs the optional package mcp ({exc})", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    serve(current_socket())
+
+
 @app.command()
 def doctor() -> None:
     """Check the config, socket, daemon, ledger and stuck sessions; say what to fix."""
