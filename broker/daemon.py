@@ -261,6 +261,7 @@ class Daemon:
                 await tg.start(timers.run)
                 await tg.start(titler.run)
                 await tg.start(server.serve, listener)
+                tg.start_soon(ops.erasure.resume)  # one a stop cut off
                 log.info(
                     "ready",
                     socket=str(s.socket_path),

@@ -13,6 +13,7 @@ from typing import Any
 from broker.connection import Connection
 from broker.logfollow import LEVEL_ORDER, Follower
 from broker.mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
+from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
@@ -48,6 +49,7 @@ class Ops:
         self.mailboxes = mailboxes
         self.state_of = state_of
         self.started = time.monotonic()
+        self.erasure = ErasureOps(ledger, mailboxes, timers)
         self.table: dict[str, OpFn] = {
             "health": self.health,
             "sessions.list": self.sessions_list,
@@ -69,6 +71,7 @@ class Ops:
             **StateOps(ledger).table,
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,
+            **self.erasure.table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.committing import Admits, Committing
+from ledger.port.erasure import ErasurePort
 from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
 from ledger.port.records import (
     Accepted,
@@ -452,6 +453,7 @@ class LedgerPort(
     ThreadPort,
     TitlePort,
     LibraryPort,
+    ErasurePort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

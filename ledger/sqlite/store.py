@@ -41,6 +41,7 @@ from ledger.port.records import (
     TurnRecord,
 )
 from ledger.sqlite.admission import AdmittedWrites
+from ledger.sqlite.erasure import ErasureMethods
 from ledger.sqlite.events import EventWrites
 from ledger.sqlite.library import LibraryMethods
 from ledger.sqlite.outbox import OutboxClaimMethods
@@ -79,7 +80,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
 
 class Ledger(
     SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites,
-    OutboxClaimMethods, TimerMethods,
+    OutboxClaimMethods, TimerMethods, ErasureMethods,
 ):  # fmt: skip
     def __init__(
         self,

@@ -1,0 +1,111 @@
+"""`entity.erase` on the ledger (ledger/port/erasure.py): the jobs of ledger/erasure.py,
+one at a time through the writer, then the bytes.
+
+Each step is its own writer job, so other sessions' writes are committed between
+them. After the last step the WAL, which still holds the pages as they were
+written, is checkpointed and truncated from a connection of its own (a
+checkpoint cannot run inside the writer's transactions); on PostgreSQL the
+tables an erasure touches are vacuumed instead, outside any transaction. The
+erasure is marked finished only after that, so a crash anywhere before it
+resumes the erasure at its next step and clears the bytes again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ledger import erasure
+from ledger.db import connect
+from ledger.port.erasure import Marked
+from ledger.port.errors import LedgerError
+from ledger.writer.group_commit import LedgerWriter
+from plumbing import logs
+from plumbing.ids import now_ms
+
+log = logs.get("ledger.erasure")
+CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
+VACUUMED = (
+    "messages", "tool_calls", "turn_events", "turns", "inbound", "queue_items", "outbox",
+    "file_snapshots", "blobs", "compactions", "turn_state", "turn_progress", "sessions",
+    "contacts", "entities", "timers", "scratchpad", "session_history",
+)  # fmt: skip
+
+
+def truncate_wal(path: Path) -> None:
+    """Checkpoint the whole WAL into the file and truncate it to nothing."""
+    conn = connect(path)
+    try:
+        for _ in range(CHECKPOINT_TRIES):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.02)
+        raise LedgerError(f"could not checkpoint the WAL of {path}: readers keep it busy")
+    finally:
+        conn.close()
+
+
+def vacuum(dsn: str) -> None:
+    """VACUUM the tables an erasure touches, so dead tuples leave their pages."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in VACUUMED:
+            conn.execute(f"VACUUM (FULL) {table}")  # a new file: no dead tuple's bytes stay
+        conn.execute("CHECKPOINT")
+
+
+class ErasureMethods:
+    """The ErasurePort on the ledger's writer."""
+
+    writer: LedgerWriter
+    path: Path
+    dsn: str | None = None  # set by the PostgreSQL ledger
+
+    async def erase_entity(
+        self, entity: str, confirm: str, now: int, marked: Marked | None = None
+    ) -> dict[str, int]:
+        plan = await self.writer.call(erasure.begin, entity, confirm, now)
+        log.info("erasure marked", entity=entity, sessions=len(plan.sessions))
+        if marked is not None:
+            await marked(plan.sessions)
+        return await self._complete(entity)
+
+    async def resume_erasure(self) -> dict[str, int | str] | None:
+        def running(conn: sqlite3.Connection) -> Any:
+            return erasure.running(conn)
+
+        entity = await self.writer.call(running)
+        if entity is None:
+            return None
+        log.warning("resuming an erasure a stop cut off", entity=entity)
+        counts = await self._complete(str(entity))
+        return {"entity": str(entity), **counts}
+
+    async def _complete(self, entity: str) -> dict[str, int]:
+        started = time.monotonic()
+        steps = 1
+        while await self.writer.call(erasure.step, entity):
+            steps += 1
+        await self.writer.settled()
+        await anyio.to_thread.run_sync(self._scrub)
+        counts = await self.writer.call(erasure.finish, entity, now_ms())
+        log.info(
+            "erasure done",
+            entity=entity,
+            steps=steps,
+            seconds=round(time.monotonic() - started, 3),
+            **counts,
+        )
+        return counts
+
+    def _scrub(self) -> None:
+        if self.dsn is not None:
+            vacuum(self.dsn)
+        else:
+            truncate_wal(self.path)
