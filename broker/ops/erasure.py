@@ -73,7 +73,11 @@ class ErasureOps:
 
     async def resume(self) -> None:
         """At start: finish an erasure a stop cut off."""
-        done = await self.ledger.resume_erasure()
+        try:
+            done = await self.ledger.resume_erasure()
+        except Exception:  # the others are served meanwhile; the next start tries again
+            log.exception("an erasure a stop cut off could not be finished")
+            return
         if done is not None:
             entity = str(done.pop("entity"))
             audit("entity.erase", entity, "ok", {k: int(v) for k, v in done.items()})

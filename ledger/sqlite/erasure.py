@@ -12,10 +12,8 @@ resumes the erasure at its next step and clears the bytes again.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -77,10 +75,7 @@ class ErasureMethods:
         return await self._complete(entity)
 
     async def resume_erasure(self) -> dict[str, int | str] | None:
-        def running(conn: sqlite3.Connection) -> Any:
-            return erasure.running(conn)
-
-        entity = await self.writer.call(running)
+        entity = await self.writer.call(erasure.running)
         if entity is None:
             return None
         log.warning("resuming an erasure a stop cut off", entity=entity)
