@@ -55,7 +55,7 @@ class Plan:
     counts: dict[str, int]
 
 
-def _marks(values: list[Any] | tuple[Any, ...]) -> str:
+def marks(values: list[Any] | tuple[Any, ...]) -> str:
     return ",".join("?" * len(values))
 
 
@@ -72,7 +72,7 @@ def _owned_sessions(conn: sqlite3.Connection, entities: list[str]) -> list[str]:
     found = {
         str(r[0])
         for r in conn.execute(
-            f"SELECT label FROM sessions WHERE kind = 'dm' AND entity_id IN ({_marks(entities)})",
+            f"SELECT label FROM sessions WHERE kind = 'dm' AND entity_id IN ({marks(entities)})",
             entities,
         )
     }
@@ -81,8 +81,8 @@ def _owned_sessions(conn: sqlite3.Connection, entities: list[str]) -> list[str]:
         children = [
             str(r[0])
             for r in conn.execute(
-                f"SELECT label FROM sessions WHERE parent_session IN ({_marks(frontier)})"
-                f" OR merged_into IN ({_marks(frontier)})",
+                f"SELECT label FROM sessions WHERE parent_session IN ({marks(frontier)})"
+                f" OR merged_into IN ({marks(frontier)})",
                 [*frontier, *frontier],
             )
         ]
@@ -119,7 +119,7 @@ def begin(conn: sqlite3.Connection, entity: str, confirm: str, now: int) -> Plan
     senders = [
         (str(r[0]), str(r[1]))
         for r in conn.execute(
-            f"SELECT channel, sender_id FROM contacts WHERE entity_id IN ({_marks(entities)})"
+            f"SELECT channel, sender_id FROM contacts WHERE entity_id IN ({marks(entities)})"
             " ORDER BY channel, sender_id",
             entities,
         )
@@ -147,11 +147,11 @@ def _cut_off(
     now: int,
 ) -> None:
     """Every way in and every piece of outgoing work, in the marking transaction."""
-    conn.execute(f"DELETE FROM contacts WHERE entity_id IN ({_marks(entities)})", entities)
+    conn.execute(f"DELETE FROM contacts WHERE entity_id IN ({marks(entities)})", entities)
     dm_aliases = [f"dm:{e}" for e in entities]
-    conn.execute(f"DELETE FROM session_aliases WHERE alias IN ({_marks(dm_aliases)})", dm_aliases)
+    conn.execute(f"DELETE FROM session_aliases WHERE alias IN ({marks(dm_aliases)})", dm_aliases)
     if sessions:
-        s = _marks(sessions)
+        s = marks(sessions)
         conn.execute(f"DELETE FROM session_aliases WHERE session_label IN ({s})", sessions)
         conn.execute(f"DELETE FROM route_bindings WHERE session_label IN ({s})", sessions)
         conn.execute(
@@ -215,7 +215,7 @@ BY_TURN = ("messages", "tool_calls", "turn_events", "compactions", "turn_progres
            "turn_state", "file_snapshots", "outbox")  # fmt: skip
 
 
-def _drop_blobs(conn: sqlite3.Connection, digests: set[str]) -> None:
+def drop_unnamed_blobs(conn: sqlite3.Connection, digests: set[str]) -> None:
     """The blobs among `digests` that no snapshot names any more."""
     for digest in sorted(digests):
         conn.execute(
@@ -226,7 +226,7 @@ def _drop_blobs(conn: sqlite3.Connection, digests: set[str]) -> None:
         )
 
 
-def _digests(conn: sqlite3.Connection, where: str, params: list[Any]) -> set[str]:
+def digests_where(conn: sqlite3.Connection, where: str, params: list[Any]) -> set[str]:
     return {
         str(d)
         for row in conn.execute(
@@ -244,15 +244,15 @@ def _step_turns(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) ->
     ids = [
         str(r[0])
         for r in conn.execute(
-            f"SELECT id FROM turns WHERE session_label IN ({_marks(plan.sessions)})"
+            f"SELECT id FROM turns WHERE session_label IN ({marks(plan.sessions)})"
             " ORDER BY id LIMIT ?",
             [*plan.sessions, TURNS_A_STEP],
         )
     ]
     if not ids:
         return True, None
-    t = _marks(ids)
-    digests = _digests(conn, f"turn_id IN ({t})", ids)
+    t = marks(ids)
+    digests = digests_where(conn, f"turn_id IN ({t})", ids)
     for table in BY_TURN:
         cur = conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({t})", ids)
         if table == "messages":
@@ -261,22 +261,22 @@ def _step_turns(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) ->
             counts["files"] += max(cur.rowcount, 0)
     conn.execute(f"UPDATE turns SET parent_id = NULL WHERE parent_id IN ({t})", ids)
     conn.execute(f"DELETE FROM turns WHERE id IN ({t})", ids)
-    _drop_blobs(conn, digests)
+    drop_unnamed_blobs(conn, digests)
     return False, None
 
 
 def _step_live(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
     """What running turns wrote before their turn row existed."""
     if plan.sessions:
-        s = _marks(plan.sessions)
-        digests = _digests(conn, f"session_label IN ({s})", plan.sessions)
+        s = marks(plan.sessions)
+        digests = digests_where(conn, f"session_label IN ({s})", plan.sessions)
         cur = conn.execute(
             f"DELETE FROM file_snapshots WHERE session_label IN ({s})", plan.sessions
         )
         counts["files"] += max(cur.rowcount, 0)
         for table in ("turn_events", "turn_progress"):
             conn.execute(f"DELETE FROM {table} WHERE session_label IN ({s})", plan.sessions)
-        _drop_blobs(conn, digests)
+        drop_unnamed_blobs(conn, digests)
     return True, None
 
 
@@ -311,7 +311,7 @@ def _in_sessions(table: str) -> Callable[[sqlite3.Connection, Plan, str, list[An
     def act(conn: sqlite3.Connection, plan: Plan, where: str, params: list[Any]) -> int:
         if plan.sessions:
             conn.execute(
-                f"DELETE FROM {table} WHERE {where} AND session_label IN ({_marks(plan.sessions)})",
+                f"DELETE FROM {table} WHERE {where} AND session_label IN ({marks(plan.sessions)})",
                 [*params, *plan.sessions],
             )
         return 0
@@ -344,21 +344,21 @@ def _messages(conn: sqlite3.Connection, plan: Plan, where: str, params: list[Any
     )
     if not turn_ids:
         return 0
-    t = _marks(turn_ids)
+    t = marks(turn_ids)
     conn.execute(f"UPDATE turns SET title = NULL, title_source = NULL WHERE id IN ({t})", turn_ids)
     since = conn.execute(
         f"SELECT session_label, min(started_at) FROM turns WHERE id IN ({t})"
         " GROUP BY session_label",
         turn_ids,
     ).fetchall()
-    _forget_records(conn, [(str(s), int(at)) for s, at in since])
+    forget_records(conn, [(str(s), int(at)) for s, at in since])
     cur = conn.execute(
         f"UPDATE messages SET content = ? WHERE {mine}", [ERASED, *params, *who_params, ERASED]
     )
     return max(cur.rowcount, 0)
 
 
-def _forget_records(conn: sqlite3.Connection, since: list[tuple[str, int]]) -> None:
+def forget_records(conn: sqlite3.Connection, since: list[tuple[str, int]]) -> None:
     """The state records (ledger/state_records.py) that may quote a redacted message: of
     each session's turns from the first that held one on, and of its forks and workers.
     A turn without its row has its record worked out again from its stored rows, which
@@ -387,7 +387,7 @@ def _forget_records(conn: sqlite3.Connection, since: list[tuple[str, int]]) -> N
 def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
     """The sessions' own small tables, the sessions and the entities."""
     if plan.sessions:
-        s, labels = _marks(plan.sessions), plan.sessions
+        s, labels = marks(plan.sessions), plan.sessions
         conn.execute(
             f"DELETE FROM timer_firings WHERE timer_id IN"
             f" (SELECT id FROM timers WHERE session_label IN ({s}))",
@@ -407,7 +407,7 @@ def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> 
         )
         conn.execute(f"UPDATE sessions SET merged_into = NULL WHERE merged_into IN ({s})", labels)
         conn.execute(f"DELETE FROM sessions WHERE label IN ({s})", labels)
-    e = _marks(plan.entities)
+    e = marks(plan.entities)
     conn.execute(f"DELETE FROM contacts WHERE entity_id IN ({e})", plan.entities)
     conn.execute(f"UPDATE entities SET merged_into = NULL WHERE id IN ({e})", plan.entities)
     conn.execute(f"DELETE FROM entities WHERE id IN ({e})", plan.entities)
@@ -415,15 +415,20 @@ def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> 
 
 
 def _step_index(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
-    """Merge the full-text index FTS_PAGES_A_STEP pages further towards one segment, which
-    leaves no deleted term behind; done when a merge finds nothing to do."""
+    return not merge_index(conn), None
+
+
+def merge_index(conn: sqlite3.Connection) -> bool:
+    """The writer job that merges the full-text index FTS_PAGES_A_STEP pages further
+    towards one segment, which leaves no deleted term behind; False once a merge
+    finds nothing to do."""
     if getattr(conn, "full_text", None) is not None:
-        return True, None  # PostgreSQL's own index: its dead entries go with VACUUM
+        return False  # PostgreSQL's own index: its dead entries go with VACUUM
     before = conn.total_changes
     conn.execute(
         "INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)", (-FTS_PAGES_A_STEP,)
     )
-    return conn.total_changes - before < 2, None
+    return conn.total_changes - before >= 2
 
 
 STEPS: tuple[Step, ...] = (

@@ -61,6 +61,7 @@ from ledger.port.records import (
     TimerInfo,
     TurnRecord,
 )
+from ledger.port.retention import RetentionPort
 
 __all__ = [
     "Accepted",
@@ -454,6 +455,7 @@ class LedgerPort(
     TitlePort,
     LibraryPort,
     ErasurePort,
+    RetentionPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

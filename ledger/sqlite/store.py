@@ -46,6 +46,7 @@ from ledger.sqlite.events import EventWrites
 from ledger.sqlite.library import LibraryMethods
 from ledger.sqlite.outbox import OutboxClaimMethods
 from ledger.sqlite.reads import ReaderPool, SqliteReads
+from ledger.sqlite.retention import RetentionMethods
 from ledger.sqlite.routes import RouteMethods
 from ledger.sqlite.threads import SqliteThreads
 from ledger.sqlite.timers import TimerMethods
@@ -80,7 +81,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
 
 class Ledger(
     SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites,
-    OutboxClaimMethods, TimerMethods, ErasureMethods,
+    OutboxClaimMethods, TimerMethods, ErasureMethods, RetentionMethods,
 ):  # fmt: skip
     def __init__(
         self,
