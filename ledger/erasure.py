@@ -26,20 +26,24 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ledger.db import connect
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.ingest import find_root, identity_of
 from ledger.merge import set_members
 from ledger.port.erasure import ErasureRunning
-from ledger.port.errors import Invalid, NotFound
+from ledger.port.errors import Invalid, LedgerError, NotFound
 
 ERASED = "[erased]"
 TURNS_A_STEP = 100  # turns (with their messages, calls, events, files) removed a step
 SWEEP_A_STEP = 5000  # keys of a large table looked at a step
 FTS_PAGES_A_STEP = 64  # pages of full-text index merged a step
+CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,3 +480,17 @@ def finish(conn: sqlite3.Connection, entity: str, now: int) -> dict[str, int]:
         (now, entity),
     )
     return plan.counts
+
+
+def truncate_wal(path: Path) -> None:
+    """Checkpoint the whole WAL into the file and truncate it to nothing."""
+    conn = connect(path)
+    try:
+        for _ in range(CHECKPOINT_TRIES):
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.02)
+        raise LedgerError(f"could not checkpoint the WAL of {path}: readers keep it busy")
+    finally:
+        conn.close()

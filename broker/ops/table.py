@@ -21,6 +21,7 @@ from broker.ops.store import StoreOps
 from broker.ops.threads import ThreadOps
 from broker.ops.timers import TimerOps
 from broker.ops.workers import WorkerOps
+from broker.retention import Retention
 from broker.timers import Timers
 from core.session_state import EVENT_TYPES
 from ledger.port.errors import LedgerLookupError
@@ -50,6 +51,7 @@ class Ops:
         self.state_of = state_of
         self.started = time.monotonic()
         self.erasure = ErasureOps(ledger, mailboxes, timers)
+        self.retention: Retention | None = None  # set by the daemon
         self.table: dict[str, OpFn] = {
             "health": self.health,
             "sessions.list": self.sessions_list,
@@ -148,6 +150,7 @@ class Ops:
             # Kept short by the checkpointer (ledger/writer/checkpoint.py); one that keeps
             # growing means checkpoints fail or a reader holds an old snapshot.
             "wal_bytes": writer.wal_bytes,
+            "retention": (self.retention or Retention(self.ledger, 0)).status(),
         }
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:

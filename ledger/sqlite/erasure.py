@@ -18,34 +18,18 @@ from pathlib import Path
 import anyio
 
 from ledger import erasure
-from ledger.db import connect
+from ledger.erasure import truncate_wal
 from ledger.port.erasure import Marked
-from ledger.port.errors import LedgerError
 from ledger.writer.group_commit import LedgerWriter
 from plumbing import logs
 from plumbing.ids import now_ms
 
 log = logs.get("ledger.erasure")
-CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
 VACUUMED = (
     "messages", "tool_calls", "turn_events", "turns", "inbound", "queue_items", "outbox",
     "file_snapshots", "blobs", "compactions", "turn_state", "turn_progress", "sessions",
     "contacts", "entities", "timers", "scratchpad", "session_history",
 )  # fmt: skip
-
-
-def truncate_wal(path: Path) -> None:
-    """Checkpoint the whole WAL into the file and truncate it to nothing."""
-    conn = connect(path)
-    try:
-        for _ in range(CHECKPOINT_TRIES):
-            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if not busy:
-                return
-            time.sleep(0.02)
-        raise LedgerError(f"could not checkpoint the WAL of {path}: readers keep it busy")
-    finally:
-        conn.close()
 
 
 def vacuum(dsn: str) -> None:

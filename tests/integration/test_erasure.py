@@ -19,7 +19,7 @@ import pytest
 from ledger.erasure import begin
 from ledger.ingest import WriterConnection
 from ledger.transfer import backup
-from tests.harness import DaemonProcess
+from tests.harness import DaemonProcess, write_config
 from tests.integration.test_identity import (
     adapter,
     contact,
@@ -133,3 +133,33 @@ async def test_an_erasure_cut_off_is_finished_at_the_next_start(daemon: DaemonPr
         assert await op(o, "recall.search", query=marker) == []
     assert query(d, "SELECT count(*) FROM sessions WHERE entity_id = ?", erin) == [(0,)]
     assert marker.encode() not in raw(d.ledger)
+
+
+async def test_expiry_runs_at_start_and_health_shows_it(daemon: DaemonProcess) -> None:
+    d = daemon
+    channel, marker = uniq("c"), uniq("zqxold")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        for n in range(3):
+            await say(a, inbound(uniq("m"), "fred", text=f"fred {n} {marker}"))
+        assert (await op(o, "health"))["retention"] == {
+            "keep_days": 0.0,
+            "last_run": None,
+            "expired_turns": 0,
+        }
+    d.kill()
+    d.config["retention"] = {"keep_days": 1e-9}  # everything that has ended is old
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await operator(d) as o:
+        for _ in range(200):
+            if (await op(o, "health"))["retention"]["last_run"] is not None:
+                break
+            await anyio.sleep(0.05)
+        shown = (await op(o, "health"))["retention"]
+        assert shown["keep_days"] == 1e-9 and shown["expired_turns"] == 2  # the head stays
+        hits = await op(o, "recall.search", query=marker)
+        heads = query(d, "SELECT head_turn_id FROM sessions WHERE kind = 'dm'")
+        assert {h["turn"] for h in hits} == {r[0] for r in heads}
+    assert query(d, "SELECT count(*) FROM turns WHERE expired_at IS NOT NULL") == [(2,)]
+    data = raw(d.ledger)
+    assert f"fred 0 {marker}".encode() not in data and f"fred 1 {marker}".encode() not in data
