@@ -21,7 +21,7 @@ import sqlite3
 from ledger.erasure import digests_where, drop_unnamed_blobs, forget_records, marks
 from ledger.fts import forget_deleted, index_new_messages
 
-TURNS_A_BATCH = 200  # turns looked at a batch
+TURNS_A_BATCH = 50  # turns looked at a batch
 BY_TURN = ("messages", "tool_calls", "turn_events", "turn_progress", "turn_state",
            "file_snapshots", "compactions")  # fmt: skip
 

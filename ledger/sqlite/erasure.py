@@ -28,7 +28,9 @@ log = logs.get("ledger.erasure")
 VACUUMED = (
     "messages", "tool_calls", "turn_events", "turns", "inbound", "queue_items", "outbox",
     "file_snapshots", "blobs", "compactions", "turn_state", "turn_progress", "sessions",
-    "contacts", "entities", "timers", "scratchpad", "session_history",
+    "contacts", "entities", "timers", "timer_firings", "scratchpad", "session_history",
+    "session_aliases", "route_bindings", "bridge_notes", "thread_seeds", "threads",
+    "person_activity", "dispatches", "adk_sessions",
 )  # fmt: skip
 
 

@@ -45,7 +45,21 @@ def raw_bytes(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
 
 
-async def test_erase_forgets_the_person_and_keeps_everyone_else(port: LedgerPort) -> None:
+def pg_table_bytes(request: pytest.FixtureRequest) -> bytes:
+    """The test cluster's table files after a CHECKPOINT (not its WAL: docs/forgetting.md)."""
+    import psycopg
+
+    cluster = request.getfixturevalue("pg_template")[0]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    return b"".join(
+        p.read_bytes() for p in sorted((cluster.data / "base").rglob("*")) if p.is_file()
+    )
+
+
+async def test_erase_forgets_the_person_and_keeps_everyone_else(
+    port: LedgerPort, ledger_backend: str, request: pytest.FixtureRequest
+) -> None:
     marker = f"zqx{new_id().lower()}"
     alice, a_turn, alice_ent = await say(port, inbound("a1", "alice", f"my secret {marker}"))
     _, _, alias_ent = await say(port, inbound("a2", "alice2", f"other phone {marker}"))
@@ -61,6 +75,8 @@ async def test_erase_forgets_the_person_and_keeps_everyone_else(port: LedgerPort
     path = port.path if isinstance(port, Ledger) and port.backend == "sqlite" else None
     if path is not None:  # the search below finds what is there
         assert marker[-16:].encode() in raw_bytes(path)
+    if ledger_backend == "postgres":
+        assert marker.encode() in pg_table_bytes(request)
     counts = await port.erase_entity(alice_ent, alice_ent, tick())
     assert counts["sessions"] >= 2 and counts["messages"] >= 3 and counts["files"] >= 2
 
@@ -86,6 +102,8 @@ async def test_erase_forgets_the_person_and_keeps_everyone_else(port: LedgerPort
         data = raw_bytes(path)
         assert marker.encode() not in data
         assert marker[-16:].encode() not in data  # FTS5 keeps terms by prefix
+    if ledger_backend == "postgres":
+        assert marker.encode() not in pg_table_bytes(request)
 
 
 async def test_erase_refuses_bad_input_and_changes_nothing(port: LedgerPort) -> None:

@@ -11,6 +11,7 @@ from ledger.port.protocols import LedgerPort
 from ledger.sqlite.store import Ledger
 from plumbing.ids import new_id
 from tests.conformance.records import inbound, ingest, tick, turn
+from tests.conformance.test_erasure import pg_table_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -20,7 +21,7 @@ def raw_bytes(path: Path) -> bytes:
 
 
 async def test_expiry_leaves_stubs_and_keeps_what_the_session_goes_on_from(
-    port: LedgerPort,
+    port: LedgerPort, ledger_backend: str, request: pytest.FixtureRequest
 ) -> None:
     marker = f"zqx{new_id().lower()}"
     acc = await ingest(port, inbound("m1", text=f"old words {marker}"))
@@ -51,6 +52,8 @@ async def test_expiry_leaves_stubs_and_keeps_what_the_session_goes_on_from(
     path = port.path if isinstance(port, Ledger) and port.backend == "sqlite" else None
     if path is not None:
         assert b"old words" in raw_bytes(path) and b"old reply" in raw_bytes(path)
+    if ledger_backend == "postgres":
+        assert b"old words" in pg_table_bytes(request)
 
     cutoff = tick()
     assert await port.expire_before(cutoff, tick()) == 1  # the first turn alone
@@ -77,5 +80,9 @@ async def test_expiry_leaves_stubs_and_keeps_what_the_session_goes_on_from(
         data = raw_bytes(path)
         # olga's turn (the head of her session) keeps her words; the expired turn's go.
         assert b"old words" not in data and b"old reply" not in data
+        assert f"old reply {marker}".encode() not in data
+        assert f"old words {marker}".encode() not in data
+    if ledger_backend == "postgres":
+        data = pg_table_bytes(request)
         assert f"old reply {marker}".encode() not in data
         assert f"old words {marker}".encode() not in data
