@@ -133,7 +133,20 @@ def main() -> None:
         conn.execute("COMMIT")
         mark_ms = (time.perf_counter() - start) * 1000
         print(f"erasure mark: {mark_ms:.1f} ms ({len(plan.sessions)} session)")
-        holds = timed_jobs(conn, lambda c: erasure.step(c, target))
+        by_step: dict[str, list[float]] = {}
+        holds = []
+        while True:
+            plan_now = erasure.plan_of(conn, target)
+            assert plan_now is not None
+            name = erasure.STEPS[min(plan_now.step, len(erasure.STEPS) - 1)].__name__
+            one = timed_jobs(conn, lambda c: (erasure.step(c, target), False)[1])
+            by_step.setdefault(name, []).extend(one)
+            holds.extend(one)
+            if plan_now.step >= len(erasure.STEPS) - 1 and erasure.plan_of(conn, target) is None:
+                break
+            done = erasure.plan_of(conn, target)
+            if done is None or done.step >= len(erasure.STEPS):
+                break
         scrub = time.perf_counter()
         erasure.truncate_wal(path)
         scrub_ms = (time.perf_counter() - scrub) * 1000
@@ -142,6 +155,8 @@ def main() -> None:
         conn.execute("COMMIT")
         total = time.perf_counter() - start
         show("erasure steps", holds)
+        for name, some in by_step.items():
+            show(f"  {name}", some)
         print(f"erasure: {counts}, WAL truncate {scrub_ms:.0f} ms, whole {total:.1f} s")
 
         cutoff = 1_600_000_000_000 + 50 * DAY_MS

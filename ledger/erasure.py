@@ -43,6 +43,9 @@ ERASED = "[erased]"
 TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
 SWEEP_A_STEP = 2000  # keys of a large table looked at a step
 FTS_PAGES_A_STEP = 16  # pages of full-text index merged a step
+# Under a steady load every transaction adds a segment, so the merge may always find
+# work: it stops after this many steps (by then the old segments were rewritten).
+MAX_INDEX_STEPS = 100_000
 CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
 
 
@@ -308,6 +311,7 @@ def _sweep(
         counts["messages"] += act(conn, plan, where, params)
         return len(rows) < SWEEP_A_STEP, last
 
+    step.__name__ = f"_sweep_{table}"
     return step
 
 
@@ -419,7 +423,8 @@ def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> 
 
 
 def _step_index(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
-    return not merge_index(conn), None
+    steps = int(plan.cursor or 0) + 1
+    return not merge_index(conn) or steps >= MAX_INDEX_STEPS, steps
 
 
 def merge_index(conn: sqlite3.Connection) -> bool:

@@ -9,7 +9,7 @@ import time
 import anyio
 
 from ledger import retention
-from ledger.erasure import merge_index
+from ledger.erasure import MAX_INDEX_STEPS, merge_index
 from ledger.writer.group_commit import LedgerWriter
 from plumbing import logs
 
@@ -30,8 +30,9 @@ class RetentionMethods:
             if after is None:
                 break
         if expired:
-            while await self.writer.call(merge_index):
-                pass
+            for _ in range(MAX_INDEX_STEPS):
+                if not await self.writer.call(merge_index):
+                    break
             await anyio.to_thread.run_sync(self._scrub)
         log.info(
             "expiry done",
