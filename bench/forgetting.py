@@ -27,7 +27,23 @@ from ledger.fts import index_new_messages
 from ledger.ingest import WriterConnection
 
 DAY_MS = 86_400_000
-WORDS = "the quick brown fox jumps over a lazy dog while herons wade in grey water".split()
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "herons",
+    "wade",
+    "in",
+    "grey",
+    "water",
+]
 
 
 def text(i: int, n: int) -> str:
