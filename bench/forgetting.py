@@ -72,8 +72,9 @@ def build(path: Path, people: int, turns: int, target_turns: int) -> str:
             " ('chat', ?, ?, ?)",
             (f"s{p}", ent, t0),
         )
-        rows_t, rows_m = [], []
-        parent = None
+        rows_t: list[tuple[object, ...]] = []
+        rows_m: list[tuple[object, ...]] = []
+        parent: str | None = None
         for t in range(n_turns):
             at = t0 + (t * DAY_MS * 100) // max(n_turns, 1)  # spread over 100 days
             tid = f"{at:013d}{p:06d}{t:07d}"
