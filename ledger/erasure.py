@@ -458,7 +458,7 @@ def step(conn: sqlite3.Connection, entity: str) -> bool:
     plan = plan_of(conn, entity)
     if plan is None or plan.step >= len(STEPS):
         return False
-    # Indexed rows only may be deleted or changed (fts.py Rule 4).
+    # Only indexed rows may be deleted or changed (ledger/fts.py).
     index_new_messages(conn)
     counts = dict(plan.counts)
     done, cursor = STEPS[plan.step](conn, plan, counts)

@@ -74,7 +74,7 @@ def expire_batch(
 
 def _expire(conn: sqlite3.Connection, ids: list[str], now: int) -> None:
     t = marks(ids)
-    index_new_messages(conn)  # indexed rows only may be deleted (fts.py Rule 4)
+    index_new_messages(conn)  # only indexed rows may be deleted (ledger/fts.py)
     items = [
         str(r[0])
         for r in conn.execute(

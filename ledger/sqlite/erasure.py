@@ -20,7 +20,7 @@ import anyio
 from ledger import erasure
 from ledger.erasure import truncate_wal
 from ledger.port.erasure import Marked
-from ledger.writer.group_commit import LedgerWriter
+from ledger.sqlite.connections import Connected
 from plumbing import logs
 from plumbing.ids import now_ms
 
@@ -44,10 +44,9 @@ def vacuum(dsn: str) -> None:
         conn.execute("CHECKPOINT")
 
 
-class ErasureMethods:
+class SqliteErasure(Connected):
     """The ErasurePort on the ledger's writer."""
 
-    writer: LedgerWriter
     path: Path
     dsn: str | None = None  # set by the PostgreSQL ledger
 

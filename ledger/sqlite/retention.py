@@ -10,16 +10,14 @@ import anyio
 
 from ledger import retention
 from ledger.erasure import MAX_INDEX_STEPS, merge_index
-from ledger.writer.group_commit import LedgerWriter
+from ledger.sqlite.connections import Connected
 from plumbing import logs
 
 log = logs.get("ledger.retention")
 
 
-class RetentionMethods:
-    writer: LedgerWriter
-
-    def _scrub(self) -> None: ...  # ErasureMethods
+class SqliteRetention(Connected):
+    def _scrub(self) -> None: ...  # SqliteErasure's
 
     async def expire_before(self, cutoff: int, now: int) -> int:
         started = time.monotonic()
