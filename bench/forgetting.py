@@ -108,7 +108,7 @@ def build(path: Path, people: int, turns: int, target_turns: int) -> str:
 def timed_jobs(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], Any]) -> list[float]:
     """Run `job` in its own transaction until it returns falsy; each one's hold in ms.
     The WAL is checkpointed between jobs, untimed, as the checkpointer would."""
-    holds = []
+    holds: list[float] = []
     while True:
         if len(holds) % 20 == 0:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
