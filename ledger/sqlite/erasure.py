@@ -56,7 +56,10 @@ class SqliteErasure(Connected):
         plan = await self.writer.call(erasure.begin, entity, confirm, now)
         log.info("erasure marked", entity=entity, sessions=len(plan.sessions))
         if marked is not None:
-            await marked(plan.sessions)
+            try:
+                await marked(plan.sessions)
+            except Exception:  # the erasure goes on: it must not stay half done
+                log.exception("stopping what ran for an erased person failed", entity=entity)
         return await self._complete(entity)
 
     async def resume_erasure(self) -> dict[str, int | str] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from core.identity import SessionSpec
@@ -122,13 +123,16 @@ async def test_one_erasure_at_a_time_and_a_cut_off_one_resumes(port: LedgerPort)
     bob_session, _, bob = await say(port, inbound("b1", "bob", "bob words"))
     assert alice is not None and bob is not None
 
-    async def cut_off(sessions: list[str]) -> None:
-        with pytest.raises(ErasureRunning):
-            await port.erase_entity(bob, bob, tick())
-        raise RuntimeError("the daemon stops here")
+    with anyio.CancelScope() as stopped:
 
-    with pytest.raises(RuntimeError):
+        async def cut_off(sessions: list[str]) -> None:
+            with pytest.raises(ErasureRunning):
+                await port.erase_entity(bob, bob, tick())
+            stopped.cancel()  # the daemon stops here
+            await anyio.sleep(1)
+
         await port.erase_entity(alice, alice, tick(), cut_off)
+    assert stopped.cancelled_caught
     with pytest.raises(NotFound):
         await port.contact_show("chat", "alice")  # marked: already cut off
     resumed = await port.resume_erasure()
