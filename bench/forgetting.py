@@ -191,7 +191,13 @@ def main() -> None:
 
         holds = timed_jobs(conn, batch)
         show("expiry batches (half the turns)", holds)
-        holds = timed_jobs(conn, erasure.merge_index)
+        left = [-1]
+
+        def merge(c: sqlite3.Connection) -> bool:
+            left[0] = erasure.merge_index(c, left[0])
+            return left[0] != 0
+
+        holds = timed_jobs(conn, merge)
         show("index merge steps", holds)
         erasure.truncate_wal(path)
         conn.close()

@@ -43,9 +43,6 @@ ERASED = "[erased]"
 TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
 SWEEP_A_STEP = 2000  # keys of a large table looked at a step
 FTS_PAGES_A_STEP = 16  # pages of full-text index merged a step
-# Under a steady load every transaction adds a segment, so the merge may always find
-# work: it stops after this many steps (by then the old segments were rewritten).
-MAX_INDEX_STEPS = 100_000
 CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
 
 
@@ -423,21 +420,33 @@ def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> 
 
 
 def _step_index(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
-    steps = int(plan.cursor or 0) + 1
-    return not merge_index(conn) or steps >= MAX_INDEX_STEPS, steps
+    left = merge_index(conn, -1 if plan.cursor is None else int(plan.cursor))
+    return left == 0, left
 
 
-def merge_index(conn: sqlite3.Connection) -> bool:
+def merge_index(conn: sqlite3.Connection, left: int = -1) -> int:
     """The writer job that merges the full-text index FTS_PAGES_A_STEP pages further
-    towards one segment, which leaves no deleted term behind; False once a merge
-    finds nothing to do."""
+    towards one segment, which leaves no deleted term behind: the merge steps still
+    allowed (-1 at the first), 0 once it is done.
+
+    A steady load adds a segment with every transaction, and a merge towards one
+    segment may then never end: after as many steps as one rewrite of the whole index
+    takes, the rest is done at once ('optimize'), a longer hold, but the last."""
     if getattr(conn, "full_text", None) is not None:
-        return False  # PostgreSQL's own index: its dead entries go with VACUUM
+        return 0  # PostgreSQL's own index: its dead entries go with VACUUM
+    if left < 0:
+        pages = int(conn.execute("SELECT count(*) FROM messages_fts_data").fetchone()[0])
+        left = max(8, pages // FTS_PAGES_A_STEP)
     before = conn.total_changes
     conn.execute(
         "INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)", (-FTS_PAGES_A_STEP,)
     )
-    return conn.total_changes - before >= 2
+    if conn.total_changes - before < 2:
+        return 0
+    if left <= 1:
+        conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+        return 0
+    return left - 1
 
 
 STEPS: tuple[Step, ...] = (

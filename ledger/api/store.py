@@ -31,7 +31,7 @@ from ledger.api.records import Page, SessionInfo, TurnInfo
 from ledger.api.remote import RemoteStore
 from ledger.api.waiting import wait_async
 from ledger.db import Synchronous
-from ledger.erasure import MAX_INDEX_STEPS, merge_index, truncate_wal
+from ledger.erasure import merge_index, truncate_wal
 from ledger.retention import expire_batch
 from plumbing.ids import now_ms
 
@@ -133,9 +133,9 @@ class Store(Face):
             if after is None:
                 break
         if expired:
-            for _ in range(MAX_INDEX_STEPS):
-                if not await wait_async(_job(merge_index), self._submit):
-                    break
+            left = -1
+            while left != 0:
+                left = await wait_async(_job(merge_index, left), self._submit)
             await anyio.to_thread.run_sync(truncate_wal, Path(self.path))
         return int(expired)
 

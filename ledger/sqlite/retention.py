@@ -9,7 +9,7 @@ import time
 import anyio
 
 from ledger import retention
-from ledger.erasure import MAX_INDEX_STEPS, merge_index
+from ledger.erasure import merge_index
 from ledger.sqlite.connections import Connected
 from plumbing import logs
 
@@ -28,9 +28,9 @@ class SqliteRetention(Connected):
             if after is None:
                 break
         if expired:
-            for _ in range(MAX_INDEX_STEPS):
-                if not await self.writer.call(merge_index):
-                    break
+            left = -1
+            while left != 0:
+                left = await self.writer.call(merge_index, left)
             await anyio.to_thread.run_sync(self._scrub)
         log.info(
             "expiry done",
