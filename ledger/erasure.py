@@ -216,7 +216,7 @@ Step = Callable[[sqlite3.Connection, Plan, dict[str, int]], tuple[bool, Any]]
 """One bounded unit of work: (finished with this step, the cursor to resume at)."""
 
 BY_TURN = ("messages", "tool_calls", "turn_events", "compactions", "turn_progress",
-           "turn_state", "file_snapshots", "outbox")  # fmt: skip
+           "turn_state", "file_snapshots")  # fmt: skip
 
 
 def drop_unnamed_blobs(conn: sqlite3.Connection, digests: set[str]) -> None:
@@ -450,11 +450,12 @@ def merge_index(conn: sqlite3.Connection, left: int = -1) -> int:
 
 
 STEPS: tuple[Step, ...] = (
+    # The outbox first: its rows name their turns, and it has no index by turn.
+    _sweep("outbox", "out_id", _in_sessions("outbox")),
     _step_turns,
     _step_live,
     _sweep("queue_items", "seq", _in_sessions("queue_items")),
     _sweep("inbound", "id", _inbound),
-    _sweep("outbox", "out_id", _in_sessions("outbox")),
     _sweep("messages", "id", _messages),
     _step_rest,
     _step_index,

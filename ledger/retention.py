@@ -3,9 +3,10 @@ turns ended before a cutoff into stubs, a bounded batch at a time.
 
 A stub keeps the turn's id, parent, type, status and times, so trees, forks,
 threads and heads stay whole; its messages, tool calls, events, state record,
-delivered replies, compaction summary and file snapshots go, with the blobs no
-other snapshot names, and the text of the inbound messages it answered (the
-inbound row itself stays: a message id is never accepted twice). The head of
+compaction summary and file snapshots go, with the blobs no other snapshot names,
+its delivered replies (after the batches: `expire_outbox`), and the text of the
+inbound messages it answered (the inbound row itself stays: a message id is never
+accepted twice). The head of
 every session, the head each earlier thread ended with, the turn a thread
 was carried over from and the latest compaction of every session are kept
 whole, so a session goes on as before. Batches sweep the turns in id order
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from ledger.erasure import digests_where, drop_unnamed_blobs, forget_records, marks
+from ledger.erasure import SWEEP_A_STEP, digests_where, drop_unnamed_blobs, forget_records, marks
 from ledger.fts import forget_deleted, index_new_messages
 
 TURNS_A_BATCH = 50  # turns looked at a batch
@@ -99,7 +100,6 @@ def _expire(conn: sqlite3.Connection, ids: list[str], now: int) -> None:
     forget_records(conn, [(str(s), int(at)) for s, at in since])
     for table in BY_TURN:
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({t})", ids)
-    conn.execute(f"DELETE FROM outbox WHERE status != 'pending' AND turn_id IN ({t})", ids)
     conn.execute(
         "UPDATE turns SET title = NULL, title_source = NULL, output = NULL, error = NULL,"
         f" outcome = NULL, expired_at = ? WHERE id IN ({t})",
@@ -107,3 +107,26 @@ def _expire(conn: sqlite3.Connection, ids: list[str], now: int) -> None:
     )
     drop_unnamed_blobs(conn, digests)
     forget_deleted(conn)
+
+
+def expire_outbox(conn: sqlite3.Connection, after: str | None) -> str | None:
+    """The writer job that removes the delivered replies of expired turns among the next
+    SWEEP_A_STEP outbox rows after `after` (the outbox has no index by turn, so it is
+    swept in key order); where the next goes on, None once through."""
+    rows = conn.execute(
+        "SELECT out_id FROM outbox"
+        + (" WHERE out_id > ?" if after is not None else "")
+        + " ORDER BY out_id LIMIT ?",
+        [*([after] if after is not None else []), SWEEP_A_STEP],
+    ).fetchall()
+    if not rows:
+        return None
+    last = str(rows[-1][0])
+    conn.execute(
+        "DELETE FROM outbox WHERE out_id <= ?"
+        + (" AND out_id > ?" if after is not None else "")
+        + " AND status != 'pending' AND turn_id IN"
+        " (SELECT id FROM turns WHERE id = outbox.turn_id AND expired_at IS NOT NULL)",
+        [last, *([after] if after is not None else [])],
+    )
+    return last if len(rows) == SWEEP_A_STEP else None

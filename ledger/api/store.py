@@ -32,7 +32,7 @@ from ledger.api.remote import RemoteStore
 from ledger.api.waiting import wait_async
 from ledger.db import Synchronous
 from ledger.erasure import merge_index, truncate_wal
-from ledger.retention import expire_batch
+from ledger.retention import expire_batch, expire_outbox
 from plumbing.ids import now_ms
 
 DAY_MS = 86_400_000
@@ -133,6 +133,11 @@ class Store(Face):
             if after is None:
                 break
         if expired:
+            out = None
+            while True:
+                out = await wait_async(_job(expire_outbox, out), self._submit)
+                if out is None:
+                    break
             left = -1
             while left != 0:
                 left = await wait_async(_job(merge_index, left), self._submit)

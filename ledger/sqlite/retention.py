@@ -28,6 +28,11 @@ class SqliteRetention(Connected):
             if after is None:
                 break
         if expired:
+            out: str | None = None
+            while True:
+                out = await self.writer.call(retention.expire_outbox, out)
+                if out is None:
+                    break
             left = -1
             while left != 0:
                 left = await self.writer.call(merge_index, left)

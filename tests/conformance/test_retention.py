@@ -25,9 +25,17 @@ async def test_expiry_leaves_stubs_and_keeps_what_the_session_goes_on_from(
 ) -> None:
     marker = f"zqx{new_id().lower()}"
     acc = await ingest(port, inbound("m1", text=f"old words {marker}"))
-    first = turn(acc.session, None, await port.open_items(acc.session), f"old reply {marker}")
+    first = turn(
+        acc.session,
+        None,
+        await port.open_items(acc.session),
+        f"old reply {marker}",
+        outbox_channel="chat",
+    )
     first.events = [("file", {"path": "a.txt", "op": "write", "content": f"{marker}\n"})]
     await port.submit_turn(first).result()
+    assert first.outbox is not None
+    await port.submit_delivered([first.outbox[0]], tick()).result()
     summary = turn(
         acc.session,
         first.turn_id,
