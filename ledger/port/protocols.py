@@ -35,7 +35,14 @@ from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
-from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
+from ledger.port.features import (
+    HandoffPort,
+    RoutePort,
+    SnapshotPort,
+    ThreadPort,
+    TimerPort,
+    TitlePort,
+)
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -454,6 +461,7 @@ class LedgerPort(
     LibraryPort,
     ErasurePort,
     RetentionPort,
+    HandoffPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

@@ -1,4 +1,4 @@
--- Erasures (ledger/erasure.py), as the SQLite ledger's migration 0020 has them.
+-- Erasures (ledger/erasure.py), as the SQLite ledger's migration 0021 has them.
 CREATE TABLE erasures (
     entity_id   text PRIMARY KEY,
     entities    text,
