@@ -195,6 +195,11 @@ class SnapshotSettings(_Section):
     max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
 
 
+class RetentionSettings(_Section):
+    # > 0: turns that ended longer ago than this many days become stubs (broker/retention.py)
+    keep_days: float = Field(0.0, ge=0)
+
+
 # -- [reset]: when a session's thread rolls over (core/resets.py) ---------------
 
 
@@ -316,6 +321,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
     snapshots: SnapshotSettings = SnapshotSettings()
+    retention: RetentionSettings = RetentionSettings()
     reset: ResetSettings = ResetSettings()
 
     titles: TitleSettings = TitleSettings()

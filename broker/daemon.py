@@ -31,6 +31,7 @@ from broker.ingress import Ingress
 from broker.mailbox.registry import Mailboxes
 from broker.mcp.tools import McpTools
 from broker.ops.table import Ops
+from broker.retention import Retention
 from broker.router import Router
 from broker.runtime import RuntimeUnreachable
 from broker.server import AlreadyRunning, Server
@@ -266,6 +267,9 @@ class Daemon:
                 await tg.start(timers.run)
                 await tg.start(titler.run)
                 await tg.start(server.serve, listener)
+                tg.start_soon(ops.erasure.resume)  # one a stop cut off
+                ops.retention = Retention(ledger, s.retention.keep_days)
+                await tg.start(ops.retention.run)  # expires at start, in the background
                 log.info(
                     "ready",
                     socket=str(s.socket_path),

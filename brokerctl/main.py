@@ -21,6 +21,7 @@ import typer
 
 from brokerctl import (  # noqa: F401 - their commands register on `app`
     context,
+    erase,
     files,
     routes,
     state,
