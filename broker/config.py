@@ -94,14 +94,26 @@ class LedgerSettings(_Section):
         return self
 
 
+# Engines that run code the operator brings (docs/engines.md): their [engine] table may
+# hold keys of its own, which a python engine's factory receives.
+CODE_ENGINES = ("python", "openai-agents", "adk", "langgraph")
+
+
 class EngineSettings(_Section):
     """`[engine]`: what produces a reply (`docs/engines.md`). The same keys make each
-    named engine of `[engines.<name>]`."""
+    named engine of `[engines.<name>]`. An engine of a kind that runs the operator's
+    code (`python`, `openai-agents`, `adk`, `langgraph`) may hold keys of its own,
+    which its factory receives."""
 
-    kind: Literal["echo", "subprocess", "openai"] = Field(
-        "echo",
-        description="`echo` (built in, deterministic), `subprocess` (a program speaking JSON"
-        " lines, `command`) or `openai` (an OpenAI-compatible chat-completions server).",
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["echo", "subprocess", "openai", "python", "openai-agents", "adk", "langgraph"] = (
+        Field(
+            "echo",
+            description="`echo` (built in, deterministic), `subprocess` (a program speaking"
+            " JSON lines, `command`), `openai` (an OpenAI-compatible chat-completions"
+            " server), or code the operator brings: `python` (`entry`), `openai-agents` and"
+            " `adk` (`agent`), `langgraph` (`graph`).",
+        )
     )
     chunks: int = Field(3, ge=1, le=1000, description="`echo`: deltas a reply streams in.")
     delay_ms: int = Field(0, ge=0, le=60_000, description="`echo`: pause between deltas.")
@@ -158,6 +170,70 @@ class EngineSettings(_Section):
         description="`openai`: the key sent to the server; unset: `OPENAI_API_KEY`, or a"
         " placeholder when `base_url` names a local server.",
     )
+    entry: str | None = Field(None, description='`python`: `"module:attribute"`.')
+    agent: str | None = Field(
+        None, description='`openai-agents` and `adk`: the agent, `"module:attribute"`.'
+    )
+    graph: str | None = Field(
+        None, description='`langgraph`: a compiled graph, `"module:attribute"`.'
+    )
+
+    @model_validator(mode="after")
+    def _own_keys_for_code(self) -> EngineSettings:
+        extra = sorted(self.model_extra or {})
+        if extra and self.kind not in CODE_ENGINES:
+            raise ValueError(
+                f"unknown key(s) {', '.join(extra)}: only engines of kind"
+                f" {', '.join(CODE_ENGINES)} take keys of their own"
+            )
+        return self
+
+
+class McpServerSettings(_Section):
+    """One MCP server whose tools engines are offered (docs/mcp.md)."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Its name, for route rules' `mcp`."
+    )
+    command: list[str] = Field(
+        default_factory=list, description="A stdio server: its command line."
+    )
+    url: str | None = Field(
+        None,
+        description='Or a streamable HTTP server: its URL, `"http://127.0.0.1:8000/mcp"`.',
+    )
+    allow: list[str] = Field(
+        default_factory=list, description="The tools offered, by the server's names for them."
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r}: set either command or url")
+        return self
+
+
+class McpSettings(_Section):
+    """`[mcp]`: tools from MCP servers, offered to engines (docs/mcp.md)."""
+
+    servers: list[McpServerSettings] = Field(
+        default_factory=list, description="The MCP servers, each with its own tools."
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> McpSettings:
+        owner: dict[str, str] = {}
+        for server in self.servers:
+            if server.name in {s.name for s in self.servers if s is not server}:
+                raise ValueError(f"two MCP servers are named {server.name!r}")
+            for tool in server.allow:
+                if tool in owner and owner[tool] != server.name:
+                    raise ValueError(
+                        f"the tool {tool!r} is allowed from both MCP servers"
+                        f" {owner[tool]!r} and {server.name!r}"
+                    )
+                owner[tool] = server.name
+        return self
 
 
 class AuthSettings(_Section):
@@ -281,6 +357,18 @@ class SnapshotSettings(_Section):
         le=1 << 30,
         description="A file content over this is recorded by its sha256 and size only, with"
         " a note; applies on reload.",
+    )
+
+
+class RetentionSettings(_Section):
+    """`[retention]`: how long turns keep their content (`broker/retention.py`)."""
+
+    keep_days: float = Field(
+        0.0,
+        ge=0,
+        description="Turns that ended longer ago than this many days become stubs (their"
+        " text goes, to the bytes); every session's head and latest compaction stay. Checked"
+        " at start, then hourly; 0 keeps everything (`docs/forgetting.md`).",
     )
 
 
@@ -513,6 +601,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
     snapshots: SnapshotSettings = SnapshotSettings()
+    retention: RetentionSettings = RetentionSettings()
     reset: ResetSettings = ResetSettings()
 
     titles: TitleSettings = TitleSettings()
@@ -521,6 +610,7 @@ class Settings(BaseSettings):
     )
     runtime: RuntimeSettings = RuntimeSettings()
     cluster: ClusterSettings = ClusterSettings()
+    mcp: McpSettings = McpSettings()
 
     @field_validator("socket_path")
     @classmethod

@@ -97,6 +97,15 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
+def _listed_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a `list[Model]` field (an array of tables), else None."""
+    args = get_args(_strip_none(annotation))
+    if get_origin(_strip_none(annotation)) is list and args and _is_model(args[0]):
+        model: type[BaseModel] = args[0]
+        return model
+    return None
+
+
 def type_name(annotation: Any) -> str:
     """A TOML reader's name for a field's type."""
     annotation = _strip_none(annotation)
@@ -127,6 +136,9 @@ def bounds(name: str, info: FieldInfo) -> str:
             if isinstance(item, length):
                 count = getattr(item, attr)
                 parts.append(f"{words} {count} character{'s' if count > 1 else ''}")
+        pattern = getattr(item, "pattern", None)
+        if isinstance(pattern, str):
+            parts.append(f"matching `{pattern}`")
     return ", ".join(parts)
 
 
@@ -182,6 +194,8 @@ def rows(owner: str, fields: Fields, prefix: str = "") -> Iterator[tuple[str, st
         if _is_model(inner):
             yield from rows(inner.__name__, inner.model_fields, f"{key}.")
             continue
+        if _listed_model(info.annotation) is not None:
+            continue  # an array of tables: a section of its own (`sections`)
         kind = type_name(info.annotation)
         limit = bounds(name, info)
         text = _description(f"{owner}.{name}", info)
@@ -200,7 +214,8 @@ def table(owner: str, fields: Fields) -> list[str]:
 
 
 def model_table(model: type[BaseModel]) -> list[str]:
-    return table(model.__name__, model.model_fields)
+    lines = table(model.__name__, model.model_fields)
+    return lines if len(lines) > 2 else []  # a section of arrays of tables only
 
 
 def _doc(model: type[BaseModel]) -> str:
@@ -214,6 +229,10 @@ def _doc(model: type[BaseModel]) -> str:
     return text
 
 
+def _section(head: str, text: str, rows: list[str]) -> list[str]:
+    return [head, "", text, *(["", *rows] if rows else [])]
+
+
 def sections(settings: type[BaseModel]) -> Iterator[list[str]]:
     """The top-level keys, then a section for each table, array of tables or map of
     tables, in the model's order."""
@@ -222,18 +241,30 @@ def sections(settings: type[BaseModel]) -> Iterator[list[str]]:
     for name, info in settings.model_fields.items():
         inner = _strip_none(info.annotation)
         args = get_args(inner)
+        listed = _listed_model(info.annotation)
         if _is_model(inner):
-            nested.append([f"## `[{name}]`", "", _doc(inner), "", *model_table(inner)])
-        elif get_origin(inner) is list and args and _is_model(args[0]):
-            text = f"{_description(f'Settings.{name}', info)} {_doc(args[0])}"
-            nested.append([f"## `[[{name}]]`", "", text, "", *model_table(args[0])])
+            nested.append(_section(f"## `[{name}]`", _doc(inner), model_table(inner)))
+            nested += list(arrays_of_tables(inner, name))
+        elif listed is not None:
+            text = f"{_description(f'Settings.{name}', info)} {_doc(listed)}"
+            nested.append(_section(f"## `[[{name}]]`", text, model_table(listed)))
         elif get_origin(inner) is dict and _is_model(args[1]):
             text = f"{_description(f'Settings.{name}', info)} {_doc(args[1])}"
-            nested.append([f"## `[{name}.<name>]`", "", text, "", *model_table(args[1])])
+            nested.append(_section(f"## `[{name}.<name>]`", text, model_table(args[1])))
         else:
             scalars[name] = info
-    yield ["## Top-level keys", "", "Keys outside any table.", "", *table("Settings", scalars)]
+    yield _section("## Top-level keys", "Keys outside any table.", table("Settings", scalars))
     yield from nested
+
+
+def arrays_of_tables(model: type[BaseModel], prefix: str) -> Iterator[list[str]]:
+    """A section for each `list[Model]` key of a section: `[[mcp.servers]]`."""
+    for name, info in model.model_fields.items():
+        listed = _listed_model(info.annotation)
+        if listed is not None:
+            text = f"{_description(f'{model.__name__}.{name}', info)} {_doc(listed)}"
+            head = f"### `[[{prefix}.{name}]]`"
+            yield _section(head, text, model_table(listed))
 
 
 def restart_only() -> list[str]:

@@ -151,6 +151,9 @@ class Rule(BaseModel):
     )
     rate: RateRule | None = Field(None, description="Unset: no limit.")
     reset: ResetRule | None = Field(None, description="Unset: the `[reset]` policy.")
+    mcp: list[str] | None = Field(
+        None, description="Names in `[[mcp.servers]]` whose tools its turns get; unset: all."
+    )
 
 
 class RulesFile(BaseModel):
@@ -191,6 +194,7 @@ class Decision:
     commands: frozenset[str]
     rate: Rate | None = None
     reset: ResetPolicy = NO_RESETS
+    mcp: frozenset[str] | None = None  # the MCP servers whose tools its turns get; None: all
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
     def __post_init__(self) -> None:
@@ -234,5 +238,6 @@ def decide(
                 commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
                 rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
                 reset=resets if rule.reset is None else rule.reset.over(resets),
+                mcp=None if rule.mcp is None else frozenset(rule.mcp),
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover
