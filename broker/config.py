@@ -99,6 +99,25 @@ class AuthSettings(_Section):
         return value
 
 
+OperatorRole = Literal["read", "operate", "admin"]
+
+
+class OperatorUid(_Section):
+    uid: int = Field(ge=0)
+    role: OperatorRole
+
+
+class OperatorSettings(_Section):
+    """`[operators]`: the role of each peer uid (broker/ops/roles.py); uid 0 and the
+    daemon's own uid are `admin` whatever this says."""
+
+    default_role: OperatorRole = "operate"
+    uids: list[OperatorUid] = Field(default_factory=list)
+
+    def roles(self) -> dict[int, OperatorRole]:
+        return {u.uid: u.role for u in self.uids}
+
+
 class QueueSettings(_Section):
     debounce_ms: int = Field(1500, ge=0, le=600_000)
     cap: int | None = Field(100, ge=1)
@@ -252,6 +271,7 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = LedgerSettings()
     engine: EngineSettings = EngineSettings()
     auth: AuthSettings = AuthSettings()
+    operators: OperatorSettings = OperatorSettings()
     queue: QueueSettings = QueueSettings()
     owners: list[Owner] = Field(default_factory=list)
     routes: list[Rule] = Field(default_factory=list)  # inline rules, or:

@@ -26,6 +26,7 @@ ErrorCode = Literal[
     "conflict",  # the target is in a state the op cannot act on (item.cancel of a running item)
     "overloaded",
     "internal",
+    "forbidden",  # an op above the operator's role (round 3)
 ]
 CLOSING_CODES: frozenset[str] = frozenset(
     {"frame_too_large", "bad_hello", "unauthorized", "unsupported_version"}

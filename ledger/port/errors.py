@@ -57,6 +57,13 @@ class Invalid(LedgerLookupError):
     code = "invalid"
 
 
+class NotReachable(LedgerLookupError):
+    """A broker tool's call named a session or turn its turn may not reach, or one that
+    does not exist: one sentence for both (core/reach.py); refused, audited."""
+
+    code = "forbidden"
+
+
 class StorageFailed(LedgerWriteFailed):
     """The storage refused the transaction (disk full, I/O error); the same jobs may
     commit later. Within the writer only: callers see it only at a shutdown

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
+from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
 from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
 from ledger.port.records import (
@@ -54,6 +55,7 @@ from ledger.port.records import (
     MergeResult,
     Neighbour,
     OutboxKey,
+    Reaching,
     Reported,
     Request,
     Thread,
@@ -280,9 +282,12 @@ class TurnPort(Admits, Protocol):
         limits: Limits,
         now: int,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched:
         """`agent_send`: queue `task` on a session or a new worker session, with the
-        parent's `handoff` (ledger/dispatch.py Rule 4); one transaction."""
+        parent's `handoff` (ledger/dispatch.py Rule 4); one transaction. With `reaching`
+        (a broker tool's call) a target past its turn's reach raises `NotReachable`,
+        having written only the refusal's audit row (ledger/dispatch.py Rule 5)."""
         ...
 
     async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
@@ -441,6 +446,7 @@ class OpsPort(Protocol):
 
 
 class LedgerPort(
+    AuditPort,
     IngestPort,
     TurnPort,
     DeliveryPort,

@@ -21,12 +21,13 @@ import anyio
 import anyio.abc
 
 from core.identity import SessionSpec
+from core.reach import REFUSED
 from ledger import dispatch as dispatches
 from ledger import events, sessions, snapshots, threads, turns
 from ledger.db import Synchronous, connect, damaged, is_damage, migrate, quick_check
 from ledger.ingest import ingest_job
 from ledger.merge import merge_job
-from ledger.port.errors import LedgerNotWritable, WriterDied
+from ledger.port.errors import LedgerNotWritable, NotReachable, WriterDied
 from ledger.port.protocols import WriterStats
 from ledger.port.records import (
     Accepted,
@@ -37,10 +38,12 @@ from ledger.port.records import (
     ItemInfo,
     Limits,
     MergeResult,
+    Reaching,
     Reported,
     TurnRecord,
 )
 from ledger.sqlite.admission import AdmittedWrites
+from ledger.sqlite.audit import AuditMethods
 from ledger.sqlite.events import EventWrites
 from ledger.sqlite.library import LibraryMethods
 from ledger.sqlite.outbox import OutboxClaimMethods
@@ -79,7 +82,7 @@ def _check(conn: sqlite3.Connection, path: Path, budget_s: float) -> bool:
 
 class Ledger(
     SqliteReads, SqliteThreads, RouteMethods, EventWrites, LibraryMethods, AdmittedWrites,
-    OutboxClaimMethods, TimerMethods,
+    OutboxClaimMethods, TimerMethods, AuditMethods,
 ):  # fmt: skip
     def __init__(
         self,
@@ -266,8 +269,9 @@ class Ledger(
         limits: Limits,
         now: int,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched:
-        return await self.writer.call(
+        done = await self.writer.call(
             dispatches.dispatch,
             parent=parent,
             parent_turn=parent_turn,
@@ -278,7 +282,11 @@ class Ledger(
             limits=limits,
             now=now,
             handoff=handoff,
+            reaching=reaching,
         )
+        if done is None:  # refused and audited (ledger/dispatch.py Rule 5)
+            raise NotReachable(REFUSED, field="target")
+        return done
 
     async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
         return await self.writer.call(dispatches.report, session, result, now)
