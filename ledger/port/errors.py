@@ -49,6 +49,11 @@ class LedgerUnreachable(LedgerError):
     """The database server holding the ledger (ledger/postgres) cannot be reached."""
 
 
+class NotALedger(LedgerError):
+    """The file exists but is not an agent-broker ledger (another program's database,
+    or not a database at all): refused untouched (ledger/foreign.py)."""
+
+
 class LedgerNotWritable(LedgerError):
     """The ledger file cannot be written (owner, mode or an immutable attribute)."""
 

@@ -25,6 +25,7 @@ from core.reach import REFUSED
 from ledger import dispatch as dispatches
 from ledger import events, sessions, snapshots, threads, turns
 from ledger.db import Synchronous, connect, damaged, is_damage, migrate, quick_check
+from ledger.foreign import schema_of
 from ledger.ingest import ingest_job
 from ledger.merge import merge_job
 from ledger.port.errors import LedgerNotWritable, NotReachable, WriterDied
@@ -149,6 +150,7 @@ class Ledger(
 
         def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
+            schema_of(path)  # another program's database is refused untouched (NotALedger)
             try:
                 conn = connect(path, synchronous)
                 try:
