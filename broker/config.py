@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from core.queue_machine import QueueMode
 from core.resets import ResetPolicy, parse_daily_at
+from plumbing import redact
+from plumbing.redact import check_pattern
 from policies.model import Owner, Rule, RulesFile
 
 EX_CONFIG = 78
@@ -97,6 +99,18 @@ class AuthSettings(_Section):
             if not re.fullmatch(CHANNEL_PATTERN, name):
                 raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
         return value
+
+
+class LoggingSettings(_Section):
+    # Patterns (Python regular expressions) of the operator's secrets, replaced by
+    # "[redacted]" in log lines and error messages beside the built-in ones
+    # (plumbing/redact.py).
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        return [check_pattern(p) for p in value]
 
 
 OperatorRole = Literal["read", "operate", "admin"]
@@ -272,6 +286,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = EngineSettings()
     auth: AuthSettings = AuthSettings()
     operators: OperatorSettings = OperatorSettings()
+    logging: LoggingSettings = LoggingSettings()
     queue: QueueSettings = QueueSettings()
     owners: list[Owner] = Field(default_factory=list)
     routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
@@ -329,6 +344,17 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment overrides the file, which arrives as init values.
         return (env_settings, init_settings)
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """The secrets the configuration holds, for the redactor: channel tokens, engine keys."""
+    keys = [settings.engine.api_key, *(e.api_key for e in settings.engines.values())]
+    return [*settings.auth.channel_tokens.values(), *(k for k in keys if k)]
+
+
+def configure_redaction(settings: Settings) -> None:
+    """Have log lines and error messages redact this configuration's secrets."""
+    redact.configure(secrets_of(settings), settings.logging.redact)
 
 
 class ConfigError(Exception):

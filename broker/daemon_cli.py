@@ -10,9 +10,17 @@ from typing import Annotated, Literal
 import anyio
 import typer
 
-from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
+from broker.config import (
+    EX_CONFIG,
+    ConfigError,
+    Settings,
+    config_path,
+    configure_redaction,
+    load_rules,
+    load_settings,
+)
 from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
-from plumbing import gc_policy, logs
+from plumbing import gc_policy, logs, redact
 
 app = typer.Typer(
     pretty_exceptions_enable=False, add_completion=False, help="The agent session broker daemon."
@@ -49,6 +57,7 @@ def run(
     if check:
         print("brokerd: configuration is valid")
         return
+    configure_redaction(settings)
     logs.configure(settings.log_level, settings.log_format)
     chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
     gc_policy.tune()
@@ -61,10 +70,10 @@ def run(
             backend_options=backend_options(chosen),
         )
     except StartupError as exc:
-        print(f"brokerd: cannot start: {exc}", file=sys.stderr)
+        print(f"brokerd: cannot start: {redact.text(str(exc))}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
     except LedgerLost as exc:
-        print(f"brokerd: stopped: {exc}", file=sys.stderr)
+        print(f"brokerd: stopped: {redact.text(str(exc))}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
 
 

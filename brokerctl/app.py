@@ -60,7 +60,7 @@ def current_socket() -> Path:
     return socket_path(opts["socket"], opts["config"])
 
 
-def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
+def call(op: str, render: Callable[[Any], None], /, **args: Any) -> None:
     async def go() -> Any:
         async with await BrokerClient.connect(current_socket()) as client:
             return await client.op(op, **{k: v for k, v in args.items() if v is not None})
@@ -69,6 +69,13 @@ def call(op: str, render: Callable[[Any], None], **args: Any) -> None:
         data = anyio.run(go)
     except BrokerError as exc:
         print(f"brokerctl: {exc.code}: {exc.frame.get('message')}", file=sys.stderr)
+        if exc.code == "forbidden":  # the message names the role this uid has
+            print(
+                "brokerctl: an admin may give this uid another role in the broker's"
+                " [operators] configuration",
+                file=sys.stderr,
+            )
+            raise typer.Exit(77) from exc  # EX_NOPERM
         raise typer.Exit(1) from exc
     except OSError as exc:
         print(

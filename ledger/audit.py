@@ -84,6 +84,46 @@ def rows(
     return [dict(zip(keys, r, strict=True)) for r in reversed(found)]
 
 
+def rows_about(conn: sqlite3.Connection, targets: list[str]) -> list[dict[str, Any]]:
+    """The rows whose target is one of `targets` (a session and its turns), oldest
+    first: what an export of the session carries."""
+    out: list[dict[str, Any]] = []
+    keys = ("at", "uid", "role", "op", "target", "outcome")
+    for start in range(0, len(targets), 500):
+        part = targets[start : start + 500]
+        found = conn.execute(
+            "SELECT at, uid, role, op, target, outcome, id FROM audit"
+            f" WHERE target IN ({','.join('?' * len(part))})",
+            part,
+        ).fetchall()
+        out.extend({**dict(zip(keys, r[:6], strict=True)), "id": r[6]} for r in found)
+    out.sort(key=lambda r: (r["at"], r["id"]))
+    for r in out:
+        del r["id"]
+    return out
+
+
+def load_line(conn: sqlite3.Connection, line: dict[str, Any], number: int) -> None:
+    """An export's `audit` line appended as it was (an import carries the history)."""
+    outcome = line.get("outcome")
+    if (
+        not isinstance(line.get("at"), int)
+        or not isinstance(line.get("op"), str)
+        or outcome not in ("ok", "refused")
+    ):
+        raise ValueError(f"line {number}: an audit line needs at, op and outcome")
+    uid, role, target = line.get("uid"), line.get("role"), line.get("target")
+    append(
+        conn,
+        at=line["at"],
+        op=line["op"],
+        target=target if isinstance(target, str) else None,
+        outcome="ok" if outcome == "ok" else "refused",
+        uid=uid if isinstance(uid, int) else None,
+        role=role if isinstance(role, str) else None,
+    )
+
+
 def forget(conn: sqlite3.Connection, ids: Iterable[str]) -> int:
     """Replace every `target` among `ids` (a person's entities, sessions and turns) by
     '[erased]', inside the erasure's transaction; the rows stay. The count rewritten."""

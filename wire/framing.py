@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import orjson
 
+from plumbing import redact
+
 MAX_REQ = 64
 ErrorCode = Literal[
     "bad_json",
@@ -50,7 +52,8 @@ class ProtocolError(Exception):
         return self.code in CLOSING_CODES
 
     def frame(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "error", "code": self.code, "message": self.message}
+        message = redact.text(self.message)  # an error message carries no secret
+        out: dict[str, Any] = {"type": "error", "code": self.code, "message": message}
         if self.req is not None:
             out["req"] = self.req
         if self.field is not None:
