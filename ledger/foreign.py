@@ -23,14 +23,15 @@ SHOWN = 5  # tables named in the message
 
 def schema_of(path: Path) -> int | None:
     """The ledger schema version of the file at `path`, or None when there is no
-    ledger yet (no file, or an empty one). Raises `NotALedger` for another program's
-    file, `LedgerDamaged` for one SQLite cannot read; reads only."""
+    ledger yet (no file, or an empty one) or no SQLite database to look into (a ledger
+    whose header is damaged, or a file of another kind: `Store.open` refuses it first,
+    the daemon finds it damaged). Raises `NotALedger` for another program's
+    database, `LedgerDamaged` for one SQLite cannot read; reads only."""
     if not path.exists() or path.is_dir() or path.stat().st_size == 0:
         return None
     with path.open("rb") as f:
-        header = f.read(len(SQLITE_HEADER))
-    if header != SQLITE_HEADER:
-        raise NotALedger(f"the file {path} is not a ledger: it is not an SQLite database")
+        if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            return None
     try:
         conn = sqlite3.connect(readonly_uri(path), uri=True)
         try:
