@@ -37,12 +37,12 @@ def as_uid(uid: int, path: Path, frames: list[dict[str, Any]]) -> list[dict[str,
                 sock.settimeout(20)
                 sock.connect(str(path))
                 stream = sock.makefile("rwb")
-                answers = []
+                got = []
                 for frame in [{"type": "hello", "v": 1, "role": "operator"}, *frames]:
                     stream.write(json.dumps(frame).encode() + b"\n")
                     stream.flush()
-                    answers.append(json.loads(stream.readline()))
-            os.write(write_end, json.dumps(answers).encode())
+                    got.append(json.loads(stream.readline()))
+            os.write(write_end, json.dumps(got).encode())
             code = 0
         finally:
             os._exit(code)
