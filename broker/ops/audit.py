@@ -19,6 +19,8 @@ from broker.config import OperatorSettings, Settings
 from broker.connection import Connection
 from broker.ops import roles
 from ledger.port import audit
+from ledger.port.audit import Outcome
+from ledger.port.errors import LedgerWriteFailed, WriterClosed, WriterOverloaded
 from ledger.port.protocols import LedgerPort
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -49,9 +51,7 @@ class Audited:
             log.warning(
                 "op refused: above the peer's role", op=op, uid=conn.uid, role=role, need=need
             )
-            await self.ledger.audit(
-                op=op, target=target, outcome="refused", uid=conn.uid, role=role, now=now_ms()
-            )
+            await self._append(op, target, "refused", conn.uid, role, now_ms())
             raise ProtocolError(
                 "forbidden",
                 f"{op} needs the role {need!r}; this connection (uid {conn.uid}) has {role!r}",
@@ -69,9 +69,18 @@ class Audited:
             audit.ACTING.reset(token)
             row = acting.take()  # closes it: a task the op started carries nothing later
         if row is not None:
+            await self._append(op, target, "ok", conn.uid, role, row.at)
+
+    async def _append(
+        self, op: str, target: str | None, outcome: Outcome, uid: int | None, role: str, at: int
+    ) -> None:
+        try:
             await self.ledger.audit(
-                op=op, target=target, outcome="ok", uid=conn.uid, role=role, now=row.at
+                op=op, target=target, outcome=outcome, uid=uid, role=role, now=at
             )
+        except (WriterOverloaded, WriterClosed, LedgerWriteFailed) as exc:
+            # The op's answer stands; the log line is its record then.
+            log.error("audit row not written", op=op, uid=uid, outcome=outcome, error=str(exc))
 
 
 class AuditOps:

@@ -27,7 +27,13 @@ from broker.tools.context import ToolContext
 from broker.tools.recall import RECALL_TOOL, conversation_recall
 from core.engine_types import ToolSpec
 from core.reach import REFUSED
-from ledger.port.errors import LedgerLookupError, NotReachable
+from ledger.port.errors import (
+    LedgerLookupError,
+    LedgerWriteFailed,
+    NotReachable,
+    WriterClosed,
+    WriterOverloaded,
+)
 from ledger.port.records import Handoff, Reaching
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -145,14 +151,18 @@ async def call(
             )
         except NotReachable:  # a read: its refusal is audited in a write of its own
             _refused(session, turn, RECALL_TOOL.name, arguments.get("action"))
-            await hub.ledger.audit(
-                op=RECALL_TOOL.name,
-                target=session,
-                outcome="refused",
-                uid=None,
-                role=None,
-                now=now_ms(),
-            )
+            try:
+                await hub.ledger.audit(
+                    op=RECALL_TOOL.name,
+                    target=session,
+                    outcome="refused",
+                    uid=None,
+                    role=None,
+                    now=now_ms(),
+                )
+            except (WriterOverloaded, WriterClosed, LedgerWriteFailed) as exc:
+                # Refused all the same; the log line above is its record then.
+                log.error("refusal not audited", session=session, turn=turn, error=str(exc))
             raise EngineError(REFUSED) from None
     try:
         if name in tools_session.BY_NAME:
