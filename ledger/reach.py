@@ -16,15 +16,15 @@ from collections.abc import Collection
 from core.bindings import Owner
 from core.reach import Reach, may_reach
 from ledger.bindings import contact_owner, session_owner
-
-__all__ = ["reachable", "reaches", "session_owner", "turn_reaches"]
 from ledger.merge import set_members
+
+__all__ = ["reach_of", "reachable", "reaches", "session_owner", "turn_reaches"]
 
 Contact = tuple[str, str]  # (channel, sender_id)
 
 
 def reach_of(conn: sqlite3.Connection, actor: Owner | None, wide: Collection[Contact]) -> Reach:
-    """ "any" when `actor` is the owner of a contact in `wide`, else "own"."""
+    """`any` when `actor` is the owner of a contact in `wide`, else `own`."""
     if actor is None or actor[0] != "entity" or not wide:
         return "own"
     return "any" if any(contact_owner(conn, c, s) == actor for c, s in wide) else "own"

@@ -5,13 +5,12 @@ principal), the channel, the peer kind and the sender; the first rule that
 matches decides the session-key template, the persona, the default queue
 mode, which modes the sender may choose and which chat commands it may use.
 
-Rule 1: rules are tried in order; the first match wins; the built-in defaults
-        after the configured rules make sure every message matches something.
-Rule 2: a rule is validated when loaded: an unknown placeholder in a key
-        template or an unknown mode is an error that names the rule, and so is
-        `reach = "any"` on a rule that could match anyone but an owner.
-Rule 3: a turn's broker tools reach its own owner's sessions (core/reach.py); only
-        the owners whose rule says `reach = "any"` reach every session (`wide`).
+Rules are tried in order and the first match wins; the built-in defaults after the
+configured rules make sure every message matches something. A rule is validated
+when loaded: an unknown placeholder in a key template or an unknown mode is an error
+that names the rule, and so is `reach = "any"` on a rule that could match anyone but
+an owner. A turn's broker tools reach its own owner's sessions (core/reach.py); only
+the owners whose rule says `reach = "any"` reach every session (`wide_contacts`).
 """
 
 from __future__ import annotations
@@ -120,7 +119,7 @@ class Rule(BaseModel):
     commands: list[ChatCommand] | None = None  # None: every chat command
     rate: RateRule | None = None  # per sender; None: no limit
     reset: ResetRule | None = None  # None: the `[reset]` policy
-    reach: Literal["own", "any"] = "own"  # what the turns' broker tools may touch (Rule 3)
+    reach: Literal["own", "any"] = "own"  # what the turns' broker tools may touch
 
     @model_validator(mode="after")
     def _any_for_owners_alone(self) -> Rule:
@@ -220,8 +219,8 @@ def decide(
 def wide_contacts(
     rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]
 ) -> tuple[tuple[str, str], ...]:
-    """The owners (channel, sender id) whose direct messages' rule grants reach "any"
-    (Rule 3): their turns' tools may touch every session."""
+    """The owners (channel, sender id) whose direct messages' rule grants reach "any":
+    their turns' tools may touch every session."""
     return tuple(
         sorted(
             (channel, sender)

@@ -3,15 +3,17 @@
 The tools see the daemon through `ToolContext` only: dispatching a task, the ledger's
 reads, the recall settings and the token counter, a compaction after the turn, the
 session-state record, the scratchpad's live copy and the timer wheel. The scratchpad,
-compaction and timer tools are `tools_session.py`; `worker_done` is `tools_workers.py`.
+compaction and timer tools are `broker/tools/session.py`; `worker_done` is
+`broker/tools/workers.py`.
 
-Rule 1: a tool call the broker runs has the broker's own id (a ULID, made by the
-        running turn): a dispatch records it as its `tool_call`, and the turn's commit
-        stores the call under it, so a worker links back to the call that spawned it.
-Rule 2: every tool has a reach rule (`REACH`, core/reach.py): what it may touch of
-        another session and where that is checked. A call past its turn's reach, or
-        naming a session or turn that does not exist, answers the one sentence
-        `REFUSED`, changes nothing, and is logged and audited.
+A tool call the broker runs has the broker's own id (a ULID, made by the running
+turn): a dispatch records it as its `tool_call`, and the turn's commit stores the call
+under it, so a worker links back to the call that spawned it.
+
+Every tool has a reach rule (`REACH`, core/reach.py): what it may touch of another
+session and where that is checked. A call past its turn's reach, or naming a session
+or turn that does not exist, answers the one sentence `REFUSED`, changes nothing, and
+is logged and audited.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ async def agent_send(
             handoff=handoff,
             reaching=Reaching(session, AGENT_SEND.name, hub.wide),
         )
-    except NotReachable:  # audited by the dispatch's own transaction (Rule 2)
+    except NotReachable:  # audited by the dispatch's own transaction
         _refused(session, turn, AGENT_SEND.name, target.get("kind"))
         raise EngineError(REFUSED) from None
     except LedgerLookupError as exc:
@@ -131,8 +133,8 @@ async def call(
     call_id: str | None = None,
 ) -> str:
     """Run the tool `name` for `session`'s running `turn`; `call_id` is the broker's id
-    of the call (Rule 1)."""
-    if name not in REACH:  # Rule 2: a tool with no reach rule is not run
+    of the call."""
+    if name not in REACH:  # a tool with no reach rule is not run
         raise EngineError(f"the broker offers no tool named {name!r}")
     if name == "agent_send":
         return await agent_send(hub, session, turn, arguments, call_id)
@@ -186,12 +188,12 @@ def _refused(session: str, turn: str, tool: str, kind: object) -> None:
 
 SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL, *tools_session.SPECS)
 
-# Rule 2: what each tool may touch beyond its own session, and where that is checked.
+# What each tool may touch beyond its own session, and where that is checked.
 # A tool marked "own" is given its calling session by the broker and takes no argument
 # naming another (tests/unit/test_reach_tools.py checks both, for every tool offered).
 REACH: dict[str, str] = {
     AGENT_SEND.name: "a session target or a fork's turn: checked in the dispatch's"
-    " transaction (ledger/dispatch.py Rule 5)",
+    " transaction (ledger/dispatch.py)",
     RECALL_TOOL.name: "a session, a turn or all sessions: checked in the recall's read"
     " (ledger/recall/answer.py); all sessions are those the turn reaches",
     **{spec.name: "own" for spec in tools_session.SPECS},

@@ -1,5 +1,5 @@
-"""The audit methods of the SQLite ledger (`ledger/port/audit.py` AuditPort): a refusal's
-row as a writer job of its own, and the `audit.list` read (`ledger/audit.py`)."""
+"""The SQLite ledger's `AuditPort` (ledger/port/audit.py): a refusal's row as a writer
+job of its own, and the `audit.list` read (ledger/audit.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ from typing import Any
 
 from ledger import audit
 from ledger.port.audit import Outcome
-from ledger.sqlite.reads import ReaderPool
-from ledger.writer.group_commit import LedgerWriter
+from ledger.sqlite.connections import Connected
 
 
-class AuditMethods:
-    writer: LedgerWriter
-    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
-
+class SqliteAudit(Connected):
     async def audit(
         self,
         *,

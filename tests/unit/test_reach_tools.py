@@ -1,4 +1,4 @@
-"""Every broker tool has a reach rule (broker/tools/table.py Rule 2): a tool added
+"""Every broker tool has a reach rule (broker/tools/table.py `REACH`): a tool added
 without one fails here, and a tool of one's own session takes no argument that could
 name another session."""
 
