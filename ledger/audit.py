@@ -1,5 +1,5 @@
 """The audit trail: one row per operator op that changed something or was refused,
-and per refused agent tool call (the `audit` table, migration 0020_audit).
+and per refused agent tool call (the `audit` table, migration 0021_audit).
 
 A row is appended by the transaction of the change it records (`append`, called
 from inside that transaction's job), so a change and its row commit together or

@@ -35,7 +35,14 @@ from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
-from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
+from ledger.port.features import (
+    HandoffPort,
+    RoutePort,
+    SnapshotPort,
+    ThreadPort,
+    TimerPort,
+    TitlePort,
+)
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -456,6 +463,7 @@ class LedgerPort(
     ThreadPort,
     TitlePort,
     LibraryPort,
+    HandoffPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

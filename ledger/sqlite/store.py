@@ -32,6 +32,7 @@ from ledger.port.protocols import WriterStats
 from ledger.sqlite.audit import SqliteAudit
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.delivery import SqliteDelivery
+from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
 from ledger.sqlite.ops import SqliteOps
@@ -80,6 +81,7 @@ class Ledger(
     SqliteThreads,
     SqliteTitles,
     SqliteLibrary,
+    SqliteHandoffs,
     SqliteAudit,
 ):
     """The port on one SQLite file: the sum of its parts, opened by `Ledger.open`."""
