@@ -8,15 +8,18 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from wire.client import BrokerClient
 
 READER, OPERATOR = 65534, 65533  # nobody, and another uid with no account
 pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="needs root to drop to another uid")
@@ -156,3 +159,35 @@ def test_brokerctl_says_which_role_it_has(make_daemon: DaemonFactory, short_tmp:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 77, said
     assert "forbidden" in said and "'read'" in said and "[operators]" in said, said
+
+
+def test_brokerctl_audit_lists_the_rows(make_daemon: DaemonFactory) -> None:
+    d = make_daemon()
+
+    async def made() -> None:
+        async with await BrokerClient.connect(d.socket) as client:
+            await client.op("store.call", call="create", args={"session": "lib:z"})
+            await client.op("store.call", call="get", args={"session": "lib:z"})  # a read
+
+    anyio.run(made)
+    ctl = [sys.executable, "-c", "from brokerctl.main import main; main()"]
+    done = subprocess.run(
+        [*ctl, "--socket", str(d.socket), "--json", "audit", "--since", "1h", "--op", "store.call"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [(r["uid"], r["role"], r["op"], r["target"], r["outcome"]) for r in rows] == [
+        (os.getuid(), "admin", "store.call", "lib:z", "ok")
+    ]
+    table = subprocess.run(
+        [*ctl, "--socket", str(d.socket), "audit", "--since", "yesterday"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert table.returncode == 64 and "usage" in table.stderr

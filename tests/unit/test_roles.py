@@ -78,3 +78,15 @@ def test_operators_config(tmp_path: Any) -> None:
     ops = load_settings(path).operators
     assert ops.default_role == "read" and ops.roles() == {1000: "admin"}
     assert OperatorSettings().default_role == "operate"
+
+
+def test_brokerctl_audit_since() -> None:
+    from brokerctl.audit import since_ms
+
+    now = 1_800_000_000.0
+    assert since_ms("30m", now) == int((now - 1800) * 1000)
+    assert since_ms("2d", now) == int((now - 172_800) * 1000)
+    assert since_ms("1700000000000", now) == 1_700_000_000_000
+    assert since_ms("2026-01-31T09:00", now) == since_ms("2026-01-31T09:00:00+00:00", now)
+    with pytest.raises(ValueError, match="Invalid isoformat"):
+        since_ms("yesterday", now)
