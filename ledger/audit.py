@@ -1,5 +1,5 @@
 """The audit trail: one row per operator op that changed something or was refused,
-and per refused agent tool call (the `audit` table, migration 0021_audit).
+and per refused agent tool call (the `audit` table, migration 0023_audit).
 
 A row is appended by the transaction of the change it records (`append`, called
 from inside that transaction's job), so a change and its row commit together or
@@ -19,7 +19,16 @@ from typing import Any, Literal
 from ledger.port.audit import ACTING, Acting, Row
 from plumbing.ids import new_id
 
-__all__ = ["ACTING", "Acting", "Row", "append", "forget", "rows", "run_audited"]
+__all__ = [
+    "ACTING",
+    "Acting",
+    "Row",
+    "append",
+    "forget",
+    "forget_turns_of",
+    "rows",
+    "run_audited",
+]
 
 Outcome = Literal["ok", "refused"]
 ERASED = "[erased]"
@@ -122,6 +131,20 @@ def load_line(conn: sqlite3.Connection, line: dict[str, Any], number: int) -> No
         uid=uid if isinstance(uid, int) else None,
         role=role if isinstance(role, str) else None,
     )
+
+
+def forget_turns_of(conn: sqlite3.Connection, sessions: list[str]) -> int:
+    """`forget` the ids of every turn of `sessions`, while those turns still exist."""
+    total = 0
+    for start in range(0, len(sessions), 500):
+        part = sessions[start : start + 500]
+        cur = conn.execute(
+            "UPDATE audit SET target = ? WHERE target IN (SELECT id FROM turns"
+            f" WHERE session_label IN ({','.join('?' * len(part))}))",
+            (ERASED, *part),
+        )
+        total += max(cur.rowcount, 0)
+    return total
 
 
 def forget(conn: sqlite3.Connection, ids: Iterable[str]) -> int:

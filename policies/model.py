@@ -130,6 +130,8 @@ class Rule(BaseModel):
             )
         return self
 
+    mcp: list[str] | None = None  # names in [[mcp.servers]] offered; None: every one
+
 
 class RulesFile(BaseModel):
     """A policies file: `[[rules]]` tables, matched first to last."""
@@ -168,6 +170,7 @@ class Decision:
     rate: Rate | None = None
     reset: ResetPolicy = NO_RESETS
     reach: Literal["own", "any"] = "own"
+    mcp: frozenset[str] | None = None  # the MCP servers whose tools its turns get; None: all
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
     def __post_init__(self) -> None:
@@ -212,6 +215,7 @@ def decide(
                 rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
                 reset=resets if rule.reset is None else rule.reset.over(resets),
                 reach=rule.reach,
+                mcp=None if rule.mcp is None else frozenset(rule.mcp),
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover
 

@@ -16,6 +16,7 @@ from broker.connection import Connection
 from broker.logfollow import LEVEL_ORDER, Follower
 from broker.mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from broker.ops.audit import Audited, AuditOps
+from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
@@ -23,6 +24,7 @@ from broker.ops.store import StoreOps
 from broker.ops.threads import ThreadOps
 from broker.ops.timers import TimerOps
 from broker.ops.workers import WorkerOps
+from broker.retention import Retention
 from broker.timers import Timers
 from core.session_state import EVENT_TYPES
 from ledger.port.errors import LedgerLookupError
@@ -51,6 +53,8 @@ class Ops:
         self.mailboxes = mailboxes
         self.state_of = state_of
         self.started = time.monotonic()
+        self.erasure = ErasureOps(ledger, mailboxes, timers)
+        self.retention: Retention | None = None  # set by the daemon
         self.table: dict[str, OpFn] = {
             "health": self.health,
             "sessions.list": self.sessions_list,
@@ -73,6 +77,7 @@ class Ops:
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,
             **AuditOps(ledger).table,
+            **self.erasure.table,
         }
         self.audited = Audited(ledger, lambda: mailboxes.settings if mailboxes else None)
 
@@ -151,6 +156,7 @@ class Ops:
             # Kept short by the checkpointer (ledger/writer/checkpoint.py); one that keeps
             # growing means checkpoints fail or a reader holds an old snapshot.
             "wal_bytes": writer.wal_bytes,
+            "retention": (self.retention or Retention(self.ledger, 0)).status(),
         }
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:

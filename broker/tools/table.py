@@ -40,7 +40,7 @@ from ledger.port.records import Handoff, Reaching
 from plumbing import logs
 from plumbing.ids import now_ms
 
-__all__ = ["REACH", "SPECS", "WORKER_SPECS", "ToolContext", "call", "specs_for"]
+__all__ = ["REACH", "SPECS", "WORKER_SPECS", "ToolContext", "call", "offered", "specs_for"]
 
 log = logs.get("broker.tools")
 
@@ -134,7 +134,8 @@ async def call(
 ) -> str:
     """Run the tool `name` for `session`'s running `turn`; `call_id` is the broker's id
     of the call."""
-    if name not in REACH:  # a tool with no reach rule is not run
+    external = hub.mcp is not None and name not in REACH and hub.mcp.has(name)
+    if name not in REACH and not external:  # a broker tool with no reach rule is not run
         raise EngineError(f"the broker offers no tool named {name!r}")
     if name == "agent_send":
         return await agent_send(hub, session, turn, arguments, call_id)
@@ -173,6 +174,8 @@ async def call(
             return await tools_workers.worker_done(hub, session, arguments)
     except LedgerLookupError as exc:  # a refusal is the tool's answer, not a failed turn
         raise EngineError(f"{name} refused: {exc}") from exc
+    if hub.mcp is not None and hub.mcp.has(name):
+        return await hub.mcp.call(name, arguments, hub.mcp_servers(session))
     raise EngineError(f"the broker offers no tool named {name!r}")
 
 
@@ -191,6 +194,7 @@ SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL, *tools_session.SPECS)
 # What each tool may touch beyond its own session, and where that is checked.
 # A tool marked "own" is given its calling session by the broker and takes no argument
 # naming another (tests/unit/test_reach_tools.py checks both, for every tool offered).
+# An MCP server's tool reaches no session of the broker: it runs in its server.
 REACH: dict[str, str] = {
     AGENT_SEND.name: "a session target or a fork's turn: checked in the dispatch's"
     " transaction (ledger/dispatch.py)",
@@ -205,3 +209,10 @@ WORKER_SPECS: tuple[ToolSpec, ...] = (*SPECS, tools_workers.WORKER_DONE)
 def specs_for(kind: str) -> tuple[ToolSpec, ...]:
     """The tools offered to a session of `kind`: a worker may also report (worker_done)."""
     return WORKER_SPECS if kind == "worker" else SPECS
+
+
+def offered(hub: ToolContext, label: str, kind: str) -> tuple[ToolSpec, ...]:
+    """The broker's tools for `kind`, then the MCP tools `label`'s route rule allows."""
+    if hub.mcp is None:
+        return specs_for(kind)
+    return specs_for(kind) + hub.mcp.specs(hub.mcp_servers(label))

@@ -1,4 +1,4 @@
-"""The audit trail as the shell sees it (`ledger/audit.py`, migration 0021_audit).
+"""The audit trail as the shell sees it (`ledger/audit.py`, migration 0023_audit).
 
 A row records an operator op that changed something or was refused, or a refused
 agent tool call; it names what was acted on and never holds message text, tool

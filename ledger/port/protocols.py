@@ -35,6 +35,7 @@ from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
+from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
     HandoffPort,
     RoutePort,
@@ -67,6 +68,7 @@ from ledger.port.records import (
     TimerInfo,
     TurnRecord,
 )
+from ledger.port.retention import RetentionPort
 
 __all__ = [
     "Accepted",
@@ -463,6 +465,8 @@ class LedgerPort(
     ThreadPort,
     TitlePort,
     LibraryPort,
+    ErasurePort,
+    RetentionPort,
     HandoffPort,
     Protocol,
 ):

@@ -1,4 +1,4 @@
-"""The audit table (migration 0021_audit, ledger/audit.py): append-only but for the
+"""The audit table (migration 0023_audit, ledger/audit.py): append-only but for the
 erasure's `forget`; the operator's export of a session carries its rows."""
 
 from __future__ import annotations

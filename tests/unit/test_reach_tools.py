@@ -4,6 +4,7 @@ name another session."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -32,4 +33,6 @@ def test_a_tool_of_its_own_session_names_no_other(spec: Any) -> None:
 
 async def test_a_tool_with_no_reach_rule_is_not_run() -> None:
     with pytest.raises(EngineError, match="no tool named 'delete_everything'"):
-        await tools.call(cast(Any, None), "dm:a", "t1", "delete_everything", {})
+        await tools.call(
+            cast(Any, SimpleNamespace(mcp=None)), "dm:a", "t1", "delete_everything", {}
+        )

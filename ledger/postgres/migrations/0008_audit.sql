@@ -1,4 +1,4 @@
--- The audit trail, as SQLite's migration 0021_audit keeps it (ledger/audit.py):
+-- The audit trail, as SQLite's migration 0023_audit keeps it (ledger/audit.py):
 -- append-only, the one change allowed being `target` set to '[erased]' by the
 -- forgetting of a person.
 CREATE TABLE audit (
