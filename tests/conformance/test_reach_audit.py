@@ -112,3 +112,25 @@ async def test_audit_list_filters_and_keeps_the_latest(port: LedgerPort) -> None
     assert [r["target"] for r in await port.audit_list(3, None, 100)] == ["t2", "t3", "t4"]
     assert [r["target"] for r in await port.audit_list(None, "entity.merge", 100)] == ["t1", "t3"]
     assert set(rows[0]) == {"at", "uid", "role", "op", "target", "outcome"}
+
+
+async def test_an_erasure_leaves_no_id_of_the_person_in_the_trail(port: LedgerPort) -> None:
+    alice, alice_turn = await _person(port, "alice")
+    bob, _ = await _person(port, "bob")
+    entity = alice.removeprefix("dm:")
+    for target in (alice, alice_turn, entity, bob):
+        await port.audit(op="session.fork", target=target, outcome="ok", uid=0, role="admin",
+                         now=tick())  # fmt: skip
+    token = audit.ACTING.set(audit.Acting("entity.erase", entity, 0, "admin"))
+    try:
+        await port.erase_entity(entity, entity, tick())
+    finally:
+        audit.ACTING.reset(token)
+    rows = await port.audit_list(None, None, 100)
+    assert [(r["op"], r["target"]) for r in rows] == [
+        ("session.fork", "[erased]"),
+        ("session.fork", "[erased]"),
+        ("session.fork", "[erased]"),
+        ("session.fork", bob),
+        ("entity.erase", entity),  # the record of what was erased
+    ]
