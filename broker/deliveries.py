@@ -7,9 +7,11 @@ Rule 1: a `deliver` is sent only after the outbox row holding it committed;
         another of the channel is still connected). A reply whose commit is
         on its way (`expect`) is left to its own `deliver` by a connect, since
         a reader may see the row before the commit is reported here.
-Rule 2: a session's replies go to one adapter of the channel, chosen by the
-        session label, so its deltas and its deliver arrive in order on one
-        connection. Sending never waits on a client (see Connection.post).
+Rule 2: a session's replies go to one adapter of the channel, so its deltas
+        and its deliver arrive in order on one connection: the one its latest
+        message came from while that one is connected (an adapter may serve
+        one person only, as a terminal does), else one chosen by the session
+        label. Sending never waits on a client (see Connection.post).
 Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer/group_commit.py
         Rule 6), one in flight at a time, whose outcome `record_confirmations`
         awaits and acts on (in its own task, not the writer's). Until the record
@@ -105,6 +107,15 @@ class Deliveries:
             picked.clear()
         picked[session] = conn
         return conn
+
+    def heard_from(self, conn: Connection, session: str) -> None:
+        """`session`'s latest message came from `conn`: its replies go there (Rule 2)."""
+        if conn.channel is None or conn.closed:
+            return
+        picked = self._picked.setdefault(conn.channel, {})
+        if len(picked) >= PICKS_KEPT:
+            picked.clear()
+        picked[session] = conn
 
     def delta(self, channel: str, session: str, frame: dict[str, Any]) -> None:
         conn = self.pick(channel, session)
