@@ -23,13 +23,14 @@ import typer
 from brokerctl import (  # noqa: F401 - their commands register on `app`
     context,
     files,
+    messaging,
     routes,
     state,
     threads,
     timers,
     workers,
 )
-from brokerctl.app import app, call, console, current_socket, opts, print_table
+from brokerctl.app import app, call, console, current_socket, hoist_globals, opts, print_table
 from core.queue_machine import QueueMode
 from wire.client import BrokerClient, BrokerError
 
@@ -304,6 +305,7 @@ def backup(
 ) -> None:
     """Copy the ledger consistently while the daemon runs (SQLite online backup)."""
     from broker.config import ConfigError, load_settings
+    from brokerctl.served import served_ledger
     from ledger.transfer import backup as backup_ledger  # Rule 1
 
     try:
@@ -311,6 +313,10 @@ def backup(
     except ConfigError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(78) from exc
+    ledger = served_ledger(opts["socket"], ledger)
+    if not ledger.is_file():
+        print(f"brokerctl: no ledger at {ledger}", file=sys.stderr)
+        raise typer.Exit(1)
     if target.exists():
         print(f"brokerctl: {target} exists; choose a new file", file=sys.stderr)
         raise typer.Exit(1)
@@ -326,7 +332,7 @@ def doctor() -> None:
     """Check the config, socket, daemon, ledger and stuck sessions; say what to fix."""
     from brokerctl.doctor import run_checks
 
-    findings = anyio.run(run_checks, opts["config"])
+    findings = anyio.run(run_checks, opts["config"], opts["socket"])
     if opts["json"]:
         rows = [
             {"level": f.level, "check": f.check, "message": f.message, "fix": f.fix}
@@ -345,4 +351,4 @@ def doctor() -> None:
 
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
-    app()
+    app(args=hoist_globals(sys.argv[1:]), prog_name="brokerctl")
