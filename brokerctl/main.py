@@ -48,6 +48,15 @@ def health() -> None:
     call("health", render)
 
 
+def who(person: dict[str, Any] | None) -> str:
+    """A session's person, for a table: `Ann Lee (terminal:ann, mail:ann@x.org)`."""
+    if not person:
+        return ""
+    channels = ", ".join(person.get("channels") or ())
+    name = person.get("name") or person.get("entity") or ""
+    return f"{name} ({channels})" if channels else name
+
+
 @app.command()
 def sessions(
     status: Annotated[str | None, typer.Option(help="Only sessions with this status.")] = None,
@@ -58,10 +67,11 @@ def sessions(
     def render(rows: list[dict[str, Any]]) -> None:
         print_table(
             "sessions",
-            ["label", "status", "state", "thread", "turns", "queued", "parent"],
+            ["label", "person", "status", "state", "thread", "turns", "queued", "parent"],
             [
                 [
                     r["label"],
+                    who(r.get("person")),
                     r["status"],
                     r["state"],
                     r.get("thread"),
@@ -86,8 +96,11 @@ def show(
     def render(d: dict[str, Any]) -> None:
         console.print(
             f"[bold]{d['label']}[/bold]  status={d['status']} state={d['state']} "
-            f"head={d['head']} aliases={', '.join(d['aliases']) or '-'}"
+            f"head={d['head']} aliases={', '.join(d['aliases']) or '-'}",
+            highlight=False,
         )
+        if d.get("person"):
+            console.print(f"with {who(d['person'])}", highlight=False, markup=False)
         if d.get("merged_into"):
             console.print(f"merged into {d['merged_into']}")
         print_table(

@@ -156,3 +156,26 @@ async def test_help_lists_the_commands_the_route_allows(
     assert reply.status == "final" and reply.turn is None
     said = {line.split(":")[0].split(" ")[0] for line in reply.text.splitlines()[1:]}
     assert said >= set(listed) and not said & set(not_listed), reply.text
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_sessions_and_show_name_the_person(daemon: DaemonProcess, tmp_path: Path) -> None:
+    channel, sender = uniq("c"), uniq("ann")
+    async with Adapter.connect(daemon.socket, channel) as adapter:
+        ack = await adapter.send(uniq("m"), sender, "hello", sender_name="Ann Lee")
+        reply = await next_deliver(adapter)
+        await adapter.confirm(reply.out_id)
+    sock = str(daemon.socket)
+    rows = await anyio.to_thread.run_sync(
+        lambda: as_json(ctl("sessions", "--json", "-s", sock, cwd=tmp_path))
+    )
+    [row] = [r for r in rows if r["label"] == ack.session]
+    assert row["person"]["name"] == "Ann Lee"
+    assert row["person"]["channels"] == [f"{channel}:{sender}"]
+    table = await anyio.to_thread.run_sync(lambda: ctl("sessions", "-s", sock, cwd=tmp_path))
+    assert f"Ann Lee ({channel}:{sender})" in table.stdout
+    shown = await anyio.to_thread.run_sync(
+        lambda: ctl("show", ack.session, "-s", sock, cwd=tmp_path)
+    )
+    assert f"with Ann Lee ({channel}:{sender})" in shown.stdout, shown.stdout
