@@ -16,9 +16,9 @@ it shows and confirms only the replies to its own person (a DM with its sender,
 and the deltas of the sessions its messages went to), and leaves any other in
 the ledger for that person's terminal.
 
-stdin is read by a daemon thread with `os.read` (no buffer lock to hold
-at interpreter exit), which hands lines to the event loop; a blocking read
-cannot be cancelled, and a daemon thread does not keep the process alive.
+stdin is read by a daemon thread with `os.read` (no buffer lock to hold at interpreter
+exit), which hands lines to the event loop: a blocking read cannot be cancelled, and a
+daemon thread does not keep the process alive.
 """
 
 from __future__ import annotations
