@@ -119,3 +119,27 @@ async def test_each_doc_example_answers_a_message(kind: str, fake_openai: str) -
     assert "hello engine" in reply.text.lower()
     if kind == "openai":
         assert reply.text == "You said: hello engine"
+
+
+def test_an_env_key_that_cannot_go_in_a_header_stops_the_start(tmp_path: Path) -> None:
+    config = tmp_path / "broker.toml"
+    write_config(
+        config,
+        {
+            "socket_path": str(tmp_path / "s.sock"),
+            "ledger": {"path": str(tmp_path / "l.db")},
+            "engine": {"kind": "openai"},
+        },
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**env, "OPENAI_API_KEY": "sk-…"},
+        check=False,
+    )
+    assert done.returncode == EX_CONFIG, done.stderr
+    assert "OPENAI_API_KEY" in done.stderr
+    assert not (tmp_path / "l.db").exists()
