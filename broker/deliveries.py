@@ -73,6 +73,9 @@ class Deliveries:
         # channel -> session -> the adapter `pick` chose; forgotten whenever an
         # adapter of the channel comes or goes, since the choice may change.
         self._picked: dict[str, dict[str, Connection]] = {}
+        # channel -> session -> the adapter its latest message came from; kept while
+        # others come and go, dropped when that one goes.
+        self._heard: dict[str, dict[str, Connection]] = {}
         # out_ids whose outbox row is being committed; `deliver` or `abandon` follows.
         self._committing: set[str] = set()
         # conn id -> live replies held for that adapter until its backlog is out
@@ -83,6 +86,11 @@ class Deliveries:
         self._recorded_meanwhile: set[str] = set()
 
     def pick(self, channel: str, session: str) -> Connection | None:
+        heard = self._heard.get(channel)
+        if heard is not None:
+            conn = heard.get(session)
+            if conn is not None and not conn.closed:
+                return conn
         picked = self._picked.get(channel)
         if picked is None:
             picked = self._picked[channel] = {}
@@ -105,10 +113,10 @@ class Deliveries:
         """`session`'s latest message came from `conn`: its replies go there."""
         if conn.channel is None or conn.closed:
             return
-        picked = self._picked.setdefault(conn.channel, {})
-        if len(picked) >= PICKS_KEPT:
-            picked.clear()
-        picked[session] = conn
+        heard = self._heard.setdefault(conn.channel, {})
+        if len(heard) >= PICKS_KEPT:
+            heard.clear()
+        heard[session] = conn
 
     def delta(self, channel: str, session: str, frame: dict[str, Any]) -> None:
         conn = self.pick(channel, session)
@@ -254,6 +262,10 @@ class Deliveries:
         if conn in conns:
             conns.remove(conn)
         self._picked.pop(conn.channel, None)
+        heard = self._heard.get(conn.channel)
+        if heard is not None:
+            for session in [s for s, c in heard.items() if c is conn]:
+                del heard[session]
         for out_id, (channel, session, data, sent_to) in list(self.unconfirmed.items()):
             if sent_to == conn.id:
                 self._send(out_id, channel, session, data)
