@@ -135,6 +135,23 @@ class McpSettings(_Section):
                 owner[tool] = server.name
         return self
 
+    @field_validator("api_key")
+    @classmethod
+    def _api_key_fits_a_header(cls, value: str | None) -> str | None:
+        # It goes into an HTTP header: printable ASCII, else every turn would fail.
+        if value is not None and not all(" " < ch <= "~" for ch in value):
+            raise ValueError(
+                "the key must be printable ASCII without spaces (it goes into an HTTP"
+                " header); was a placeholder such as 'sk-…' copied?"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _subprocess_has_a_command(self) -> EngineSettings:
+        if self.kind == "subprocess" and not self.command:
+            raise ValueError('kind = "subprocess" needs command = ["program", "arg", ...]')
+        return self
+
 
 class AuthSettings(_Section):
     # None: the broker's own uid / gid only.

@@ -224,6 +224,7 @@ class Daemon:
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
+            ingress.heard_from = deliveries.heard_from
             runtime = await _sessions_runtime(s, mailboxes, ingress)
             timers: Timers = (
                 TimerWheel(ledger, mailboxes.post) if runtime is None else runtime.timers()

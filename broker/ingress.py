@@ -80,6 +80,8 @@ class Ingress:
         self.accepting = True  # False while the daemon shuts down
         # Why the sessions' runtime cannot take work now (Temporal unreachable), or None.
         self.runtime_failure: Callable[[], str | None] = lambda: None
+        # Told of each message acked, so its session's replies go back the way it came.
+        self.heard_from: Callable[[Connection, str], None] = lambda _conn, _session: None
         self.pending_bytes = 0  # within `max_pending_bytes`, over all connections
         self._filed, self._to_answer = anyio.create_memory_object_stream[Filed](FILED_BUFFER)
         self._unanswered = 0  # in the channel's buffer (read here without its statistics)
@@ -223,6 +225,7 @@ class Ingress:
         if req is not None:
             frame["req"] = req
         conn.post(encode(frame))
+        self.heard_from(conn, acc.session)
         if not acc.duplicate:
             self.on_committed(acc, filed.record)
 

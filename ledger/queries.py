@@ -9,6 +9,7 @@ from core.identity import DM_TEMPLATE, chain_to_root, resolve_label
 from ledger.events import session_totals
 from ledger.ingest import get_alias, get_session_ref
 from ledger.live_turns import running_turn
+from ledger.people import person
 from ledger.port.errors import NotFound
 
 OPEN = "('queued', 'running')"
@@ -42,8 +43,9 @@ def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> l
             "kind": r[4],
             "queued": r[5],
             "thread": r[6],  # the current thread's number (ledger/threads.py)
+            "person": person(conn, r[0]),  # who it is with (ledger/people.py)
         }
-        for r in conn.execute(sql, args)
+        for r in conn.execute(sql, args).fetchall()
     ]
 
 
@@ -71,6 +73,7 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
         "parent_turn": row["parent_turn_id"],
         "origin": row["origin"],
         "aliases": aliases_of(conn, label),
+        "person": person(conn, label),
         "head": row["head_turn_id"],
         "queued": queued_items(conn, label, limit),
         "turns": [
