@@ -101,6 +101,23 @@ class EngineSettings(_Section):
             )
         return self
 
+    @field_validator("api_key")
+    @classmethod
+    def _api_key_fits_a_header(cls, value: str | None) -> str | None:
+        # It goes into an HTTP header: printable ASCII, else every turn would fail.
+        if value is not None and not all(" " < ch <= "~" for ch in value):
+            raise ValueError(
+                "the key must be printable ASCII without spaces (it goes into an HTTP"
+                " header); was a placeholder such as 'sk-…' copied?"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _subprocess_has_a_command(self) -> EngineSettings:
+        if self.kind == "subprocess" and not self.command:
+            raise ValueError('kind = "subprocess" needs command = ["program", "arg", ...]')
+        return self
+
 
 class McpServerSettings(_Section):
     """One MCP server whose tools engines are offered (docs/mcp.md)."""
@@ -133,23 +150,6 @@ class McpSettings(_Section):
                         f" {owner[tool]!r} and {server.name!r}"
                     )
                 owner[tool] = server.name
-        return self
-
-    @field_validator("api_key")
-    @classmethod
-    def _api_key_fits_a_header(cls, value: str | None) -> str | None:
-        # It goes into an HTTP header: printable ASCII, else every turn would fail.
-        if value is not None and not all(" " < ch <= "~" for ch in value):
-            raise ValueError(
-                "the key must be printable ASCII without spaces (it goes into an HTTP"
-                " header); was a placeholder such as 'sk-…' copied?"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _subprocess_has_a_command(self) -> EngineSettings:
-        if self.kind == "subprocess" and not self.command:
-            raise ValueError('kind = "subprocess" needs command = ["program", "arg", ...]')
         return self
 
 
