@@ -240,6 +240,13 @@ class TracingSettings(_Section):
     otlp_endpoint: str = ""  # "http://127.0.0.1:4318"; "": off
     capture_content: bool = False  # message text in the spans
 
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError('expected an http(s) URL, as "http://127.0.0.1:4318"')
+        return value
+
 
 class ConsoleSettings(_Section):
     """`[console]`: the web console (broker/console/)."""

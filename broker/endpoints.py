@@ -77,6 +77,11 @@ class Endpoints:
                 handler = endpoint(metrics, refresh)
                 self.servers.append(("metrics", listener, handler))
                 self.observers.append(metrics)
+            if s.tracing.otlp_endpoint:
+                from broker.observe.tracing import Tracing  # the `tracing` extra
+
+                self.tracer = Tracing.start(s)
+                self.observers.append(self.tracer)
         except BaseException:
             await self.aclose()
             raise

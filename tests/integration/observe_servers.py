@@ -129,6 +129,16 @@ class OtlpReceiver:
     arrived: list[float] = field(default_factory=list)  # time.monotonic() of each
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def arrival_of(self, name: str) -> float:
+        """When the first export holding a span named `name` came."""
+        with self.lock:
+            for req, at in zip(self.requests, self.arrived, strict=True):
+                for rs in req.resource_spans:
+                    for ss in rs.scope_spans:
+                        if any(span.name == name for span in ss.spans):
+                            return at
+        raise LookupError(name)
+
     def spans(self) -> list[tuple[Any, Any]]:
         """(resource spans' resource, span) of every span received so far."""
         out: list[tuple[Any, Any]] = []
