@@ -82,6 +82,11 @@ class Endpoints:
 
                 self.tracer = Tracing.start(s)
                 self.observers.append(self.tracer)
+            if s.console.address:
+                from broker.console.app import Console  # the `console` extra
+
+                self.console = await Console.open(daemon, ledger, mailboxes, ops)
+                self.observers.append(self.console)
         except BaseException:
             await self.aclose()
             raise
@@ -118,6 +123,8 @@ class Endpoints:
         with anyio.CancelScope(shield=True):
             for _, listener, _ in self.servers:
                 await listener.aclose()
+            if self.console is not None:
+                self.console.close()
             if self.tracer is not None:
                 with anyio.move_on_after(FLUSH_AT_STOP_S):
                     await anyio.to_thread.run_sync(self.tracer.shutdown, abandon_on_cancel=True)

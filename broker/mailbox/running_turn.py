@@ -116,6 +116,7 @@ class RunningTurn:
         if self.call_began is not None:  # the call's first chunk
             hub.observer.first_chunk(self.clock() - self.call_began)
             self.call_began = None
+        hub.observer.delta(self.session, self.id, text)
         self.parts.append(text)
         if self.channel is not None:
             self.send_delta(

@@ -53,7 +53,7 @@ async def listen(key: str, address: str) -> anyio.abc.Listener[anyio.abc.ByteStr
     try:
         if is_unix(address):
             path = Path(address)
-            await anyio.to_thread.run_sync(_unlink_stale, key, path)
+            await anyio.to_thread.run_sync(unlink_stale, key, path)
             return await anyio.create_unix_listener(path, mode=0o660)
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
@@ -67,7 +67,7 @@ async def listen(key: str, address: str) -> anyio.abc.Listener[anyio.abc.ByteStr
         raise EndpointError(key, address, exc.strerror or str(exc)) from exc
 
 
-def _unlink_stale(key: str, path: Path) -> None:
+def unlink_stale(key: str, path: Path) -> None:
     """A socket file nobody listens on is a leftover of a killed daemon: remove it."""
     import socket
 

@@ -36,6 +36,9 @@ class Observer:
     def first_chunk(self, seconds: float) -> None:
         """An engine call's first delta came `seconds` after the call began."""
 
+    def delta(self, session: str, turn: str, text: str) -> None:
+        """A chunk of a running turn's reply, as it streams."""
+
     def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
         """A turn's engine call ran from `began_ms` to `ended_ms` (wall clock)."""
 
@@ -67,6 +70,10 @@ class Fanout(Observer):
     def first_chunk(self, seconds: float) -> None:
         for o in self.observers:
             _safely(o.first_chunk, seconds)
+
+    def delta(self, session: str, turn: str, text: str) -> None:
+        for o in self.observers:
+            _safely(o.delta, session, turn, text)
 
     def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
         for o in self.observers:

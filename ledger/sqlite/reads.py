@@ -18,6 +18,7 @@ import anyio
 
 from core.session_state import SessionState
 from ledger import (
+    console,
     events,
     inspect,
     queries,
@@ -119,6 +120,15 @@ class SqliteReads:
 
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.readers.run(lambda c: queries.sessions_list(c, status, limit))
+
+    async def console_sessions(self, limit: int, offset: int) -> list[dict[str, Any]]:
+        return await self.readers.run(lambda c: console.sessions_page(c, limit, offset))
+
+    async def console_session(self, label: str, limit: int) -> dict[str, Any]:
+        return await self.readers.run(lambda c: console.session_tree(c, label, limit))
+
+    async def console_turn(self, label: str, turn: str) -> dict[str, Any]:
+        return await self.readers.run(lambda c: console.turn_detail(c, label, turn))
 
     async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
         return await self.readers.run(lambda c: workers.list_workers(c, session, turn))
