@@ -8,7 +8,9 @@ at start with exit 78 naming the key.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -164,3 +166,20 @@ def test_a_metrics_address_in_use_stops_the_start(short_tmp: Path) -> None:
     assert "metrics.address" in done.stderr and "in use" in done.stderr
     assert time.monotonic() - started < 30
     assert not (short_tmp / "b.sock").exists()
+
+
+@pytest.mark.anyio
+@ASYNCIO
+async def test_brokerctl_top_shows_the_figures(make_daemon: DaemonFactory) -> None:
+    port = free_port()
+    d = make_daemon({"metrics": {"address": f"127.0.0.1:{port}"}})
+    await chat(d, 2, "t")
+    command = [sys.executable, "-c", "from brokerctl.main import main; main()"]
+    command += ["--socket", str(d.socket), "top", "--metrics", f"127.0.0.1:{port}", "--once"]
+    done = await anyio.run_process(command, check=False, env={**os.environ, "COLUMNS": "100"})
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    rows = {line.strip("│ ").split("│")[0].strip(): line for line in out.splitlines()}
+    assert rows["sessions"].split()[-2] == "2"
+    assert " ms " in rows["ack p99"] and rows["turns/s"].split()[-2] == "0.00"
+    assert "idle" in out and "stuck sessions" in out
