@@ -34,9 +34,8 @@ def test_a_long_thread_does_not_recurse() -> None:
 
 
 def test_tokens_and_roles() -> None:
-    tokens = parse(
-        "# a comment\nread rrrrrrrrrrrrrrrrrrrr\noperate oooooooooooooooooooo\nbarebarebarebarebare\n"
-    )
+    lines = ["# a comment", "read " + "r" * 20, "operate " + "o" * 20, "bare" * 5]
+    tokens = parse("\n".join(lines) + "\n")
     assert tokens.role_of("rrrrrrrrrrrrrrrrrrrr") == "read"
     assert tokens.role_of("barebarebarebarebare") == "admin"
     assert tokens.role_of("nope") is None and tokens.role_of(None) is None
