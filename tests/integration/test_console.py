@@ -13,6 +13,7 @@ stop the start with exit 78 naming the key.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -286,3 +287,32 @@ def test_start_refused(short_tmp: Path, problem: str) -> None:
     assert key in done.stderr
     assert ADMIN not in done.stderr and "Traceback" not in done.stderr
     assert not (short_tmp / "b.sock").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_a_turn_page_shows_its_files_with_diffs(
+    make_daemon: DaemonFactory, tmp_path: Path, anyio_backend: str
+) -> None:
+    from tests.integration.scripted import Scripted
+
+    port = free_port()
+    console = {"address": f"127.0.0.1:{port}", "token_file": str(token_file(tmp_path))}
+    s = Scripted(make_daemon, tmp_path, anyio_backend, {"console": console})
+
+    def wrote(text: str) -> str:
+        return "event file " + json.dumps({"path": "notes.md", "op": "write", "content": text})
+
+    first = await s.say(wrote("alpha\nkept\n"), "m1")
+    await s.say(wrote("beta\nkept\n"), "m2")
+    label = str(first["session"])
+    (head,) = s.rows("SELECT head_turn_id FROM sessions WHERE label = ?", label)[0:1]
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        answer = await http.get(
+            "/turn", params={"s": label, "t": head[0]}, headers={"authorization": f"Bearer {READ}"}
+        )
+    assert answer.status_code == 200
+    page = answer.text
+    assert "notes.md" in page
+    assert '<span class="del">-alpha</span>' in page and '<span class="add">+beta</span>' in page
+    assert " kept" in page  # the line both versions share, as context
