@@ -154,7 +154,10 @@ def main() -> None:
             "ledger": {"path": str(args.path)},
             "console": {"address": f"127.0.0.1:{port}", "token_file": str(tokens)},
         }
-        with DaemonProcess(Path(tmp), config) as daemon, daemon.db() as db:
+        with (
+            DaemonProcess(Path(tmp), config),
+            contextlib.closing(sqlite3.connect(f"file:{args.path}?mode=ro", uri=True)) as db,
+        ):
             label, head = db.execute(
                 "SELECT label, head_turn_id FROM sessions ORDER BY label LIMIT 1 OFFSET ?",
                 (args.sessions // 2,),

@@ -29,13 +29,16 @@ def _preview(text: str | None) -> str:
 
 def sessions_page(conn: sqlite3.Connection, limit: int, offset: int) -> list[dict[str, Any]]:
     """Sessions, the latest changed first, with their person's name and channels."""
+    # The page's rows are picked first, on the narrow columns the order needs; the joins
+    # and the counts are then made for those rows alone.
     rows = conn.execute(
         "SELECT s.label, s.kind, s.status, s.turns, s.parent_session, s.entity_id,"
         " e.name, s.updated_at, s.title,"
         " (SELECT count(*) FROM queue_items q"
         "  WHERE q.session_label = s.label AND q.status IN ('queued', 'running'))"
-        " FROM sessions s LEFT JOIN entities e ON e.id = s.entity_id"
-        " ORDER BY s.updated_at DESC, s.label LIMIT ? OFFSET ?",
+        " FROM (SELECT label FROM sessions ORDER BY updated_at DESC, label LIMIT ? OFFSET ?) p"
+        " JOIN sessions s ON s.label = p.label LEFT JOIN entities e ON e.id = s.entity_id"
+        " ORDER BY s.updated_at DESC, s.label",
         (limit, offset),
     ).fetchall()
     people = _contacts(conn, {str(r[5]) for r in rows if r[5]})
@@ -71,12 +74,15 @@ def _contacts(conn: sqlite3.Connection, entities: set[str]) -> dict[str, list[tu
     marks = ",".join("?" * len(entities))
     args = [*entities, *entities]
     found: dict[str, list[tuple[str, str]]] = {}
+    # Two indexed lookups (contacts by entity, entities by what they merged into), not
+    # one OR that would scan the join.
     for entity, channel, shown in conn.execute(
-        "SELECT coalesce(e.merged_into, c.entity_id), c.channel,"
-        " coalesce(c.display_name, c.sender_id)"
-        " FROM contacts c JOIN entities e ON e.id = c.entity_id"
-        f" WHERE c.entity_id IN ({marks}) OR e.merged_into IN ({marks})"
-        " ORDER BY c.channel, c.sender_id",
+        "SELECT c.entity_id, c.channel, coalesce(c.display_name, c.sender_id)"
+        f" FROM contacts c WHERE c.entity_id IN ({marks})"
+        " UNION ALL"
+        " SELECT e.merged_into, c.channel, coalesce(c.display_name, c.sender_id)"
+        f" FROM entities e JOIN contacts c ON c.entity_id = e.id WHERE e.merged_into IN ({marks})"
+        " ORDER BY 2, 3",
         args,
     ):
         found.setdefault(str(entity), []).append((str(channel), str(shown)))
@@ -167,10 +173,7 @@ def turn_detail(conn: sqlite3.Connection, label: str, turn_id: str) -> dict[str,
     ).fetchone()
     if row is None:
         raise NotFound(f"no turn {turn_id!r} in {label!r}", field="turn")
-    keys = (
-        "id parent type status reason error title outcome started_at completed_at"
-        " prompt_tokens completion_tokens model engine"
-    ).split()
+    keys = ["id", "parent", "type", "status", "reason", "error", "title", "outcome", "started_at", "completed_at", "prompt_tokens", "completion_tokens", "model", "engine"]
     out: dict[str, Any] = dict(zip(keys, row, strict=True))
     out["messages"] = [
         {"role": r, "sender": s, "content": c}
