@@ -173,7 +173,22 @@ def turn_detail(conn: sqlite3.Connection, label: str, turn_id: str) -> dict[str,
     ).fetchone()
     if row is None:
         raise NotFound(f"no turn {turn_id!r} in {label!r}", field="turn")
-    keys = ["id", "parent", "type", "status", "reason", "error", "title", "outcome", "started_at", "completed_at", "prompt_tokens", "completion_tokens", "model", "engine"]
+    keys = [
+        "id",
+        "parent",
+        "type",
+        "status",
+        "reason",
+        "error",
+        "title",
+        "outcome",
+        "started_at",
+        "completed_at",
+        "prompt_tokens",
+        "completion_tokens",
+        "model",
+        "engine",
+    ]
     out: dict[str, Any] = dict(zip(keys, row, strict=True))
     out["messages"] = [
         {"role": r, "sender": s, "content": c}
