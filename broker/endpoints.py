@@ -86,7 +86,7 @@ class Endpoints:
                 from broker.console.app import Console  # the `console` extra
 
                 self.console = await Console.open(daemon, ledger, mailboxes, ops)
-                self.observers.append(self.console)
+                self.observers.append(self.console.live)
         except BaseException:
             await self.aclose()
             raise

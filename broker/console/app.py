@@ -1,51 +1,46 @@
 """The web console: server-rendered pages over the ledger's readers, and a few actions.
 
-Every request carries a token (`Authorization: Bearer`, the cookie set when a
-first page was opened with `?token=`); without a known one the answer is 401
-and says nothing else. Pages only read, on the ledger's reader connections,
-never the writer. Actions go through the same op functions the socket's
-operators call, so they check their arguments and change the ledger exactly
-as `brokerctl` would; a `read` token gets 403 for them, and erasure needs
-`admin` and is offered only when this broker has the `entity.erase` op. The
-running turn of a session streams to its page as server-sent events, from a
-bounded buffer per viewer that drops, never waits, when the viewer is slow.
-Everything the pages use (templates, style, script) ships in this package.
+Every request passes the token guard first (guard.py). Pages only read, on the
+ledger's reader connections, never the writer. Actions go through the same op
+functions the socket's operators call, so they check their arguments and
+change the ledger exactly as `brokerctl` would; a `read` token gets 403 for
+them, and erasure needs `admin` and is offered only when this broker has the
+`entity.erase` op. The running turn streams to its page (live.py). It serves
+on the daemon's own event loop, and everything the pages use (templates,
+style, script) ships in this package.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import os
 import socket
 from collections import deque
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import anyio
 import anyio.abc
 import sniffio
-from anyio.streams.memory import MemoryObjectSendStream
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
 
 from broker.console import tree
+from broker.console.guard import TokenGuard
+from broker.console.live import LiveTurns
 from broker.console.tokens import Role, TokenFileError, Tokens, allows, load
 from broker.observe.http import EndpointError, is_unix, unlink_stale
-from broker.observe.hub import Observer
 from broker.ops.table import stuck_items
 from ledger.port.errors import LedgerLookupError
-from ledger.port.records import TurnRecord
 from plumbing import logs
 from plumbing.ids import now_ms
 from wire.framing import ProtocolError
@@ -58,12 +53,9 @@ if TYPE_CHECKING:
     from ledger.port.protocols import LedgerPort
 
 log = logs.get("broker.console")
-COOKIE = "broker_console"
 PAGE = 100  # sessions a page
 TURNS_SHOWN = 500  # of a session's latest turns
 LOG_TAIL = 200
-VIEWER_BUFFER = 256  # events waiting for one slow viewer; past it they are dropped
-HEARTBEAT_S = 15.0
 STATIC = Path(__file__).parent / "static"
 ACTIONS: dict[str, tuple[str, Role]] = {  # form action -> (op, role needed)
     "fork": ("session.fork", "operate"),
@@ -102,7 +94,7 @@ def _q(value: object) -> str:
     return quote(str(value), safe="")
 
 
-class Console(Observer):
+class Console:
     def __init__(
         self,
         daemon: DaemonView,
@@ -118,7 +110,7 @@ class Console(Observer):
         self.ops = ops
         self.tokens = tokens
         self.sock = sock
-        self.viewers: dict[str, set[MemoryObjectSendStream[tuple[str, dict[str, Any]]]]] = {}
+        self.live = LiveTurns()  # an observer of the hooks (broker/endpoints.py installs it)
         self.log_tail: deque[dict[str, Any]] = deque(maxlen=LOG_TAIL)
         self.env = Environment(
             loader=PackageLoader("broker.console", "templates"),
@@ -132,7 +124,7 @@ class Console(Observer):
                 Route("/session", self.session_page),
                 Route("/turn", self.turn_page),
                 Route("/ops", self.ops_page),
-                Route("/stream", self.stream),
+                Route("/stream", self.live.stream),
                 Route("/action", self.action, methods=["POST"]),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ]
@@ -173,7 +165,7 @@ class Console(Observer):
         config.graceful_timeout = 1.0
         config.include_server_header = False
         stop = anyio.Event()
-        app = cast(Any, self._guarded)
+        app = cast(Any, TokenGuard(self.app, self.tokens))
 
         async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             # Shielded: hypercorn stops by its shutdown trigger (then it closes its
@@ -197,45 +189,10 @@ class Console(Observer):
                 try:
                     await anyio.sleep_forever()
                 finally:
-                    for viewers in self.viewers.values():  # their streams end first
-                        for send in viewers:
-                            send.close()
+                    self.live.end_all()  # their streams end first
                     stop.set()
         finally:
             self.close()
-
-    # -- who asks ---------------------------------------------------------------
-
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """401 without a known token; a first page opened with `?token=` sets the cookie
-        and sends the browser on without the token in its address."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        header = request.headers.get("authorization", "")
-        bearer = header[7:].strip() if header.lower().startswith("bearer ") else None
-        query = request.query_params.get("token")
-        token = bearer or query or request.cookies.get(COOKIE)
-        role = self.tokens.role_of(token)
-        if role is None:
-            response: Response = Response(
-                "401: this console needs a token\n",
-                status_code=401,
-                media_type="text/plain",
-                headers={"www-authenticate": 'Bearer realm="brokerd console"'},
-            )
-            await response(scope, receive, send)
-            return
-        if query and request.method == "GET" and not bearer:
-            rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
-            response = RedirectResponse(target, status_code=303)
-            response.set_cookie(COOKIE, query, httponly=True, samesite="strict", path="/")
-            await response(scope, receive, send)
-            return
-        scope.setdefault("state", {})["role"] = role
-        await self.app(scope, receive, send)
 
     def _page(self, name: str, request: Request, code: int = 200, **values: Any) -> Response:
         role: Role = request.state.role
@@ -317,62 +274,6 @@ class Console(Observer):
             actors=len(self.mailboxes.actors),
             logs=list(self.log_tail)[::-1],
         )
-
-    # -- the running turn, live -------------------------------------------------
-
-    async def stream(self, request: Request) -> Response:
-        label = request.query_params.get("s", "")
-        send, receive = anyio.create_memory_object_stream[tuple[str, dict[str, Any]]](VIEWER_BUFFER)
-        self.viewers.setdefault(label, set()).add(send)
-
-        async def events() -> AsyncIterator[bytes]:
-            try:
-                yield b": listening\n\n"
-                async with receive:
-                    while True:
-                        got: tuple[str, dict[str, Any]] | None = None
-                        with anyio.move_on_after(HEARTBEAT_S):  # not across a yield
-                            try:
-                                got = await receive.receive()
-                            except anyio.EndOfStream:
-                                return  # the console stops
-                        if got is None:
-                            yield b": still here\n\n"
-                            continue
-                        yield f"event: {got[0]}\ndata: {json.dumps(got[1])}\n\n".encode()
-            finally:
-                viewers = self.viewers.get(label)
-                if viewers is not None:
-                    viewers.discard(send)
-                    if not viewers:
-                        del self.viewers[label]
-                send.close()
-
-        return StreamingResponse(
-            events(),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-
-    def _tell(self, label: str, kind: str, data: dict[str, Any]) -> None:
-        for send in tuple(self.viewers.get(label, ())):
-            # A slow or gone viewer misses it; the page has the turn once it ends.
-            with contextlib.suppress(
-                anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError
-            ):
-                send.send_nowait((kind, data))
-
-    def delta(self, session: str, turn: str, text: str) -> None:
-        if session in self.viewers:
-            self._tell(session, "delta", {"turn": turn, "text": text})
-
-    def turn(self, rec: TurnRecord, written: str) -> None:
-        if rec.session in self.viewers:
-            self._tell(
-                rec.session,
-                "turn",
-                {"turn": rec.turn_id, "status": rec.status, "written": written},
-            )
 
     def _tap(self, record: MutableMapping[str, Any]) -> None:
         self.log_tail.append(
