@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -59,9 +60,24 @@ async def writer_pid(daemon: DaemonProcess) -> int | None:
     return int(pid) if pid else None
 
 
-def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float]:
+def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float, float]:
+    """CPU seconds of the daemon, its writer, and its trace exporter (0 when none)."""
     assert daemon.proc is not None
-    return cpu_s(daemon.proc.pid), cpu_s(writer) if writer else 0.0
+    exporter = exporter_pid(daemon.proc.pid)
+    return (
+        cpu_s(daemon.proc.pid),
+        cpu_s(writer) if writer else 0.0,
+        cpu_s(exporter) if exporter else 0.0,
+    )
+
+
+def exporter_pid(daemon: int) -> int | None:
+    """The daemon's trace exporter child (broker/observe/trace_export.py), if it has one."""
+    for task in Path(f"/proc/{daemon}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if b"trace_export" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+    return None
 
 
 async def warm_up(ads: Adapters, sessions: int) -> None:
@@ -125,6 +141,7 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
         "p99": pct(deliver, 99),
         "daemon_us": (cpu1[0] - cpu0[0]) / max(1, turns) * 1e6,
         "writer_us": (cpu1[1] - cpu0[1]) / max(1, turns) * 1e6,
+        "exporter_us": (cpu1[2] - cpu0[2]) / max(1, turns) * 1e6,
         "errors": len(ads.errors),
     }
 
@@ -203,6 +220,8 @@ def run(args: argparse.Namespace, otlp: str | None) -> None:
         print(
             f"    CPU per turn: daemon / writer   {c['daemon_us']:>10.0f} / {c['writer_us']:.0f} µs"
         )
+        if args.observe == "tracing":
+            print(f"    CPU per turn: trace exporter    {c['exporter_us']:>10.0f} µs")
         if c["errors"]:
             print(f"    errors: {c['errors']}")
     if "rate" in parts:

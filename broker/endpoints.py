@@ -4,7 +4,7 @@ Everything here is opened before the daemon says it is ready: an address in
 use or an unsafe token file stops the start with exit 78 naming the key, and
 nothing listens half-configured. While they run, the hooks report to the
 observers installed here; when the daemon stops, the silent observer comes
-back and the traces still buffered are sent within a bounded wait.
+back, and the trace exporter sends what it holds within a bounded wait.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from ledger.port.protocols import LedgerPort
 
 log = logs.get("broker.observe")
-FLUSH_AT_STOP_S = 5.0
 
 
 class DaemonView(Protocol):
@@ -48,7 +47,7 @@ class Endpoints:
         self.observers: list[hub.Observer] = []
         self.servers: list[tuple[str, anyio.abc.Listener[anyio.abc.ByteStream], http.Handler]] = []
         self.console: Any = None  # broker.console.app.Console, when served
-        self.tracer: Any = None  # broker.observe.tracing.Tracing, when on
+        self.tracer: Any = None  # broker.observe.trace_export.TraceShipper, when on
         self.writer: Writer | None = None
 
     @classmethod
@@ -78,9 +77,9 @@ class Endpoints:
                 self.servers.append(("metrics", listener, handler))
                 self.observers.append(metrics)
             if s.tracing.otlp_endpoint:
-                from broker.observe.tracing import Tracing  # the `tracing` extra
+                from broker.observe.trace_export import TraceShipper
 
-                self.tracer = Tracing.start(s)
+                self.tracer = TraceShipper(s)
                 self.observers.append(self.tracer)
             if s.console.address:
                 from broker.console.app import Console  # the `console` extra
@@ -102,6 +101,8 @@ class Endpoints:
         for name, listener, handler in self.servers:
             await tg.start(http.serve, listener, handler)
             log.info("serving", endpoint=name)
+        if self.tracer is not None:
+            await tg.start(self.tracer.run)
         if self.console is not None:
             await tg.start(self.console.serve)
 
@@ -125,6 +126,3 @@ class Endpoints:
                 await listener.aclose()
             if self.console is not None:
                 self.console.close()
-            if self.tracer is not None:
-                with anyio.move_on_after(FLUSH_AT_STOP_S):
-                    await anyio.to_thread.run_sync(self.tracer.shutdown, abandon_on_cancel=True)

@@ -1,5 +1,8 @@
 """Turns as OpenTelemetry traces in the GenAI conventions, sent over OTLP/HTTP.
 
+This runs in the trace exporter's own process (trace_export.py), fed the hooks'
+reports; the daemon's process never builds a span.
+
 A turn is one `invoke_agent` span, made when its record is written, with a
 `chat` child per model call and an `execute_tool` child per broker tool call,
 at the times they ran. Each message's ingest (handed to the writer until its
@@ -17,9 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -29,11 +31,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from broker.observe.hub import Observer
 from ledger.port.records import TurnRecord
-
-if TYPE_CHECKING:
-    from broker.config import Settings
 
 EXPORT_DELAY_MS = 1000  # a span leaves at most this long after it ends (the contract: 5 s)
 EXPORT_TIMEOUT_S = 3.0
@@ -93,7 +91,7 @@ def _cut(text: str) -> str:
     return text if len(text) <= CONTENT_CHARS else text[:CONTENT_CHARS] + "…"
 
 
-class Tracing(Observer):
+class Tracing:
     """The hooks' reports made into spans (see the module's docstring)."""
 
     def __init__(self, provider: TracerProvider, ids: _Ids, capture_content: bool) -> None:
@@ -107,26 +105,23 @@ class Tracing(Observer):
         self._tools: OrderedDict[str, list[tuple[str, int, int, str]]] = OrderedDict()
 
     @classmethod
-    def start(cls, settings: Settings, exporter: Any = None) -> Tracing:
-        t = settings.tracing
-        resource = Resource.create(
-            {
-                "service.name": settings.server_name,
-                "service.instance.id": settings.node_id or settings.server_name,
-            }
-        )
+    def open(
+        cls, endpoint: str, capture_content: bool, service: str, instance: str, exporter: Any = None
+    ) -> Tracing:
+        """Spans of `service` (this node: `instance`) sent to the OTLP/HTTP `endpoint`."""
+        resource = Resource.create({"service.name": service, "service.instance.id": instance})
         ids = _Ids()
         provider = TracerProvider(resource=resource, id_generator=ids)
         if exporter is None:
             exporter = OTLPSpanExporter(
-                endpoint=t.otlp_endpoint.rstrip("/") + "/v1/traces", timeout=EXPORT_TIMEOUT_S
+                endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=EXPORT_TIMEOUT_S
             )
         provider.add_span_processor(
             BatchSpanProcessor(
                 exporter, schedule_delay_millis=EXPORT_DELAY_MS, export_timeout_millis=3000
             )
         )
-        return cls(provider, ids, t.capture_content)
+        return cls(provider, ids, capture_content)
 
     def shutdown(self) -> None:
         """Send what is buffered (bounded by the exporter's timeout) and stop."""
@@ -134,25 +129,24 @@ class Tracing(Observer):
 
     # -- the hooks --------------------------------------------------------------
 
-    def acked(self, filed_at: float, acked_at: float, session: str, item: str) -> None:
-        now = time.time_ns()
-        began = now - int((acked_at - filed_at) * 1e9)
+    def ingest(self, began_ns: int, acked_ns: int, session: str, item: str) -> None:
+        """A message's ingest, handed to the writer at `began_ns`, acked at `acked_ns`."""
         self.ids.trace_id, self.ids.span_id = trace_of("item", item), span_of("ingest", item)
         ingest = self.tracer.start_span(
             "ingest",
             kind=SpanKind.SERVER,
-            start_time=began,
+            start_time=began_ns,
             attributes={"gen_ai.conversation.id": session, "broker.item.id": item},
         )
         self.ids.span_id = span_of("ack", item)
         ack = self.tracer.start_span(
             "ack",
             context=trace.set_span_in_context(ingest),
-            start_time=now,
+            start_time=acked_ns,
             attributes={"broker.item.id": item},
         )
-        ack.end(now)
-        ingest.end(now)
+        ack.end(acked_ns)
+        ingest.end(acked_ns)
 
     def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
         self._kept(self._calls, turn).append((began_ms, ended_ms))
