@@ -71,6 +71,9 @@ def main() -> None:
         columns = []
         for side in sides:
             runs = [numbers(lines[index]) for lines in picked[side] if index < len(lines)]
+            if not runs:  # a line one side prints and the other does not
+                columns.append([])
+                continue
             width = min(len(r) for r in runs)
             columns.append([statistics.median(r[i] for r in runs) for i in range(width)])
         pairs = ", ".join(f"{b:g} -> {n:g}" for b, n in zip(*columns, strict=False))
