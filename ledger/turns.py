@@ -1,28 +1,24 @@
 """Turn transactions: start, commit (with the head compare-and-swap), recovery, outbox.
 
-Rule 1: a turn is committed in one transaction: the turn row, its input and
-        output messages, its tool calls, its queue items' new status, the head
-        move, a session_history row and the outbox row of its reply.
-Rule 2: the head moves only from the head the turn started from. If it moved
-        meanwhile, `commit_turn` raises HeadMoved and writes nothing; the
-        caller records the turn as failed off the thread instead
-        (`commit_orphan`), so a lost race is an error, never a silent fork.
-Rule 3: a turn's items are marked `running` (with the turn id) before the
-        engine is called, so after a crash `recover_crashed` knows which turns
-        were cut off: each becomes an aborted turn (reason `crash`) and its
-        items go back to `queued`, to run again.
-Rule 4: a turn that streams for a while has its partial output saved now and
-        then (`save_progress`, one row per turn, replaced at each save). Its
-        commit removes the row; a turn cut off by a crash is recorded with the
-        output last saved, and started when its items were marked running, or
-        when the session's latest committed turn ended if that is later (no two
-        turns of a session overlap in time: docs/turns.md).
-Rule 6: a turn row has a title and an outcome (core/titles.py); the totals
-        count its events written while it ran too (ledger/live_events.py Rule 1).
-Rule 5: a job here may run again after the storage refused its COMMIT
-        (writer.py Rule 7): nothing of the failed run was kept, so the head
-        compare-and-swap, the outbox row and the item updates see the same
-        ledger again, and jobs behind it wait, so the order holds.
+A turn is committed in one transaction: the turn row (with its title and outcome:
+core/titles.py), its input and output messages, its tool calls, its queue items' new
+status, the head move, a session_history row and the outbox row of its reply. The
+head moves only from the head the turn started from; if it moved meanwhile,
+`commit_turn` raises HeadMoved and writes nothing, and the caller records the turn as
+failed off the thread instead (`commit_orphan`): a lost race is an error, never a
+silent fork.
+
+A turn's items are marked `running` (with the turn id) before the engine is called,
+so after a crash `recover_crashed` knows which turns were cut off: each becomes an
+aborted turn (reason `crash`) with the output it last saved (`save_progress`, one row
+per turn, removed by its commit), and its items go back to `queued`, to run again. It
+is dated from when its items were marked running, or when the session's latest
+committed turn ended if that is later: no two turns of a session overlap in time
+(docs/turns.md).
+
+A job here may run again after the storage refused its COMMIT: nothing of the failed
+run was kept, so the head compare-and-swap, the outbox row and the item updates see
+the same ledger again, and jobs behind it wait, so the order holds.
 """
 
 from __future__ import annotations
@@ -67,7 +63,7 @@ def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], no
 def save_progress(
     conn: sqlite3.Connection, turn_id: str, session: str, output: str, now: int
 ) -> None:
-    """Save the output a running turn has streamed so far (Rule 4)."""
+    """Save the output a running turn has streamed so far."""
     conn.execute(
         "INSERT INTO turn_progress (turn_id, session_label, output, updated_at)"
         " VALUES (?, ?, ?, ?) ON CONFLICT (turn_id) DO UPDATE"
@@ -277,7 +273,7 @@ def _write_turn(
 
 
 def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
-    """A turn that took its inputs may end dispatches (ledger/dispatch.py Rules 2, 3);
+    """A turn that took its inputs may end dispatches (ledger/dispatch.py);
     the result items it queued for parent sessions."""
     if rec.item_status != "done":
         return []
@@ -318,7 +314,7 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in items]
             intent = ("intent", intent_payload(inputs))
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
-        # mark_running stamped the turn's items with its start (Rule 4); never
+        # mark_running stamped the turn's items with its start; never
         # before the end of a turn it waited for.
         (started,) = conn.execute(
             "SELECT max(q.updated_at, coalesce((SELECT max(completed_at) FROM turns"

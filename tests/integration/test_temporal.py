@@ -242,7 +242,7 @@ async def test_a_turn_cut_by_a_clean_stop_runs_again_after_the_restart(
 async def test_an_interrupt_reaches_the_running_turn_well_within_the_query_bound(
     temporal_server: DevServer, make_daemon: DaemonFactory
 ) -> None:
-    """The workflow pushes the abort to the turn on its node (live_turns.py Rule 1):
+    """The workflow pushes the abort to the turn on its node (live_turns.py):
     the turn is aborted sooner than the activity's own query (`QUERY_EVERY_S`) or
     the SDK's throttled heartbeat (0.8 × heartbeat_timeout_s) would tell it."""
     slow = {"engine": {"chunks": 40, "delay_ms": 100}, "queue": {"debounce_ms": 0}}

@@ -1,23 +1,21 @@
 """The node's side of the Temporal runtime: its client, its worker, and the hand-off
 of every committed item to its session's workflow.
 
-Rule 1: an item is handed over only after the ledger committed it (and, for a
-        message, after its ack): the ledger is the truth, the workflow a mailbox.
-        The hand-off is a signal-with-start of the workflow whose id is the session
-        label, carrying the item's record.
-Rule 2: nothing is dropped. A hand-off that fails is tried again, with back-off,
-        until it lands; while the last one failed the node answers new inbound
-        messages `overloaded` (`failure`). The item waits in the ledger meanwhile;
-        a restart hands every open item over again (registry.py rehydration).
-        Every `stuck_after_s` the node hands over again the items open since its
-        last look that it has not itself landed (core/rescan.py): an item
-        acked by a node that died before its hand-off is taken within twice
-        `stuck_after_s`.
-Rule 3: one session's items are handed over in order, one at a time: the
-        workflow's queue machine sees them in seq order. Sessions go in parallel,
-        up to `MAX_SIGNALS_IN_FLIGHT`.
-Rule 4: Temporal unreachable at start is a start-up failure naming the address
-        (exit 69); the client is asyncio's, so the runtime needs the asyncio backend.
+An item is handed over only after the ledger committed it (and, for a message, after
+its ack): the ledger is the truth, the workflow a mailbox. The hand-off is a
+signal-with-start of the workflow whose id is the session label, carrying the item's
+record. One session's items are handed over in order, one at a time, so the workflow's
+queue machine sees them in seq order; sessions go in parallel, up to
+`MAX_SIGNALS_IN_FLIGHT`.
+
+Nothing is dropped. A hand-off that fails is tried again, with back-off, until it
+lands; while the last one failed the node answers new inbound messages `overloaded`
+(`failure`). The item waits in the ledger meanwhile, a restart hands every open item
+over again, and every `stuck_after_s` the node hands over again the items open since
+its last look that it has not itself landed (core/rescan.py), so an item acked by a
+node that died before its hand-off is taken within twice `stuck_after_s`. Temporal
+unreachable at start is a start-up failure naming the address (exit 69); the client is
+asyncio's, so the runtime needs the asyncio backend.
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64
 RETRY_MAX_S = 2.0
 # One hand-off's bound: it takes milliseconds when Temporal answers, and past this the
-# node says `overloaded` (Rule 2) rather than ack messages it cannot hand over.
+# node says `overloaded` rather than ack messages it cannot hand over.
 SIGNAL_TIMEOUT_S = 1.0
 TURN_MARGIN_S = 60.0  # a turn's activity may also compact: beyond the engine's own bound
 
@@ -63,7 +61,7 @@ class TemporalUnreachable(RuntimeUnreachable):
 
 
 async def connect(rt: RuntimeSettings) -> Client:
-    """Rule 4: the client, or `TemporalUnreachable` naming the address."""
+    """The client, or `TemporalUnreachable` naming the address."""
     try:
         with anyio.fail_after(rt.connect_timeout_s):
             return await Client.connect(
@@ -108,12 +106,12 @@ class TemporalRuntime:
         self._limit = anyio.CapacityLimiter(MAX_SIGNALS_IN_FLIGHT)
         self._tg: anyio.abc.TaskGroup | None = None
         self._failing: str | None = None
-        self._landed: set[str] = set()  # open items this node's signal landed (Rule 2)
-        self._open_before: frozenset[str] = frozenset()  # open at the last look (Rule 2)
+        self._landed: set[str] = set()  # open items this node's signal landed
+        self._open_before: frozenset[str] = frozenset()  # open at the last look
         self.handed_over = 0
 
     def failure(self) -> str | None:
-        """Why the node cannot hand messages over now (Rule 2), or None."""
+        """Why the node cannot hand messages over now, or None."""
         return self._failing
 
     def timers(self) -> TemporalTimers:
@@ -150,10 +148,10 @@ class TemporalRuntime:
             task_status.started()
 
     async def _hand_over_open_items_forever(self) -> None:
-        """Rule 2: every `stuck_after_s`, hand over again the ledger's items open since
+        """Every `stuck_after_s`, hand over again the ledger's items open since
         the last look, but those this node landed. An item acked by a node that died
         before its hand-off landed is then taken by the others; one its workflow holds
-        already is ignored there (workflow.py Rule 2)."""
+        already is ignored there (workflow.py)."""
         while True:
             await anyio.sleep(self.settings.queue.stuck_after_s)
             try:
@@ -167,12 +165,12 @@ class TemporalRuntime:
                 if item.id in found.again and item.session not in self._waiting:
                     self.hand_over(item)
 
-    # -- hand-off (Rules 1-3) ---------------------------------------------------
+    # -- hand-off ---------------------------------------------------
 
     def hand_over(self, item: ItemInfo) -> None:
         queue = self._waiting.get(item.session)
         if queue is not None:
-            queue.append(item)  # its session's task takes it next (Rule 3)
+            queue.append(item)  # its session's task takes it next
             return
         assert self._tg is not None, "the runtime is not running"
         self._waiting[item.session] = deque([item])

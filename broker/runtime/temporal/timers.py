@@ -1,20 +1,16 @@
 """Timers under the Temporal runtime: one timer workflow per live timer
 (timer_workflow.py), in place of the node's timer wheel (broker/timers.py).
 
-Rule 1: the ledger says which timers are live; Temporal keeps their sleeps. A node
-        starts the workflow of every live timer it has not started yet, at start,
-        after each add or cancel made through it (`changed`), and every
-        `RECONCILE_S` for the timers other nodes added. A start names the
-        workflow id `timer:<id>` and uses the run that exists, so nodes that
-        start the same timer together make one workflow.
-Rule 2: a timer that is no longer live (cancelled, or its last firing done) has its
-        workflow cancelled by the nodes that know it. A node that does not know
-        it leaves it: the workflow ends by itself at its due time, because the
-        ledger fires only live timers (timer_workflow.py Rule 2).
-Rule 3: the firing activity hands the items it queued to their sessions' workflows
-        like any committed item (runtime.py Rule 1). If the node dies between
-        the commit and the hand-off, the item waits in the ledger, and the
-        nodes' periodic hand-off of open items takes it (runtime.py Rule 2).
+The ledger says which timers are live; Temporal keeps their sleeps. A node starts the
+workflow of every live timer it has not started yet, at start, after each add or
+cancel made through it (`changed`), and every `RECONCILE_S` for the timers other nodes
+added; a start names the workflow id `timer:<id>` and uses the run that exists, so
+nodes that start the same timer together make one workflow. A timer no longer live
+has its workflow cancelled by the nodes that know it; one that does not know it leaves
+it, as the workflow ends by itself at its due time (the ledger fires only live
+timers). The firing activity hands the items it queued to their sessions' workflows
+like any committed item (runtime.py); if the node dies between the commit and the
+hand-off, the nodes' periodic hand-off of open items takes it.
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ class TimerActivities:
 
     @activity.defn(name=FIRE_TIMER)
     async def fire_timer(self, timer: str) -> Fired:
-        """Rules 2 and 3 of timer_workflow.py and this module."""
+        """Fire in the ledger if live and due (timer_workflow.py); hand the items over."""
         fired = await self.mailboxes.ledger.fire_timer(timer, now_ms())
         for item in fired.items:
             self.mailboxes.post(item)
