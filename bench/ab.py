@@ -68,7 +68,7 @@ def main() -> None:
     print("medians (base -> new), line by line:")
     for index, line in enumerate(picked["new"][0]):
         label = NUMBER.sub("#", line.strip())
-        columns = []
+        columns: list[list[float]] = []
         for side in sides:
             runs = [numbers(lines[index]) for lines in picked[side] if index < len(lines)]
             if not runs:  # a line one side prints and the other does not

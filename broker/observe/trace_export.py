@@ -15,7 +15,6 @@ pipe closes (the daemon stopped, or died), after sending what it holds.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pickle
@@ -30,6 +29,7 @@ import anyio
 import anyio.abc
 
 from broker.observe.hub import Observer
+from broker.observe.notes import as_facts, facts
 from ledger.port.records import TurnRecord
 from plumbing import logs
 
@@ -75,7 +75,7 @@ class TraceShipper(Observer):
         self._note(("tool_call", turn, name, began_ms, ended_ms, status))
 
     def turn(self, rec: TurnRecord, written: str) -> None:
-        self._note(("turn", slim(rec, self.capture), written))
+        self._note(("turn", facts(rec, self.capture), written))
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -119,20 +119,6 @@ class TraceShipper(Observer):
         return True
 
 
-def slim(rec: TurnRecord, capture: bool) -> TurnRecord:
-    """What a turn's spans need of its record: its model calls, and text only to capture."""
-    return dataclasses.replace(
-        rec,
-        events=[(kind, data) for kind, data in rec.events if kind == "llm"],
-        outbox=None,
-        compaction=None,
-        output=rec.output if capture else "",
-        inputs=[i if capture else i._replace(text=None, payload=None) for i in rec.inputs],
-        tool_calls=rec.tool_calls if capture else [],
-        input_tokens=None,
-    )
-
-
 # -- the child ----------------------------------------------------------------
 
 
@@ -166,7 +152,7 @@ def _replay(tracing: Any, note: tuple[Any, ...]) -> None:
     elif kind == "tool_call":
         tracing.tool_call(*args)
     elif kind == "turn":
-        tracing.turn(*args)
+        tracing.turn(as_facts(args[0]), args[1])
 
 
 if __name__ == "__main__":

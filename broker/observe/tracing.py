@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from ledger.port.records import TurnRecord
+from broker.observe.notes import TurnFacts
 
 EXPORT_DELAY_MS = 1000  # a span leaves at most this long after it ends (the contract: 5 s)
 EXPORT_TIMEOUT_S = 3.0
@@ -163,7 +163,7 @@ class Tracing:
                 table.popitem(last=False)
         return found
 
-    def turn(self, rec: TurnRecord, written: str) -> None:
+    def turn(self, rec: TurnFacts, written: str) -> None:
         calls = self._calls.pop(rec.turn_id, [])
         tools = self._tools.pop(rec.turn_id, [])
         self.ids.trace_id = trace_of("turn", rec.turn_id)
@@ -210,7 +210,7 @@ class Tracing:
         self._tool_spans(rec, tools, parent)
         agent.end(_ns(max(rec.completed_at, rec.started_at)))
 
-    def _chats(self, rec: TurnRecord, calls: list[tuple[int, int]], parent: Any) -> None:
+    def _chats(self, rec: TurnFacts, calls: list[tuple[int, int]], parent: Any) -> None:
         """One `chat` per model call: the engine's own reports of its calls (each with
         its duration) inside the engine call they came from, else the call itself."""
         reported = [data for kind, data in rec.events if kind == "llm"]
@@ -255,7 +255,7 @@ class Tracing:
         span.end(_ns(max(began, ended)))
 
     def _tool_spans(
-        self, rec: TurnRecord, tools: list[tuple[str, int, int, str]], parent: Any
+        self, rec: TurnFacts, tools: list[tuple[str, int, int, str]], parent: Any
     ) -> None:
         recorded = {call.name: call for call in rec.tool_calls}
         for name, began, ended, status in tools:
