@@ -306,10 +306,10 @@ async def test_a_turn_page_shows_its_files_with_diffs(
     first = await s.say(wrote("alpha\nkept\n"), "m1")
     await s.say(wrote("beta\nkept\n"), "m2")
     label = str(first["session"])
-    (head,) = s.rows("SELECT head_turn_id FROM sessions WHERE label = ?", label)[0:1]
+    head = (await s.op("session.show", session=label))["head"]
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         answer = await http.get(
-            "/turn", params={"s": label, "t": head[0]}, headers={"authorization": f"Bearer {READ}"}
+            "/turn", params={"s": label, "t": head}, headers={"authorization": f"Bearer {READ}"}
         )
     assert answer.status_code == 200
     page = answer.text
