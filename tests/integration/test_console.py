@@ -144,14 +144,15 @@ class Pages:
         return str(self.driver.find_element("tag name", "body").text)
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_the_console_in_a_real_browser(
-    make_daemon: DaemonFactory, browser: Any, tmp_path: Path
+    make_daemon: DaemonFactory, browser: Any, tmp_path: Path, backend: str
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
-    d, url = console_daemon(make_daemon, tmp_path, "asyncio")
+    d, url = console_daemon(make_daemon, tmp_path, backend)
     first = say(d, "m1", "hello console")
     label = str(first["session"])
     say(d, "m2", "a second message")
