@@ -54,10 +54,26 @@ def load_open_items(conn: sqlite3.Connection, session: str | None = None) -> lis
 
 
 def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], now: int) -> None:
+    """Stamp the turn's items as running, those still waiting (or already its own): an
+    item another turn took or finished is left alone. Under the Temporal runtime two
+    attempts of one turn's activity can overlap (a live node's heartbeat came late),
+    and the late one must not take back what the other consumed."""
     conn.executemany(
-        "UPDATE queue_items SET status = 'running', turn_id = ?, updated_at = ? WHERE id = ?",
-        [(turn_id, now, i) for i in item_ids],
+        "UPDATE queue_items SET status = 'running', turn_id = ?, updated_at = ?"
+        " WHERE id = ? AND (status = 'queued' OR (status = 'running' AND turn_id = ?))",
+        [(turn_id, now, i, turn_id) for i in item_ids],
     )
+
+
+def _inputs_taken(conn: sqlite3.Connection, rec: TurnRecord) -> int:
+    """How many of the turn's inputs another turn took or finished meanwhile."""
+    marks = ",".join("?" * len(rec.inputs))
+    (taken,) = conn.execute(
+        f"SELECT count(*) FROM queue_items WHERE id IN ({marks}) AND NOT"
+        " (status = 'queued' OR (status = 'running' AND turn_id = ?))",
+        (*(i.id for i in rec.inputs), rec.turn_id),
+    ).fetchone()
+    return int(taken)
 
 
 def save_progress(
@@ -100,6 +116,8 @@ def commit_turn(
     Its `file` events' contents over `snapshot_max_bytes` (None: the writer's
     setting) are kept by hash only (ledger/snapshots.py).
     """
+    if rec.inputs and _inputs_taken(conn, rec):  # a late duplicate of a turn: it lost
+        raise HeadMoved(f"the inputs of turn {rec.turn_id} were consumed by another turn")
     totals = totals_of(rec.events)
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
@@ -249,7 +267,8 @@ def _write_turn(
         )
     item_turn = None if rec.item_status == "queued" else rec.turn_id
     conn.executemany(
-        "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ? WHERE id = ?",
+        "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ?"
+        " WHERE id = ? AND status IN ('queued', 'running')",  # never one another turn ended
         [
             (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id)
             for it in rec.inputs

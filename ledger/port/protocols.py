@@ -34,7 +34,14 @@ from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.committing import Admits, Committing
-from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
+from ledger.port.features import (
+    HandoffPort,
+    RoutePort,
+    SnapshotPort,
+    ThreadPort,
+    TimerPort,
+    TitlePort,
+)
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -462,6 +469,7 @@ class LedgerPort(
     ThreadPort,
     TitlePort,
     LibraryPort,
+    HandoffPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

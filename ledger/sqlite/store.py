@@ -30,6 +30,7 @@ from ledger.port.errors import LedgerNotWritable, WriterDied
 from ledger.port.protocols import WriterStats
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.delivery import SqliteDelivery
+from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
 from ledger.sqlite.ops import SqliteOps
@@ -78,6 +79,7 @@ class Ledger(
     SqliteThreads,
     SqliteTitles,
     SqliteLibrary,
+    SqliteHandoffs,
 ):
     """The port on one SQLite file: the sum of its parts, opened by `Ledger.open`."""
 

@@ -34,7 +34,6 @@ from plumbing.ids import now_ms
 
 log = logs.get("broker.runtime.temporal.timers")
 RECONCILE_S = 30.0
-FIRE_TIMEOUT_S = 30.0  # one firing: a ledger write, and the writer's own retries
 START_TIMEOUT_S = 5.0  # one start or cancel call to Temporal
 RETRY_S = 1.0
 
@@ -91,6 +90,12 @@ class TemporalTimers:
                 with anyio.move_on_after(RECONCILE_S):
                     await self._changed.wait()
 
+    def _fire_timeout_s(self) -> float:
+        """One firing's bound: a ledger write, idempotent by the firing's msg_id. A node
+        that died firing is noticed as soon as one that died in a turn
+        (`heartbeat_timeout_s`), and the retry elsewhere files nothing twice."""
+        return self.mailboxes.settings.runtime.heartbeat_timeout_s
+
     async def _reconcile(self) -> None:
         live = {t.timer: t for t in await self.mailboxes.ledger.list_timers(None)}
         for timer, info in live.items():
@@ -99,7 +104,7 @@ class TemporalTimers:
             with anyio.fail_after(START_TIMEOUT_S):
                 await self.client.start_workflow(
                     TimerWorkflow.run,
-                    TimerRun(timer, info.next_at, FIRE_TIMEOUT_S),
+                    TimerRun(timer, info.next_at, self._fire_timeout_s()),
                     id=workflow_id(timer),
                     task_queue=self.task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
