@@ -132,6 +132,13 @@ class Pages:
             lambda d: d.execute_script("return document.readyState") == "complete"
         )
 
+    def arrive(self, part: str) -> None:
+        """After a click: wait for the next page's address, then for it to load."""
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        WebDriverWait(self.driver, 20).until(lambda d: part in d.current_url)
+        self.settle()
+
     def check(self, name: str) -> Path:
         """No console error since the last check; the page saved as `name`.png."""
         errors = [e for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
@@ -171,7 +178,7 @@ def test_the_console_in_a_real_browser(
     assert browser.switch_to.active_element.text == "Skip to the content"
 
     browser.find_element(By.LINK_TEXT, label).click()
-    pages.settle()
+    pages.arrive("/session?")
     forked = browser.find_elements(By.CSS_SELECTOR, "ul.tree .fork a")
     assert [a.text for a in forked] == [fork]
     rows = browser.find_elements(By.CSS_SELECTOR, "ul.tree li.turn")
@@ -193,7 +200,7 @@ def test_the_console_in_a_real_browser(
     talker.join(30)
 
     browser.find_element(By.PARTIAL_LINK_TEXT, "hello console").click()
-    pages.settle()
+    pages.arrive("/turn?")
     assert "llm" in pages.text() and "hello console" in pages.text()
     pages.check("turn")
 
@@ -205,7 +212,7 @@ def test_the_console_in_a_real_browser(
     pages.open(f"/session?s={label}")
     before = {row[0] for row in d.db().execute("SELECT label FROM sessions")}
     browser.find_elements(By.CSS_SELECTOR, "ul.tree button[value=fork]")[-1].click()
-    pages.settle()
+    pages.arrive("done=fork")
     after = {row[0] for row in d.db().execute("SELECT label FROM sessions")}
     (made,) = after - before
     assert browser.find_element(By.CSS_SELECTOR, "h1.label").text == made
