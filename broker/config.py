@@ -58,8 +58,16 @@ class LedgerSettings(_Section):
         return self
 
 
+# Engines that run code the operator brings (docs/engines.md): their [engine] table may
+# hold keys of its own, which a python engine's factory receives.
+CODE_ENGINES = ("python", "openai-agents", "adk", "langgraph")
+
+
 class EngineSettings(_Section):
-    kind: Literal["echo", "subprocess", "openai"] = "echo"
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["echo", "subprocess", "openai", "python", "openai-agents", "adk", "langgraph"] = (
+        "echo"
+    )
     chunks: int = Field(3, ge=1, le=1000)
     delay_ms: int = Field(0, ge=0, le=60_000)
     timeout_s: float = Field(120.0, gt=0)
@@ -79,6 +87,53 @@ class EngineSettings(_Section):
     base_url: str | None = None
     model: str = "gpt-4o-mini"
     api_key: str | None = None
+    entry: str | None = None  # kind "python": "module:attribute"
+    agent: str | None = None  # kinds "openai-agents" and "adk": "module:attribute"
+    graph: str | None = None  # kind "langgraph": "module:attribute", a compiled graph
+
+    @model_validator(mode="after")
+    def _own_keys_for_code(self) -> EngineSettings:
+        extra = sorted(self.model_extra or {})
+        if extra and self.kind not in CODE_ENGINES:
+            raise ValueError(
+                f"unknown key(s) {', '.join(extra)}: only engines of kind"
+                f" {', '.join(CODE_ENGINES)} take keys of their own"
+            )
+        return self
+
+
+class McpServerSettings(_Section):
+    """One MCP server whose tools engines are offered (docs/mcp.md)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    command: list[str] = Field(default_factory=list)  # stdio: the server's command line
+    url: str | None = None  # or streamable HTTP: "http://127.0.0.1:8000/mcp"
+    allow: list[str] = Field(default_factory=list)  # the tools offered (by the server's names)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSettings:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r}: set either command or url")
+        return self
+
+
+class McpSettings(_Section):
+    servers: list[McpServerSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> McpSettings:
+        owner: dict[str, str] = {}
+        for server in self.servers:
+            if server.name in {s.name for s in self.servers if s is not server}:
+                raise ValueError(f"two MCP servers are named {server.name!r}")
+            for tool in server.allow:
+                if tool in owner and owner[tool] != server.name:
+                    raise ValueError(
+                        f"the tool {tool!r} is allowed from both MCP servers"
+                        f" {owner[tool]!r} and {server.name!r}"
+                    )
+                owner[tool] = server.name
+        return self
 
 
 class AuthSettings(_Section):
@@ -138,6 +193,11 @@ class SnapshotSettings(_Section):
     # A file content an engine reports over this is recorded by its hash and
     # size only, with a note saying so (ledger/snapshots.py).
     max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
+
+
+class RetentionSettings(_Section):
+    # > 0: turns that ended longer ago than this many days become stubs (broker/retention.py)
+    keep_days: float = Field(0.0, ge=0)
 
 
 # -- [reset]: when a session's thread rolls over (core/resets.py) ---------------
@@ -294,6 +354,7 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
     snapshots: SnapshotSettings = SnapshotSettings()
+    retention: RetentionSettings = RetentionSettings()
     reset: ResetSettings = ResetSettings()
 
     titles: TitleSettings = TitleSettings()
@@ -303,6 +364,7 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
     console: ConsoleSettings = ConsoleSettings()
+    mcp: McpSettings = McpSettings()  # [[mcp.servers]]: tools for engines
 
     @field_validator("socket_path")
     @classmethod

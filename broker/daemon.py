@@ -30,8 +30,10 @@ from broker.endpoints import Endpoints
 from broker.engines.factory import build_engine
 from broker.ingress import Ingress
 from broker.mailbox.registry import Mailboxes
+from broker.mcp.tools import McpTools
 from broker.observe.http import EndpointError
 from broker.ops.table import Ops
+from broker.retention import Retention
 from broker.router import Router
 from broker.runtime import RuntimeUnreachable
 from broker.server import AlreadyRunning, Server
@@ -68,7 +70,7 @@ EX_CANTCREAT = 73  # a file or directory cannot be created
 EX_IOERR = 74  # another I/O error
 EX_DATAERR = 65  # the ledger is damaged or too new
 EX_NOPERM = 77  # not allowed to read or write the ledger or the socket
-EX_CONFIG = 78  # a configured address or file cannot be used
+EX_CONFIG = 78  # a configured address, file or engine that cannot be used
 
 
 class StartupError(Exception):
@@ -257,6 +259,10 @@ class Daemon:
                 raise
             async with anyio.create_task_group() as tg, endpoints:
                 await endpoints.start(tg)
+                if s.mcp.servers:  # the servers connect in the background
+                    mcp = McpTools(s, self.config_path.parent if self.config_path else None)
+                    mailboxes.mcp = mcp
+                    await tg.start(mcp.run)
                 if runtime is not None:  # before the backlog: it is handed to the runtime
                     await tg.start(runtime.run)
                 # Rehydrate the backlog before the socket takes new work.
@@ -270,6 +276,9 @@ class Daemon:
                 await tg.start(timers.run)
                 await tg.start(titler.run)
                 await tg.start(server.serve, listener)
+                tg.start_soon(ops.erasure.resume)  # one a stop cut off
+                ops.retention = Retention(ledger, s.retention.keep_days)
+                await tg.start(ops.retention.run)  # expires at start, in the background
                 log.info(
                     "ready",
                     socket=str(s.socket_path),
@@ -453,6 +462,8 @@ def exit_status(exc: BaseException) -> int:
     """The sysexits status of a start-up failure (README: the table under Operating)."""
     if isinstance(exc, LedgerNotWritable):
         return EX_NOPERM
+    if isinstance(exc, ConfigError):  # an engine's factory, say
+        return EX_CONFIG
     if isinstance(exc, LedgerInUse | LedgerUnreachable):
         return EX_UNAVAILABLE
     if isinstance(exc, LedgerError):

@@ -12,6 +12,9 @@ import typer
 
 from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
 from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
+from broker.engines.factory import check_engines
+from broker.mcp.tools import check_mcp
+from broker.tools.table import WORKER_SPECS
 from plumbing import gc_policy, logs
 
 app = typer.Typer(
@@ -43,9 +46,20 @@ def run(
     if settings.runtime.kind == "temporal" and backend != "asyncio":
         print('brokerd: runtime.kind = "temporal" needs --backend asyncio', file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
+    kinds = {e.kind for e in (settings.engine, *settings.engines.values())}
+    for kind in sorted(kinds & {"openai-agents", "adk", "langgraph"}):  # asyncio only
+        if backend != "asyncio":
+            print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
+            raise typer.Exit(EX_CONFIG)
     if (missing := missing_extra(settings)) is not None:
         print(f"brokerd: {missing}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
+    try:
+        check_engines(settings, config_path(config))  # the operator's code, found now
+        check_mcp(settings, [spec.name for spec in WORKER_SPECS])
+    except ConfigError as exc:
+        print(f"brokerd: {exc}", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG) from exc
     if check:
         print("brokerd: configuration is valid")
         return
@@ -72,6 +86,9 @@ def run(
 EXTRAS = {
     ("ledger", "postgres"): ("psycopg", "postgres"),
     ("runtime", "temporal"): ("temporalio", "temporal"),
+    ("engine", "openai-agents"): ("agents", "openai-agents"),
+    ("engine", "adk"): ("google.adk", "adk"),
+    ("engine", "langgraph"): ("langgraph", "langgraph"),
 }
 
 
@@ -79,7 +96,11 @@ def missing_extra(settings: Settings) -> str | None:
     """The sentence for a chosen backend whose optional package is not installed. A
     config error (78), not a crash: it holds until the operator installs the extra,
     so a supervisor restarting the daemon would only fail again."""
-    chosen = {("ledger", settings.ledger.kind), ("runtime", settings.runtime.kind)}
+    chosen: set[tuple[str, str]] = {
+        ("ledger", settings.ledger.kind),
+        ("runtime", settings.runtime.kind),
+    }
+    chosen |= {("engine", e.kind) for e in (settings.engine, *settings.engines.values())}
     for (section, kind), (module, extra) in EXTRAS.items():
         if (section, kind) not in chosen:
             continue

@@ -21,6 +21,7 @@ import typer
 
 from brokerctl import (  # noqa: F401 - their commands register on `app`
     context,
+    erase,
     files,
     routes,
     state,
@@ -319,6 +320,17 @@ def backup(
         print(f"brokerctl: the copy fails its integrity check: {problems[:3]}", file=sys.stderr)
         raise typer.Exit(1)
     console.print(f"backed up {ledger} to {target} ({target.stat().st_size} bytes)")
+
+
+@app.command("mcp")
+def mcp_serve() -> None:
+    """Serve the broker as an MCP server on stdio (docs/mcp.md; the `mcp` extra)."""
+    try:
+        from brokerctl.mcp import serve  # here: a fast start
+    except ImportError as exc:
+        print(f"brokerctl: mcp needs the optional package mcp ({exc})", file=sys.stderr)
+        raise typer.Exit(1) from exc
+    serve(current_socket())
 
 
 @app.command()

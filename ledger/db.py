@@ -143,6 +143,9 @@ def connect(
             raise LedgerError(f"could not switch {path} to WAL mode (got {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = ON")
+    # A deleted row's bytes are zeroed in its page, and a freed page is zeroed, at
+    # once: what is deleted (an erasure, an expiry) leaves no residue in the file.
+    conn.execute("PRAGMA secure_delete = ON")
     conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute("PRAGMA cache_size = -65536")
     return conn

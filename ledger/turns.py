@@ -130,7 +130,7 @@ def commit_turn(
         " total_errors = total_errors + ?, total_events = total_events + ?,"
         " total_files_modified = total_files_modified + ?,"
         " total_errors_resolved = total_errors_resolved + ?"
-        " WHERE label = ? AND head_turn_id IS ?",
+        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased'",
         (
             rec.turn_id,
             rec.completed_at,
@@ -162,6 +162,9 @@ def commit_orphan(
     conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
     """Record a turn that lost the head race: failed, off the thread, head untouched."""
+    status = conn.execute("SELECT status FROM sessions WHERE label = ?", (rec.session,)).fetchone()
+    if status is None or status[0] == "erased":
+        return []  # its person was erased while it ran (ledger/erasure.py): nothing is kept
     error = f"the session's head moved while the turn ran (from {rec.parent_id})"
     failed = replace(rec, status="failed", reason="head_moved", error=error, outcome=None)
     return _write_turn(conn, failed, snapshot_max_bytes)

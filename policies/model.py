@@ -117,6 +117,7 @@ class Rule(BaseModel):
     commands: list[ChatCommand] | None = None  # None: every chat command
     rate: RateRule | None = None  # per sender; None: no limit
     reset: ResetRule | None = None  # None: the `[reset]` policy
+    mcp: list[str] | None = None  # names in [[mcp.servers]] offered; None: every one
 
 
 class RulesFile(BaseModel):
@@ -155,6 +156,7 @@ class Decision:
     commands: frozenset[str]
     rate: Rate | None = None
     reset: ResetPolicy = NO_RESETS
+    mcp: frozenset[str] | None = None  # the MCP servers whose tools its turns get; None: all
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
     def __post_init__(self) -> None:
@@ -198,5 +200,6 @@ def decide(
                 commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
                 rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
                 reset=resets if rule.reset is None else rule.reset.over(resets),
+                mcp=None if rule.mcp is None else frozenset(rule.mcp),
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover

@@ -25,6 +25,7 @@ from broker.engines.base import Engine
 from broker.mailbox.commands import Command
 from broker.mailbox.session_facts import SessionFacts
 from broker.mailbox.turn_commit import Written
+from core.engine_types import ToolSpec
 from core.queue_machine import QueueMode
 from ledger.port.protocols import Committing
 from ledger.port.records import ActorStart, Carry, ItemInfo, TurnRecord
@@ -100,6 +101,10 @@ class ActorPorts(Protocol):
 
     # Engines and their tools, the adapters, chat commands.
     def engine_for(self, persona: str | None) -> Engine: ...
+    def tool_specs(self, label: str, kind: str) -> tuple[ToolSpec, ...]:
+        """The tools a turn of `label` is offered: the broker's, then its MCP servers'."""
+        ...
+
     def default_mode(self, item: ItemInfo) -> QueueMode | None: ...
     async def call_tool(
         self, label: str, turn_id: str, name: str, args: dict[str, Any], call_id: str

@@ -29,6 +29,7 @@ from broker.mailbox.restarts import ActorRestarts, stopped_by_storage
 from broker.mailbox.session_ports import SessionPorts
 from broker.mailbox.thread_start import ThreadRequest
 from broker.mailbox.turn_commit import TurnCommits
+from broker.mcp.tools import McpTools
 from broker.router import Router
 from core import queue_machine as m
 from ledger.port.errors import LedgerWriteFailed, WriterClosed
@@ -63,6 +64,8 @@ class Mailboxes:
         # Another runtime's hand-off of an item (broker/runtime/): set, no local actor
         # starts for an item; the runtime runs it (the actors here run its turns).
         self.forward: Callable[[ItemInfo], None] | None = None
+        self.mcp: McpTools | None = None  # [[mcp.servers]]' tools (the daemon sets it)
+        self.router = router
         commits = TurnCommits(ledger, deliveries, self.post)
         # What the actors see of the daemon; `self` is what the tools see (broker/tools/table.py).
         self.ports = SessionPorts(
@@ -329,6 +332,19 @@ class Mailboxes:
         """The session-state record the session's live actor would put in its context."""
         actor = self.actors.get(label)
         return actor.facts.ctx.state.render() if actor is not None else None
+
+    def mcp_servers(self, label: str) -> frozenset[str] | None:
+        """The route rule of `label`'s latest arrival decides; a session none came to
+        (a worker, say) gets every server."""
+        actor = self.actors.get(label)
+        item = actor.facts.latest_inbound if actor is not None else None
+        if item is not None and item.channel and item.peer_kind and item.sender_id:
+            return self.router.decision(item.channel, item.peer_kind, item.sender_id).mcp
+        route = actor.facts.stored_route if actor is not None else None
+        if route is None or not route[1] or not route[2]:
+            return None
+        # A stored route names the peer: the sender of a DM.
+        return self.router.decision(route[0], route[1], route[2]).mcp
 
     def scratchpad_merged(self, label: str, pad: Any, at: int) -> None:
         """A merge committed: the session's live actor shows it from its next turn on."""

@@ -27,6 +27,7 @@ from broker.mailbox.warm_threads import WarmThreads
 from broker.router import Router
 from broker.tools import table as tools
 from core import queue_machine as m
+from core.engine_types import ToolSpec
 from ledger.port.errors import WriterClosed, WriterOverloaded
 from ledger.port.protocols import Committing, LedgerPort
 from ledger.port.records import ActorStart, Carry, ItemInfo
@@ -186,6 +187,9 @@ class SessionPorts:
         if item.source in ("worker", "timer"):
             return queue.worker_mode
         return None
+
+    def tool_specs(self, label: str, kind: str) -> tuple[ToolSpec, ...]:
+        return tools.offered(self.tool_context, label, kind)
 
     async def call_tool(
         self, label: str, turn_id: str, name: str, args: dict[str, Any], call_id: str

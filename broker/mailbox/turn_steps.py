@@ -21,7 +21,6 @@ from broker.mailbox import turn_parts as parts
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.running_turn import RunningTurn, Spawn
 from broker.mailbox.session_facts import SessionFacts
-from broker.tools import table as tools
 from core import lifecycle as lc
 from core import queue_machine as m
 from core import recall_hint
@@ -114,7 +113,8 @@ class TurnSteps:
         if not turn.hint_checked:
             turn.hint_checked = True
             await self._recall_hint(turn)
-        request = parts.request(self.label, turn, facts.ctx, tools.specs_for(facts.kind))
+        offered = self.ports.tool_specs(self.label, facts.kind)
+        request = parts.request(self.label, turn, facts.ctx, offered)
         deadline = self.ports.clock() + self.ports.settings.engine.timeout_s
         overflowed = await turn.call(turn.engine, request, deadline)
         if turn.result is not None:

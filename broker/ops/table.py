@@ -13,6 +13,7 @@ from typing import Any
 from broker.connection import Connection
 from broker.logfollow import LEVEL_ORDER, Follower
 from broker.mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
+from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
@@ -20,6 +21,7 @@ from broker.ops.store import StoreOps
 from broker.ops.threads import ThreadOps
 from broker.ops.timers import TimerOps
 from broker.ops.workers import WorkerOps
+from broker.retention import Retention
 from broker.timers import Timers
 from core.session_state import EVENT_TYPES
 from ledger.port.errors import LedgerLookupError
@@ -48,6 +50,8 @@ class Ops:
         self.mailboxes = mailboxes
         self.state_of = state_of
         self.started = time.monotonic()
+        self.erasure = ErasureOps(ledger, mailboxes, timers)
+        self.retention: Retention | None = None  # set by the daemon
         self.table: dict[str, OpFn] = {
             "health": self.health,
             "sessions.list": self.sessions_list,
@@ -69,6 +73,7 @@ class Ops:
             **StateOps(ledger).table,
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,
+            **self.erasure.table,
         }
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
@@ -145,6 +150,7 @@ class Ops:
             # Kept short by the checkpointer (ledger/writer/checkpoint.py); one that keeps
             # growing means checkpoints fail or a reader holds an old snapshot.
             "wal_bytes": writer.wal_bytes,
+            "retention": (self.retention or Retention(self.ledger, 0)).status(),
         }
 
     async def sessions_list(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:

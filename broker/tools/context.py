@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from broker.config import Settings
 from broker.context import TokenCounter
+from broker.mcp.tools import McpTools
 from ledger.port.protocols import LedgerPort
 from ledger.port.records import Dispatched, Handoff, ItemInfo
 
@@ -48,3 +49,10 @@ class ToolContext(Protocol):
 
     @property
     def timers_changed(self) -> Callable[[], None]: ...
+
+    @property
+    def mcp(self) -> McpTools | None:
+        """The MCP servers' tools (broker/mcp/tools.py); None: no server configured."""
+
+    def mcp_servers(self, label: str) -> frozenset[str] | None:
+        """The MCP servers whose tools `label`'s turns get (its route rule's `mcp`); None: all."""

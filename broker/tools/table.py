@@ -26,7 +26,7 @@ from core.engine_types import ToolSpec
 from ledger.port.errors import LedgerLookupError
 from ledger.port.records import Handoff
 
-__all__ = ["SPECS", "WORKER_SPECS", "ToolContext", "call", "specs_for"]
+__all__ = ["SPECS", "WORKER_SPECS", "ToolContext", "call", "offered", "specs_for"]
 
 
 MAX_HANDOFF_KEYS = 50
@@ -134,6 +134,8 @@ async def call(
             return await tools_workers.worker_done(hub, session, arguments)
     except LedgerLookupError as exc:  # a refusal is the tool's answer, not a failed turn
         raise EngineError(f"{name} refused: {exc}") from exc
+    if hub.mcp is not None and hub.mcp.has(name):
+        return await hub.mcp.call(name, arguments, hub.mcp_servers(session))
     raise EngineError(f"the broker offers no tool named {name!r}")
 
 
@@ -144,3 +146,10 @@ WORKER_SPECS: tuple[ToolSpec, ...] = (*SPECS, tools_workers.WORKER_DONE)
 def specs_for(kind: str) -> tuple[ToolSpec, ...]:
     """The tools offered to a session of `kind`: a worker may also report (worker_done)."""
     return WORKER_SPECS if kind == "worker" else SPECS
+
+
+def offered(hub: ToolContext, label: str, kind: str) -> tuple[ToolSpec, ...]:
+    """The broker's tools for `kind`, then the MCP tools `label`'s route rule allows."""
+    if hub.mcp is None:
+        return specs_for(kind)
+    return specs_for(kind) + hub.mcp.specs(hub.mcp_servers(label))

@@ -26,13 +26,16 @@ from typing import Any, Self
 import anyio
 
 from ledger.api.engine import acquire
-from ledger.api.face import Clock, Face
+from ledger.api.face import Clock, Face, _job
 from ledger.api.records import Page, SessionInfo, TurnInfo
 from ledger.api.remote import RemoteStore
 from ledger.api.waiting import wait_async
 from ledger.db import Synchronous
+from ledger.erasure import merge_index, truncate_wal
+from ledger.retention import expire_batch, expire_outbox
 from plumbing.ids import now_ms
 
+DAY_MS = 86_400_000
 Summarizer = Callable[[list[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
 
 
@@ -116,6 +119,30 @@ class Store(Face):
     async def delete(self, session_id: str) -> None:
         """Remove the session and its turns; `Conflict` if a fork builds on them."""
         await wait_async(self._delete_job(session_id), self._submit)
+
+    async def expire(self, keep_days: float) -> int:
+        """Turn the turns that ended more than `keep_days` ago into stubs, but those a
+        session goes on from (ledger/retention.py); how many. Their text leaves the
+        file's bytes too: the index is merged and the WAL truncated after."""
+        cutoff = self._clock() - int(keep_days * DAY_MS)
+        expired, after = 0, None
+        while True:
+            job = _job(expire_batch, cutoff, after, self._clock())
+            count, after = await wait_async(job, self._submit)
+            expired += count
+            if after is None:
+                break
+        if expired:
+            out = None
+            while True:
+                out = await wait_async(_job(expire_outbox, out), self._submit)
+                if out is None:
+                    break
+            left = -1
+            while left != 0:
+                left = await wait_async(_job(merge_index, left), self._submit)
+            await anyio.to_thread.run_sync(truncate_wal, Path(self.path))
+        return int(expired)
 
     # -- items and turns -----------------------------------------------------
 

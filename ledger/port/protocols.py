@@ -34,6 +34,7 @@ from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.committing import Admits, Committing
+from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
     HandoffPort,
     RoutePort,
@@ -65,6 +66,7 @@ from ledger.port.records import (
     TimerInfo,
     TurnRecord,
 )
+from ledger.port.retention import RetentionPort
 
 __all__ = [
     "Accepted",
@@ -469,6 +471,8 @@ class LedgerPort(
     ThreadPort,
     TitlePort,
     LibraryPort,
+    ErasurePort,
+    RetentionPort,
     HandoffPort,
     Protocol,
 ):

@@ -116,6 +116,7 @@ class PgLedger(Ledger):
         ledger = cls(Path(address_of(dsn)), link, pool, None, write_fail_exit_s, writer_queue)
         ledger.writer_wait_s = writer_wait_s
         ledger.location = address_of(dsn)
+        ledger.dsn = dsn  # for the VACUUM after an erasure (ledger/sqlite/erasure.py)
         ledger.migrations_applied = applied
         try:
             async with anyio.create_task_group() as tg:

@@ -5,7 +5,8 @@ Every write goes through the one writer (`ledger/writer/group_commit.py`) as a j
 a `ledger/` module, and every read runs on a reader connection in one hop to a
 reader thread (`ledger/sqlite/connections.py`). The port's parts are implemented one
 module each beside this one (`ingest`, `turns`, `delivery`, `reads`, `ops`,
-`timers`, `snapshots`, `routes`, `threads`, `titles`, `library`); `Ledger` is
+`timers`, `snapshots`, `routes`, `threads`, `titles`, `library`, `erasure`,
+`retention`); `Ledger` is
 their sum, plus what is the ledger's as a whole: opening (a damaged or unwritable
 file is refused before anything is written), admission to the writer's queue, the
 writer's state, and closing. The broker shell sees it only through the port;
@@ -30,11 +31,13 @@ from ledger.port.errors import LedgerNotWritable, WriterDied
 from ledger.port.protocols import WriterStats
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.delivery import SqliteDelivery
+from ledger.sqlite.erasure import SqliteErasure
 from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
 from ledger.sqlite.ops import SqliteOps
 from ledger.sqlite.reads import SqliteReads
+from ledger.sqlite.retention import SqliteRetention
 from ledger.sqlite.routes import SqliteRoutes
 from ledger.sqlite.snapshots import SqliteSnapshots
 from ledger.sqlite.threads import SqliteThreads
@@ -79,6 +82,8 @@ class Ledger(
     SqliteThreads,
     SqliteTitles,
     SqliteLibrary,
+    SqliteErasure,
+    SqliteRetention,
     SqliteHandoffs,
 ):
     """The port on one SQLite file: the sum of its parts, opened by `Ledger.open`."""

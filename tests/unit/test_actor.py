@@ -21,7 +21,7 @@ from broker.mailbox.actor import SessionActor
 from broker.mailbox.commands import CompactRequest
 from broker.mailbox.ports import CommandTarget
 from broker.mailbox.turn_commit import Written
-from core.engine_types import EngineResult, TurnRequest
+from core.engine_types import EngineResult, ToolSpec, TurnRequest
 from ledger.port.errors import WriterOverloaded
 from ledger.port.records import ActorStart, Carry, ItemInfo, TurnRecord
 
@@ -163,6 +163,9 @@ class Ports:
 
     def default_mode(self, item: ItemInfo) -> Any:
         return None
+
+    def tool_specs(self, label: str, kind: str) -> tuple[ToolSpec, ...]:
+        return ()
 
     async def call_tool(
         self, label: str, turn_id: str, name: str, args: dict[str, Any], call_id: str

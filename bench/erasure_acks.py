@@ -1,0 +1,112 @@
+"""Other people's ack latency while the daemon erases a person of many messages.
+
+    .venv/bin/python -m bench.erasure_acks [--people 2000] [--turns 50]
+                                           [--target-turns 5000] [--rate 1000]
+
+Builds the ledger of bench.forgetting (the person erased has `target_turns` turns,
+twice as many messages), starts the daemon on it, offers `--rate` inbound messages a
+second (bench.ingest's frames, over two adapter connections) and, a second in, erases
+the person with `entity.erase`. Prints how long the erasure took and the ack latency
+p50/p99/max of the messages sent while it ran, and of those sent before it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from bench.forgetting import build
+from bench.ingest import frame
+from tests.harness import DaemonProcess
+from wire.client import BrokerClient
+
+
+def quantiles(values: list[float]) -> str:
+    if not values:
+        return "none"
+    ranked = sorted(values)
+
+    def at(q: float) -> float:
+        return ranked[min(len(ranked) - 1, int(q * len(ranked)))] * 1000
+
+    top = ranked[-1] * 1000
+    return f"n={len(ranked)} p50 {at(0.5):.1f} ms, p99 {at(0.99):.1f} ms, max {top:.1f} ms"
+
+
+async def load_and_erase(sock: Path, target: str, rate: int) -> None:
+    sent: list[tuple[float, float]] = []  # (sent at, latency)
+    window: list[float] = [0.0, 0.0]
+    stop = anyio.Event()
+
+    async def one(conn_no: int) -> None:
+        per_conn = rate / 2
+        async with await BrokerClient.connect(sock, role="adapter", channel="load") as c:
+            sent_at: dict[str, float] = {}
+            done = anyio.Event()
+
+            async def reader() -> None:
+                while not (done.is_set() and not sent_at):
+                    f = await c.recv()
+                    if f.get("type") == "ack":
+                        at = sent_at.pop(f["req"])
+                        sent.append((at, time.perf_counter() - at))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader)
+                start, i = time.perf_counter(), 0
+                while not stop.is_set():
+                    delay = start + i / per_conn - time.perf_counter()
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                    sent_at[str(i)] = time.perf_counter()
+                    await c.send_raw(frame(conn_no, i))
+                    i += 1
+                done.set()
+
+    async def erase() -> None:
+        await anyio.sleep(1.0)
+        async with await BrokerClient.connect(sock) as o:
+            window[0] = time.perf_counter()
+            counts = await o.op("entity.erase", entity=target, confirm=target)
+            window[1] = time.perf_counter()
+        print(f"erasure: {counts} in {window[1] - window[0]:.1f} s")
+        await anyio.sleep(0.5)
+        stop.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, 0)
+        tg.start_soon(one, 1)
+        tg.start_soon(erase)
+    during = [lat for at, lat in sent if window[0] <= at <= window[1]]
+    before = [lat for at, lat in sent if at < window[0]]
+    print(f"acks before the erasure: {quantiles(before)}")
+    print(f"acks during the erasure: {quantiles(during)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--people", type=int, default=2000)
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--target-turns", type=int, default=5000)
+    parser.add_argument("--rate", type=int, default=1000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))
+    try:
+        target = build(work / "ledger.db", args.people, args.turns, args.target_turns)
+        print(f"built {(work / 'ledger.db').stat().st_size / 1e6:.0f} MB")
+        d = DaemonProcess(work, {"log_level": "warning"}).start(timeout=120)
+        try:
+            anyio.run(load_and_erase, d.socket, target, args.rate)
+        finally:
+            d.kill()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""`entity.erase` through the port: the person, every entity merged with them, their
+sessions with forks and workers, and their words in groups, gone from every read
+and, on SQLite, from the bytes of the ledger and its WAL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from core.identity import SessionSpec
+from ledger.port.erasure import ErasureRunning
+from ledger.port.errors import Invalid, NotFound
+from ledger.port.protocols import InboundRecord, LedgerPort, Request
+from ledger.sqlite.store import Ledger
+from plumbing.ids import new_id
+from tests.conformance.records import DM, inbound, tick, turn
+
+pytestmark = pytest.mark.anyio
+GROUP = SessionSpec("group:{channel}:{peer}", None)
+
+
+def group_message(msg_id: str, sender: str, text: str) -> InboundRecord:
+    return InboundRecord(
+        "chat", msg_id, sender, sender.title(), "group", "room1", None, text, None, None, None
+    )
+
+
+async def say(
+    port: LedgerPort, rec: InboundRecord, spec: SessionSpec = DM, answer: str = "ok"
+) -> tuple[str, str, str | None]:
+    """Ingest `rec` and run its turn: (session, turn, entity)."""
+    acc = await port.submit_inbound(rec, spec, tick()).result()
+    head = (await port.session_start(acc.session)).start.head
+    done = turn(acc.session, head, await port.open_items(acc.session), answer)
+    if spec is DM:  # the person's own file, in their own session
+        content = f"{rec.text}\n"
+        done.events = [("file", {"path": "notes.txt", "op": "write", "content": content})]
+    await port.submit_turn(done).result()
+    return acc.session, done.turn_id, acc.entity
+
+
+def raw_bytes(path: Path) -> bytes:
+    """The ledger file, its WAL and whatever else lies beside it."""
+    return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
+
+
+def pg_table_bytes(request: pytest.FixtureRequest) -> bytes:
+    """The test cluster's table files after a CHECKPOINT (not its WAL: docs/forgetting.md)."""
+    import psycopg
+
+    cluster = request.getfixturevalue("pg_template")[0]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+    return b"".join(
+        p.read_bytes() for p in sorted((cluster.data / "base").rglob("*")) if p.is_file()
+    )
+
+
+async def test_erase_forgets_the_person_and_keeps_everyone_else(
+    port: LedgerPort, ledger_backend: str, request: pytest.FixtureRequest
+) -> None:
+    marker = f"zqx{new_id().lower()}"
+    alice, a_turn, alice_ent = await say(port, inbound("a1", "alice", f"my secret {marker}"))
+    _, _, alias_ent = await say(port, inbound("a2", "alice2", f"other phone {marker}"))
+    assert alice_ent is not None and alias_ent is not None
+    await port.merge_entities(alias_ent, alice_ent, tick())
+    fork = await port.fork(a_turn, None, tick())
+    bob, _, _ = await say(port, inbound("b1", "bob", "bob talks about herons"), answer="herons!")
+    group, g_turn, _ = await say(port, group_message("g1", "alice", f"group {marker}"), GROUP)
+    await say(port, group_message("g2", "bob", "bob in the group"), GROUP)
+    before_bob = await port.session_show(bob, 100)
+    assert [h.session for h in await port.recall_search(marker, None, 10)]
+
+    path = port.path if isinstance(port, Ledger) and port.backend == "sqlite" else None
+    if path is not None:  # the search below finds what is there
+        assert marker[-16:].encode() in raw_bytes(path)
+    if ledger_backend == "postgres":
+        assert marker.encode() in pg_table_bytes(request)
+    counts = await port.erase_entity(alice_ent, alice_ent, tick())
+    assert counts["sessions"] >= 2 and counts["messages"] >= 3 and counts["files"] >= 2
+
+    assert await port.recall_search(marker, None, 10) == []
+    for label in (alice, fork):
+        with pytest.raises(NotFound):
+            await port.session_show(label, 100)
+    for sender in ("alice", "alice2"):
+        with pytest.raises(NotFound):
+            await port.contact_show("chat", sender)
+    listed = {s["label"] for s in await port.sessions_list(None, 100)}
+    assert alice not in listed and fork not in listed and {bob, group} <= listed
+    shown = await port.session_show(group, 100)
+    assert [t["title"] for t in shown["turns"]] == [None, "bob in the group"]
+    said = str(await port.recall(Request("range", group, 10, around_turn=g_turn, context_turns=2)))
+    assert marker not in said and "[erased]" in said and "bob in the group" in said
+    assert await port.session_show(bob, 100) == before_bob
+    assert (await port.file_at(bob, "notes.txt", None))["content"] == "bob talks about herons\n"
+    # A new message from one of their senders starts a new entity.
+    _, _, again = await say(port, inbound("a3", "alice", "hello again"))
+    assert again is not None and again not in (alice_ent, alias_ent)
+    if path is not None:
+        data = raw_bytes(path)
+        assert marker.encode() not in data
+        assert marker[-16:].encode() not in data  # FTS5 keeps terms by prefix
+    if ledger_backend == "postgres":
+        assert marker.encode() not in pg_table_bytes(request)
+
+
+async def test_erase_refuses_bad_input_and_changes_nothing(port: LedgerPort) -> None:
+    alice, _, ent = await say(port, inbound("a1", "alice", "hello"))
+    assert ent is not None
+    with pytest.raises(NotFound):
+        await port.erase_entity("ent_nobody", "ent_nobody", tick())
+    with pytest.raises(Invalid):
+        await port.erase_entity(ent, "ent_other", tick())
+    assert (await port.contact_show("chat", "alice"))["entity"] == ent
+    assert (await port.session_show(alice, 10))["label"] == alice
+
+
+async def test_one_erasure_at_a_time_and_a_cut_off_one_resumes(port: LedgerPort) -> None:
+    _, _, alice = await say(port, inbound("a1", "alice", "alice words"))
+    bob_session, _, bob = await say(port, inbound("b1", "bob", "bob words"))
+    assert alice is not None and bob is not None
+
+    with anyio.CancelScope() as stopped:
+
+        async def cut_off(sessions: list[str]) -> None:
+            with pytest.raises(ErasureRunning):
+                await port.erase_entity(bob, bob, tick())
+            stopped.cancel()  # the daemon stops here
+            await anyio.sleep(1)
+
+        await port.erase_entity(alice, alice, tick(), cut_off)
+    assert stopped.cancelled_caught
+    with pytest.raises(NotFound):
+        await port.contact_show("chat", "alice")  # marked: already cut off
+    resumed = await port.resume_erasure()
+    assert resumed is not None and resumed["entity"] == alice and resumed["sessions"] == 1
+    assert await port.resume_erasure() is None
+    assert await port.recall_search("alice", None, 10) == []
+    await port.erase_entity(bob, bob, tick())
+    with pytest.raises(NotFound):
+        await port.session_show(bob_session, 10)

@@ -1,0 +1,112 @@
+"""An OpenAI Agents SDK agent on a fake model, for the daemon's `openai-agents` engine tests.
+
+The model is the SDK's own `Model` interface over its `agents.testing.ScriptedModel`:
+each call decides from the conversation what to answer, so one agent serves a
+whole test. The test copies this file into the daemon's folder and names
+`sdk_agent:agent`.
+
+- a function call output last: "tool said: <output>";
+- "[worker ...]": "worker done: <the worker's reply>";
+- "weather": calls the agent's own tool `get_weather`;
+- "delegate": calls the broker tool `agent_send` with the task "count to three";
+- "count to three" (the worker): "one two three";
+- "spanish": hands off to the agent `spanish`, which says "hola";
+- "slow": streams "working", then waits 30 s before its response completes, the
+  first time in this folder only (a file marks it): a turn to interrupt or crash;
+- anything else: "Hi there: <text>".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, Model, function_tool
+from agents.items import ModelResponse, TResponseStreamEvent
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
+
+SLOW_MARK = Path("slow-ran-once")
+
+
+def _text(item: Any) -> str:
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def decide(call: ModelCall) -> Any:
+    items = (
+        call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    )
+    last = items[-1] if items else {}
+    if isinstance(last, dict) and last.get("type") == "function_call_output":
+        if call.system_instructions and "Spanish" in call.system_instructions:
+            return [assistant_message("hola")]
+        return [assistant_message(f"tool said: {last.get('output')}")]
+    users = [_text(i) for i in items if isinstance(i, dict) and i.get("role") == "user"]
+    said = users[-1] if users else ""
+    if said.startswith("[worker") or ": [worker" in said:
+        return [assistant_message("worker done: " + said.split("\n", 1)[-1].strip())]
+    if "weather" in said:
+        return [function_call("get_weather", {"city": "Paris"}, call_id="w1")]
+    if "delegate" in said:
+        return [function_call("agent_send", {"task": "count to three"}, call_id="d1")]
+    if "count to three" in said:
+        return [assistant_message("one two three")]
+    if "spanish" in said:
+        return [function_call("transfer_to_spanish", {}, call_id="h1")]
+    if "slow" in said:
+        return [assistant_message("working")]
+    return [assistant_message(f"Hi there: {said}")]
+
+
+def first_slow() -> bool:
+    """Is this the first slow answer in this folder? (Marks it.)"""
+    if SLOW_MARK.exists():
+        return False
+    SLOW_MARK.write_text("ran")
+    return True
+
+
+class RuleModel(Model):
+    """The SDK's Model interface, each call answered by `decide`."""
+
+    def _script(self) -> ScriptedModel:
+        usage = Usage(requests=1, input_tokens=11, output_tokens=7, total_tokens=18)
+        return ScriptedModel([ModelStep.respond(decide)], default_usage=usage)
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        return await self._script().get_response(*args, **kwargs)
+
+    async def stream_response(
+        self, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        items = args[1] if isinstance(args[1], list) else []
+        # Marked before the delta a test acts on.
+        slow = bool(items) and "slow" in _text(items[-1]) and first_slow()
+        async for event in self._script().stream_response(*args, **kwargs):
+            if slow and event.type == "response.completed":
+                await asyncio.sleep(30)
+            yield event
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+spanish = Agent(name="spanish", instructions="You answer in Spanish.", model=RuleModel())
+agent = Agent(
+    name="helper",
+    instructions="You help.",
+    model=RuleModel(),
+    tools=[get_weather],
+    handoffs=[spanish],
+)

@@ -1,0 +1,165 @@
+"""`entity.erase` against the real daemon (its writer process, its checkpointer): the
+op, `brokerctl erase`, the raw bytes of the ledger, its WAL and a backup made after,
+and an erasure cut off by kill -9 that the next start finishes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from ledger.erasure import begin
+from ledger.ingest import WriterConnection
+from ledger.transfer import backup
+from tests.harness import DaemonProcess, write_config
+from tests.integration.test_identity import (
+    adapter,
+    contact,
+    inbound,
+    op,
+    operator,
+    query,
+    say,
+    uniq,
+)
+from wire.client import BrokerError
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"], ids=["d-asyncio", "d-trio"])
+def daemon(request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
+    work = Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))  # a short socket path
+    d = DaemonProcess(work, {}, backend=request.param).start()
+    try:
+        yield d
+    finally:
+        d.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def raw(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
+
+
+def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), "--json", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_erase_through_the_daemon_leaves_no_byte(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    d = daemon
+    channel = uniq("c")
+    marker = uniq("zqxmark")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        for n in range(5):
+            await say(a, inbound(uniq("m"), "carol", text=f"carol {n} says {marker}"))
+        await say(a, inbound(uniq("m"), "dave", text="dave keeps his words"))
+        group = {"peer_kind": "group", "peer_id": "room"}
+        await say(a, inbound(uniq("m"), "carol", text="carol in the room", **group))
+        await say(a, inbound(uniq("m"), "dave", text="dave in the room", **group))
+        carol = (await contact(o, channel, "carol"))["entity"]
+        dave = await contact(o, channel, "dave")
+        assert marker.encode() in raw(d.ledger)
+
+        with pytest.raises(BrokerError) as refused:
+            await op(o, "entity.erase", entity=carol, confirm="ent_other")
+        assert refused.value.code == "invalid"
+        with pytest.raises(BrokerError) as missing:
+            await op(o, "entity.erase", entity="ent_nobody", confirm="ent_nobody")
+        assert missing.value.code == "not_found"
+
+        done = brokerctl(d, "erase", carol)  # no terminal to ask on: refused
+        assert done.returncode == 64 and "--yes" in done.stderr
+        done = brokerctl(d, "erase", carol, "--yes")
+        assert done.returncode == 0, done.stderr
+        counts = json.loads(done.stdout)
+        assert counts["entity"] == carol and counts["sessions"] == 1
+        assert counts["messages"] >= 11  # five turns of two, and one in the room
+
+        with pytest.raises(BrokerError) as gone:
+            await contact(o, channel, "carol")
+        assert gone.value.code == "not_found"
+        assert await contact(o, channel, "dave") == dave
+        assert await op(o, "recall.search", query=marker) == []
+        room = [h["session"] for h in await op(o, "recall.search", query="erased")]
+        assert room and all(s.startswith("group:") for s in room)
+
+    copy = tmp_path / "after.db"
+    assert backup(d.ledger, copy) == []
+    for data in (raw(d.ledger), copy.read_bytes()):
+        assert marker.encode() not in data and marker[-12:].encode() not in data
+    assert query(d, "SELECT entity_id, finished_at IS NOT NULL FROM erasures") == [(carol, 1)]
+    assert query(d, "SELECT entities, sessions, senders FROM erasures") == [(None, None, None)]
+
+
+async def test_an_erasure_cut_off_is_finished_at_the_next_start(daemon: DaemonProcess) -> None:
+    d = daemon
+    channel, marker = uniq("c"), uniq("zqxcut")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        await say(a, inbound(uniq("m"), "erin", text=f"erin says {marker}"))
+        erin = (await contact(o, channel, "erin"))["entity"]
+    d.kill()  # kill -9
+    # The marking transaction committed, and then the daemon died.
+    conn = sqlite3.connect(d.ledger, factory=WriterConnection, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        begin(conn, erin, erin, 1)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    d.start()
+    async with await operator(d) as o:
+        for _ in range(100):
+            if query(d, "SELECT count(*) FROM erasures WHERE finished_at IS NULL") == [(0,)]:
+                break
+            await anyio.sleep(0.05)
+        assert await op(o, "recall.search", query=marker) == []
+    assert query(d, "SELECT count(*) FROM sessions WHERE entity_id = ?", erin) == [(0,)]
+    assert marker.encode() not in raw(d.ledger)
+
+
+async def test_expiry_runs_at_start_and_health_shows_it(daemon: DaemonProcess) -> None:
+    d = daemon
+    channel, marker = uniq("c"), uniq("zqxold")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        for n in range(3):
+            await say(a, inbound(uniq("m"), "fred", text=f"fred {n} {marker}"))
+        assert (await op(o, "health"))["retention"] == {
+            "keep_days": 0.0,
+            "last_run": None,
+            "expired_turns": 0,
+        }
+    d.kill()
+    d.config["retention"] = {"keep_days": 1e-9}  # everything that has ended is old
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await operator(d) as o:
+        for _ in range(200):
+            if (await op(o, "health"))["retention"]["last_run"] is not None:
+                break
+            await anyio.sleep(0.05)
+        shown = (await op(o, "health"))["retention"]
+        assert shown["keep_days"] == 1e-9 and shown["expired_turns"] == 2  # the head stays
+        hits = await op(o, "recall.search", query=marker)
+        heads = query(d, "SELECT head_turn_id FROM sessions WHERE kind = 'dm'")
+        assert {h["turn"] for h in hits} == {r[0] for r in heads}
+    assert query(d, "SELECT count(*) FROM turns WHERE expired_at IS NOT NULL") == [(2,)]
+    data = raw(d.ledger)
+    assert f"fred 0 {marker}".encode() not in data and f"fred 1 {marker}".encode() not in data
