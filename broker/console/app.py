@@ -309,8 +309,8 @@ class Console:
         except ProtocolError as exc:
             status = 404 if exc.code == "not_found" else 400
             return self._error(request, status, str(exc))
-        except LedgerLookupError as exc:
-            return self._error(request, 404, str(exc))
+        except LedgerLookupError as exc:  # not_found, or invalid (a confirm that differs)
+            return self._error(request, 404 if exc.code == "not_found" else 400, str(exc))
         log.info("console action", action=op_name, session=label, role=request.state.role)
         target = label
         if isinstance(result, dict) and op_name == "session.fork":

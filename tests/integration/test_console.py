@@ -269,6 +269,18 @@ def test_refusals_over_http(make_daemon: DaemonFactory, tmp_path: Path) -> None:
         assert op(d, "sessions.list") == sessions  # nothing changed
         bad = http.post("/action", headers=admin, data={"action": "fork", "turn": "nope"})
         assert bad.status_code == 404
+        # Erasure: offered to admin alone, confirmed by the entity's id, then gone.
+        entity = label.split(":", 1)[1]
+        assert "Erase this person" in http.get(f"/session?s={label}", headers=admin).text
+        assert "Erase this person" not in page
+        erase = {"action": "erase", "session": label, "entity": entity}
+        wrong = http.post("/action", headers=admin, data={**erase, "confirm": "ent_other"})
+        assert wrong.status_code == 400
+        assert op(d, "sessions.list") == sessions
+        done = http.post("/action", headers=admin, data={**erase, "confirm": entity})
+        assert done.status_code == 303 and done.headers["location"] == "/?done=erased"
+        assert label not in {s["label"] for s in op(d, "sessions.list")}
+        assert http.get(f"/session?s={label}", headers=admin).status_code == 404
 
 
 @pytest.mark.parametrize("problem", ["readable", "missing", "address"])
