@@ -115,6 +115,18 @@ def missing_extra(settings: Settings) -> str | None:
                 f'{section}.kind = "{kind}" needs the optional package {module}, which is'
                 f" not installed ({exc}): pip install 'agent-broker[{extra}]'"
             )
+    for key, value, modules, extra in (
+        ("tracing.otlp_endpoint", settings.tracing.otlp_endpoint, TRACING, "tracing"),
+        ("console.address", settings.console.address, CONSOLE, "console"),
+    ):
+        for module in modules if value else ():
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                return (
+                    f"{key} needs the optional package {module}, which is not installed"
+                    f" ({exc}): pip install 'agent-broker[{extra}]'"
+                )
     return None
 
 
@@ -131,6 +143,10 @@ def unusable_env_key(settings: Settings) -> str | None:
         "OPENAI_API_KEY (the key of an openai engine without engine.api_key) must be"
         " printable ASCII without spaces: it goes into an HTTP header"
     )
+
+
+TRACING = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+CONSOLE = ("starlette", "jinja2", "hypercorn")
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     state,
     threads,
     timers,
+    top,
     workers,
 )
 from brokerctl.app import app, call, console, current_socket, hoist_globals, opts, print_table

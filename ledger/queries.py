@@ -16,9 +16,18 @@ OPEN = "('queued', 'running')"
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Sessions, open items (`queued`, and by status `items_<status>`) and replies not
+    yet confirmed by their adapter (`unconfirmed`)."""
     sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    queued = conn.execute(f"SELECT count(*) FROM queue_items WHERE status IN {OPEN}").fetchone()[0]
-    return {"sessions": int(sessions), "queued": int(queued)}
+    out = {"sessions": int(sessions), "items_queued": 0, "items_running": 0}
+    for status, n in conn.execute(
+        f"SELECT status, count(*) FROM queue_items WHERE status IN {OPEN} GROUP BY status"
+    ):
+        out[f"items_{status}"] = int(n)
+    out["queued"] = out["items_queued"] + out["items_running"]
+    pending = conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
+    out["unconfirmed"] = int(pending)
+    return out
 
 
 def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> list[dict[str, Any]]:
