@@ -61,7 +61,16 @@ class Audited:
         if need == "read":
             yield
             return
-        acting = audit.Acting(op, target, conn.uid, role)
+        async with self.recorded(op, target, conn.uid, role):
+            yield
+
+    @asynccontextmanager
+    async def recorded(
+        self, op: str, target: str | None, uid: int | None, role: str
+    ) -> AsyncIterator[None]:
+        """Record the change an op makes inside the block (its role already checked, by
+        `run` or by the web console's token): its first write carries the row."""
+        acting = audit.Acting(op, target, uid, role)
         token = audit.ACTING.set(acting)
         try:
             yield
@@ -69,7 +78,7 @@ class Audited:
             audit.ACTING.reset(token)
             row = acting.take()  # closes it: a task the op started carries nothing later
         if row is not None:
-            await self._append(op, target, "ok", conn.uid, role, row.at)
+            await self._append(op, target, "ok", uid, role, row.at)
 
     async def _append(
         self, op: str, target: str | None, outcome: Outcome, uid: int | None, role: str, at: int
