@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from core.queue_machine import QueueMode
 from core.resets import ResetPolicy, parse_daily_at
+from plumbing import redact
+from plumbing.redact import check_pattern
 from policies.model import Owner, Rule, RulesFile
 
 EX_CONFIG = 78
@@ -169,6 +171,37 @@ class AuthSettings(_Section):
             if not re.fullmatch(CHANNEL_PATTERN, name):
                 raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
         return value
+
+
+class LoggingSettings(_Section):
+    # Patterns (Python regular expressions) of the operator's secrets, replaced by
+    # "[redacted]" in log lines and error messages beside the built-in ones
+    # (plumbing/redact.py).
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        return [check_pattern(p) for p in value]
+
+
+OperatorRole = Literal["read", "operate", "admin"]
+
+
+class OperatorUid(_Section):
+    uid: int = Field(ge=0)
+    role: OperatorRole
+
+
+class OperatorSettings(_Section):
+    """`[operators]`: the role of each peer uid (broker/ops/roles.py); uid 0 and the
+    daemon's own uid are `admin` whatever this says."""
+
+    default_role: OperatorRole = "operate"
+    uids: list[OperatorUid] = Field(default_factory=list)
+
+    def roles(self) -> dict[int, OperatorRole]:
+        return {u.uid: u.role for u in self.uids}
 
 
 class QueueSettings(_Section):
@@ -362,6 +395,8 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = LedgerSettings()
     engine: EngineSettings = EngineSettings()
     auth: AuthSettings = AuthSettings()
+    operators: OperatorSettings = OperatorSettings()
+    logging: LoggingSettings = LoggingSettings()
     queue: QueueSettings = QueueSettings()
     owners: list[Owner] = Field(default_factory=list)
     routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
@@ -424,6 +459,17 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment overrides the file, which arrives as init values.
         return (env_settings, init_settings)
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """The secrets the configuration holds, for the redactor: channel tokens, engine keys."""
+    keys = [settings.engine.api_key, *(e.api_key for e in settings.engines.values())]
+    return [*settings.auth.channel_tokens.values(), *(k for k in keys if k)]
+
+
+def configure_redaction(settings: Settings) -> None:
+    """Have log lines and error messages redact this configuration's secrets."""
+    redact.configure(secrets_of(settings), settings.logging.redact)
 
 
 class ConfigError(Exception):

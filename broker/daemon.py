@@ -23,7 +23,7 @@ import anyio.abc
 
 from broker import systemd
 from broker.cluster_push import follower_for
-from broker.config import ConfigError, Settings, load_rules, load_settings
+from broker.config import ConfigError, Settings, configure_redaction, load_rules, load_settings
 from broker.connection import Connection
 from broker.deliveries import Deliveries
 from broker.endpoints import Endpoints
@@ -127,6 +127,7 @@ class Daemon:
             self.ingress.settings = merged
         if self.mailboxes is not None:
             self.mailboxes.reconfigure(merged)
+        configure_redaction(merged)
         logs.configure(merged.log_level, merged.log_format)
         if self.ledger is not None:
             self._configure_writer_logging(self.ledger, merged)

@@ -11,12 +11,20 @@ from typing import Annotated, Literal
 import anyio
 import typer
 
-from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
+from broker.config import (
+    EX_CONFIG,
+    ConfigError,
+    Settings,
+    config_path,
+    configure_redaction,
+    load_rules,
+    load_settings,
+)
 from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
 from broker.engines.factory import check_engines
 from broker.mcp.tools import check_mcp
 from broker.tools.table import WORKER_SPECS
-from plumbing import gc_policy, logs
+from plumbing import gc_policy, logs, redact
 
 app = typer.Typer(
     pretty_exceptions_enable=False, add_completion=False, help="The agent session broker daemon."
@@ -67,6 +75,7 @@ def run(
     if check:
         print("brokerd: configuration is valid")
         return
+    configure_redaction(settings)
     logs.configure(settings.log_level, settings.log_format)
     chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
     gc_policy.tune()
@@ -79,10 +88,10 @@ def run(
             backend_options=backend_options(chosen),
         )
     except StartupError as exc:
-        print(f"brokerd: cannot start: {exc}", file=sys.stderr)
+        print(f"brokerd: cannot start: {redact.text(str(exc))}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
     except LedgerLost as exc:
-        print(f"brokerd: stopped: {exc}", file=sys.stderr)
+        print(f"brokerd: stopped: {redact.text(str(exc))}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
 
 

@@ -126,6 +126,13 @@ def call(op: str, render: Callable[[Any], None], /, **args: Any) -> None:
         data = anyio.run(go)
     except BrokerError as exc:
         print(f"brokerctl: {exc.code}: {exc.frame.get('message')}", file=sys.stderr)
+        if exc.code == "forbidden":  # the message names the role this uid has
+            print(
+                "brokerctl: an admin may give this uid another role in the broker's"
+                " [operators] configuration",
+                file=sys.stderr,
+            )
+            raise typer.Exit(77) from exc  # EX_NOPERM
         raise typer.Exit(1) from exc
     except OSError as exc:
         print(

@@ -39,6 +39,7 @@ from broker.console.guard import TokenGuard
 from broker.console.live import LiveTurns
 from broker.console.tokens import Role, TokenFileError, Tokens, allows, load
 from broker.observe.http import EndpointError, is_unix, unlink_stale
+from broker.ops.roles import target_of
 from broker.ops.table import stuck_items
 from ledger.port.errors import LedgerLookupError
 from plumbing import logs
@@ -304,8 +305,11 @@ class Console:
         label = form.get("session", "")
         args = _args(form.get("action", ""), form, label)
         caller = cast("Connection", _Caller(request.state.role))
-        try:
-            result = await op(caller, args, None)
+        try:  # audited as the op is on the socket, with the token's role and no uid
+            async with self.ops.audited.recorded(
+                op_name, target_of(op_name, args), None, request.state.role
+            ):
+                result = await op(caller, args, None)
         except ProtocolError as exc:
             status = 404 if exc.code == "not_found" else 400
             return self._error(request, status, str(exc))

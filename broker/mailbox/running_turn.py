@@ -38,7 +38,7 @@ from core.snapshots import bad_file_event
 from ledger.port.errors import WriterClosed, WriterOverloaded
 from ledger.port.protocols import Committing
 from ledger.port.records import ItemInfo
-from plumbing import logs
+from plumbing import logs, redact
 from plumbing.ids import new_id, now_ms
 
 log = logs.get("broker.actor")
@@ -225,8 +225,8 @@ class RunningTurn:
                 self.result = await engine.run(request, self)
             except TimeoutError:  # the engine's own (say, an HTTP client's)
                 self.error, self.reason = TIMEOUT, "timeout"
-            except EngineError as exc:
-                self.error, self.reason = str(exc), exc.reason
+            except EngineError as exc:  # an engine's message may quote its key or URL
+                self.error, self.reason = redact.text(str(exc)), exc.reason
             except Exception as exc:
                 log.exception("engine crashed", session=self.session, turn=self.id)
                 self.error, self.reason = f"the agent failed ({type(exc).__name__})", "engine"

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
+from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
@@ -60,6 +61,7 @@ from ledger.port.records import (
     MergeResult,
     Neighbour,
     OutboxKey,
+    Reaching,
     Reported,
     Request,
     Thread,
@@ -287,9 +289,12 @@ class TurnPort(Admits, Protocol):
         limits: Limits,
         now: int,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched:
         """`agent_send`: queue `task` on a session or a new worker session, with the
-        parent's `handoff` (ledger/dispatch.py); one transaction."""
+        parent's `handoff` (ledger/dispatch.py); one transaction. With `reaching` (a
+        broker tool's call) a target past its turn's reach raises `NotReachable`,
+        having written only the refusal's audit row."""
         ...
 
     async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
@@ -460,6 +465,7 @@ class OpsPort(Protocol):
 
 
 class LedgerPort(
+    AuditPort,
     IngestPort,
     TurnPort,
     DeliveryPort,

@@ -47,6 +47,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.abc
 
+from ledger import audit
 from ledger.port.errors import LedgerWriteFailed, StorageFailed, WriterDied
 from ledger.port.errors import WriterClosed as WriterClosed  # their old home, for importers
 from ledger.port.errors import WriterOverloaded as WriterOverloaded
@@ -202,6 +203,12 @@ class LedgerWriter:
     def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
         if self._closed:
             raise WriterClosed("the ledger writer has stopped")
+        acting = audit.ACTING.get()
+        row = acting.take() if acting is not None else None
+        if row is not None:  # an operator op's first write carries its audit row
+            return Pending(
+                JobSpec(audit.run_audited, (row, fn, *args), kwargs), self._next_batch_event
+            )
         return Pending(JobSpec(fn, args, kwargs), self._next_batch_event)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
