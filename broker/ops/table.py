@@ -15,6 +15,7 @@ from broker.logfollow import LEVEL_ORDER, Follower
 from broker.mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
+from broker.ops.names import NameOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
 from broker.ops.store import StoreOps
@@ -73,6 +74,7 @@ class Ops:
             **StateOps(ledger).table,
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,
+            **NameOps(ledger).table,
             **self.erasure.table,
         }
 

@@ -43,6 +43,7 @@ from ledger.port.features import (
     TimerPort,
     TitlePort,
 )
+from ledger.port.names import NamesPort
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -460,6 +461,7 @@ class LedgerPort(
     TitlePort,
     LibraryPort,
     ErasurePort,
+    NamesPort,
     RetentionPort,
     HandoffPort,
     Protocol,
