@@ -23,6 +23,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     context,
     erase,
     files,
+    names,
     routes,
     state,
     threads,
