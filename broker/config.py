@@ -101,6 +101,23 @@ class EngineSettings(_Section):
             )
         return self
 
+    @field_validator("api_key")
+    @classmethod
+    def _api_key_fits_a_header(cls, value: str | None) -> str | None:
+        # It goes into an HTTP header: printable ASCII, else every turn would fail.
+        if value is not None and not all(" " < ch <= "~" for ch in value):
+            raise ValueError(
+                "the key must be printable ASCII without spaces (it goes into an HTTP"
+                " header); was a placeholder such as 'sk-…' copied?"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _subprocess_has_a_command(self) -> EngineSettings:
+        if self.kind == "subprocess" and not self.command:
+            raise ValueError('kind = "subprocess" needs command = ["program", "arg", ...]')
+        return self
+
 
 class McpServerSettings(_Section):
     """One MCP server whose tools engines are offered (docs/mcp.md)."""
@@ -288,6 +305,39 @@ class ClusterSettings(_Section):
     claim_lease_ms: int = Field(5_000, ge=100, le=3_600_000)
 
 
+class MetricsSettings(_Section):
+    """`[metrics]`: Prometheus text at GET /metrics (broker/observe/metrics.py)."""
+
+    address: str = ""  # "127.0.0.1:9108", or a Unix socket path; "": off
+
+
+class TracingSettings(_Section):
+    """`[tracing]`: OpenTelemetry traces over OTLP/HTTP (broker/observe/tracing.py)."""
+
+    otlp_endpoint: str = ""  # "http://127.0.0.1:4318"; "": off
+    capture_content: bool = False  # message text in the spans
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError('expected an http(s) URL, as "http://127.0.0.1:4318"')
+        return value
+
+
+class ConsoleSettings(_Section):
+    """`[console]`: the web console (broker/console/)."""
+
+    address: str = ""  # "127.0.0.1:8765", or a Unix socket path; "": off
+    token_file: Path | None = None  # required with `address`: "<role> <token>" lines
+
+    @model_validator(mode="after")
+    def _tokens_when_served(self) -> ConsoleSettings:
+        if self.address and self.token_file is None:
+            raise ValueError("console.address needs console.token_file")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -328,6 +378,9 @@ class Settings(BaseSettings):
     node_id: str = Field("", max_length=64)  # unique per node of a cluster; shown in `health`
     runtime: RuntimeSettings = RuntimeSettings()
     cluster: ClusterSettings = ClusterSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
+    console: ConsoleSettings = ConsoleSettings()
     mcp: McpSettings = McpSettings()  # [[mcp.servers]]: tools for engines
 
     @field_validator("socket_path")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -51,6 +52,9 @@ def run(
         if backend != "asyncio":
             print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
             raise typer.Exit(EX_CONFIG)
+    if (bad_key := unusable_env_key(settings)) is not None:
+        print(f"brokerd: {bad_key}", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG)
     if (missing := missing_extra(settings)) is not None:
         print(f"brokerd: {missing}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
@@ -111,7 +115,38 @@ def missing_extra(settings: Settings) -> str | None:
                 f'{section}.kind = "{kind}" needs the optional package {module}, which is'
                 f" not installed ({exc}): pip install 'agent-broker[{extra}]'"
             )
+    for key, value, modules, extra in (
+        ("tracing.otlp_endpoint", settings.tracing.otlp_endpoint, TRACING, "tracing"),
+        ("console.address", settings.console.address, CONSOLE, "console"),
+    ):
+        for module in modules if value else ():
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                return (
+                    f"{key} needs the optional package {module}, which is not installed"
+                    f" ({exc}): pip install 'agent-broker[{extra}]'"
+                )
     return None
+
+
+def unusable_env_key(settings: Settings) -> str | None:
+    """The sentence for an OPENAI_API_KEY an `openai` engine without `api_key` would
+    send and that cannot go into an HTTP header (config.py checks `api_key` itself)."""
+    engines = [settings.engine, *settings.engines.values()]
+    if not any(e.kind == "openai" and e.api_key is None for e in engines):
+        return None
+    key = os.environ.get("OPENAI_API_KEY")
+    if key is None or all(" " < ch <= "~" for ch in key):
+        return None
+    return (
+        "OPENAI_API_KEY (the key of an openai engine without engine.api_key) must be"
+        " printable ASCII without spaces: it goes into an HTTP header"
+    )
+
+
+TRACING = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+CONSOLE = ("starlette", "jinja2", "hypercorn")
 
 
 def main() -> None:

@@ -140,6 +140,12 @@ class Ops:
             "sessions": counts.get("sessions"),
             "queued": counts.get("queued"),
             "ledger": self.ledger.backend,
+            # The file, for `brokerctl doctor -s` and `backup -s` run from any folder.
+            "ledger_path": (
+                str(settings.ledger.path.resolve())
+                if settings is not None and settings.ledger.kind == "sqlite"
+                else None
+            ),
             "node_id": settings.node_id if settings is not None else "",
             "runtime": settings.runtime.kind if settings is not None else "local",
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,

@@ -377,6 +377,18 @@ class ReadPort(Protocol):
         session section (id, head, model, counts)."""
         ...
 
+    async def console_sessions(self, limit: int, offset: int) -> list[dict[str, Any]]:
+        """The web console's page of sessions, the latest changed first (ledger/console.py)."""
+        ...
+
+    async def console_session(self, label: str, limit: int) -> dict[str, Any]:
+        """A session's latest turns as a tree, its forks and open items; NotFound."""
+        ...
+
+    async def console_turn(self, label: str, turn: str) -> dict[str, Any]:
+        """One turn of `label`: messages, events, files with diffs; NotFound."""
+        ...
+
     async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
         """`workers.list`: the dispatches `session` (a label or an alias) made, of one of
         its turns if `turn`, oldest first; NotFound for an unknown session or turn."""
