@@ -91,6 +91,22 @@ async def test_contacts_merged_into_a_named_person(shared: DaemonProcess) -> Non
         ]
         assert primary in {s_sms} | {f"dm:{e}" for e in (e_mail, person)}
 
+        # `sessions` and `show` name the person, with every contact of hers.
+        rows = ctl_json(d, "sessions", "--limit", "10000")
+        row = next(r for r in rows if r["label"] == primary)
+        assert (row["person"]["entity"], row["person"]["name"]) == (person, "Sarah")
+        assert sorted(row["person"]["channels"]) == sorted(
+            [f"{sms}:+1555", f"{mail}:sarah@example.org", f"{term}:sarah"]
+        )
+        shown_text = subprocess.run(
+            [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), "show", primary],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "with Sarah (" in shown_text, shown_text
+
 
 async def test_a_manual_alias_routes_its_key(shared: DaemonProcess) -> None:
     d = shared
