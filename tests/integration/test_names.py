@@ -50,6 +50,19 @@ def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def ctl_text(d: DaemonProcess, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def ctl_json(d: DaemonProcess, *args: str) -> Any:
     done = brokerctl(d, *args)
     assert done.returncode == 0, done.stderr
@@ -98,13 +111,7 @@ async def test_contacts_merged_into_a_named_person(shared: DaemonProcess) -> Non
         assert sorted(row["person"]["channels"]) == sorted(
             [f"{sms}:+1555", f"{mail}:sarah@example.org", f"{term}:sarah"]
         )
-        shown_text = subprocess.run(
-            [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), "show", primary],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        shown_text = ctl_text(d, "show", primary)
         assert "with Sarah (" in shown_text, shown_text
 
 
