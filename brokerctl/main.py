@@ -25,6 +25,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     erase,
     files,
     messaging,
+    names,
     routes,
     state,
     threads,

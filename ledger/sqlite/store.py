@@ -37,6 +37,7 @@ from ledger.sqlite.erasure import SqliteErasure
 from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
+from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
 from ledger.sqlite.reads import SqliteReads
 from ledger.sqlite.retention import SqliteRetention
@@ -85,6 +86,7 @@ class Ledger(
     SqliteTitles,
     SqliteLibrary,
     SqliteErasure,
+    SqliteNames,
     SqliteRetention,
     SqliteHandoffs,
     SqliteAudit,
