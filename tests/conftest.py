@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from tests import cluster, temporal_runtime
+from tests import cluster, harness, temporal_runtime
 from tests.harness import DaemonProcess
 
 if TYPE_CHECKING:
@@ -41,6 +41,18 @@ def temporal_server() -> Iterator[DevServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ledger_template() -> Iterator[None]:
+    """Each daemon of the run starts on a copy of one ledger migrated here, once per
+    test process (tests/harness.py); the migrations' own tests migrate for real."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="brk-template-", dir="/tmp") as name:
+        harness.use_template(harness.migrated_template(Path(name)))
+        yield
+        harness.use_template(None)
 
 
 @pytest.fixture(scope="session", autouse=True)
