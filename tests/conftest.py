@@ -43,16 +43,22 @@ def temporal_server() -> Iterator[DevServer]:
         server.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _ledger_template() -> Iterator[None]:
-    """Each daemon of the run starts on a copy of one ledger migrated here, once per
-    test process (tests/harness.py); the migrations' own tests migrate for real."""
+@pytest.fixture(scope="session")
+def ledger_template() -> Iterator[Path]:
+    """An SQLite ledger migrated once per test process, to copy where a test needs a
+    fresh migrated one; the migrations' own tests migrate for real."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="brk-template-", dir="/tmp") as name:
-        harness.use_template(harness.migrated_template(Path(name)))
-        yield
-        harness.use_template(None)
+        yield harness.migrated_template(Path(name))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemons_copy_the_template(ledger_template: Path) -> Iterator[None]:
+    """Each daemon of the run starts on a copy of `ledger_template` (tests/harness.py)."""
+    harness.use_template(ledger_template)
+    yield
+    harness.use_template(None)
 
 
 @pytest.fixture(scope="session", autouse=True)
