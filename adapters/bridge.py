@@ -4,17 +4,15 @@ A protocol module supplies a `Channel`: its connection loop pushes `Incoming`
 messages, and it carries replies out. This module runs the two pumps between
 it and the broker (the SDK's `Adapter`), the signals, and the exit status.
 
-Rule 1: inbound messages go to the broker one at a time, in the order the
-        server gave them; a message's `on_ack` (store the position, drop it
-        from the spool) runs only after the broker's ack. A message the
-        broker refuses is logged with its msg_id and passed over, so one bad
-        message never blocks the ones after it.
-Rule 2: a reply is confirmed (`delivered`) only after `Channel.deliver`
-        returned, which it does once the server accepted the reply; until then
-        the channel retries, and the broker keeps the reply.
-Rule 3: exit status 0 after SIGTERM/SIGINT, 75 when the server stayed
-        unavailable past `give_up_s` (retry.py), 78 for a configuration the
-        adapter cannot use (a bad file, a missing secret, a refused token).
+Inbound messages go to the broker one at a time, in the order the server gave them,
+and a message's `on_ack` (store the position, drop it from the spool) runs only after
+the broker's ack; a message the broker refuses is logged with its msg_id and passed
+over, so one bad message never blocks the ones after it. A reply is confirmed
+(`delivered`) only after `Channel.deliver` returned, which it does once the server
+accepted the reply; until then the channel retries, and the broker keeps the reply.
+The exit status is 0 after SIGTERM/SIGINT, 75 when the server stayed unavailable past
+`give_up_s` (retry.py), 78 for a configuration the adapter cannot use (a bad file, a
+missing secret, a refused token).
 """
 
 from __future__ import annotations
@@ -74,7 +72,7 @@ class Incoming:
     sender_name: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     ts: str | None = None
-    on_ack: Callable[[], None] | None = None  # Rule 1: after the broker's ack
+    on_ack: Callable[[], None] | None = None  # after the broker's ack
 
     def target(self) -> Target:
         return Target(self.peer_kind, self.peer_id or self.sender_id, self.thread_id)
@@ -182,7 +180,7 @@ def main(
     make_channel: Callable[[dict[str, Any], AdapterSection], Channel],
     backend: str = "asyncio",
 ) -> int:
-    """`python -m adapters.<prog> --config FILE`: the exit status (Rule 3)."""
+    """`python -m adapters.<prog> --config FILE`: the exit status."""
     parser = argparse.ArgumentParser(prog=f"python -m adapters.{prog}")
     parser.add_argument("--config", type=Path, required=True, help="the adapter's TOML file")
     args = parser.parse_args(argv)

@@ -4,13 +4,12 @@ It connects and says hello, reconnects with backoff, owns the one task that
 writes, and keeps every inbound frame until the broker answers it. The frames
 it reads that are not answers (replies) go to `on_reply`.
 
-Rule 1: a message is kept until the broker answers it. After a reconnect every
-        kept message is written again, with the same msg_id and req, before
-        anything new; the broker dedups by (channel, msg_id) and answers a
-        resend of a committed message with `duplicate: true`.
-Rule 2: one connection at a time; its writer task alone writes to the socket.
-        Callers hand it whole frames, so a cancelled caller never leaves half
-        a frame on the wire.
+A message is kept until the broker answers it: after a reconnect every kept message
+is written again, with the same msg_id and req, before anything new, and the broker
+dedups by (channel, msg_id), answering a resend of a committed message with
+`duplicate: true`. There is one connection at a time, and its writer task alone writes
+to the socket; callers hand it whole frames, so a cancelled caller never leaves half a
+frame on the wire.
 """
 
 from __future__ import annotations
@@ -177,7 +176,7 @@ class Connector:
         scope: anyio.CancelScope,
     ) -> None:
         try:
-            # Rule 1: the kept messages go first. Taking them and becoming ready
+            # the kept messages go first. Taking them and becoming ready
             # happen with no await between, so a message is either in this
             # backlog or queued after it by its sender, never both, never neither.
             backlog = b"".join(p.data for p in self._pending.values())

@@ -3,13 +3,12 @@
 Just enough for a webhook: whole-body requests up to a limit, keep-alive,
 bounded waits, graceful shutdown. Not a general web server.
 
-Rule 1: every wait is bounded: for the next request on an idle connection
-        (`idle_timeout`), for the rest of a request once it began
-        (`read_timeout`), for a response to be written (`write_timeout`).
-Rule 2: a body over `max_body` is answered 413 without reading the rest, and
-        the connection is closed (its remaining bytes are not a request).
-Rule 3: `shutdown` stops accepting at once, closes idle connections, lets
-        requests in progress finish until the grace deadline, then cancels.
+Every wait is bounded: for the next request on an idle connection (`idle_timeout`),
+for the rest of a request once it began (`read_timeout`), for a response to be
+written (`write_timeout`). A body over `max_body` is answered 413 without reading the
+rest, and the connection is closed (its remaining bytes are not a request).
+`shutdown` stops accepting at once, closes idle connections, lets requests in
+progress finish until the grace deadline, then cancels.
 """
 
 from __future__ import annotations

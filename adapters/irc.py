@@ -17,18 +17,16 @@
 A private message is `peer_kind: dm` (peer_id the nick); a channel message is
 `group` (peer_id the channel) with `meta.mentioned` when it addresses the
 bot's nick. IRC has no threads and no history: nothing is caught up after a
-restart except what the spool held (adapters/position.py, Rule 2).
+restart except what the spool held (adapters/position.py).
 
-Rule 1: a PRIVMSG is spooled before it goes to the broker and leaves the spool
-        after the broker's ack; on start the spool goes first, in order.
-Rule 2: deltas are not sent (IRC cannot edit); a reply goes out once, whole,
-        split into lines (irc_text.py, Rule 2), and is confirmed after the
-        server's fence (irc_conn.py, Rule 2). A dropped connection retries the
-        whole reply after reconnecting, so a line may be seen twice, never
-        lost. A refusal by the server (no such nick, cannot send to channel)
-        is logged and the reply is confirmed: it can never get through.
-Rule 3: CTCP requests other than ACTION and all NOTICEs are ignored: a bot
-        never answers a notice.
+A PRIVMSG is spooled before it goes to the broker and leaves the spool after the
+broker's ack; on start the spool goes first, in order. Deltas are not sent (IRC cannot
+edit): a reply goes out once, whole, split into lines (irc_text.py), and is confirmed
+after the server's fence (irc_conn.py). A dropped connection retries the whole reply
+after reconnecting, so a line may be seen twice, never lost; a refusal by the server
+(no such nick, cannot send to channel) is logged and the reply is confirmed, as it can
+never get through. CTCP requests other than ACTION and all NOTICEs are ignored: a bot
+never answers a notice.
 """
 
 from __future__ import annotations
@@ -101,7 +99,7 @@ class IrcChannel:
 
     async def _run(self, inbox: MemoryObjectSendStream[Incoming]) -> None:
         self._inbox = inbox
-        for number, record in self.spool.pending():  # Rule 1
+        for number, record in self.spool.pending():  # the spool goes first, in order
             await inbox.send(self._incoming(record, number))
         where = f"{self.cfg.host}:{self.cfg.port}"
         while True:
@@ -188,7 +186,7 @@ class IrcChannel:
         if text.startswith("\x01"):
             body = text.strip("\x01")
             if not body.startswith("ACTION "):
-                return  # Rule 3
+                return  # CTCP other than ACTION: ignored
             text, meta["action"] = body[len("ACTION ") :], True
         when = line.tags.get("time") or datetime.now(UTC).isoformat(timespec="microseconds")
         record: dict[str, Any] = {
@@ -224,7 +222,7 @@ class IrcChannel:
     # -- out -------------------------------------------------------------------------
 
     async def delta(self, delta: Delta, target: Target) -> None:
-        """Rule 2: IRC cannot edit a line, so only the final reply is sent."""
+        """IRC cannot edit a line, so only the final reply is sent."""
 
     async def deliver(self, reply: Deliver) -> None:
         target = reply.peer_id

@@ -1,13 +1,11 @@
 """One connection to an IRC server: register, keep alive, read lines, send with a fence.
 
-Rule 1: one writer at a time (a lock): a PONG never lands inside a PRIVMSG.
-Rule 2: PRIVMSG lines go at the server's pace (a token bucket), and a send is
-        confirmed by a fence: `PING :<token>` after the lines. A server
-        handles a client's lines in order, so its `PONG <token>` says every
-        line before it was handled; an error numeric for the target that
-        arrived before the PONG means the server refused them.
-Rule 3: a line read is handed to `on_line` before the next one is read; a
-        line that is not IRC is logged and skipped.
+One writer at a time (a lock), so a PONG never lands inside a PRIVMSG. PRIVMSG lines
+go at the server's pace (a token bucket), and a send is confirmed by a fence: `PING
+:<token>` after the lines. A server handles a client's lines in order, so its `PONG
+<token>` says every line before it was handled, and an error numeric for the target
+that arrived before the PONG means the server refused them. A line read is handed to
+`on_line` before the next one is read; a line that is not IRC is logged and skipped.
 """
 
 from __future__ import annotations
@@ -57,13 +55,13 @@ class IrcConnection:
         self._tokens = itertools.count(1)
 
     async def send(self, line: str) -> None:
-        """Rule 1: one whole line at a time; CR, LF and NUL in `line` are dropped."""
+        """One whole line at a time; CR, LF and NUL in `line` are dropped."""
         clean = line.replace("\r", "").replace("\n", "").replace("\x00", "")
         async with self._lock:
             await self.stream.send(clean.encode() + b"\r\n")
 
     async def privmsgs(self, target: str, bodies: list[str]) -> str | None:
-        """Rule 2: send the lines, then fence; the server's refusal, or None."""
+        """Send the lines, then fence; the server's refusal, or None."""
         self._errors.pop(target.lower(), None)
         for body in bodies:
             delay = self.bucket.take(anyio.current_time())
@@ -80,7 +78,7 @@ class IrcConnection:
         return self._errors.pop(target.lower(), None)
 
     async def read_forever(self, ping_interval: float) -> None:
-        """Rule 3; raises ConnectionDead when the server goes quiet or closes."""
+        """Hand each line to `on_line` in turn; ConnectionDead when the server goes quiet."""
         awaiting_pong = False
         while True:
             raw: bytes | None = None

@@ -3,15 +3,13 @@
 Parsing uses the `irc` library's pieces (its line grammar, `Arguments`,
 `Tag`, `NickMask`); the transport is the adapter's own (adapters/irc.py).
 
-Rule 1: a msg id is a hash of the server time (IRCv3 `server-time` when the
-        server sends it, else the adapter's clock when the line was read),
-        the sender's nick, the target and the text. IRC keeps no history and
-        has no ids of its own; the adapter spools each message with its id
-        (adapters/position.py), so a restart resends the same id.
-Rule 2: a reply is split into PRIVMSG lines of at most `max_bytes` of UTF-8
-        text, at word boundaries where a word fits, never inside a
-        character; the text's own line breaks are kept as line breaks; no
-        character of the text is dropped except the spaces a split falls on.
+A msg id is a hash of the server time (IRCv3 `server-time` when the server sends it,
+else the adapter's clock when the line was read), the sender's nick, the target and
+the text: IRC keeps no history and has no ids of its own, and the adapter spools each
+message with its id (adapters/position.py), so a restart resends the same id. A reply
+is split into PRIVMSG lines of at most `max_bytes` of UTF-8 text, at word boundaries
+where a word fits, never inside a character; the text's own line breaks are kept, and
+no character of the text is dropped except the spaces a split falls on.
 """
 
 from __future__ import annotations
@@ -68,7 +66,7 @@ def is_channel(target: str) -> bool:
 
 
 def message_id(when: str, nick: str, target: str, text: str) -> str:
-    """Rule 1: stable for the same message, 32 hex digits."""
+    """Stable for the same message, 32 hex digits."""
     digest = hashlib.sha256("\x00".join((when, nick, target.lower(), text)).encode())
     return "irc-" + digest.hexdigest()[:32]
 
@@ -80,7 +78,7 @@ def mentions(text: str, nick: str) -> bool:
 
 
 def split_text(text: str, max_bytes: int) -> list[str]:
-    """Rule 2: the PRIVMSG bodies for `text`, each at most `max_bytes` of UTF-8."""
+    """The PRIVMSG bodies for `text`, each at most `max_bytes` of UTF-8."""
     if max_bytes < 4:
         raise ValueError("max_bytes must leave room for one character")
     out: list[str] = []

@@ -12,20 +12,19 @@
 
 Runs on asyncio only: aioimaplib and aiosmtplib are asyncio libraries.
 
-Rule 1: on each (re)connect the adapter reads the mailbox from the UID after
-        its stored position, then IDLEs and reads what arrives. The position
-        (UIDVALIDITY, UID) is stored only once the broker acked every message
-        up to it (position.py, Rule 1). A changed UIDVALIDITY means the UIDs
-        were renumbered: the whole mailbox is read again and the broker
-        answers `duplicate` for what it had. The first start ever begins at
-        the mailbox's UIDNEXT of that moment.
-Rule 2: a reply is confirmed only after the SMTP server's 250 for its DATA.
-        A 4xx answer or a lost connection is retried with backoff, and the
-        adapter exits 75 when the server stays unusable past `give_up_s`; a
-        5xx answer can never succeed: it is logged and the reply confirmed
-        as undeliverable.
-Rule 3: mail that is automatic (Auto-Submitted, a bounce) or from the bot's own
-        address is never passed on: two robots must not answer each other.
+On each (re)connect the adapter reads the mailbox from the UID after its stored
+position, then IDLEs and reads what arrives. The position (UIDVALIDITY, UID) is stored
+only once the broker acked every message up to it (position.py); a changed UIDVALIDITY
+means the UIDs were renumbered, so the whole mailbox is read again and the broker
+answers `duplicate` for what it had. The first start ever begins at the mailbox's
+UIDNEXT of that moment.
+
+A reply is confirmed only after the SMTP server's 250 for its DATA. A 4xx answer or a
+lost connection is retried with backoff, and the adapter exits 75 when the server
+stays unusable past `give_up_s`; a 5xx answer can never succeed, so it is logged and
+the reply confirmed as undeliverable. Mail that is automatic (Auto-Submitted, a
+bounce) or from the bot's own address is never passed on: two robots must not answer
+each other.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ from adapters.settings import AdapterSection, Strict, read_secret, section
 
 log = logging.getLogger("adapters.mail")
 
-POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py, Rule 1)
+POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py)
 POSITION = "imap"
 
 
@@ -145,7 +144,7 @@ class MailChannel:
             await anyio.sleep(delay)
 
     def _start_uid(self, uidvalidity: int, uidnext: int) -> int:
-        """Rule 1: the UID after which to read."""
+        """The UID after which to read."""
         stored = self.positions.get(POSITION)
         if not isinstance(stored, dict):
             self._store(uidvalidity, uidnext - 1)
@@ -196,7 +195,7 @@ class MailChannel:
             mail = parse(raw, self.address, f"uid {uidvalidity}/{uid}")
         except Malformed as exc:
             log.warning("malformed mail %s (uid %d) skipped: %s", exc.mail_id, uid, exc.reason)
-            return  # its position moves with the next message acked (Rule 1)
+            return  # its position moves with the next message acked
         if mail.automatic or mail.sender_id == self.address:
             log.info("mail %s from %s is automatic or our own: not passed on", mail.msg_id, uid)
             return
@@ -234,7 +233,7 @@ class MailChannel:
         return None
 
     async def deliver(self, reply: Deliver) -> None:
-        """Rule 2."""
+        """Send the reply; confirmed after the 250 for its DATA, or as undeliverable."""
         if reply.status == "aborted":
             log.info("reply %s was cut off (aborted): not sent", reply.out_id)
             return

@@ -5,11 +5,10 @@ the reply needs both (To, In-Reply-To, References, Subject). So each message's
 `ReplyContext` is written here before it goes to the broker, and read when its
 reply comes, also after a restart (the broker sends unconfirmed replies again).
 
-Rule 1: one append-only journal (a line per message), rewritten at open with
-        only the newest `keep` entries: a reply comes soon after its message,
-        and one whose context is gone falls back to the sender's address.
-        Like the spool (position.py, Rule 2), it survives a crash of the
-        process, not of the machine.
+One append-only journal (a line per message), rewritten at open with only the newest
+`keep` entries: a reply comes soon after its message, and one whose context is gone
+falls back to the sender's address. Like the spool (position.py), it survives a crash
+of the process, not of the machine.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """The IMAP side of the email adapter, on aioimaplib: log in, select, read by UID, IDLE.
 
-Rule 1: every command is bounded (the client's own timeout, and the caller's
-        `fail_after`); a connection the server dropped ends the session (its
-        `lost` event), and the adapter's loop reconnects.
-Rule 2: messages are read by UID, in UID order, with BODY.PEEK[] so reading
-        never changes a flag: the adapter's position (UIDVALIDITY, UID) is
-        its own, not the mailbox's \\Seen state.
-Rule 3: IDLE only starts after a search found nothing new. A server announces
-        new mail once (EXISTS), and an announcement that came with a FETCH or
-        SEARCH answer is not repeated in the IDLE that follows: searching
-        again first is what keeps such a mail from waiting out the IDLE.
-Rule 4: the mails a search found are read `FETCH_BATCH` at a time, one UID
-        FETCH each: the server announces mail in bursts (Dovecot holds an
-        IDLE's EXISTS 0.5 s after the first change), and one round trip per
-        mail would make the last of a burst wait behind all the others. A
-        message in the answer whose UID cannot be read fails the batch
-        (ImapError: the connection starts over); only a UID the answer does
-        not hold at all (expunged meanwhile) is missing from the result.
+Every command is bounded (the client's own timeout, and the caller's `fail_after`); a
+connection the server dropped ends the session (its `lost` event), and the adapter's
+loop reconnects. Messages are read by UID, in UID order, with BODY.PEEK[] so reading
+never changes a flag: the adapter's position (UIDVALIDITY, UID) is its own, not the
+mailbox's \\Seen state.
+
+IDLE starts only after a search found nothing new: a server announces new mail once
+(EXISTS), and an announcement that came with a FETCH or SEARCH answer is not repeated
+in the IDLE that follows. The mails a search found are read `FETCH_BATCH` at a time,
+one UID FETCH each, as servers announce mail in bursts; a message in the answer whose
+UID cannot be read fails the batch (ImapError: the connection starts over), and only a
+UID the answer does not hold at all (expunged meanwhile) is missing from the result.
 """
 
 from __future__ import annotations
@@ -31,7 +26,7 @@ from aioimaplib import IMAP4, STOP_WAIT_SERVER_PUSH
 _UIDVALIDITY = re.compile(rb"\[UIDVALIDITY (\d+)\]")
 _UIDNEXT = re.compile(rb"\[UIDNEXT (\d+)\]")
 _UID = re.compile(rb"\bUID (\d+)")
-FETCH_BATCH = 50  # mails per UID FETCH (Rule 4): a burst in one round trip, memory bounded
+FETCH_BATCH = 50  # mails per UID FETCH: a burst in one round trip, memory bounded
 
 
 class LoginRefused(ConnectionError):
@@ -86,7 +81,7 @@ class ImapSession:
         return sorted(n for n in found if n > uid)
 
     async def wait_new(self, uid: int, idle_s: float) -> list[int]:
-        """The UIDs above `uid`, waiting in IDLE while there are none (Rule 3)."""
+        """The UIDs above `uid`, waiting in IDLE while there are none."""
         while True:
             found = await self.uids_after(uid)
             if found:
@@ -94,7 +89,7 @@ class ImapSession:
             await self.idle(idle_s)
 
     async def fetch(self, uid: int) -> bytes | None:
-        """The whole message (Rule 2); None if it is gone (expunged meanwhile)."""
+        """The whole message; None if it is gone (expunged meanwhile)."""
         answer = await self.client.uid("fetch", str(uid), "(BODY.PEEK[])")
         if answer.result != "OK":
             raise ImapError(f"UID FETCH {uid}: {_say(answer.lines)}")
@@ -104,7 +99,7 @@ class ImapSession:
         return None
 
     async def fetch_many(self, uids: list[int]) -> dict[int, bytes]:
-        """The whole messages (Rule 2) of `uids` (at most FETCH_BATCH), by UID (Rule 4)."""
+        """The whole messages of `uids` (at most FETCH_BATCH), by UID."""
         answer = await self.client.uid("fetch", ",".join(str(uid) for uid in uids), "(BODY.PEEK[])")
         if answer.result != "OK":
             raise ImapError(f"UID FETCH {uids[0]}..{uids[-1]}: {_say(answer.lines)}")

@@ -1,24 +1,21 @@
 """Email ⇄ the broker's fields: one RFC 5322 message in, one reply out. Pure (no I/O).
 
-Rule 1: the msg_id is the Message-ID without its angle brackets; a message
-        without one (or with one over the broker's 128 characters) gets
-        `mail-` + a hash of its stable headers (From, To, Cc, Date, Subject)
-        and its body, so reading it again gives the same id and the broker
-        answers `duplicate`.
-Rule 2: a mailing-list message (List-Id) is a `group` whose peer is the list
-        id; any other is a `dm` whose peer is the sender's address. The
-        thread is the root of References (else In-Reply-To, else the message
-        itself), so every mail of a conversation shares one thread_id.
-Rule 3: text/plain is preferred; text/html alone is converted to text;
-        attachments become metadata (adapters/attachments.py: name, type,
-        size; url null: their bytes are not kept). A message whose MIME
-        structure cannot be read, or that has no sender address, raises
-        `Malformed`: the adapter logs it with its id and skips it.
-Rule 4: a reply is one message from the bot, threaded on the message it
-        answers (In-Reply-To, References, `Re:` subject), marked
-        `Auto-Submitted: auto-replied` (RFC 3834) so other robots do not
-        answer it, with a Message-ID made from the reply's out_id: a reply
-        sent again after a crash carries the same Message-ID.
+The msg_id is the Message-ID without its angle brackets; a message without one (or
+with one over the broker's 128 characters) gets `mail-` + a hash of its stable headers
+(From, To, Cc, Date, Subject) and its body, so reading it again gives the same id and
+the broker answers `duplicate`. A mailing-list message (List-Id) is a `group` whose
+peer is the list id; any other is a `dm` whose peer is the sender's address. The
+thread is the root of References (else In-Reply-To, else the message itself), so every
+mail of a conversation shares one thread_id.
+
+text/plain is preferred; text/html alone is converted to text; attachments become
+metadata (adapters/attachments.py: name, type, size; url null, their bytes are not
+kept). A message whose MIME structure cannot be read, or that has no sender address,
+raises `Malformed`: the adapter logs it with its id and skips it. A reply is one
+message from the bot, threaded on the message it answers (In-Reply-To, References,
+`Re:` subject), marked `Auto-Submitted: auto-replied` (RFC 3834) so other robots do
+not answer it, with a Message-ID made from the reply's out_id: a reply sent again
+after a crash carries the same Message-ID.
 """
 
 from __future__ import annotations
@@ -116,7 +113,7 @@ def _bare(message_id: str) -> str:
 
 
 def parse(raw: bytes, bot_address: str, fallback_id: str) -> Mail:
-    """Rules 1-3. `fallback_id` names the message in errors (its IMAP UID)."""
+    """`fallback_id` names the message in errors (its IMAP UID)."""
     try:
         msg = _PARSER.parsebytes(raw)
         own_ids = message_ids(str(msg.get("Message-ID", "")))
@@ -227,7 +224,7 @@ def _timestamp(msg: EmailMessage) -> str | None:
 
 
 def _body(msg: EmailMessage) -> tuple[str, list[dict[str, Any]]]:
-    """Rule 3: the text, and the attachments as metadata."""
+    """The text, and the attachments as metadata."""
     body = msg.get_body(preferencelist=("plain", "html"))
     attachments: list[dict[str, Any]] = []
     for part in msg.walk():
@@ -273,7 +270,7 @@ def reply_subject(subject: str) -> str:
 def build_reply(
     context: ReplyContext, bot: str, bot_name: str | None, text: str, out_id: str, now: datetime
 ) -> EmailMessage:
-    """Rule 4."""
+    """The reply, threaded on its message, auto-replied, its Message-ID from out_id."""
     reply = EmailMessage(policy=policy.default)  # the SMTP client writes CRLF
     reply["From"] = Address(display_name=bot_name or "", addr_spec=bot)
     reply["To"] = context.reply_to

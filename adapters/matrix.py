@@ -12,22 +12,20 @@ Runs on asyncio only: matrix-nio is an asyncio (aiohttp) library. Rooms are
 unencrypted: the adapter has no end-to-end encryption, and an encrypted event
 is logged with its id and skipped.
 
-Rule 1: messages come from the sync stream. The `since` token of a sync is
-        stored only once the broker acked every message of that sync and of
-        the ones before it (adapters/position.py, Rule 1); a restart syncs
-        from it, and a room whose timeline the server cut short (`limited`)
-        is filled in from /messages back to that token. The first start ever
-        passes on only the messages sent after its process began.
-Rule 2: a reply is confirmed only after the server returned its event id. It
-        is sent with the reply's out_id as the transaction id, from the same
-        device across restarts (matrix_session.py), so sending it again is
-        the same event. M_LIMIT_EXCEEDED waits `retry_after_ms` and sends
-        again; a refusal that no retry can fix (not in the room) is logged
-        and the reply confirmed unsent, so it holds up nothing behind it.
-Rule 3: a reply still streaming `edit_interval_s` after its first delta is
-        shown as a message, then edited (`m.replace`) at most once per
-        interval; the final text is the last edit. A reply done sooner goes
-        out as one message. Deltas are best effort.
+Messages come from the sync stream. The `since` token of a sync is stored only once
+the broker acked every message of that sync and of the ones before it
+(adapters/matrix_position.py); a restart syncs from it, and a room whose timeline the
+server cut short (`limited`) is filled in from /messages back to that token. The first
+start ever passes on only the messages sent after its process began.
+
+A reply is confirmed only after the server returned its event id. It is sent with the
+reply's out_id as the transaction id, from the same device across restarts
+(matrix_session.py), so sending it again is the same event. M_LIMIT_EXCEEDED waits
+`retry_after_ms` and sends again; a refusal no retry can fix (not in the room) is
+logged and the reply confirmed unsent, so it holds up nothing behind it. A reply still
+streaming `edit_interval_s` after its first delta is shown as a message, then edited
+(`m.replace`) at most once per interval, the final text being the last edit; a reply
+done sooner goes out as one message. Deltas are best effort.
 """
 
 from __future__ import annotations
@@ -72,8 +70,8 @@ from adapters.settings import AdapterSection, Strict, read_secret, section
 
 log = logging.getLogger("adapters.matrix")
 
-POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py, Rule 1)
-BACKFILL_MAX = 1000  # events fetched per cut-short room timeline (Rule 1)
+POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py)
+BACKFILL_MAX = 1000  # events fetched per cut-short room timeline
 PERMANENT = frozenset({"M_FORBIDDEN", "M_NOT_FOUND", "M_BAD_JSON", "M_NOT_JSON", "M_TOO_LARGE"})
 
 
@@ -212,7 +210,7 @@ class MatrixChannel:
         since: str | None,
         inbox: MemoryObjectSendStream[Incoming],
     ) -> None:
-        """Rule 1: each room's new events to the broker, then the token once all are acked."""
+        """Each room's new events to the broker, then the token once all are acked."""
         self._tokens.open()
         for room_id, info in answer.rooms.join.items():
             events = [getattr(e, "source", None) or {} for e in info.timeline.events]
@@ -223,7 +221,7 @@ class MatrixChannel:
             room = self._room(client, room_id)
             for event in since_arrival(events, self.bot):
                 if since is None and int(event.get("origin_server_ts") or 0) < self._began_ms:
-                    continue  # Rule 1: history from before the first start
+                    continue  # history from before the first start
                 incoming = self._convert(event, room)
                 if incoming is not None:
                     self._tokens.sent()
@@ -288,7 +286,7 @@ class MatrixChannel:
     # -- out -------------------------------------------------------------------------
 
     async def delta(self, delta: Delta, target: Target) -> None:
-        """Rule 3: a reply still streaming after the interval is shown, then edited."""
+        """A reply still streaming after the interval is shown, then edited."""
         now = anyio.current_time()
         stream = self._streams.setdefault(delta.out_id, _Stream(began=now))
         stream.text += delta.text
@@ -344,7 +342,7 @@ class MatrixChannel:
     async def _send(
         self, client: AsyncClient, room_id: str, content: dict[str, Any], txn: str | None
     ) -> RoomSendResponse | ErrorResponse:
-        """The server's answer: its event id (Rule 2), or an error (a lost connection too)."""
+        """The server's answer: its event id, or an error (a lost connection too)."""
         try:
             answer = await client.room_send(room_id, "m.room.message", content, txn)
         except (OSError, TimeoutError, aiohttp.ClientError) as exc:

@@ -3,24 +3,22 @@
 No I/O: a raw event (the JSON dict a sync returned) in, an `Incoming` (or
 None) out; a reply's text in, the content to send out.
 
-Rule 1: the msg id is the Matrix event id, the same whether the event came in
-        a live sync or a catch-up, so the broker's dedup sees one message.
-Rule 2: a DM room (the bot and one person, or one the person invited the bot
-        to as `is_direct`) is `peer_kind: dm` with `peer_id` the room id (the
-        reply goes back into that room); any other room is `group` with
-        `peer_id` the room id and `thread_id` the root of a Matrix thread
-        (`m.relates_to` with `rel_type: m.thread`).
-Rule 3: a room the bot just joined shows its history in the sync: only the
-        events after the bot's invite (or its join, without an invite) are
-        new to it, so a person's "hello" sent before the bot joined is
-        answered and the room's old history is not.
-Rule 4: only `m.room.message` events from others are messages; `m.notice` is
-        what bots send each other, so it is skipped (no bot loops). The
-        attachments (`m.image`, `m.file`, `m.video`, `m.audio`) go to
-        `meta.attachments` (adapters/attachments.py: name, type, size, url the
-        mxc URL, and `kind` the msgtype) and the body is kept as the text. A
-        message event without a text body is malformed: `MalformedEvent`,
-        which the caller logs with the event id and skips.
+The msg id is the Matrix event id, the same whether the event came in a live sync or a
+catch-up, so the broker's dedup sees one message. A DM room (the bot and one person,
+or one the person invited the bot to as `is_direct`) is `peer_kind: dm` with `peer_id`
+the room id (the reply goes back into that room); any other room is `group` with
+`peer_id` the room id and `thread_id` the root of a Matrix thread (`m.relates_to` with
+`rel_type: m.thread`). A room the bot just joined shows its history in the sync: only
+the events after the bot's invite (or its join, without an invite) are new to it, so a
+person's "hello" sent before the bot joined is answered and the room's old history is
+not.
+
+Only `m.room.message` events from others are messages; `m.notice` is what bots send
+each other, so it is skipped (no bot loops). Attachments (`m.image`, `m.file`,
+`m.video`, `m.audio`) go to `meta.attachments` (adapters/attachments.py: url the mxc
+URL, and `kind` the msgtype) and the body is kept as the text. A message event without
+a text body is malformed: `MalformedEvent`, which the caller logs with the event id
+and skips.
 """
 
 from __future__ import annotations
@@ -117,7 +115,8 @@ def _edited(content: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_incoming(event: dict[str, Any], room: Room, bot: Bot) -> Incoming | None:
-    """Rules 1, 2 and 4; None for what is not a message for the broker."""
+    """The event as inbound fields (its id, dm or group, attachments); None for what is
+    not a message for the broker."""
     if event.get("type") != "m.room.message" or "state_key" in event:
         return None
     sender = event.get("sender")
@@ -163,7 +162,7 @@ def to_incoming(event: dict[str, Any], room: Room, bot: Bot) -> Incoming | None:
 
 
 def since_arrival(events: list[dict[str, Any]], bot: Bot) -> list[dict[str, Any]]:
-    """Rule 3: the events after the bot's own invite or join in this list, if it has one."""
+    """The events after the bot's own invite or join in this list, if it has one."""
     marks = {"invite": -1, "join": -1}
     for index, event in enumerate(events):
         content = event.get("content")

@@ -5,9 +5,9 @@ it passes to the broker into it, closes it with the sync's `next_batch`, and
 calls `acked()` after each broker ack (acks come in the order the messages
 were sent, as the bridge sends them one at a time).
 
-Rule 1: a token is safe to store once every message of its sync and of every
-        sync before it was acked. Under a steady stream the stored token
-        still moves forward sync by sync; it never waits for a quiet moment.
+A token is safe to store once every message of its sync and of every sync before it
+was acked. Under a steady stream the stored token still moves forward sync by sync;
+it never waits for a quiet moment.
 """
 
 from __future__ import annotations

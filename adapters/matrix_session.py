@@ -1,14 +1,13 @@
 """The adapter's Matrix login: kept on disk so a restart is the same device.
 
-Rule 1: the access token and device id are stored (mode 0600) in the state
-        directory after a password login and used again on the next start.
-        The same device keeps the server's transaction ids: a reply sent
-        again under the same txn id after a restart is the same event, not a
-        second message. A stored token the server no longer knows
-        (M_UNKNOWN_TOKEN) is dropped and the password login done again.
-Rule 2: every request has a bound (`request_timeout_s`; a sync, its long poll
-        plus that) and nio retries nothing by itself: rate limits and lost
-        connections come back to the adapter, which logs them and decides.
+The access token and device id are stored (mode 0600) in the state directory after a
+password login and used again on the next start: the same device keeps the server's
+transaction ids, so a reply sent again under the same txn id after a restart is the
+same event, not a second message. A stored token the server no longer knows
+(M_UNKNOWN_TOKEN) is dropped and the password login done again. Every request has a
+bound (`request_timeout_s`; a sync, its long poll plus that) and nio retries nothing
+by itself: rate limits and lost connections come back to the adapter, which logs
+them and decides.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ def new_client(homeserver: str, user_id: str, request_timeout_s: float) -> Async
 
 
 class StoredLogin:
-    """Rule 1: the login of the last run, in `<state_dir>/matrix-login.json`."""
+    """The login of the last run, in `<state_dir>/matrix-login.json`."""
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / "matrix-login.json"
@@ -65,7 +64,7 @@ class StoredLogin:
 
 
 async def log_in(client: AsyncClient, password: str, stored: StoredLogin, device_name: str) -> None:
-    """Rule 1: the stored login if the server still knows it, else a password login."""
+    """The stored login if the server still knows it, else a password login."""
     kept = stored.load()
     if kept is not None and kept.get("user_id") == client.user:
         client.restore_login(client.user, kept["device_id"], kept["access_token"])

@@ -1,15 +1,13 @@
 """What an adapter keeps on disk between runs: its confirmed position and its spool.
 
-Rule 1: a position is stored only after the broker acked every message up to
-        it. A stale position costs duplicates, never a loss: the broker
-        dedups by (channel, msg_id) and answers `duplicate`. So a position
-        file is replaced atomically (write, rename) but not fsynced.
-Rule 2: a spooled message stays on disk from the moment it was read from the
-        server until the broker acked it; on start the spool is sent again,
-        in order. It is for servers that keep no history (IRC): a kill -9
-        between the server's message and the ack loses nothing. The spool
-        survives a crash of the process, not of the machine (no fsync: a
-        message read from a socket was never durable anyway).
+A position is stored only after the broker acked every message up to it. A stale
+position costs duplicates, never a loss (the broker dedups by (channel, msg_id) and
+answers `duplicate`), so a position file is replaced atomically (write, rename) but
+not fsynced. A spooled message stays on disk from the moment it was read from the
+server until the broker acked it, and on start the spool is sent again, in order: for
+servers that keep no history (IRC), a kill -9 between the server's message and the ack
+loses nothing. The spool survives a crash of the process, not of the machine (no
+fsync: a message read from a socket was never durable anyway).
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ class PositionStore:
     """Small named positions (a MAM archive id, a sync token), one JSON file.
 
     `put` only records; `flush` writes (its owner calls it every fraction of a
-    second and at the end): under Rule 1 a position a little behind costs a
+    second and at the end): a position a little behind costs a
     few duplicates after a crash, and a file rename per message costs
     milliseconds.
     """
@@ -45,7 +43,7 @@ class PositionStore:
         return self._values.get(key)
 
     def put(self, key: str, value: Any) -> None:
-        """Record `value` under `key` (Rule 1: call it after the broker's ack)."""
+        """Record `value` under `key` (call it after the broker's ack)."""
         if self._values.get(key) != value:
             self._values[key] = value
             self._dirty = True
@@ -61,7 +59,7 @@ class PositionStore:
 
 
 class Spool:
-    """Messages read from the server, kept until the broker acked them (Rule 2).
+    """Messages read from the server, kept until the broker acked them.
 
     One append-only journal: a line per message kept and a line per message
     acked; opening it keeps only what is still pending (rewritten whole, then

@@ -3,10 +3,9 @@
 Deltas are best effort: a full buffer drops them. A `deliver` waits for room,
 which holds up reading the connection (the SDK's backpressure).
 
-Rule 1: a `deliver` is handed out once per out_id. A repeat of one already
-        confirmed is confirmed again (the broker never recorded the first
-        `delivered`) and not handed out; a repeat of one not yet confirmed is
-        dropped (the consumer still holds it).
+A `deliver` is handed out once per out_id. A repeat of one already confirmed is
+confirmed again (the broker never recorded the first `delivered`) and not handed out;
+a repeat of one not yet confirmed is dropped, as the consumer still holds it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ _LINK_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 class ReplyBuffer:
-    """The bounded buffer of replies and the out_ids seen (Rule 1)."""
+    """The bounded buffer of replies and the out_ids seen."""
 
     def __init__(
         self, size: int, seen_limit: int, post: Callable[[bytes], Awaitable[None]]

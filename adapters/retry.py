@@ -3,11 +3,10 @@
 Pure: the clock is a parameter. The adapters' connection loops ask
 `RetryClock.failed(now)` after each failed attempt and sleep what it says.
 
-Rule 1: the give-up clock starts at the first failure after the last success;
-        a success resets it. Once `give_up_s` has passed with no success, the
-        adapter exits 75 (EX_TEMPFAIL): a supervisor (systemd) restarts it
-        later, and nothing is lost because every position is stored only
-        after the broker's ack.
+The give-up clock starts at the first failure after the last success, and a success
+resets it. Once `give_up_s` has passed with no success, the adapter exits 75
+(EX_TEMPFAIL): a supervisor (systemd) restarts it later, and nothing is lost because
+every position is stored only after the broker's ack.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ class ServerUnavailable(Exception):
 
 @dataclass
 class RetryClock:
-    """When to retry and when to give up (Rule 1)."""
+    """When to retry and when to give up."""
 
     give_up_s: float
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, maximum=30.0))

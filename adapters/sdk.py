@@ -9,12 +9,10 @@
 
 Works under asyncio and trio (anyio). docs/adapters.md has a complete example.
 
-Rule 1: every task lives in the adapter's task group; leaving `async with`
-        ends them all, after a bounded flush of what was queued to write.
-
-The connection, its resends and its one writer are adapters/connector.py's
-(its Rules 1 and 2); the replies and their dedup by out_id are
-adapters/replies.py's (its Rule 1). This module is the public surface.
+Every task lives in the adapter's task group: leaving `async with` ends them all,
+after a bounded flush of what was queued to write. The connection, its resends and its
+one writer are adapters/connector.py's; the replies and their dedup by out_id are
+adapters/replies.py's. This module is the public surface.
 """
 
 from __future__ import annotations

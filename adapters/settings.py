@@ -9,10 +9,10 @@
     give_up_s = 300               # server down this long -> exit 75
     [irc] / [xmpp] / ...          # the protocol's own section (its module reads it)
 
-Rule 1: a secret is never on the command line nor in the TOML file: it is read
-        from the file the section names (`password_file`, `token_file`) or,
-        failing that, from `$CREDENTIALS_DIRECTORY/<name>` (systemd's
-        LoadCredential=). A secret named but missing is a clear error at start.
+A secret is never on the command line nor in the TOML file: it is read from the file
+the section names (`password_file`, `token_file`) or, failing that, from
+`$CREDENTIALS_DIRECTORY/<name>` (systemd's LoadCredential=). A secret named but
+missing is a clear error at start.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def section(raw: dict[str, Any], name: str, model: type[Section]) -> Section:
 
 
 def read_secret(name: str, path: Path | None, *, required: bool = True) -> str | None:
-    """A secret from `path`, else from `$CREDENTIALS_DIRECTORY/name` (Rule 1)."""
+    """A secret from `path`, else from `$CREDENTIALS_DIRECTORY/name`."""
     candidates = [path] if path is not None else []
     credentials = os.environ.get("CREDENTIALS_DIRECTORY")
     if path is None and credentials:

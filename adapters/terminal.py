@@ -11,9 +11,9 @@ At end of input it waits (at most `--wait` seconds) for the replies to what
 it sent, then exits; Ctrl-C or SIGTERM exits at once. Either way what was
 received is confirmed before the connection closes.
 
-Rule: stdin is read by a daemon thread with `os.read` (no buffer lock to hold
-at interpreter exit), which hands lines to the event loop; a blocking read
-cannot be cancelled, and a daemon thread does not keep the process alive.
+stdin is read by a daemon thread with `os.read` (no buffer lock to hold at interpreter
+exit), which hands lines to the event loop: a blocking read cannot be cancelled, and a
+daemon thread does not keep the process alive.
 """
 
 from __future__ import annotations

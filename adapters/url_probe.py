@@ -4,21 +4,19 @@ An attachment that arrives as a bare URL (XMPP out-of-band data) says neither
 its type nor its size; the file's server usually does, in the headers of a
 HEAD (or of a one-byte ranged GET where HEAD is refused or says no length).
 
-Rule 1: the probe never costs a message more than `bound_s` (all its files
-        are asked at once, under one deadline), and never drops or alters
-        its text: a timeout, a refused connection or an HTTP error leaves the
-        attachment with what the message said, logged once per file at info.
-Rule 2: what the message states wins; the server's Content-Type comes next
-        (but for the generic application/octet-stream), then the type of the
-        name's extension. A size is what the message or the server stated
-        (Content-Length of an unencoded answer, the total of a
-        Content-Range), else null: never a made-up number.
-Rule 3: a host that timed out or refused the connection is not asked again
-        for `COOLDOWN_S`, so a catch-up of many links to a dead host pays the
-        bound once, not once per message.
-Rule 4: only http(s) URLs are asked, with HEAD or a one-byte range: the body
-        is never downloaded. A probe reaches wherever its URL points, from the
-        adapter's host: `bound_s = 0` turns it off where that must not be.
+The probe never costs a message more than `bound_s` (all its files are asked at once,
+under one deadline), and never drops or alters its text: a timeout, a refused
+connection or an HTTP error leaves the attachment with what the message said, logged
+once per file at info. A host that timed out or refused the connection is not asked
+again for `COOLDOWN_S`, so a catch-up of many links to a dead host pays the bound
+once. Only http(s) URLs are asked, with HEAD or a one-byte range, so the body is never
+downloaded; a probe reaches wherever its URL points, from the adapter's host, and
+`bound_s = 0` turns it off where that must not be.
+
+What the message states wins; the server's Content-Type comes next (but for the
+generic application/octet-stream), then the type of the name's extension. A size is
+what the message or the server stated (Content-Length of an unencoded answer, the
+total of a Content-Range), else null: never a made-up number.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ class ProbeFailed(Exception):
 
 
 class Cooldown:
-    """Rule 3: hosts not to ask until a time (the clock is the caller's)."""
+    """Hosts not to ask until a time (the clock is the caller's)."""
 
     def __init__(self, seconds: float = COOLDOWN_S) -> None:
         self.seconds = seconds
@@ -61,7 +59,7 @@ class Cooldown:
 
 
 def completed(file: dict[str, Any], served: tuple[str | None, int | None]) -> dict[str, Any]:
-    """Rule 2: the attachment with its type and size from the best source that said them."""
+    """The attachment with its type and size from the best source that said them."""
     served_type, served_size = served
     if served_type == GENERIC:
         served_type = None
@@ -75,7 +73,7 @@ def completed(file: dict[str, Any], served: tuple[str | None, int | None]) -> di
 
 
 def from_headers(response: httpx.Response) -> tuple[str | None, int | None]:
-    """Rule 2: the type and size an answer states (ProbeFailed if it is not the file)."""
+    """The type and size an answer states (ProbeFailed if it is not the file)."""
     if not response.is_success:
         raise ProbeFailed(f"HTTP {response.status_code}")
     headers = response.headers
@@ -102,7 +100,7 @@ class UrlProbe:
         """Opens the HTTP client the probes share (none when probing is off)."""
         if self.bound_s > 0:
             self._http = httpx.AsyncClient(
-                timeout=self.bound_s,  # fill()'s deadline is the real bound (Rule 1)
+                timeout=self.bound_s,  # fill()'s deadline is the real bound
                 follow_redirects=True,
                 max_redirects=3,
                 headers={"Accept-Encoding": "identity"},  # the file's length, not a gzip's
@@ -116,7 +114,7 @@ class UrlProbe:
                 await http.aclose()
 
     async def fill(self, files: list[dict[str, Any]]) -> None:
-        """Complete each attachment in place (Rule 1: within the bound, whatever happens)."""
+        """Complete each attachment in place (within the bound, whatever happens)."""
         served: dict[int, tuple[str | None, int | None]] = {}
         asked = [i for i, file in enumerate(files) if self._worth_asking(file)]
         if asked and self._http is not None:

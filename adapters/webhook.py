@@ -12,18 +12,15 @@ wrong `X-Webhook-Secret`; `413` for a body over the limit; `503` while the
 broker is unreachable (retry later, the same msg_id is safe to resend).
 `GET /health` says whether the broker connection is up.
 
-Rule 1: 202 means the broker committed the message; nothing else does.
-Rule 2: each reply is POSTed (the `deliver` frame as JSON, with the secret
-        header when one is set) to the reply URL, retried with backoff until
-        it answers 2xx, and only then confirmed to the broker. Replies go out
-        one at a time, in order: a receiver that is down holds up the ones
-        after it, and once the SDK's buffer is full, inbound acks too (503s
-        after `ack_timeout`), which is the backpressure. An unconfirmed reply
-        is delivered again by the broker after a restart or reconnect.
-Rule 3: deltas are not forwarded unless `--delta-url` is given, and then
-        once, best effort, never retried.
-Rule 4: SIGTERM or SIGINT stops accepting, lets open requests finish within
-        the grace period, then stops; a second signal stops at once.
+202 means the broker committed the message; nothing else does. Each reply is POSTed
+(the `deliver` frame as JSON, with the secret header when one is set) to the reply
+URL, retried with backoff until it answers 2xx, and only then confirmed to the broker;
+replies go out one at a time, in order, so a receiver that is down holds up the ones
+after it, and once the SDK's buffer is full, inbound acks too (503s after
+`ack_timeout`): that is the backpressure. An unconfirmed reply is delivered again by
+the broker after a restart or reconnect. Deltas are forwarded only with `--delta-url`,
+once, best effort. SIGTERM or SIGINT stops accepting, lets open requests finish within
+the grace period, then stops; a second signal stops at once.
 """
 
 from __future__ import annotations

@@ -13,26 +13,22 @@
 
 Runs on asyncio only: slixmpp is an asyncio library.
 
-Rule 1: on each (re)connect the adapter catches up from the server's archive
-        (XEP-0313 MAM), one archive per DM account and per room, after the
-        last position it stored; live messages that arrive meanwhile wait
-        behind the catch-up. A position is the archive id of a message the
-        broker acked (adapters/position.py, Rule 1). The first start ever
-        begins at the time the process started.
-Rule 2: a reply is confirmed only after the server acked its stanza (XEP-0198
-        stream management); a stream without it counts a written stanza as
-        accepted (logged once). A reply not acked before the stream drops, or
-        answered with a stanza error of type `wait` (the server's rate limit),
-        is sent again with the same id after a backoff. Any other stanza error
-        is for good: logged, and the reply confirmed as undeliverable.
-Rule 3: a reply still streaming `correction_interval_s` after its first delta
-        is shown as a message (id = the reply's out_id), then corrected
-        (XEP-0308) at most once per interval; the final text is the last
-        correction. A reply done sooner goes out as one message. Deltas are
-        best effort.
-Rule 4: an attachment sent as a bare URL (XEP-0066) gets its type and size
-        from the file's HTTP server, asked for at most `attachment_probe_s`
-        before the message goes on with what is known (adapters/url_probe.py).
+On each (re)connect the adapter catches up from the server's archive (XEP-0313 MAM),
+one archive per DM account and per room, after the last position it stored, and live
+messages that arrive meanwhile wait behind the catch-up. A position is the archive id
+of a message the broker acked (adapters/position.py); the first start ever begins at
+the time the process started.
+
+A reply is confirmed only after the server acked its stanza (XEP-0198 stream
+management; a stream without it counts a written stanza as accepted, logged once). A
+reply not acked before the stream drops, or answered with a stanza error of type
+`wait` (the server's rate limit), is sent again with the same id after a backoff; any
+other stanza error is for good: logged, and the reply confirmed as undeliverable. A
+reply still streaming `correction_interval_s` after its first delta is shown as a
+message (id = the reply's out_id), then corrected (XEP-0308) at most once per
+interval, the final text being the last correction; deltas are best effort. An
+attachment sent as a bare URL (XEP-0066) gets its type and size from the file's HTTP
+server, asked for at most `attachment_probe_s` (adapters/url_probe.py).
 """
 
 from __future__ import annotations
@@ -63,7 +59,7 @@ from adapters.xmpp_stanzas import stanza_id, to_incoming
 
 log = logging.getLogger("adapters.xmpp")
 
-POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py, Rule 1)
+POSITION_FLUSH_S = 0.25  # positions acked are written this often (position.py)
 
 
 class XmppSection(Strict):
@@ -153,7 +149,7 @@ class XmppChannel:
         live: MemoryObjectReceiveStream[Message],
         inbox: MemoryObjectSendStream[Incoming],
     ) -> None:
-        """Rule 1: catch up, then pass live messages on, until the stream ends."""
+        """Catch up, then pass live messages on, until the stream ends."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, session, tg.cancel_scope)
             tg.start_soon(self._flush_positions)
@@ -238,7 +234,7 @@ class XmppChannel:
             return
         files = incoming.meta.get("attachments")
         if files:
-            await self.probe.fill(files)  # Rule 4: bounded, and the message goes on
+            await self.probe.fill(files)  # bounded, and the message goes on
         if key is not None and archive_id is not None:
             store, value = self.positions.put, {"after": archive_id}
             incoming.on_ack = lambda: store(key, value)
@@ -247,7 +243,7 @@ class XmppChannel:
     # -- out -------------------------------------------------------------------------
 
     async def delta(self, delta: Delta, target: Target) -> None:
-        """Rule 3: a reply still streaming after the interval is shown, then corrected."""
+        """A reply still streaming after the interval is shown, then corrected."""
         now = anyio.current_time()
         stream = self._streams.setdefault(delta.out_id, _Stream(began=now))
         stream.text += delta.text

@@ -4,21 +4,18 @@ slixmpp calls its event handlers on the asyncio loop this process runs on;
 the handlers here only set events and hand messages on, synchronously, in
 the order the stream delivered them.
 
-Rule 1: a sent stanza is accepted when the server acks it (XEP-0198). If the
-        stream has no stream management, a written stanza counts as accepted.
-        If the stream ends first, every stanza still waiting is reported not
-        accepted, and the sender sends it again on the next stream.
-Rule 2: a stanza error answering a stanza still waiting settles it instead:
-        type `wait` (a rate limit: resource-constraint, policy-violation, …)
-        means "again later", any other type means refused for good. The
-        server handles a stream's stanzas in order, so its error comes before
-        the ack that counts the stanza; that ack then finds nothing waiting.
-        An ack settles only the very stanza object it counts, so a late ack of
-        a bounced send never confirms the resend that has the same id.
-Rule 3: the stream's socket does not wait to fill segments (TCP_NODELAY):
-        the server asks for an ack after every stanza it sends, so a reply
-        written soon after the small <a/> answer would otherwise wait for the
-        server's delayed ACK of it (Nagle), up to 40 ms.
+A sent stanza is accepted when the server acks it (XEP-0198); without stream
+management a written stanza counts as accepted, and if the stream ends first every
+stanza still waiting is reported not accepted, and sent again on the next stream. A
+stanza error answering a stanza still waiting settles it instead: type `wait` (a rate
+limit) means "again later", any other type refused for good. The server handles a
+stream's stanzas in order, so its error comes before the ack that counts the stanza,
+and an ack settles only the very stanza object it counts, so a late ack of a bounced
+send never confirms the resend that has the same id.
+
+The stream's socket does not wait to fill segments (TCP_NODELAY): the server asks for
+an ack after every stanza it sends, so a reply written soon after the small <a/>
+answer would otherwise wait for the server's delayed ACK of it (Nagle).
 """
 
 from __future__ import annotations
@@ -64,7 +61,7 @@ Outcome = Literal["accepted", "again", "refused"]
 
 
 class Sent:
-    """A stanza waiting for the server's ack (Rules 1 and 2)."""
+    """A stanza waiting for the server's ack."""
 
     def __init__(self, stanza: Message | None = None) -> None:
         self.stanza = stanza
@@ -161,7 +158,7 @@ class XmppSession:
     def send_text(
         self, target: Target, text: str, out_id: str, *, replace: str | None, wait_ack: bool = True
     ) -> Sent:
-        """Send a message (or a correction of `replace`); Rule 1 for its acceptance."""
+        """Send a message (or a correction of `replace`); accepted when the server acks it."""
         mtype: Literal["groupchat", "chat"] = "groupchat" if target.peer_kind == "group" else "chat"
         msg = self.client.make_message(mto=JID(target.peer_id), mbody=text, mtype=mtype)
         msg["id"] = out_id if replace is None else f"{out_id}-{next(self._ids)}"
@@ -192,7 +189,7 @@ class XmppSession:
         self.client.abort()
 
     def _no_delay(self) -> None:
-        """Rule 3."""
+        """TCP_NODELAY on the stream's socket."""
         transport = self.client.transport
         sock = transport.get_extra_info("socket") if transport is not None else None
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -208,7 +205,7 @@ class XmppSession:
             sent.settle("accepted")
 
     def _on_error(self, msg: Message) -> None:
-        """Rule 2."""
+        """A stanza error settles the stanza it answers: `wait` again later, else refused."""
         error = msg["error"]
         reason = f"{error['type']}/{_condition(error)}"
         if error["text"]:

@@ -2,22 +2,20 @@
 
 No I/O: a slixmpp `Message` in, an `Incoming` (or None) out.
 
-Rule 1: the msg id is the server's stanza id (XEP-0359 `<stanza-id by=…>`, the
-        same id as the message's MAM archive id), so a message seen live and
-        again in a catch-up has one id; without one, the sender's origin id or
-        the stanza's own id, prefixed with the sender's JID.
-Rule 2: `chat`/`normal` messages are DMs (peer_id the sender's bare JID);
-        `groupchat` is a group (peer_id the room's JID, sender_id the
-        occupant's JID `room/nick`, `meta.mentioned` when the body names the
-        bot's nick); `<thread>` is the thread_id.
-Rule 3: messages with neither a body nor a file (chat states, receipts) are
-        not messages; the bot's own messages echoed by a room are skipped.
-Rule 4: files go to `meta.attachments` (adapters/attachments.py) and the body
-        is kept: XEP-0447 file sharing and XEP-0385 SIMS state name, media
-        type and size; an XEP-0066 out-of-band URL that neither names (most
-        clients send one alone) is named by its `desc`, else by the URL's last
-        segment, its type and size left null for the adapter's probe
-        (adapters/xmpp_probe.py).
+The msg id is the server's stanza id (XEP-0359 `<stanza-id by=…>`, the same as the
+message's MAM archive id), so a message seen live and again in a catch-up has one id;
+without one, the sender's origin id or the stanza's own id, prefixed with the sender's
+JID. `chat`/`normal` messages are DMs (peer_id the sender's bare JID); `groupchat` is
+a group (peer_id the room's JID, sender_id the occupant's JID `room/nick`,
+`meta.mentioned` when the body names the bot's nick); `<thread>` is the thread_id.
+Messages with neither a body nor a file (chat states, receipts) are not messages, and
+the bot's own messages echoed by a room are skipped.
+
+Files go to `meta.attachments` (adapters/attachments.py) and the body is kept:
+XEP-0447 file sharing and XEP-0385 SIMS state name, media type and size; an XEP-0066
+out-of-band URL that neither names (most clients send one alone) is named by its
+`desc`, else by the URL's last segment, its type and size left null for the adapter's
+probe (adapters/url_probe.py).
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ def stanza_id(msg: Message, archive: str) -> str | None:
 
 
 def message_id(msg: Message, archive: str, archive_id: str | None = None) -> str:
-    """Rule 1."""
+    """The server's stanza id, else the origin or stanza id prefixed with the sender."""
     server_id = archive_id or stanza_id(msg, archive)
     if server_id:
         return f"xmpp-{archive}-{server_id}"[:128]
@@ -58,7 +56,8 @@ def message_id(msg: Message, archive: str, archive_id: str | None = None) -> str
 def to_incoming(
     msg: Message, own_jid: str, room_nicks: dict[str, str], archive_id: str | None = None
 ) -> Incoming | None:
-    """Rules 2 and 3; None for what is not a message for the broker."""
+    """The stanza as inbound fields (dm or group); None for what is not a message for
+    the broker (no body nor file, or the bot's own echo)."""
     files = attachments(msg.xml)
     body = text_with(str(msg["body"] or ""), files)
     if not body:
@@ -105,7 +104,7 @@ def to_incoming(
 
 
 def attachments(xml: Element) -> list[dict[str, Any]]:
-    """Rule 4, from the message's own children (not from a forwarded message inside)."""
+    """The files a message names, from its own children (not from a forwarded message inside)."""
     found: list[dict[str, Any]] = []
     oob: list[Element] = []
     for child in xml:

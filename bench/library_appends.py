@@ -11,7 +11,7 @@ timed loop. This builds a few turns' items before and reuses them, and runs the
 appends (200 sessions, 5 turns each and then 20) under `valgrind --tool=callgrind
 --separate-threads=yes`; the difference of the counts over the 3,000 turns
 between, per thread, is what an append costs. Threads in the order they start:
-1 the event loop's (the append, its transaction and commit: engine.py Rule 6),
+1 the event loop's (the append, its transaction and commit: engine.py),
 2 the worker that opened the file (nothing a turn), 3 the WAL checkpointer's,
 4 the writer thread's (idle unless a batch is handed to it). The checkpointer's
 count moves by 20-30% between runs (how its passes fall); the loop's repeats to

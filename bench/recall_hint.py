@@ -10,7 +10,7 @@ assembled context, on messages that name, in backticks and as paths and names, a
 made-up word of an old turn of the session (found), made-up words no message holds
 (absent), and a common word (the index's longest doclists), plus "like we discussed".
 
-Timed per check, as the turn does it (broker/mailbox/turn_steps.py Rule 3): the
+Timed per check, as the turn does it (broker/mailbox/turn_steps.py): the
 context's text joined and lower-cased, `recall_hint.select`, the index lookup through
 the ledger's reader pool (`Ledger.recall_hint_terms`: a hop to a reader thread and
 back), and `hint_line`. Prints p50/p99/max of each part and of the whole; `index` is

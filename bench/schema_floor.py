@@ -19,7 +19,7 @@ other jobs on the machine move least. `--per-txn 1` gives the same for the
 sequential run (a transaction a turn, both rows).
 
 `--batched` adds the same turns written with the cheapest statements found on the
-unchanged schema for a transaction's worth of turns (Rule 1): the floor of a Store
+unchanged schema for a transaction's worth of turns: the floor of a Store
 that wrote its group commit as a batch instead of a turn at a time. `--peers` adds
 the Store itself and openai's `SQLiteSession` at once (bench.peers' `drive`, 200
 tasks appending), so issue 22's other at-once aim, 12x the best peer, is read in the
@@ -88,7 +88,7 @@ def _values(rows: int, width: int) -> str:
 
 
 def append_batch(conn: sqlite3.Connection, batch: list[Turn]) -> None:
-    """The turns of `batch`, in order, in three statements (Rule 1); the sessions exist."""
+    """The turns of `batch`, in order, in three statements; the sessions exist."""
     last: dict[str, tuple[str, int, int]] = {}  # label: (its last turn, turns, time)
     turns: list[object] = []
     messages: list[object] = []
@@ -131,7 +131,7 @@ def floor(
             waiting += len(rows)
         if batch:
             append_batch(conn, batch)
-        if full_text and waiting >= FTS_LAG:  # as the Store does (ledger/api/engine.py Rule 5)
+        if full_text and waiting >= FTS_LAG:  # as the Store does (ledger/api/engine.py)
             fts.index_new_messages(conn)
             waiting = 0
         conn.execute("COMMIT")
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--per-txn", type=int, default=100, help="turns a transaction")
-    parser.add_argument("--batched", action="store_true", help="add the batched floor (Rule 1)")
+    parser.add_argument("--batched", action="store_true", help="add the batched floor")
     parser.add_argument(
         "--peers", action="store_true", help="add the Store and SQLiteSession (openai-agents)"
     )

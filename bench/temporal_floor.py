@@ -22,9 +22,9 @@ the floor node's and the dev server's CPU a turn over the followups (/proc, as
 Temporal) after each floor run, so the numbers come from the same minutes.
 
 The switches add what our workflow does besides a turn, one at a time:
-`--history-max-events` goes on as a new run past that many events (workflow.py Rule 7;
+`--history-max-events` goes on as a new run past that many events (workflow.py;
 our default is 60), `--idle-timer` starts one durable timer a run for its quiet spells
-(Rule 4), `--run-setup` runs a local activity at every run's start (the queue's setup).
+, `--run-setup` runs a local activity at every run's start (the queue's setup).
 `--local-turn` is not our shape but a probe of another: the turn as a local activity
 (inside the workflow task: no activity task, one workflow task a turn), which gives up
 what a turn activity holds (heartbeats, another node taking a turn over, cancellation).
@@ -180,7 +180,7 @@ def record(item_id: str, seq: int, label: str) -> list[Any]:
 
 
 class HandOff:
-    """runtime.py's hand-off (Rule 3): a session's items one at a time, in order."""
+    """runtime.py's hand-off: a session's items one at a time, in order."""
 
     def __init__(self, client: Client, tg: Any, args: argparse.Namespace) -> None:
         self.client, self.tg, self.args = client, tg, args

@@ -13,7 +13,7 @@ shows without the batching noise of a live daemon. Each count runs twice under
 `intent` repeats up to 500 of them). `--off`: the loop without one part of a turn's
 work, for its share (docs/performance.md, "The writer's share, feature by feature"):
 `state` (no state record), `parent-read` (a parent's record not in the writer's
-memory taken as empty instead of read: ledger/state_records.py Rule 5), `activity`
+memory taken as empty instead of read: ledger/state_records.py), `activity`
 (no note of the person's activity).
 """
 

@@ -1,28 +1,23 @@
 """Replies across nodes: each node pushes the outbox rows of its own adapters' channels.
 
-Rule 1: on a cluster (several nodes on one ledger) a reply is committed by the
-        node that ran its turn, but its channel's adapters may be connected to
-        any node. So no node sends a reply straight from its commit: every node
-        looks in the ledger for pending replies of the channels whose adapters
-        it holds, claims them (ledger/outbox_claims.py), and sends the ones it
-        won. A reply goes out from one node at a time, once a lease.
-Rule 2: the look is a bounded poll (`poll_ms`), woken early by this node's own
-        commits and adapter connects, so a local reply waits no poll. A poll
-        rather than PostgreSQL's LISTEN/NOTIFY: it goes through the ledger port
-        as every read does (no connection of its own beside the writer's and
-        the readers'), it misses nothing across a lost connection or a node's
-        restart, and it costs one indexed read per channel with adapters here
-        and per poll.
-Rule 3: a reply sent here and not yet confirmed is left alone (the adapter may
-        still confirm it); once confirmed it is pending no more. A claim that
-        outlives its lease (this node died, or its adapter left without
-        confirming) is taken over by whichever node holds an adapter of the
-        channel: at least once, by out_id, as on one node (deliveries.py Rule 1).
-Rule 4: one page (`PAGE` rows) a channel a round, so what a full socket refused
-        waits a poll. But the page is the first one that holds a reply this node
-        can push: the replies it sent and that wait for their confirmation stay
-        claimable by it (its own claim), and more of them than a page must not
-        hide the newer replies behind them.
+On a cluster (several nodes on one ledger) a reply is committed by the node that ran
+its turn, but its channel's adapters may be connected to any node. So no node sends a
+reply straight from its commit: every node looks in the ledger for pending replies of
+the channels whose adapters it holds, claims them (ledger/outbox_claims.py), and sends
+the ones it won, so a reply goes out from one node at a time, once a lease. A reply
+sent here and not yet confirmed is left alone (the adapter may still confirm it); a
+claim that outlives its lease (this node died, or its adapter left without
+confirming) is taken over by whichever node holds an adapter of the channel: at least
+once, by out_id, as on one node (deliveries.py).
+
+The look is a bounded poll (`poll_ms`), woken early by this node's own commits and
+adapter connects, so a local reply waits no poll. A poll rather than PostgreSQL's
+LISTEN/NOTIFY: it goes through the ledger port as every read does, misses nothing
+across a lost connection or a node's restart, and costs one indexed read per channel
+with adapters here and per poll. One page (`PAGE` rows) a channel a round, so what a
+full socket refused waits a poll; the page is the first that holds a reply this node
+can push, so the replies it sent that wait for their confirmation never hide newer
+ones behind them.
 """
 
 from __future__ import annotations
@@ -65,7 +60,7 @@ class OutboxFollower:
         self._wake = anyio.Event()
 
     def wake(self) -> None:
-        """A reply committed here, or an adapter came: look now (Rule 2)."""
+        """A reply committed here, or an adapter came: look now."""
         self._wake.set()
 
     async def run(
@@ -103,7 +98,7 @@ class OutboxFollower:
         return sent
 
     async def _page_with_work(self, channel: str, now: int) -> list[OutboxRow]:
-        """Rule 4: the first page of `channel`'s claimable replies that holds one this
+        """The first page of `channel`'s claimable replies that holds one this
         node can push, or [] once the pages run out."""
         after: OutboxKey | None = None
         while True:

@@ -37,11 +37,11 @@ class LedgerSettings(_Section):
     writer: Literal["process", "thread"] = "process"
     # Writes that fail on the storage (disk full, I/O error) are run again until
     # they commit; if none can commit for this long, the daemon exits with status
-    # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer/group_commit.py Rule 7).
+    # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer/group_commit.py).
     write_fail_exit_s: float = Field(60.0, gt=0)
     # The integrity check at start stops after this long (0: no check); see ledger/db.py.
     check_s: float = Field(10.0, ge=0)
-    # Backpressure (ledger/writer/group_commit.py Rule 9): writes queued for the writer at most;
+    # Backpressure (ledger/writer/group_commit.py): writes queued for the writer at most;
     # a message past it waits up to `writer_wait_s` for room, then is `overloaded`.
     writer_queue: int = Field(100_000, ge=1, le=10_000_000)
     writer_wait_s: float = Field(10.0, ge=0, le=3600)
@@ -64,7 +64,7 @@ class EngineSettings(_Section):
     delay_ms: int = Field(0, ge=0, le=60_000)
     timeout_s: float = Field(120.0, gt=0)
     # A turn that streams longer than this saves its partial output this often,
-    # so a crash keeps what it had said (ledger/turns.py Rule 4).
+    # so a crash keeps what it had said (ledger/turns.py).
     progress_save_s: float = Field(1.0, gt=0)
     context_window: int = Field(8192, ge=256)
     encoding: str = "cl100k_base"  # tiktoken encoding, bundled offline
@@ -136,7 +136,7 @@ class RecallSettings(_Section):
 
 class SnapshotSettings(_Section):
     # A file content an engine reports over this is recorded by its hash and
-    # size only, with a note saying so (ledger/snapshots.py Rule 3).
+    # size only, with a note saying so (ledger/snapshots.py).
     max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
 
 

@@ -32,12 +32,11 @@ class Connection:
     `send` writes and waits; `post` writes without waiting, so an actor never
     waits on a slow client. Each keeps the order in which it was called.
 
-    Rule 1: on asyncio, what is posted during one turn of the event loop leaves
-            in one write at the end of it: the acks of a committed batch, or a
-            turn's delta, reply and the next ack, cost one system call, not one
-            each. On trio a post is written at once.
-    Rule 2: what the socket does not take at once waits for the connection's
-            flusher task, and everything posted later waits behind it.
+    On asyncio, what is posted during one turn of the event loop leaves in one write
+    at the end of it: the acks of a committed batch, or a turn's delta, reply and the
+    next ack, cost one system call, not one each; on trio a post is written at once.
+    What the socket does not take at once waits for the connection's flusher task,
+    and everything posted later waits behind it.
     """
 
     def __init__(self, stream: anyio.abc.SocketStream, conn_id: str) -> None:

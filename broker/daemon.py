@@ -1,14 +1,13 @@
 """The daemon: wires the ledger, router, ingress, ops and server under one task group.
 
-Rule 1: one root task group owns everything; "ready" is announced only after
-        the ledger is migrated, the writer runs and the socket listens.
-Rule 2: on stop the listener closes first, then the rest is cancelled; the
-        ledger writer finishes every job already handed to it before the
-        ledger closes (see ledger/writer/group_commit.py), so no acked write is cut short.
-Rule 3: every failure before "ready" becomes one `StartupError` with its
-        sysexits status (`exit_status`); after it, a lost writer becomes
-        `LedgerLost`. The decision is made outside any `except*` block:
-        Python 3.11.0-3.11.3 wrap an exception raised inside one in a group.
+One root task group owns everything; "ready" is announced only after the ledger is
+migrated, the writer runs and the socket listens. On stop the listener closes first,
+then the rest is cancelled; the ledger writer finishes every job already handed to it
+before the ledger closes (ledger/writer/group_commit.py), so no acked write is cut
+short. Every failure before "ready" becomes one `StartupError` with its sysexits
+status (`exit_status`), and after it a lost writer becomes `LedgerLost`; the decision
+is made outside any `except*` block, as some Python 3.11 releases wrap an exception
+raised inside one in a group.
 """
 
 from __future__ import annotations
@@ -252,7 +251,7 @@ class Daemon:
                     await tg.start(runtime.run)
                 # Rehydrate the backlog before the socket takes new work.
                 await tg.start(mailboxes.run)
-                # Acks and hand-offs of committed messages (ingress.py Rule 2).
+                # Acks and hand-offs of committed messages (ingress.py).
                 await tg.start(ingress.run)
                 await tg.start(deliveries.record_confirmations)
                 if follower is not None:
@@ -366,7 +365,7 @@ async def run_until_signalled(settings: Settings, config_path: Path | None = Non
             await tg.start(watch_signals, daemon, tg.cancel_scope)
             await daemon.run()
             tg.cancel_scope.cancel()
-    except BaseException as exc:  # decided below, outside the handler (Rule 3)
+    except BaseException as exc:  # decided below, outside the handler
         failure = _failure(exc, daemon.started, settings.ledger.path)
         if failure is None:
             raise

@@ -1,31 +1,25 @@
 """Replies to adapters: `delta` frames (best effort) and `deliver` frames (at least once).
 
-Rule 1: a `deliver` is sent only after the outbox row holding it committed;
-        until an adapter confirms it with `delivered` it stays pending in the
-        ledger and is sent again, with the same out_id, when an adapter of
-        its channel connects (or when the adapter it went to goes away and
-        another of the channel is still connected). A reply whose commit is
-        on its way (`expect`) is left to its own `deliver` by a connect, since
-        a reader may see the row before the commit is reported here.
-Rule 2: a session's replies go to one adapter of the channel, chosen by the
-        session label, so its deltas and its deliver arrive in order on one
-        connection. Sending never waits on a client (see Connection.post).
-Rule 3: confirmations are recorded by lazy writer jobs (ledger/writer/group_commit.py
-        Rule 6), one in flight at a time, whose outcome `record_confirmations`
-        awaits and acts on (in its own task, not the writer's). Until the record
-        commits, the confirmed ids are kept here and are not sent again; after a
-        restart before it commits, they are (at least once).
-Rule 4: a connecting adapter gets the whole pending backlog of its channel,
-        oldest first, a page at a time, each page only once the socket took
-        the one before (so a long backlog neither overruns the connection's
-        output limit nor waits for another connect). Live replies for that
-        adapter are held until the backlog is out, so none overtakes an older
-        one. A reply no adapter can take now is not kept in memory: the ledger
-        holds it for the next connect.
-Rule 5: on a cluster (`wake_follower` set) a reply is not sent from its commit
-        nor the whole backlog at a connect: another node may hold an adapter of
-        the channel too. This node sends what it claimed in the ledger
-        (broker/cluster_push.py); the rest of the rules hold for what it sends.
+A `deliver` is sent only after the outbox row holding it committed; until an adapter
+confirms it with `delivered` it stays pending in the ledger and is sent again, with
+the same out_id, when an adapter of its channel connects (or when the adapter it went
+to goes away and another of the channel is still connected). A reply whose commit is
+on its way (`expect`) is left to its own `deliver` by a connect, since a reader may
+see the row before the commit is reported here. Confirmations are recorded by lazy
+writer jobs, one in flight at a time, whose outcome `record_confirmations` awaits and
+acts on in its own task; until the record commits the confirmed ids are kept here and
+not sent again, and after a restart before it commits they are (at least once).
+
+A session's replies go to one adapter of the channel, chosen by the session label, so
+its deltas and its deliver arrive in order on one connection; sending never waits on
+a client (Connection.post). A connecting adapter gets the whole pending backlog of its
+channel, oldest first, a page at a time, each page only once the socket took the one
+before, and live replies for it are held until the backlog is out, so none overtakes
+an older one; a reply no adapter can take now is not kept in memory, as the ledger
+holds it for the next connect. On a cluster (`wake_follower` set) a reply is sent
+neither from its commit nor with the backlog at a connect, since another node may hold
+an adapter of the channel: this node sends what it claimed (broker/cluster_push.py),
+by the same rules.
 """
 
 from __future__ import annotations
@@ -47,7 +41,7 @@ from wire.frames import ArgSpec, check_args
 from wire.framing import ProtocolError
 
 log = logs.get("broker.deliveries")
-RESEND_PAGE = 1_000  # pending replies read from the ledger at a time (Rule 4)
+RESEND_PAGE = 1_000  # pending replies read from the ledger at a time
 RESEND_FLUSH_BYTES = 1 << 20  # resent bytes after which the resend waits for the socket
 PICKS_KEPT = 65_536  # sessions whose adapter choice is remembered, per channel
 
@@ -73,14 +67,14 @@ class Deliveries:
         self._confirmed: dict[str, None] = {}  # ordered, and a set
         self._confirm_job = False
         self._taking: dict[str, None] | None = None
-        self._recording: Committing[int] | None = None  # the job in flight (Rule 3)
+        self._recording: Committing[int] | None = None  # the job in flight
         self._job_queued: anyio.Event | None = None  # `record_confirmations` waits for one
         # channel -> session -> the adapter `pick` chose; forgotten whenever an
         # adapter of the channel comes or goes, since the choice may change.
         self._picked: dict[str, dict[str, Connection]] = {}
         # out_ids whose outbox row is being committed; `deliver` or `abandon` follows.
         self._committing: set[str] = set()
-        # conn id -> live replies held for that adapter until its backlog is out (Rule 4)
+        # conn id -> live replies held for that adapter until its backlog is out
         self._held: dict[str, dict[str, None]] = {}
         # While a backlog is resent, confirmations whose record committed meanwhile:
         # the page being resent may have been read before that commit.
@@ -125,7 +119,7 @@ class Deliveries:
         """Send a committed reply; it stays unconfirmed until `delivered`."""
         self._committing.discard(out_id)
         if self.wake_follower is not None:
-            self.wake_follower()  # claimed before it is sent (cluster_push.py Rule 1)
+            self.wake_follower()  # claimed before it is sent (cluster_push.py)
             return
         self._send(out_id, channel, session, frame_json.encode() + b"\n")
 
@@ -133,7 +127,7 @@ class Deliveries:
         conn = self.pick(channel, session)
         held = self._held.get(conn.id) if conn is not None else None
         if held is not None:
-            held[out_id] = None  # behind that adapter's backlog (Rule 4)
+            held[out_id] = None  # behind that adapter's backlog
             self.unconfirmed[out_id] = (channel, session, data, None)
         else:
             self._post(out_id, channel, session, data, conn)
@@ -151,9 +145,9 @@ class Deliveries:
         """Send the channel's unconfirmed replies, oldest first, then the held live ones.
 
         The adapter joins its channel at once, so every reply reported from now
-        on is routed with it in view; those that fall to it are held (Rule 4).
+        on is routed with it in view; those that fall to it are held.
         Whatever committed before is in the backlog this reads, or on its way
-        through another live adapter, or still committing (Rule 1).
+        through another live adapter, or still committing.
         """
         assert conn.channel is not None
         channel = conn.channel
@@ -228,7 +222,7 @@ class Deliveries:
 
     def pushable(self, out_id: str) -> bool:
         """Whether a claimable row is this node's to send now: not confirmed here,
-        not still committing, not in flight to a live adapter (cluster_push.py Rule 3)."""
+        not still committing, not in flight to a live adapter (cluster_push.py)."""
         if out_id in self._committing or out_id in self._confirmed:
             return False
         if out_id in (self._taking or ()) or out_id in self._recorded_meanwhile:
@@ -261,7 +255,7 @@ class Deliveries:
         if self._confirm_job:
             return  # the job already queued records this one too
         try:
-            await self.ledger.admit()  # room first (ledger/writer/group_commit.py Rule 9)
+            await self.ledger.admit()  # room first (ledger/writer/group_commit.py)
             if not self._confirm_job:  # (none was queued while `admit` waited)
                 self._submit_confirm_job()
         except Exception as exc:  # overloaded or closing: it stays pending and is resent
@@ -274,7 +268,7 @@ class Deliveries:
     async def record_confirmations(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Act on each confirmation job's outcome once the writer resolves it (Rule 3)."""
+        """Act on each confirmation job's outcome once the writer resolves it."""
         task_status.started()
         while True:
             pending = self._recording
@@ -301,7 +295,7 @@ class Deliveries:
                 self._submit_confirm_job()
             except WriterClosed as exc:
                 # At shutdown the writer has just closed. The rows stay pending
-                # and are sent again (Rule 3).
+                # and are sent again.
                 log.info(
                     "delivery confirmations left unrecorded",
                     ids=len(self._confirmed),

@@ -1,27 +1,21 @@
 """Adapter connections: inbound frames in, acks out.
 
-Rule 1: an inbound frame is validated and routed before it is handed to the
-        ledger writer; it is acked only after that commit.
-Rule 2: acks leave in arrival order, and items reach their actors in commit
-        order: the ingress's one completion task (`run`) takes the filed
-        messages in submission order from a bounded channel, awaits each one's
-        outcome (the writer resolves them in that order, waking the task once
-        per commit) and then acks it and hands its item on. Nothing of this
-        runs in the ledger writer's task. When the channel is full, the
-        connection's reader waits to file the next message, so it stops
-        reading its socket: backpressure reaches the adapter. So it does when
-        the ledger's queue of writes is full (`admit`, ledger/writer/group_commit.py Rule 9),
-        for a bounded time, past which the frame is answered `overloaded`.
-Rule 3: what happens after a commit (waking the session's mailbox) belongs to
-        the ingress, not to the connection, so a client that goes away before
-        its ack costs nothing but the ack.
-Rule 4: the bytes of inbound frames handed to the writer and not yet resolved,
-        over all connections, stay within `max_pending_bytes`; a frame that
-        would pass it is answered `overloaded` and stores nothing. Each frame's
-        bytes are given back when its write resolves, committed or failed.
-        Why: `max_inflight` bounds one connection; while the writer stalls,
-        many connections at their `max_inflight` of large frames would
-        otherwise hold gigabytes.
+An inbound frame is validated and routed before it is handed to the ledger writer,
+and acked only after that commit. Acks leave in arrival order and items reach their
+actors in commit order: the ingress's one completion task (`run`) takes the filed
+messages in submission order from a bounded channel, awaits each one's outcome (the
+writer resolves them in that order, waking the task once per commit), then acks it
+and hands its item on; nothing of this runs in the ledger writer's task, and what
+follows a commit belongs to the ingress, not the connection, so a client that goes
+away before its ack costs nothing but the ack.
+
+Backpressure reaches the adapter: when the channel is full, the connection's reader
+waits to file the next message and stops reading its socket, and so it does when the
+ledger's queue of writes is full (`admit`), for a bounded time, past which the frame
+is answered `overloaded`. The bytes of inbound frames handed to the writer and not yet
+resolved, over all connections, stay within `max_pending_bytes` (`max_inflight` bounds
+only one connection): a frame that would pass it is answered `overloaded` and stores
+nothing, and each frame's bytes are given back when its write resolves.
 """
 
 from __future__ import annotations
@@ -45,7 +39,7 @@ from wire.frames import parse_inbound
 from wire.framing import ProtocolError, encode
 
 log = logs.get("broker.ingress")
-# Messages filed and not yet answered, over all connections (Rule 2): a few
+# Messages filed and not yet answered, over all connections: a few
 # writer batches' worth (ledger/writer/group_commit.py takes up to 2,048 jobs a batch).
 FILED_BUFFER = 8192
 
@@ -59,11 +53,11 @@ class AdapterState:
 
 @dataclass(slots=True)
 class Filed:
-    """A message handed to the ledger, waiting for its answer (Rule 2)."""
+    """A message handed to the ledger, waiting for its answer."""
 
     pending: Committing[Accepted]
     state: AdapterState
-    size: int  # its frame's bytes (Rule 4)
+    size: int  # its frame's bytes
     msg_id: str
     req: str | None
     record: InboundRecord
@@ -86,7 +80,7 @@ class Ingress:
         self.accepting = True  # False while the daemon shuts down
         # Why the sessions' runtime cannot take work now (Temporal unreachable), or None.
         self.runtime_failure: Callable[[], str | None] = lambda: None
-        self.pending_bytes = 0  # Rule 4
+        self.pending_bytes = 0  # within `max_pending_bytes`, over all connections
         self._filed, self._to_answer = anyio.create_memory_object_stream[Filed](FILED_BUFFER)
         self._unanswered = 0  # in the channel's buffer (read here without its statistics)
         self._room: anyio.Event | None = None  # a reader waits for the channel to take more
@@ -95,7 +89,7 @@ class Ingress:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Answer filed messages in order, each once its write is resolved (Rule 2)."""
+        """Answer filed messages in order, each once its write is resolved."""
         receive = self._to_answer
         task_status.started()
         with self._filed, receive:
@@ -191,7 +185,7 @@ class Ingress:
 
     async def _wait_for_room(self, req: str | None) -> None:
         """Until both the channel of filed messages and the ledger's queue of writes
-        take one more (Rule 2); neither check yields when there is room."""
+        take one more; neither check yields when there is room."""
         while True:
             while self._unanswered >= FILED_BUFFER:
                 if self._room is None:

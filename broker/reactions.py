@@ -1,15 +1,13 @@
 """Reactions: an inbound frame with `reaction` and `reply_to` is a person's feedback on
 a reply, not a message for the agent.
 
-Rule 1: it becomes a `feedback` event of the turn that made the reply
-        (ledger/live_events.py Rule 4) and is acked only after that commit, with
-        the session and the turn, `item` null (it queues nothing) and `feedback`
-        true. The connection's reader awaits that commit itself (reactions are
-        rare), so its ack may pass the acks of messages sent before it. Sent
-        again with the same `(channel, msg_id)`, it is acked as a `duplicate` and
-        stored once.
-Rule 2: a `reply_to` no turn of this channel made is answered `not_found` (field
-        `reply_to`) and stores nothing; the connection stays open.
+It becomes a `feedback` event of the turn that made the reply (ledger/live_events.py)
+and is acked only after that commit, with the session and the turn, `item` null (it
+queues nothing) and `feedback` true. The connection's reader awaits that commit
+itself (reactions are rare), so its ack may pass the acks of messages sent before it.
+Sent again with the same `(channel, msg_id)`, it is acked as a `duplicate` and stored
+once. A `reply_to` no turn of this channel made is answered `not_found` (field
+`reply_to`) and stores nothing; the connection stays open.
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ async def submit_reaction(
     reaction, reply_to = parse_reaction(frame)
     assert conn.channel is not None
     try:
-        await ledger.admit()  # room first (ledger/writer/group_commit.py Rule 9), then the write
+        await ledger.admit()  # room first (ledger/writer/group_commit.py), then the write
         pending = ledger.submit_feedback(
             conn.channel, reply_to, msg.msg_id, msg.sender_id, reaction, msg.text, now_ms()
         )
@@ -44,7 +42,7 @@ async def submit_reaction(
     try:
         session, turn, duplicate = await pending.result()
     except Exception as exc:
-        if isinstance(exc, LedgerLookupError):  # Rule 2
+        if isinstance(exc, LedgerLookupError):  # no such reply: `not_found`
             error = ProtocolError(exc.code, str(exc), field=exc.field, req=req)  # type: ignore[arg-type]
         else:
             log.error("feedback not stored", conn=conn.id, msg_id=msg.msg_id, error=str(exc))

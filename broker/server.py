@@ -1,16 +1,14 @@
 """The Unix-socket server: accepting, the handshake, and who may connect.
 
-Rule 1: a connection is one task group (reader and acker); nothing it does can
-        reach another connection, and its failure closes only itself.
-Rule 2: frames are validated before anything is handed on; a frame that fails
-        is answered with an error and stores nothing.
-Rule 3: an inbound frame is acked only after the commit that holds it; acks of
-        one connection are written in the order the frames arrived.
-Rule 4: at most `max_inflight` inbound frames of one connection wait for their
-        commit; past that the broker answers `overloaded` at once.
-Rule 5: after the hello, a frame begun and not finished within `frame_timeout_s`
-        closes its connection (wire/reader.py); a connection with
-        nothing half sent may stay idle for as long as it likes.
+A connection is one task group (reader and acker): nothing it does can reach another
+connection, and its failure closes only itself. Frames are validated before anything
+is handed on, and a frame that fails is answered with an error and stores nothing. An
+inbound frame is acked only after the commit that holds it, and acks of one connection
+are written in the order the frames arrived; at most `max_inflight` inbound frames of
+one connection wait for their commit, and past that the broker answers `overloaded`
+at once. After the hello, a frame begun and not finished within `frame_timeout_s`
+closes its connection (wire/reader.py); a connection with nothing half sent may stay
+idle for as long as it likes.
 
 What the broker writes to a connection, and how, is broker/connection.py's.
 """
@@ -218,7 +216,7 @@ class Server:
         try:
             await self._converse_on(conn, reader)
         finally:
-            reader.close()  # before the stream closes the socket (rawsock Rule 1)
+            reader.close()  # before the stream closes the socket (plumbing/rawsock.py)
 
     async def _converse_on(self, conn: Connection, reader: SocketReader) -> None:
         frames = FrameReader(reader, LineBuffer(self.settings.max_frame_bytes))

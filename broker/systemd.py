@@ -2,16 +2,15 @@
 
 Pure stdlib plus anyio; no libsystemd binding.
 
-Rule 1: outside systemd everything here is a no-op: `notify` returns False when
-        $NOTIFY_SOCKET is unset or unusable and never raises, and the activation
-        helpers return None when $LISTEN_FDS is not meant for this process.
-Rule 2: the activation environment is consumed once: `listen_fds` unsets
-        $LISTEN_PID, $LISTEN_FDS and $LISTEN_FDNAMES (as `sd_listen_fds(1)` does)
-        and marks the passed fds close-on-exec, so engine subprocesses neither
-        inherit the sockets nor believe they were activated.
-Rule 3: the watchdog is pinged from the event loop and only while the daemon
-        says it is healthy, so a wedged loop or a stuck component stops the
-        pings and systemd restarts the daemon (`WatchdogSec=` in the unit).
+Outside systemd everything here is a no-op: `notify` returns False when
+$NOTIFY_SOCKET is unset or unusable and never raises, and the activation helpers
+return None when $LISTEN_FDS is not meant for this process. The activation environment
+is consumed once: `listen_fds` unsets $LISTEN_PID, $LISTEN_FDS and $LISTEN_FDNAMES (as
+`sd_listen_fds(1)` does) and marks the passed fds close-on-exec, so engine
+subprocesses neither inherit the sockets nor believe they were activated. The watchdog
+is pinged from the event loop and only while the daemon says it is healthy, so a
+wedged loop or a stuck component stops the pings and systemd restarts the daemon
+(`WatchdogSec=` in the unit).
 """
 
 from __future__ import annotations

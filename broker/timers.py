@@ -1,18 +1,15 @@
 """The timer wheel: one task that fires due timers into their sessions' queues.
 
-Rule 1: it sleeps until the earliest `next_at` in the ledger, or until
-        `changed()` says an add or a cancel may have moved it; never a loop of
-        short sleeps. The sleep is also capped at `MAX_SLEEP_S`, because due
-        times are wall-clock times and the wall clock can be set forward.
-Rule 2: the ledger decides and commits each firing with its queue item in one
-        transaction (`ledger/timers.py`); only then is the item handed to its
-        session's actor with `Mailboxes.post`, as worker results are. A crash
-        between the two loses nothing: the item waits in the ledger and the
-        registry's rehydration at start hands it over.
-Rule 3: at start it fires at once every due time missed while the daemon was
-        down (each timer once), after the mailboxes rehydrated their backlog.
-Rule 4: timer firings are not activity: the wheel touches nothing but the
-        timer, its firing and its item.
+It sleeps until the earliest `next_at` in the ledger, or until `changed()` says an add
+or a cancel may have moved it; never a loop of short sleeps. The sleep is also capped
+at `MAX_SLEEP_S`, because due times are wall-clock times and the wall clock can be set
+forward. The ledger decides and commits each firing with its queue item in one
+transaction (`ledger/timers.py`); only then is the item handed to its session's actor
+with `Mailboxes.post`, as worker results are, so a crash between the two loses
+nothing (the registry's rehydration at start hands it over). At start it fires at once
+every due time missed while the daemon was down (each timer once), after the mailboxes
+rehydrated their backlog. Timer firings are not activity: the wheel touches nothing
+but the timer, its firing and its item.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Titles by a model, written after the turn, off its path (`[titles] engine`).
 
-Rule 1: off the turn's path: a committed turn is offered without waiting (a full
-        queue skips it), one task asks the model, one turn at a time, and the
-        actor never waits on it: the next turn does not start later for it.
-Rule 2: only a mechanical title is replaced (an engine's `intent` title stays),
-        with the model's first line, cut like any title (core/titles.py);
-        a model that fails, hangs past `titles.timeout_s` or says nothing leaves
-        the mechanical title, with a warning in the log.
+Off the turn's path: a committed turn is offered without waiting (a full queue skips
+it), one task asks the model, one turn at a time, and the actor never waits on it, so
+the next turn does not start later for it. Only a mechanical title is replaced (an
+engine's `intent` title stays), with the model's first line, cut like any title
+(core/titles.py); a model that fails, hangs past `titles.timeout_s` or says nothing
+leaves the mechanical title, with a warning in the log.
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ class Titler:
         return cls(settings, engine, ledger)
 
     def offer(self, rec: TurnRecord) -> None:
-        """Rule 1: queue a committed turn for a title, or skip it."""
+        """Queue a committed turn for a title, or skip it."""
         if self.engine is None or rec.title_source != "mechanical" or rec.type == "compaction":
             return
         said = "\n".join(i.content for i in rec.inputs)[:MAX_TEXT]
@@ -113,7 +112,7 @@ class Titler:
                 raise EngineError("the model wrote no title")
             await self.ledger.set_title(job.turn, title, "model")
             self.written += 1
-        except Exception as exc:  # Rule 2: the mechanical title stays
+        except Exception as exc:  # the mechanical title stays
             log.warning(
                 "no title by model; the mechanical one stays",
                 session=job.session,

@@ -44,7 +44,7 @@ def socket_path(socket: Path | None, config: Path | None) -> Path:
     """The broker's socket: `socket` if given, else the one `config` names."""
     if socket is not None:
         return socket
-    from broker.config import (  # only here: brokerctl's start (ctl.py Rule 1)
+    from broker.config import (  # only here: brokerctl's start (brokerctl/main.py)
         ConfigError,
         load_settings,
     )

@@ -3,10 +3,9 @@
 Each command is one op of the wire protocol; `--json` prints the raw data,
 otherwise a readable table.
 
-Rule 1: the commands that need the ledger, the config model or the terminal
-        adapter import them inside themselves. Every call of brokerctl pays for
-        its imports before it says anything, and most commands are one op over
-        the socket (docs/performance.md, "brokerctl's start").
+The commands that need the ledger, the config model or the terminal adapter import
+them inside themselves: every call of brokerctl pays for its imports before it says
+anything, and most commands are one op over the socket (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -221,7 +220,7 @@ def chat(
     ] = 60.0,
 ) -> None:
     """Chat with the broker from the terminal (lines from stdin; /status, /stop work)."""
-    from adapters.terminal import ChatConfig, chat_in_terminal  # Rule 1
+    from adapters.terminal import ChatConfig, chat_in_terminal  # here: a fast start
 
     cfg = ChatConfig(socket or current_socket(), channel, sender, name, mode, token, status, wait)
     raise typer.Exit(chat_in_terminal(cfg))
@@ -244,7 +243,7 @@ def export_(
     ] = None,
 ) -> None:
     """Write a session's thread as JSON lines: a header, then its turns with messages."""
-    from ledger.port.errors import LedgerLookupError  # Rule 1
+    from ledger.port.errors import LedgerLookupError  # here: a fast start
     from ledger.transfer import export_session
     from plumbing.ids import now_ms
 
@@ -267,7 +266,7 @@ def import_(
 ) -> None:
     """Read an exported thread back into a new session (new turn ids)."""
     from ledger.port.errors import (
-        LedgerLookupError,  # Rule 1
+        LedgerLookupError,  # here: a fast start
         LedgerWriteFailed,
     )
     from ledger.sessions import ImportError_
@@ -285,7 +284,7 @@ def import_(
 
 
 def _ledger_settings() -> LedgerSettings:
-    from broker.config import ConfigError, load_settings  # Rule 1
+    from broker.config import ConfigError, load_settings  # here: a fast start
 
     try:
         settings = load_settings(opts["config"])
@@ -304,7 +303,7 @@ def backup(
 ) -> None:
     """Copy the ledger consistently while the daemon runs (SQLite online backup)."""
     from broker.config import ConfigError, load_settings
-    from ledger.transfer import backup as backup_ledger  # Rule 1
+    from ledger.transfer import backup as backup_ledger  # here: a fast start
 
     try:
         ledger = load_settings(opts["config"]).ledger.path

@@ -1,8 +1,8 @@
-"""The queue machine's backlog (queue_machine.py Rule 2): a persistent sequence.
+"""The queue machine's backlog, which keeps items in `seq` order: a persistent sequence.
 
 Every state of the machine is immutable, so a backlog that grew by copying a
-tuple at each arrival made a burst of n messages cost O(n²); versions of this
-one share their storage instead.
+tuple at each arrival would make a burst of n messages cost O(n²); versions of
+this one share their storage instead.
 """
 
 from __future__ import annotations

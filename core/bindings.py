@@ -3,16 +3,17 @@
 Pure code, no I/O. The ledger (`ledger/bindings.py`) stores the bindings and walks
 the sessions through the callbacks given here.
 
-Rule 1: a session belongs to an owner: a DM session to the canonical root of its
-        entity, a fork or a worker to the owner of the session it came from, any
-        other session (a group's, an import) to itself. A conversation may be
-        bound only to a session with the owner of the session it talks to now, so
-        a person can never be moved into someone else's history.
-Rule 2: a binding leads only to a session that is active; one merged into another
-        leads to where the merge went; a closed one is ignored, and the route's
-        own session key decides, as if there were no binding.
-Rule 3: a conversation is (channel, peer kind, peer id, thread); no thread is the
-        empty string in the stored key, so the key stays unique.
+A session belongs to an owner: a DM session to the canonical root of its entity, a
+fork or a worker to the owner of the session it came from, any other session (a
+group's, an import) to itself. A conversation may be bound only to a session with
+the owner of the session it talks to now, so a person can never be moved into
+someone else's history.
+
+A binding leads only to a session that is active: one merged into another leads to
+where the merge went; a closed one is ignored, and the route's own session key
+decides, as if there were no binding. A conversation is (channel, peer kind, peer
+id, thread), and no thread is the empty string in the stored key, so the key stays
+unique.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ class Conversation:
     thread_id: str | None
 
     def key(self) -> tuple[str, str, str, str]:
-        """The stored key (Rule 3)."""
+        """The stored key (no thread: the empty string)."""
         return (self.channel, self.peer_kind, self.peer_id, self.thread_id or "")
 
 
 @dataclass(frozen=True, slots=True)
 class SessionLink:
-    """What Rule 1 needs of a session row."""
+    """What a session's owner is decided from, of its row."""
 
     label: str
     kind: str
@@ -54,7 +55,7 @@ def owner_of(
     link_of: Callable[[str], SessionLink | None],
     root_of: Callable[[str], str],
 ) -> Owner | None:
-    """The owner of session `label` (Rule 1); None when there is no such session."""
+    """The owner of session `label`; None when there is no such session."""
     link = link_of(label)
     if link is None:
         return None
@@ -74,7 +75,7 @@ def owner_of(
 def refusal(
     conversation_owner: Owner | None, target: str, target_owner: Owner | None
 ) -> str | None:
-    """Why the conversation may not be bound to `target`, or None (Rule 1)."""
+    """Why the conversation may not be bound to `target` (another owner), or None."""
     if target_owner is None:
         return f"There is no session named {target}."
     if conversation_owner != target_owner:
@@ -85,7 +86,7 @@ def refusal(
 def bound_label(
     bound: SessionRef | None, get_session: Callable[[str], SessionRef | None]
 ) -> str | None:
-    """Where a stored binding leads (Rule 2): a label, or None to route as usual."""
+    """Where a stored binding leads (following merges): a label, or None to route as usual."""
     seen: set[str] = set()
     current = bound
     while current is not None and current.label not in seen:

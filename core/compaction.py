@@ -3,20 +3,22 @@
 No I/O. The shell runs the summarization (a model call, or ``fallback_summary`` when
 no model is available or the call fails) and records the compaction turn.
 
-Rule 1. ``compaction_due``: the context the next call would send is larger than
-        ``threshold * window``. When the engine reported the prompt tokens of its last
-        call, the larger of that and our own estimate counts (tokenizers differ; the
-        engine's number is the truth for what was sent, ours covers what was added since).
-Rule 2. ``plan`` cuts the history at a turn boundary: the turns it summarizes are the
-        oldest, the turns it keeps verbatim the newest, and together they are the whole
-        history in order. Kept turns total at most ``keep_recent_tokens``: the newest
-        turn is kept whenever it fits there, and is summarized with the rest when it does
-        not (a compaction that kept an oversized turn would not bring the context back
-        under the threshold). ``None`` when nothing would be summarized.
-Rule 3. Summaries chain: each request and each fallback summary starts from the
-        previous summary, so one compaction boundary carries everything before it.
-Rule 4. ``fallback_summary`` is deterministic and never longer than ``max_tokens``
-        (it may be empty when even the omission marker does not fit).
+A compaction is due (``compaction_due``) when the context the next call would send is
+larger than ``threshold * window``; when the engine reported the prompt tokens of its
+last call, the larger of that and our own estimate counts (tokenizers differ: the
+engine's number is the truth for what was sent, ours covers what was added since).
+
+``plan`` cuts the history at a turn boundary: it summarizes the oldest turns and
+keeps the newest verbatim, together the whole history in order. Kept turns total at
+most ``keep_recent_tokens``: the newest is kept whenever it fits there, and is
+summarized with the rest when it does not, since a compaction that kept an oversized
+turn would not bring the context back under the threshold. ``None`` when nothing
+would be summarized.
+
+Summaries chain: each request and each fallback summary starts from the previous
+summary, so one compaction boundary carries everything before it. The fallback is
+deterministic and never longer than ``max_tokens`` (it may be empty when even the
+omission marker does not fit).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def compaction_due(
     threshold: float = DEFAULT_THRESHOLD,
     reported_prompt_tokens: int | None = None,
 ) -> bool:
-    """Rule 1: ``max(reported, assembled) > threshold * window``."""
+    """``max(reported, assembled) > threshold * window``."""
     if window <= 0:
         raise ValueError(f"window must be > 0, got {window}")
     tokens = max(assembled_tokens, reported_prompt_tokens or 0)
@@ -64,7 +66,7 @@ def compaction_due(
 
 
 def plan(history: tuple[TurnBlock, ...], keep_recent_tokens: int) -> CompactionPlan | None:
-    """Rule 2: summarize the oldest turns, keep the newest within ``keep_recent_tokens``."""
+    """Summarize the oldest turns, keep the newest within ``keep_recent_tokens``."""
     if keep_recent_tokens < 0:
         raise ValueError(f"keep_recent_tokens must be >= 0, got {keep_recent_tokens}")
     start, kept_tokens = len(history), 0

@@ -4,14 +4,12 @@ Pure code, no I/O. The union-find itself is the ledger's `entities` table
 (`merged_into` is the parent), walked by `ledger.ingest.find_root` and joined
 by `ledger.merge.merge_entities` with the two functions below.
 
-Rule 1: the canonical root of a merged set is its smallest entity id. Entity
-        ids are ULIDs, so that is the oldest entity. The choice does not depend
-        on the order of merges, so replaying merges in any order gives the same
-        partition and the same roots.
-Rule 2: finding a root never changes which root a node reaches; path
-        compression only shortens the chain.
-Rule 3: a label resolves by direct label first (following a merged session to
-        its primary), then by alias, and only then is a new session created.
+The canonical root of a merged set is its smallest entity id, which, ids being
+ULIDs, is the oldest entity; the choice does not depend on the order of merges, so
+replaying merges in any order gives the same partition and the same roots. Finding
+a root never changes which root a node reaches: path compression only shortens the
+chain. A label resolves by direct label first (following a merged session to its
+primary), then by alias, and only then is a new session created.
 """
 
 from __future__ import annotations

@@ -4,12 +4,11 @@ A ULID is 26 Crockford base32 characters: 48 bits of milliseconds, then 80
 random bits. The shell that reads the clock and the system's randomness is
 `plumbing/ids.py`; this module only encodes and keeps the order.
 
-Rule 1: ids from one `UlidSequence` strictly increase, so id order is creation
-        order: an id made in the same millisecond as the last (or after the
-        clock stepped back) increments the last one's random part, and 2**80
-        ids in one millisecond borrow the next.
-Rule 2: `fresh_random` is called only when the millisecond moves on; it should
-        return fewer than 80 bits (the shell's 79) to leave room to increment.
+Ids from one `UlidSequence` strictly increase, so id order is creation order: an
+id made in the same millisecond as the last (or after the clock stepped back)
+increments the last one's random part, and 2**80 ids in one millisecond borrow the
+next. `fresh_random` is called only when the millisecond moves on; it should return
+fewer than 80 bits (the shell's 79) to leave room to increment.
 """
 
 from __future__ import annotations

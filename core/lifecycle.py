@@ -8,31 +8,32 @@ and when to wake. No I/O and no clock: ``now`` (seconds) comes in with each even
 ``handle`` returns the next state and the actions the shell performs, in order; an
 event that is illegal in the current state raises ``IllegalTransition`` and changes
 nothing. Events of the queue machine (``Arrived``, ``Tick``, ``Stop``, ``Configure``,
-``Resume``, ``Cancel``) are passed through to it, and its actions other than ``StartTurn`` come
-back out as they are.
+``Resume``, ``Cancel``) are passed through to it, and its actions other than
+``StartTurn`` come back out as they are.
 
-Rule 1. One thing at a time: at most one turn runs, and never beside a manual
-        compaction. A ``StartTurn`` due while a manual compaction runs waits
-        (``deferred``) and opens when the compaction ends; a manual compaction asked
-        for during a turn starts when the turn is committed.
-Rule 2. Compactions come first (docs/turns.md): a turn ``Begin``s (its items marked
-        running, its start time taken) only after any proactive compaction it needed
-        ended; after an overflow on its first engine call it compacts (reactive) and
-        begins again, once. A compaction that did not commit is not retried.
-Rule 3. A turn ends for the queue machine (its ``TurnEnded``) only when its commit is
-        done (``TurnCommitted``): the next turn cannot overlap the last one's commit.
-Rule 4. Once ``Drain`` is seen no turn opens: the items of a ``StartTurn`` stay queued
-        in the ledger for the next start.
-Rule 5. ``/new`` never cuts the thread under a running turn or compaction: between
-        them it applies at once, else just before the next turn opens. A new thread that a message
-        decided (``from_seq``: its seq) waits for the turn that runs that message or a
-        later one: items that waited before it finish on the old thread.
-Rule 6. A turn that streams saves its output so far at the first delta of each
-        ``progress_save_s`` after it began (``save_due``): a quick turn never saves.
-Rule 7. The actor retires (``Retire``) only when quiet (no turn, no compaction, no
-        compaction asked for, nothing waiting or running in the queue machine) and
-        ``idle_s`` passed since its last event. ``wake_at`` says when the shell must
-        send ``Woke``: the collect deadline, else the idle deadline when quiet.
+One thing at a time: at most one turn runs, and never beside a manual compaction. A
+``StartTurn`` due while a manual compaction runs waits (``deferred``) and opens when
+the compaction ends; a manual compaction asked for during a turn starts when the turn
+is committed. A turn ends for the queue machine (its ``TurnEnded``) only when its
+commit is done (``TurnCommitted``), so the next turn cannot overlap the last one's
+commit; once ``Drain`` is seen no turn opens, and the items of a ``StartTurn`` stay
+queued in the ledger for the next start.
+
+Compactions come first (docs/turns.md): a turn ``Begin``s (its items marked running,
+its start time taken) only after any proactive compaction it needed ended; after an
+overflow on its first engine call it compacts (reactive) and begins again, once. A
+compaction that did not commit is not retried. Likewise ``/new`` never cuts the
+thread under a running turn or compaction: between them it applies at once, else
+just before the next turn opens; a new thread that a message decided (``from_seq``:
+its seq) waits for the turn that runs that message or a later one, so items that
+waited before it finish on the old thread.
+
+A turn that streams saves its output so far at the first delta of each
+``progress_save_s`` after it began (``save_due``): a quick turn never saves. The
+actor retires (``Retire``) only when quiet (no turn, no compaction, none asked for,
+nothing waiting or running in the queue machine) and ``idle_s`` passed since its last
+event; ``wake_at`` says when the shell must send ``Woke``: the collect deadline, else
+the idle deadline when quiet.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ __all__ = ["IllegalTransition", "handle", "save_due", "wake_at"]
 class Turn(NamedTuple):
     start: m.StartTurn
     step: Step = "planning"
-    attempt: int = 0  # 1 after a reactive compaction (Rule 2)
+    attempt: int = 0  # 1 after a reactive compaction (one more attempt, not two)
     compacted: bool = False  # this attempt compacted already: plan, then begin
     trigger: Trigger | None = None  # of the compaction running for it
 
@@ -72,7 +73,7 @@ class State(NamedTuple):
     # The last event that could leave the actor quiet. A turn's own steps are not
     # counted one by one: the turn ends in its commit, which is.
     last_activity: float = 0.0
-    pending_from: int = 0  # a pending cut waits for a turn with an item of this seq (Rule 5)
+    pending_from: int = 0  # a pending cut waits for a turn with an item of this seq
 
     @classmethod
     def initial(cls, queue: m.State, idle_s: float, now: float) -> State:
@@ -106,14 +107,14 @@ class CompactRequested:
 @record
 class NewThread:
     """``/new``: the next turn starts a fresh thread; with ``from_seq``, the next turn
-    that runs an item of that seq or later does (Rule 5)."""
+    that runs an item of that seq or later does."""
 
     from_seq: int = 0
 
 
 @record
 class Drain:
-    """The daemon stops: open no more turns (Rule 4)."""
+    """The daemon stops: open no more turns."""
 
 
 @record
@@ -190,7 +191,7 @@ class Plan:
 
 @record
 class Begin:
-    """The turn starts now: mark its items running (Rule 2)."""
+    """The turn starts now, after any compaction it needed: mark its items running."""
 
 
 @record
@@ -215,7 +216,7 @@ class StartNewThread:
 
 @record
 class Retire:
-    """Quiet for ``idle_s``: leave the registry and stop (Rule 7)."""
+    """Quiet for ``idle_s``: leave the registry and stop."""
 
 
 Action: TypeAlias = (
@@ -280,7 +281,7 @@ def wake_at(state: State) -> float:
 
 
 def save_due(due: float, now: float, every_s: float) -> float | None:
-    """Rule 6, at a delta: None while ``now`` is before ``due``; else save now, and this
+    """A progress save, at a delta: None while ``now`` is before ``due``; else save now, and this
     is when the next save is due."""
     return None if now < due else now + every_s
 
@@ -311,8 +312,8 @@ def _queue(state: State, event: m.Event, now: float) -> _Step:
 
 def _open(state: State, start: m.StartTurn) -> _Step:
     if state.draining:
-        return state, ()  # Rule 4
-    if state.turn is not None:  # Rule 1; unreachable unless the queue machine is wrong
+        return state, ()  # draining: no turn opens
+    if state.turn is not None:  # one thing at a time; unreachable unless the queue machine is wrong
         raise IllegalTransition(f"turn {start.turn_no} opened while another runs")
     if state.compacting:
         return state._replace(deferred=start), ()
@@ -378,7 +379,7 @@ def _compacted(state: State, event: Compacted, now: float) -> _Step:
     if turn.trigger == "proactive":
         turn = turn._replace(step="planning", compacted=True, trigger=None)
         return state._replace(turn=turn), (PLAN,)
-    if event.committed:  # reactive: begin again (Rule 2)
+    if event.committed:  # reactive: begin again, once
         turn = Turn(turn.start, attempt=1)
         return state._replace(turn=turn), (PLAN,)
     return state._replace(turn=turn._replace(step="committing", trigger=None)), (COMMIT,)

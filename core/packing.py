@@ -2,51 +2,37 @@
 
 No I/O, no tokenizer: every ``Msg`` carries its token count (the caller counts once,
 with ``TokenCounter.count_message``, and caches it). ``budget = window - reserve_reply``.
+The order is system, state, scratchpad, summary, bridge (each if present), then
+history, then notes, then the inputs, each input a message of its own, in the given
+order.
 
-Rule 1. Order: system, state, scratchpad, summary, bridge (each if present), then history, then
-        notes, then the inputs, each input a message of its own, in the given order.
-Rule 2. The fixed parts (system, summary, notes, inputs) always go in. If they
-        alone exceed the budget the plan is ``over_budget``, carries no history, and the
-        caller fails the turn with a clear message instead of sending too much.
-Rule 2a. The state record and the bridge note are wanted but never forced: the state
-        goes in whole if it fits beside the fixed parts, else its short form if that
-        fits, else not at all; then the bridge note if it fits too. They take their room
-        before history does, and never make a plan ``over_budget`` (``plan.state`` and
-        ``plan.bridge`` say what went in).
-Rule 3. Otherwise ``tokens <= budget``. History is walked from the newest turn back;
-        whole turns are kept while they fit, and the walk stops at the first turn that
-        does not fit, so the kept turns are always a suffix of the history, in order.
-Rule 4. A ``group`` (a tool call and its result) is never split. Groups live inside one
-        turn; a group whose messages are not adjacent spans everything between them.
-Rule 5. ``compaction_due`` is True iff there is history and
-        ``fixed + sum(all history) > min(threshold * window, budget)``.
-        So it is True whenever history is dropped (that happens exactly when
-        ``fixed + history > budget``) and already a little before, once the full context
-        passes ``threshold`` of the window. With no history there is nothing to compact.
+The fixed parts (system, summary, notes, inputs) always go in; if they alone exceed
+the budget the plan is ``over_budget``, carries no history, and the caller fails the
+turn with a clear message instead of sending too much. The wanted parts are never
+forced and never make a plan ``over_budget``: the state record goes in whole if it
+fits beside the fixed parts, else its short form if that fits, else not at all; then
+the bridge note if it fits too; then the scratchpad's first rendering (best first:
+the whole pad, then a pointer to it) that fits both what the fixed parts leave and
+``SCRATCHPAD_SHARE`` of the budget, so a large pad cannot crowd out the history turn
+after turn. They take their room before history does, and once in they count as
+fixed (``plan.state``, ``plan.bridge``, ``plan.scratchpad`` say what went in).
 
-Rule 6. ``whole``, when given, must be ``history``'s messages in order and their tokens
-        (``WholeHistory().plus(block)`` for each block). A history that fits whole is
-        then taken from it as it is: the plan is the same as without it, only cheaper.
+Otherwise ``tokens <= budget``. History is walked from the newest turn back; whole
+turns are kept while they fit, and the walk stops at the first turn that does not
+fit, so the kept turns are always a suffix of the history, in order. A ``group`` (a
+tool call and its result) is never split; groups live inside one turn, and a group
+whose messages are not adjacent spans everything between them. Only the newest turn
+may be cut, when it does not fit whole: its newest messages that fit are kept, cut at
+a group boundary (``cut_messages`` says how many were left out), so the latest
+exchange is not lost to one oversized tool result; an older turn that does not fit is
+dropped whole, so history never starts with a reply whose question is missing.
 
-Rule 7. The scratchpad (the agent's own notes) comes in renderings, best first (the
-        whole pad, then a short pointer to it). It goes in after the state as the first
-        rendering that fits both in what the fixed parts leave of the budget and in
-        ``SCRATCHPAD_SHARE`` of the budget; if none fits, it is left out. So it never
-        makes a plan ``over_budget``, and a large pad cannot crowd out the history
-        (which it would do turn after turn, compaction or not). Once in, it counts as
-        fixed for Rules 2, 3 and 5.
-
-Choice where the brief leaves room (partial turns): a turn is cut only when it is the
-newest turn and does not fit whole. Then its newest messages that fit are kept, cut at
-a group boundary from its oldest side (``cut_messages`` says how many were left out),
-so the latest exchange is not lost to one oversized tool result. An older turn that
-does not fit is dropped whole: history then always starts at a turn's first message,
-never with a reply whose question is missing.
-
-Cost: the walk stops at the first turn that does not fit, so a call looks at about
-``budget / tokens-per-turn`` turns however long the history is (``TurnBlock.tokens``
-is summed once, when the block is built). When the whole history fits (most turns
-of most sessions) and the caller keeps ``whole`` (Rule 6), there is no walk at all.
+``compaction_due`` is True iff there is history and ``fixed + sum(all history) >
+min(threshold * window, budget)``: whenever history is dropped, and already a little
+before, once the full context passes ``threshold`` of the window. ``whole``, when
+given, must be ``history``'s messages in order with their tokens
+(``WholeHistory().plus(block)`` for each block); a history that fits whole is then
+taken from it as it is, the same plan without the walk (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -59,7 +45,7 @@ from typing import NamedTuple
 from core.engine_types import Role
 from core.records import record
 
-SCRATCHPAD_SHARE = 0.25  # of the budget, at most, for the scratchpad (Rule 7)
+SCRATCHPAD_SHARE = 0.25  # of the budget, at most, for the scratchpad
 
 
 @record
@@ -114,9 +100,9 @@ class ContextInput:
     notes: tuple[Msg, ...] = ()
     threshold: float = 0.85
     whole: WholeHistory | None = None  # `history` flattened and summed, if the caller has it
-    state_short: Msg | None = None  # the state's short form, for a tight budget (Rule 2a)
-    bridge: Msg | None = None  # what a merged-in session was about (Rule 2a)
-    scratchpad: tuple[Msg, ...] = ()  # renderings of the agent's notes, best first (Rule 7)
+    state_short: Msg | None = None  # the state's short form, for a tight budget
+    bridge: Msg | None = None  # what a merged-in session was about (never forced)
+    scratchpad: tuple[Msg, ...] = ()  # renderings of the agent's notes, best first
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -143,13 +129,13 @@ class ContextPlan:
     compaction_due: bool
     cut_messages: int = 0  # messages left out of the oldest kept turn (a cut newest turn)
     history: tuple[Msg, ...] = ()  # the part of `messages` that is history
-    state: Msg | None = None  # the state record's message that went in, if any (Rule 2a)
-    bridge: Msg | None = None  # the bridge note, if it went in (Rule 2a)
-    scratchpad: Msg | None = None  # the rendering of the scratchpad that went in (Rule 7)
+    state: Msg | None = None  # the state record's message that went in, if any
+    bridge: Msg | None = None  # the bridge note, if it went in
+    scratchpad: Msg | None = None  # the rendering of the scratchpad that went in
 
     @property
     def messages(self) -> tuple[Msg, ...]:
-        """The whole context in order (Rule 1). Made when asked: an engine takes its
+        """The whole context in order. Made when asked: an engine takes its
         parts (state, history...) and few turns read the whole."""
         return self.head + self.history + self.tail
 
@@ -169,14 +155,14 @@ def assemble(ctx: ContextInput) -> ContextPlan:
             kept_turns=0,
             dropped_turns=len(ctx.history),
             over_budget=True,
-            compaction_due=bool(ctx.history),  # fixed > budget >= the limit of Rule 5
+            compaction_due=bool(ctx.history),  # fixed > budget >= its limit
         )
     state = ctx.state if _fits(ctx.state, fixed, budget) else None
     if state is None and _fits(ctx.state_short, fixed, budget):
         state = ctx.state_short
     fixed += state.tokens if state is not None else 0
     pad = None
-    if ctx.scratchpad:  # Rule 7
+    if ctx.scratchpad:  # the first rendering that fits, if any
         room = min(budget - fixed, int(budget * SCRATCHPAD_SHARE))
         pad = next((m for m in ctx.scratchpad if m.tokens <= room), None)
         fixed += pad.tokens if pad is not None else 0
@@ -185,7 +171,7 @@ def assemble(ctx: ContextInput) -> ContextPlan:
     head = _present(ctx.system, state, pad, ctx.summary, bridge)
     whole = ctx.whole
     if whole is not None and fixed + whole.tokens <= budget:
-        fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # Rule 6
+        fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # fits whole: no walk
     else:
         fill = _fill(ctx.history, budget - fixed)
     limit = min(ctx.threshold * ctx.window, budget)
@@ -231,7 +217,7 @@ class _Fill(NamedTuple):
 
 
 def _fill(history: Sequence[TurnBlock], room: int) -> _Fill:
-    """The newest turns that fit in ``room`` (Rule 3 and the partial-turn choice)."""
+    """The newest turns that fit in ``room``: whole turns, the newest maybe cut."""
     chosen: list[tuple[Msg, ...]] = []
     used = 0
     for turn in reversed(history):

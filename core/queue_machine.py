@@ -7,32 +7,29 @@ with the actions the shell must perform, in order. An event that is illegal in t
 current state raises ``IllegalTransition``; the caller keeps the old state, so nothing
 changes.
 
-Invariants kept:
+At most one turn runs, and nothing is reordered, run twice or lost. ``StartTurn`` is
+only emitted while no turn runs, and a turn ends only by a ``TurnEnded`` carrying its
+number. The backlog and every ``StartTurn`` are in ``seq`` order; items leave the
+backlog from its head (dispatch, cap drops) or all at once (interrupt), and an item
+that arrived late (two hand-off paths resolved by one commit) joins it at its seq's
+place. Engines consume steered items in order, so ``steer_taken`` names a prefix of
+them and the rest go back to the backlog, ahead of anything that arrived later. An
+item is in a second ``StartTurn`` only when the first turn was aborted on purpose for
+an interrupt: then the whole turn re-runs, steered items included, since its work is
+thrown away. Every arrived item is in exactly one place: waiting (``backlog``),
+running (``running.items`` / ``running.steered``), done, or dropped (a ``Drop`` action
+was emitted for it).
 
-Rule 1. At most one turn runs: ``StartTurn`` is only emitted while no turn runs, and a
-        turn ends only by a ``TurnEnded`` carrying its number.
-Rule 2. No reordering. The backlog and every ``StartTurn`` are in ``seq`` order; items
-        leave the backlog from its head (dispatch, cap drops) or all at once (interrupt).
-        Engines consume steered items in order, so ``steer_taken`` must name a prefix of
-        them; the rest go back to the backlog, ahead of anything that arrived later.
-Rule 2a. An item whose seq is not above the last one's arrived late (two hand-off
-        paths resolved by one commit); it joins the backlog at its seq's place.
-Rule 3. No double run. An item is in a second ``StartTurn`` only when the first turn was
-        aborted on purpose for an interrupt; then the whole turn re-runs, including items
-        steered into it (taken or not), since its work is thrown away.
-Rule 4. No loss. Every arrived item is in exactly one place: waiting (``backlog``),
-        running (``running.items`` / ``running.steered``), done (its turn completed or
-        failed), or dropped (a ``Drop`` action was emitted for it).
-Rule 5. ``Steer`` only into a running turn whose engine reports it can take steering,
-        that is not being aborted, and only while the backlog is empty.
-Rule 6. Idle with a non-empty backlog only while collect items wait out their quiet
-        period: then every waiting item is ``collect`` and ``collect_deadline`` is set
-        and was announced by ``WakeAt``. (Exception: a rehydrated ``State.initial``
-        until the shell sends ``Resume``.) While a turn runs no deadline is armed.
-Rule 7. ``limits.cap`` bounds the backlog when an item arrives; items of the running
-        turn never count and are never dropped. ``old``/``summarize`` drop the oldest
-        waiting items, ``new`` refuses the newcomer, except an ``interrupt`` or ``steer``
-        newcomer, which is never refused: the oldest waiting item goes instead ("cap:old").
+``Steer`` goes only into a running turn whose engine can take steering, that is not
+being aborted, and only while the backlog is empty. The machine is idle with a
+non-empty backlog only while collect items wait out their quiet period (every waiting
+item is ``collect``, and ``collect_deadline`` is set and was announced by ``WakeAt``),
+or in a rehydrated ``State.initial`` until the shell sends ``Resume``; while a turn
+runs no deadline is armed. ``limits.cap`` bounds the backlog when an item arrives:
+items of the running turn never count and are never dropped; ``old``/``summarize``
+drop the oldest waiting items, ``new`` refuses the newcomer, except an ``interrupt``
+or ``steer`` newcomer, which is never refused (the oldest waiting item goes instead,
+"cap:old").
 
 Choices where the protocol leaves room:
 
@@ -300,7 +297,7 @@ def _arrived(state: State, event: Arrived, now: float) -> _Step:
 
 
 def _late(state: State, item: Item) -> _Step:
-    """Rule 2a: an item that reached the actor after one of a higher seq (both were
+    """An item that reached the actor after one of a higher seq (both were
     committed together and handed over by different tasks) waits in the backlog at
     its seq's place, whatever its mode; while idle, the backlog's head starts."""
     running = state.running
@@ -354,7 +351,7 @@ def _turn_ended(state: State, event: TurnEnded) -> _Step:
     left = running.steered[_taken_count(running, event.steer_taken) :]
     idle = state._replace(running=None)
     aborted = event.outcome == "aborted"
-    if running.abort == "interrupt":  # one turn with everything waiting (Rule 3)
+    if running.abort == "interrupt":  # the whole turn re-runs, with all that waits
         redo = running.items + running.steered if aborted else left
         batch = _by_seq((*redo, *state.backlog))
         return _start(idle, batch, rest=_EMPTY) if batch else (idle, [])
@@ -396,7 +393,7 @@ def _cancel(state: State, item_id: str) -> _Step:
         return state, []
     rest = Backlog((*backlog[:found], *backlog[found + 1 :]))
     actions: list[Action] = [Drop(backlog[found], "cancelled")]
-    if not rest and state.collect_deadline is not None:  # nothing left to wait for (Rule 6)
+    if not rest and state.collect_deadline is not None:  # nothing left to wait for
         actions.append(WakeAt(None))
         return state._replace(backlog=rest, collect_deadline=None), actions
     return state._replace(backlog=rest), actions
@@ -424,7 +421,7 @@ def _dispatch(state: State) -> _Step:
 
 
 def _start(state: State, items: tuple[Item, ...], *, rest: Backlog[Item]) -> _Step:
-    if state.running is not None:  # Rule 1; unreachable unless this module is wrong
+    if state.running is not None:  # at most one turn; unreachable unless this module is wrong
         raise IllegalTransition(f"cannot start a turn while turn {state.running.turn_no} runs")
     actions: list[Action] = [WakeAt(None)] if state.collect_deadline is not None else []
     turn_no = state.next_turn_no
@@ -440,7 +437,7 @@ def _start(state: State, items: tuple[Item, ...], *, rest: Backlog[Item]) -> _St
 
 
 def _enqueue(state: State, item: Item) -> _Step:
-    """Append ``item`` to the backlog, keeping it within ``limits.cap`` (Rule 7)."""
+    """Append ``item`` to the backlog, keeping it within ``limits.cap``."""
     limits = state.limits
     backlog = state.backlog.append(item)
     if limits.cap is None or len(backlog) <= limits.cap:

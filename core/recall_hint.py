@@ -1,20 +1,18 @@
-"""The recall hint (seed 003, "dangling references"): which words of a person's message
-to look for in the archive, and the one line a turn gets when older turns hold them.
+"""The recall hint for dangling references: which words of a person's message to look
+for in the archive, and the one line a turn gets when older turns hold them.
 
 Pure code, no I/O: the full-text index answers whether a term is in the session's
 older messages (`ledger/recall/hint.py`); this module decides what to ask and what
 to say.
 
-Rule 1: terms are picked mechanically, never by a model: paths and file names,
-        identifiers (snake_case, CamelCase, with digits), quoted or backticked
-        text, acronyms, and capitalised names that do not start a sentence. At most
-        MAX_TERMS, in the order they appear, each once.
-Rule 2: a term the assembled context already holds (case-insensitive) is not asked
-        about: the model can see it, so there is nothing to recall.
-Rule 3: the hint is one line. It names the terms the archive holds; failing those,
-        a phrase that refers back ("like we discussed") gets a hint only when turns
-        the context no longer shows exist. Otherwise there is no hint: a spurious
-        one costs a tool call, a missing one a guess.
+Terms are picked mechanically, never by a model: paths and file names, identifiers
+(snake_case, CamelCase, with digits), quoted or backticked text, acronyms, and
+capitalised names that do not start a sentence; at most MAX_TERMS, in the order they
+appear, each once. A term the assembled context already holds (case-insensitive) is
+not asked about: the model can see it. The hint is one line naming the terms the
+archive holds; failing those, a phrase that refers back ("like we discussed") gets a
+hint only when turns the context no longer shows exist. Otherwise there is no hint: a
+spurious one costs a tool call, a missing one a guess.
 """
 
 from __future__ import annotations
@@ -80,9 +78,8 @@ class HintQuery:
 
 
 def select(message: str, context: str) -> HintQuery:
-    """The terms of `message` worth looking up (Rule 1) that `context` does not hold
-    (Rule 2); `context` is the assembled context's text, lower-cased by the caller
-    once per turn."""
+    """The terms of `message` worth looking up that `context` does not hold; `context`
+    is the assembled context's text, lower-cased by the caller once per turn."""
     lowered = message.lower()
     refers = next((p for p in REFERRING if p in lowered), None)
     terms: list[str] = []
@@ -100,7 +97,7 @@ def select(message: str, context: str) -> HintQuery:
 
 
 def candidates(message: str) -> list[str]:
-    """Every term Rule 1 picks, in the order they appear (repeats included)."""
+    """Every term picked, in the order they appear (repeats included)."""
     found: list[tuple[int, str]] = []
     taken: list[range] = []
     for pattern in (_QUOTED, _PATH, _IDENT):
@@ -124,7 +121,7 @@ def candidates(message: str) -> list[str]:
 
 
 def hint_line(found: list[str], refers_back: str | None, older_turns: bool) -> str | None:
-    """The turn's one-line hint (Rule 3), or None."""
+    """The turn's one-line hint, or None."""
     if found:
         named = ", ".join(f'"{t}"' for t in found)
         return (

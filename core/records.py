@@ -1,16 +1,14 @@
 """`@record`: an immutable value type that costs what a plain dataclass costs to build.
 
-A frozen dataclass sets every field through `object.__setattr__` in its `__init__`;
-the daemon builds about 30 records a turn, and that would cost it about 5% of its CPU
-per turn in bench.realistic (docs/performance.md, "The speed tricks re-measured").
+A frozen dataclass sets every field through `object.__setattr__` in its `__init__`,
+and the daemon builds many records a turn (docs/performance.md).
 
-Rule 1. A record is immutable by contract, and the contract is checked statically:
-        `dataclass_transform(frozen_default=True)` makes mypy treat it as a frozen
-        dataclass, so assigning to a field is a type error, and `scripts/test` (what
-        CI runs) runs mypy over the whole code base. At run time nothing stops an
-        assignment: never make one.
-Rule 2. Otherwise it behaves as a frozen dataclass with slots: `__eq__` and `__hash__`
-        by value, `dataclasses.replace`, `dataclasses.field`, pickling.
+A record is immutable by contract, and the contract is checked statically:
+`dataclass_transform(frozen_default=True)` makes mypy treat it as a frozen dataclass,
+so assigning to a field is a type error, and `scripts/test` (what CI runs) runs mypy
+over the whole code base. At run time nothing stops an assignment: never make one.
+Otherwise it behaves as a frozen dataclass with slots: `__eq__` and `__hash__` by
+value, `dataclasses.replace`, `dataclasses.field`, pickling.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Which open items a node hands over to their workflows again (the Temporal
-runtime's look at the ledger every `stuck_after_s`: runtime.py Rule 2).
+"""Which open items a node hands over to their workflows again, at the Temporal
+runtime's look at the ledger every `stuck_after_s` (broker/runtime).
 
-Rule 1: an item is handed over again only when it was open at the node's last look
-        too: one acked since is being handed over by the node that acked it. An
-        item whose acking node died before its hand-off is taken within two looks.
-Rule 2: never one this node's own signal landed: a landed signal is in the
-        workflow's history, durably, and each signal more is a workflow task that
-        changes nothing (hundreds at each look at scale, on every node).
-Rule 3: what the node remembers is bounded by what is open: landed items that are
-        no longer open are forgotten.
+An item is handed over again only when it was open at the node's last look too: one
+acked since is being handed over by the node that acked it, and an item whose acking
+node died before its hand-off is taken within two looks. Never one this node's own
+signal landed: a landed signal is in the workflow's history, durably, and each signal
+more is a workflow task that changes nothing. What the node remembers is bounded by
+what is open: landed items that are no longer open are forgotten.
 """
 
 from __future__ import annotations

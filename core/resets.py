@@ -3,19 +3,19 @@
 No I/O and no clock: times are UTC milliseconds passed in, and the timezone is a
 `tzinfo` the caller loaded (a `zoneinfo.ZoneInfo` reads its file when made, not here).
 
-Rule 1. Only a person's message asks for the decision, and only a person's message
-        counts as activity: a timer, worker or system item never refreshes it, so a
-        heartbeat cannot keep a thread alive.
-Rule 2. `since` is when the thread last heard a person, or when it began if that is
-        later (a thread an operator reset at 05:00 is not stale for a 04:00 daily
-        reset). Without it (a thread that never heard anyone) nothing is stale.
-Rule 3. The reasons are tried in the order idle, daily, turn_limit; the first that
-        holds is the answer. A policy value of 0 (or "") turns its reason off.
-Rule 4. `daily_at` is a local wall time. Its moment on a local day is the first
-        instant at which the local clock shows that time or later: on a day whose
-        clock skips it (spring forward) the instant of the jump, on a day that shows
-        it twice (fall back) the first time. A daily reset is due when the latest
-        such moment at or before now lies after `since`: at most one a day.
+Only a person's message asks for the decision, and only a person's message counts as
+activity: a timer, worker or system item never refreshes it, so a heartbeat cannot
+keep a thread alive. `since` is when the thread last heard a person, or when it began
+if that is later (a thread an operator reset at 05:00 is not stale for a 04:00 daily
+reset); without it (a thread that never heard anyone) nothing is stale. The reasons
+are tried in the order idle, daily, turn_limit, and the first that holds is the
+answer; a policy value of 0 (or "") turns its reason off.
+
+`daily_at` is a local wall time. Its moment on a local day is the first instant at
+which the local clock shows that time or later: on a day whose clock skips it
+(spring forward) the instant of the jump, on a day that shows it twice (fall back)
+the first time. A daily reset is due when the latest such moment at or before now
+lies after `since`: at most one a day.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def decide(
 
 
 def last_daily_moment(now: int, at: time, tz: tzinfo) -> int:
-    """The latest moment of `at` (Rule 4) at or before `now`, in UTC ms."""
+    """The latest moment of `at` (see `daily_moment`) at or before `now`, in UTC ms."""
     today = datetime.fromtimestamp(now / 1000, UTC).astimezone(tz).date()
     moment = daily_moment(today, at, tz)
     if moment > now:
@@ -104,7 +104,7 @@ def last_daily_moment(now: int, at: time, tz: tzinfo) -> int:
 
 
 def daily_moment(day: date, at: time, tz: tzinfo) -> int:
-    """The moment of `at` on the local `day` (Rule 4), in UTC ms."""
+    """The moment of `at` on the local `day` (skipped: the jump; twice: the first), in UTC ms."""
     wall = datetime.combine(day, at)
     first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
     if _local(first, tz) == wall:

@@ -1,10 +1,9 @@
 """The scratchpad as the agent sees it in its context. Pure.
 
-Rule 1: an empty scratchpad is not shown at all.
-Rule 2: a non-empty one has two renderings, best first: the whole pad as compact JSON,
-        then a short pointer naming its keys, for when the whole does not fit
-        (`core.packing` Rule 7 picks the first that fits). The pointer lists at
-        most `POINTER_KEYS` keys, so it stays short however large the pad grows.
+An empty scratchpad is not shown at all. A non-empty one has two renderings, best
+first: the whole pad as compact JSON, then a short pointer naming its keys, for when
+the whole does not fit (`core.packing` takes the first that fits). The pointer lists
+at most `POINTER_KEYS` keys, so it stays short however large the pad grows.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ KEY_CHARS = 40  # of each key named in the pointer
 
 
 def renderings(pad: Any) -> tuple[str, ...]:
-    """Rule 1 and Rule 2: `()` for an empty pad, else (whole, pointer)."""
+    """`()` for an empty pad, else (whole, pointer)."""
     if not isinstance(pad, dict) or not pad:
         return ()
     whole = orjson.dumps(pad, option=orjson.OPT_SORT_KEYS).decode()

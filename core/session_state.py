@@ -1,22 +1,20 @@
-"""The session-state record (seed 003), the running totals of turn events, and
-scratchpad merges. Pure.
+"""The session-state record, the running totals of turn events, and scratchpad merges. Pure.
 
-Rule 1: the state record belongs to a thread: the record after a turn is
-        `advance(record of its parent, facts of the turn)`, so a fork made at turn
-        T starts from exactly the record after T, and a new thread (`/new`) from
-        an empty one. Nothing in it is written by hand.
-Rule 2: it is extracted mechanically from everything the broker sees of a turn:
-        the focus from the person's latest message (an engine's `intent` event
-        says it better and wins within its turn); files from the arguments of
-        tool calls that succeeded (`path`, `file`, `filename`...) and from `file`
-        events; errors from failed tool calls, failed turns and `error` events
-        (a later successful call with the same arguments, or an event that
-        `resolves` it, marks one resolved); decisions from `decision` events.
-Rule 3: each list keeps its newest entries: 20 files, 10 decisions, 5 errors (the
-        seed's sizes); an entry seen again moves to the end instead of repeating.
-        A compaction turn changes nothing: it only marks a context boundary.
-Rule 4: a scratchpad update is a JSON merge patch (RFC 7396): objects merge
-        key by key, `null` deletes a key, anything else replaces.
+The state record belongs to a thread: the record after a turn is `advance(record of
+its parent, facts of the turn)`, so a fork made at turn T starts from exactly the
+record after T, and a new thread (`/new`) from an empty one. Nothing in it is written
+by hand: it is extracted mechanically from everything the broker sees of a turn. The
+focus comes from the person's latest message (an engine's `intent` event says it
+better and wins within its turn); files from the arguments of tool calls that
+succeeded (`path`, `file`, `filename`...) and from `file` events; errors from failed
+tool calls, failed turns and `error` events (a later successful call with the same
+arguments, or an event that `resolves` it, marks one resolved); decisions from
+`decision` events.
+
+Each list keeps its newest entries (20 files, 10 decisions, 5 errors), and an entry
+seen again moves to the end instead of repeating; a compaction turn changes nothing,
+as it only marks a context boundary. A scratchpad update is a JSON merge patch (RFC
+7396): objects merge key by key, `null` deletes a key, anything else replaces.
 """
 
 from __future__ import annotations
@@ -89,7 +87,7 @@ class TurnFacts:
 
 @record
 class SessionState:
-    """The state record of a thread after one of its turns (Rule 1)."""
+    """The state record of a thread after one of its turns."""
 
     focus: str | None = None
     files: tuple[FileEntry, ...] = ()
@@ -107,7 +105,7 @@ EMPTY = SessionState()
 
 
 def advance(state: SessionState, turn: TurnFacts) -> SessionState:
-    """The record after `turn`, from the record after its parent (Rules 1 to 3)."""
+    """The record after `turn`, from the record after its parent."""
     if turn.type == "compaction":
         return state
     n = state.counts.turns + 1
@@ -198,7 +196,7 @@ def _push_error(errors: list[ErrorEntry], entry: ErrorEntry) -> None:
 
 
 def _push(items: list[Any], entry: Any, key: Any) -> None:
-    """Append `entry`, removing an earlier one with the same key (Rule 3)."""
+    """Append `entry`, removing an earlier one with the same key."""
     same = key(entry)
     items[:] = [i for i in items if key(i) != same]
     items.append(entry)
@@ -214,7 +212,7 @@ def first_line(text: str, limit: int) -> str:
 
 
 def paths_in(arguments: str) -> list[str]:
-    """The file paths a tool call's JSON arguments name (Rule 2); none if not JSON."""
+    """The file paths a tool call's JSON arguments name; none if not JSON."""
     try:
         args = orjson.loads(arguments)
     except orjson.JSONDecodeError:
@@ -310,7 +308,7 @@ def render_both(state: SessionState, label: str | None = None) -> tuple[str | No
 def record_lines(state: SessionState, label: str | None = None) -> tuple[list[str], int]:
     """The lines `render` joins, and how many of them its short form keeps; none when
     the record is empty. Each line begins with a letter or `-`, so a token counter
-    may count them one by one (broker/context/tokens.py Rule 5)."""
+    may count them one by one (broker/context/tokens.py)."""
     if state == EMPTY:
         return [], 0
     c = state.counts

@@ -1,14 +1,12 @@
 """File snapshots: what a `file` event may say, and how a content is shown. Pure.
 
-Rule 1: a `file` event names its file by a relative POSIX path: not empty, not
-        absolute, no `..` segment, no backslash, no NUL. `file_event_problem`
-        says in one sentence what is wrong with an event, or None; a turn with
-        a bad event fails with that sentence (the actor asks), and the ledger
-        never stores a bad event's content.
-Rule 2: one file, one name: `normal_path` drops `.` and empty segments, so
-        `./src//a.py` and `src/a.py` are the same file.
-Rule 3: a content is bytes. It comes back as `content` (text) when it is valid
-        UTF-8, else as `content_b64`; a client knows which by the key present.
+A `file` event names its file by a relative POSIX path: not empty, not absolute, no
+`..` segment, no backslash, no NUL. `file_event_problem` says in one sentence what is
+wrong with an event, or None; a turn with a bad event fails with that sentence (the
+actor asks), and the ledger never stores a bad event's content. One file has one
+name: `normal_path` drops `.` and empty segments, so `./src//a.py` and `src/a.py` are
+the same file. A content is bytes, and comes back as `content` (text) when it is
+valid UTF-8, else as `content_b64`; a client knows which by the key present.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ MAX_PATH_BYTES = 4096  # PATH_MAX on Linux
 
 
 def path_problem(path: object) -> str | None:
-    """Why `path` is not a relative POSIX path naming a file (Rule 1), or None."""
+    """Why `path` is not a relative POSIX path naming a file, or None."""
     if not isinstance(path, str):
         return "a file event's path must be a string"
     if not path:
@@ -47,7 +45,7 @@ def path_problem(path: object) -> str | None:
 
 
 def normal_path(path: str) -> str:
-    """`path` without `.` and empty segments (Rule 2)."""
+    """`path` without `.` and empty segments: one file, one name."""
     return "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
@@ -106,7 +104,7 @@ def event_content(data: Mapping[str, Any]) -> bytes | None:
 
 
 def shown(content: bytes) -> dict[str, str]:
-    """`{"content": text}` for UTF-8 text, else `{"content_b64": ...}` (Rule 3)."""
+    """`{"content": text}` for UTF-8 text, else `{"content_b64": ...}`."""
     try:
         return {"content": content.decode("utf-8")}
     except UnicodeDecodeError:
@@ -114,7 +112,7 @@ def shown(content: bytes) -> dict[str, str]:
 
 
 def content_of(answer: Mapping[str, Any]) -> bytes | None:
-    """The bytes of a `file.at` answer (Rule 3); None when it has no content."""
+    """The bytes of a `file.at` answer; None when it has no content."""
     if isinstance(text := answer.get("content"), str):
         return text.encode("utf-8")
     if isinstance(b64 := answer.get("content_b64"), str):

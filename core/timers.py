@@ -3,19 +3,17 @@
 No clock: `now` is passed in, in integer milliseconds since the Unix epoch (UTC),
 the ledger's unit for every time.
 
-Rule 1: a spec is valid or refused whole. Exactly one of `in_s` (a number of
-        seconds, not negative) or `at` (an RFC 3339 time with its offset) says
-        the first due time; `every_s`, if given, is a number of seconds of at
-        least `MIN_EVERY_S`. A refusal names the field it blames.
-Rule 2: a timer fires once per due time, and a due time that passed while
-        nobody looked fires once: a recurring timer that missed five due times
-        fires once, then goes on from the first due time after `now` on its
-        own grid (`first_at + k * every`), so it never drifts.
-Rule 3: a firing is numbered: the n-th firing of timer T is `timer:T:n`, n = 1,
-        2, ...; the number is the timer's count of firings plus one, so a
-        re-run of the same firing has the same name.
-Rule 4: `system:<purpose>` labels name sessions with no channel that exist to
-        own timers (a heartbeat); the purpose is a short name.
+A spec is valid or refused whole: exactly one of `in_s` (seconds, not negative) or
+`at` (an RFC 3339 time with its offset) says the first due time, and `every_s`, if
+given, is at least `MIN_EVERY_S` seconds; a refusal names the field it blames. A
+timer fires once per due time, and a due time that passed while nobody looked fires
+once: a recurring timer that missed five due times fires once, then goes on from the
+first due time after `now` on its own grid (`first_at + k * every`), so it never
+drifts. The n-th firing of timer T is `timer:T:n` (n from 1: its count of firings
+plus one), so a re-run of the same firing has the same name.
+
+`system:<purpose>` labels name sessions with no channel that exist to own timers (a
+heartbeat); the purpose is a short name.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ RFC_3339 = re.compile(
 
 
 class TimerSpecError(ValueError):
-    """A spec refused (Rule 1): `field` is the argument it blames."""
+    """A spec refused whole: `field` is the argument it blames."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -51,7 +49,7 @@ class TimerSpec:
 
 @dataclass(frozen=True, slots=True)
 class Firing:
-    """One firing decided: its number (Rule 3), the due time it stands for, and
+    """One firing decided: its number, the due time it stands for, and
     what the timer becomes (`next_at` None: a one-shot timer is done)."""
 
     n: int
@@ -94,7 +92,7 @@ def _to_micros(value: str) -> str:
 
 
 def parse_spec(text: object, in_s: object, at: object, every_s: object, now: int) -> TimerSpec:
-    """Rule 1. `None` is an absent argument."""
+    """A spec checked whole. `None` is an absent argument."""
     if not isinstance(text, str) or not text.strip():
         raise TimerSpecError("text", "text must be a non-empty string")
     if (in_s is None) == (at is None):
@@ -114,7 +112,7 @@ def next_after(first_at: int, every_ms: int, now: int) -> int:
 
 
 def fire(next_at: int, every_ms: int | None, fired: int, now: int) -> Firing | None:
-    """Rule 2: the firing a timer due at `next_at` owes at `now`, or None if not due.
+    """The firing a timer due at `next_at` owes at `now`, or None if not due.
 
     The missed due times between `next_at` and `now` collapse into this one firing:
     the timer's next due time is the first one after `now` on its grid."""
@@ -125,10 +123,10 @@ def fire(next_at: int, every_ms: int | None, fired: int, now: int) -> Firing | N
 
 
 def msg_id(timer: str, n: int) -> str:
-    """Rule 3."""
+    """The n-th firing's name, `timer:T:n`."""
     return f"timer:{timer}:{n}"
 
 
 def is_system_label(label: str) -> bool:
-    """Rule 4."""
+    """A `system:<purpose>` label, for a session that exists to own timers."""
     return SYSTEM_LABEL.fullmatch(label) is not None

@@ -1,15 +1,14 @@
 """A turn's title (what it was about) and outcome (how it ended), as short lines. Pure.
 
-Rule 1: a title is one line of at most `MAX_TITLE` characters, never empty: the
-        first words of the person's message, then, when the turn had no message
-        of its own (a worker result, a timer), the first line of the reply; a
-        turn with neither is named by its type, and a compaction is one.
-Rule 2: an engine's `intent` event with a `title` names the turn; the latest
-        such event wins over the mechanical title. A model's title, written after
-        the turn (broker/titler.py), wins over both.
-Rule 3: an outcome says the status, and for an aborted or failed turn its reason
-        and, when known, the error in a few words: `completed`, `aborted
-        (interrupt)`, `failed (timeout): the agent took too long…`.
+A title is one line of at most `MAX_TITLE` characters, never empty: the first words
+of the person's message, then, when the turn had no message of its own (a worker
+result, a timer), the first line of the reply; a turn with neither is named by its
+type, and a compaction is one. An engine's `intent` event with a `title` names the
+turn, the latest such event winning over the mechanical title; a model's title,
+written after the turn (broker/titler.py), wins over both. An outcome says the
+status, and for an aborted or failed turn its reason and, when known, the error in a
+few words: `completed`, `aborted (interrupt)`, `failed (timeout): the agent took too
+long…`.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ def one_line(text: str, limit: int) -> str:
 
 
 def mechanical_title(inputs: Sequence[str], reply: str, kind: str = "turn") -> str:
-    """Rule 1. `inputs`: the texts of the turn's messages, in arrival order."""
+    """The mechanical title. `inputs`: the texts of the turn's messages, in arrival order."""
     if kind == "compaction":  # its output is a summary of other turns, not its subject
         return COMPACTION
     for text in inputs:
@@ -59,7 +58,7 @@ def mechanical_title(inputs: Sequence[str], reply: str, kind: str = "turn") -> s
 
 
 def engine_title(events: Iterable[tuple[str, dict[str, Any]]]) -> str | None:
-    """Rule 2: the title of the latest `intent` event that gives one."""
+    """The title of the latest `intent` event that gives one."""
     found = None
     for kind, payload in events:
         title = payload.get("title") if kind == "intent" else None
@@ -76,7 +75,7 @@ def turn_title(
     events: Iterable[tuple[str, dict[str, Any]]],
     kind: str = "turn",
 ) -> tuple[str, TitleSource]:
-    """The title a turn is committed with, and where it came from (Rules 1 and 2)."""
+    """The title a turn is committed with (an intent's, else mechanical) and its source."""
     given = engine_title(events)
     if given:
         return given, "engine"
@@ -84,7 +83,7 @@ def turn_title(
 
 
 def outcome_line(status: str, reason: str | None, error: str | None) -> str:
-    """Rule 3."""
+    """The status, with the reason and the error in a few words when it did not complete."""
     if status == "completed":
         return "completed"
     reason = one_line(reason or "", 40)

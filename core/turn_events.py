@@ -1,24 +1,22 @@
 """A turn's events while it runs: which the broker records, and when they are written. Pure.
 
-Rule 1: events get their sequence number when they happen, one counter per turn
-        across every type (seed 000), so the order is the order they happened,
-        whichever write carries them to the ledger.
-Rule 2: group commit per turn: a turn has at most one write of events on its way
-        to the ledger at a time. An event that comes while none is on its way is
-        sent at once; events that come meanwhile wait and leave together when it
-        has committed (or when `MAX_WAITING` of them wait). The ledger's writer
-        then puts many turns' writes into one transaction. So a quiet turn's
-        event is written at once, and a busy turn costs one write per commit of
-        the writer, not one per event.
-Rule 3: the events made as the turn begins (its `intent`) and ends (its last `llm`,
-        its `error`) are not sent on their own: the intent goes with the next
-        event, or with the commit, and the last ones with the commit, in its
-        transaction. So a turn that reports nothing while it runs costs no write
-        of its own for its events (docs/performance.md); its intent, built from
-        its inputs, which are durable before it begins, is rebuilt by crash
-        recovery if a crash comes first.
-Rule 4: totals count what happened: model calls are `llm` events (a deterministic
-        compaction fallback records none), files modified are distinct paths.
+Events get their sequence number when they happen, one counter per turn across every
+type, so the order is the order they happened, whichever write carries them to the
+ledger.
+
+Group commit per turn: a turn has at most one write of events on its way to the
+ledger at a time. An event that comes while none is on its way is sent at once;
+events that come meanwhile wait and leave together when it has committed (or when
+`MAX_WAITING` of them wait), and the ledger's writer puts many turns' writes into one
+transaction. The events made as the turn begins (its `intent`) and ends (its last
+`llm`, its `error`) are not sent on their own: the intent goes with the next event or
+with the commit, and the last ones with the commit, in its transaction, so a turn that
+reports nothing while it runs costs no write of its own for its events
+(docs/performance.md). Its intent, built from its inputs, which are durable before it
+begins, is rebuilt by crash recovery if a crash comes first.
+
+Totals count what happened: model calls are `llm` events (a deterministic compaction
+fallback records none), files modified are distinct paths.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from typing import Any
 
 from core.snapshots import normal_path, path_problem
 
-MAX_WAITING = 64  # events that wait for the write before them (Rule 2)
+MAX_WAITING = 64  # events that wait for the write before them
 MODIFYING_OPS = ("write", "edit", "create", "delete")
 
 Event = tuple[str, dict[str, Any]]
@@ -37,7 +35,7 @@ Event = tuple[str, dict[str, Any]]
 
 @dataclass(slots=True)
 class EventLog:
-    """A running turn's events (Rule 1): `events[:sent]` are on their way to the
+    """A running turn's events, numbered as they happen: `events[:sent]` are on their way to the
     ledger or in it; `in_flight` while a write of them is uncommitted."""
 
     events: list[Event]
@@ -57,7 +55,7 @@ class EventLog:
 
 
 def flush_due(log: EventLog) -> bool:
-    """Should the waiting events be sent now (Rule 2)?"""
+    """Should the waiting events be sent now (none on its way, or too many waiting)?"""
     if log.closed or log.waiting == 0:
         return False
     return not log.in_flight or log.waiting >= MAX_WAITING
@@ -115,12 +113,12 @@ def stop_reason(status: str, reason: str | None) -> str:
 
 
 def model_calls(events: Iterable[Event]) -> int:
-    """Rule 4."""
+    """The turn's model calls: its `llm` events (a compaction fallback makes none)."""
     return sum(1 for kind, _ in events if kind == "llm")
 
 
 def modified_paths(events: Iterable[Event]) -> set[str]:
-    """The paths a turn's `file` events modified, normalized (Rule 4); a path the
+    """The paths a turn's `file` events modified, normalized; a path the
     ledger cannot record is left out."""
     out: set[str] = set()
     for kind, payload in events:

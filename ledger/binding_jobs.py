@@ -1,12 +1,11 @@
 """Writer jobs that bind conversations to sessions: `route.bind`, `route.unbind`, and the
 chat commands `/fork` and `/switch`.
 
-Rule 1: each is one transaction. For a chat command that is the fork (if any), the
-        binding, the command item marked done and its reply's outbox row: a crash
-        leaves all of them or none, so a command recovered at the next start runs
-        once, never forks twice.
-Rule 2: a refusal changes nothing but the command item and its reply; an op that is
-        refused raises (`NotFound`, `Conflict`) and writes nothing.
+Each is one transaction. For a chat command that is the fork (if any), the binding,
+the command item marked done and its reply's outbox row: a crash leaves all of them
+or none, so a command recovered at the next start runs once, never forks twice. A
+refusal changes nothing but the command item and its reply; an op that is refused
+raises (`NotFound`, `Conflict`) and writes nothing.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ def route_unbind(conn: sqlite3.Connection, conversation: Conversation) -> str:
 
 
 def chat_bind(conn: sqlite3.Connection, cmd: BindCommand, now: int) -> str:
-    """Apply the command (Rule 1); the reply's frame as sent."""
+    """Apply the command; the reply's frame as sent."""
     text, reason = _apply(conn, cmd, now)
     frame = orjson.loads(cmd.frame)
     frame["text"] = text

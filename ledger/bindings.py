@@ -4,12 +4,11 @@ The rules are `core/bindings.py`'s; this module reads and writes the
 `route_bindings` table and walks sessions and entities for them. The writer jobs
 that bind and unbind are `ledger/binding_jobs.py`.
 
-Rule 1: ingest asks `bound_session` on its slow path only, inside its own
-        transaction: a route it has seen is answered from its cache, so every write
-        of a binding clears the cached routes (`forget_routes`) in the transaction
-        that makes it.
-Rule 2: a binding row is replaced, never edited: `/switch` and `route.bind` write the
-        whole row, `route.unbind` deletes it.
+Ingest asks `bound_session` on its slow path only, inside its own transaction: a
+route it has seen is answered from its cache, so every write of a binding clears the
+cached routes (`forget_routes`) in the transaction that makes it. A binding row is
+replaced, never edited: `/switch` and `route.bind` write the whole row,
+`route.unbind` deletes it.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ def delete(conn: sqlite3.Connection, conversation: Conversation) -> str | None:
 
 
 def forget_routes(conn: sqlite3.Connection) -> None:
-    """Rule 1. The cache lives on the writer's connection (ledger/ingest.py), which is
+    """The cache lives on the writer's connection (ledger/ingest.py), which is
     named here by what it carries so that ingest may import this module."""
     identity: Any = getattr(conn, "identity", None)
     if identity is not None:
@@ -89,7 +88,7 @@ def bindings_of(conn: sqlite3.Connection, session: str | None) -> list[dict[str,
     return out
 
 
-# -- owners (core/bindings.py Rule 1) --------------------------------------
+# -- owners (core/bindings.py) --------------------------------------
 
 
 def session_link(conn: sqlite3.Connection, label: str) -> SessionLink | None:

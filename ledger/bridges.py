@@ -1,14 +1,12 @@
 """Bridge notes: what a session merged into another was about, for the survivor's
-next turn (seed 002: turn trees are never merged, memory bridges them).
+next turn (turn trees are never merged; memory bridges them).
 
-Rule 1: an entity merge that demotes a DM session leaves, in its own transaction,
-        one note per demoted session for the primary: that session's latest
-        compaction summary (cut to `SUMMARY_CHARS`) and its state record. A
-        session with no turns leaves none.
-Rule 2: a note waits (durably) until a turn whose context showed it completes:
-        that turn's commit marks it consumed (ledger/state_records.py), so the
-        first turn after a merge shows it, the second does not, and a restart
-        in between changes nothing.
+An entity merge that demotes a DM session leaves, in its own transaction, one note
+per demoted session for the primary: that session's latest compaction summary (cut
+to `SUMMARY_CHARS`) and its state record; a session with no turns leaves none. A note
+waits, durably, until a turn whose context showed it completes: that turn's commit
+marks it consumed (ledger/state_records.py), so the first turn after a merge shows
+it, the second does not, and a restart in between changes nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ SUMMARY_CHARS = 1500
 def record_bridges(
     conn: sqlite3.Connection, primary: str, merged: list[str], now: int
 ) -> dict[str, str]:
-    """Leave a note for `primary` about each of the `merged` sessions (Rule 1); the
+    """Leave a note for `primary` about each of the `merged` sessions; the
     notes left, by id."""
     left: dict[str, str] = {}
     for label in merged:

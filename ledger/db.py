@@ -1,21 +1,17 @@
 """Opening the ledger file and migrating its schema.
 
-Rule 1: every connection runs in WAL mode with foreign keys on, in
-        autocommit mode: transactions are opened explicitly by the writer.
-Rule 2: migrations are numbered SQL files applied in order, each in its own
-        transaction together with the `user_version` bump, so a crash leaves
-        the schema at a whole version. A ledger newer than this code is refused.
-Rule 3: a damaged file is refused before anything writes to it: `check`
-        runs `PRAGMA quick_check` (every b-tree page, not the index contents)
-        within a time budget, and any error SQLite reports as corruption is
-        `LedgerDamaged`, whose message says how to get the data back.
-Rule 4: None binds through an adapter that returns it, registered once per process
-        for every connection. Without one the sqlite3 module looks a None up as a
-        value to adapt (its adapters, then `__adapt__` and `__conform__`, each miss
-        raising and clearing an AttributeError): about 3,000 instructions a None,
-        and a turn's writes bind about eighteen; the adapter's hit costs about 1,100.
-        It still binds as NULL (docs/performance.md, "The bench.turns turn, a third
-        pass").
+Every connection runs in WAL mode with foreign keys on, in autocommit mode:
+transactions are opened explicitly by the writer. Migrations are numbered SQL files
+applied in order, each in its own transaction together with the `user_version` bump,
+so a crash leaves the schema at a whole version; a ledger newer than this code is
+refused. A damaged file is refused before anything writes to it: `check` runs `PRAGMA
+quick_check` (every b-tree page, not the index contents) within a time budget, and
+any error SQLite reports as corruption is `LedgerDamaged`, whose message says how to
+get the data back.
+
+None binds through an adapter that returns it, registered once per process for every
+connection; it still binds as NULL, only cheaper than the sqlite3 module's own lookup
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from urllib.parse import quote
 from ledger.port.errors import LedgerDamaged, LedgerError
 
 Synchronous = Literal["NORMAL", "FULL"]
-sqlite3.register_adapter(type(None), lambda none: none)  # Rule 4
+sqlite3.register_adapter(type(None), lambda none: none)  # cheaper; still NULL
 
 
 SQLITE_CORRUPT, SQLITE_NOTADB = 11, 26

@@ -1,29 +1,26 @@
 """Worker dispatches (agent_send) and their results, exactly once.
 
-Rule 1: a dispatch is one transaction: the dispatch row, the worker session
-        when the target is new, and the task item in the target's queue.
-Rule 2: a dispatch ends once, in one of these transactions, and ending it puts
-        one `worker_result` item into the parent's queue and records that item on
-        the dispatch; a dispatch that already has a result item is never ended
-        again. So each dispatch yields exactly one result, whatever crashes,
-        retries or late finishes happen.
-        - its worker's `worker_done` (`report`): every dispatch whose task the worker
-          has taken ends, completed, with the result it gives;
-        - the commit of a turn that took its task (`settle_turn`), completed or
-          failed with the turn, unless the session is a worker (`worker:` label) and
-          that completed turn waits for something: it dispatched workers of its own
-          or set a timer (`WAITS_ON`). Then the dispatch stays open, and the commit
-          of each later turn of the worker settles it the same way (Rule 3);
-        - its deadline passing (`sweep_timeouts`): timed out.
-Rule 3: a worker that never calls `worker_done` (a single-turn engine) reports the
-        reply of its first turn that waits for nothing, as before `worker_done`
-        existed; one that waits runs on, turn after turn, until it reports, stops
-        waiting, or times out. A task queued on a session that is not a worker ends
-        with the turn that took it.
-Rule 4: a handoff (`Handoff`) goes with the task in the task item's text: the parent's
-        session-state record and the entries of its scratchpad it names, read in the
-        dispatch's own transaction; a name the scratchpad lacks refuses the dispatch
-        whole. The dispatch row keeps the task alone.
+A dispatch is one transaction: the dispatch row, the worker session when the target
+is new, and the task item in the target's queue. A handoff (`Handoff`) goes with the
+task in the task item's text: the parent's session-state record and the entries of
+its scratchpad it names, read in that same transaction; a name the scratchpad lacks
+refuses the dispatch whole. The dispatch row keeps the task alone.
+
+A dispatch ends once, in one transaction that puts one `worker_result` item into the
+parent's queue and records that item on the dispatch; a dispatch that already has a
+result item is never ended again, so each dispatch yields exactly one result,
+whatever crashes, retries or late finishes happen. It ends by its worker's
+`worker_done` (`report`: every dispatch whose task the worker has taken ends,
+completed, with the result it gives); by the commit of a turn that took its task
+(`settle_turn`: completed or failed with the turn, unless the session is a worker
+whose completed turn waits for something, having dispatched workers of its own or
+set a timer, `WAITS_ON`, in which case each later turn's commit settles it the same
+way); or by its deadline passing (`sweep_timeouts`: timed out).
+
+So a worker that never calls `worker_done` (a single-turn engine) reports the reply
+of its first turn that waits for nothing; one that waits runs on, turn after turn,
+until it reports, stops waiting, or times out. A task queued on a session that is not
+a worker ends with the turn that took it.
 """
 
 from __future__ import annotations
@@ -98,7 +95,7 @@ def dispatch(
 
 
 def _with_handoff(conn: sqlite3.Connection, task: str, parent: str, handoff: Handoff) -> str:
-    """The task item's payload with the handoff (Rule 4): its text, task and handoff."""
+    """The task item's payload with the handoff: its text, task and handoff."""
     entries: dict[str, Any] = {}
     if handoff.scratchpad_keys:
         row = conn.execute(
@@ -251,7 +248,7 @@ def _taken(conn: sqlite3.Connection, session: str) -> list[str]:
 
 
 def report(conn: sqlite3.Connection, session: str, result: str, now: int) -> Reported:
-    """`worker_done` (Rule 2): end every dispatch whose task `session` has taken."""
+    """`worker_done`: end every dispatch whose task `session` has taken."""
     ended = _taken(conn, session)
     if not ended:
         row = conn.execute(
@@ -277,7 +274,7 @@ def settle_turn(
     tools_called: list[str],
     now: int,
 ) -> list[ItemInfo]:
-    """A turn of `session` that took its inputs committed (Rules 2 and 3): end the
+    """A turn of `session` that took its inputs committed: end the
     dispatches it settles; the result items queued for their parents."""
     if not session.startswith("worker:"):
         ended = task_dispatches

@@ -1,8 +1,8 @@
 """Turn events across sessions, and the scratchpad.
 
-Rule 1: a scratchpad merge that would leave the pad over `SCRATCHPAD_MAX_BYTES` (as
-        JSON) is refused whole (`invalid` on `patch`) and changes nothing: the limit of
-        the `scratchpad.merge` op and of the agents' `scratchpad_merge` tool alike.
+A scratchpad merge that would leave the pad over `SCRATCHPAD_MAX_BYTES` (as JSON) is
+refused whole (`invalid` on `patch`) and changes nothing: the limit of the
+`scratchpad.merge` op and of the agents' `scratchpad_merge` tool alike.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def stored_scratchpad(conn: sqlite3.Connection, label: str) -> tuple[str, int] |
 def scratchpad_merge(conn: sqlite3.Connection, label: str, patch: dict[str, Any], now: int) -> Any:
     merged = merge_patch(scratchpad_get(conn, label), patch)
     state = orjson.dumps(merged)
-    if len(state) > SCRATCHPAD_MAX_BYTES:  # Rule 1
+    if len(state) > SCRATCHPAD_MAX_BYTES:  # refused whole
         raise Conflict(
             f"the scratchpad would be {len(state)} bytes as JSON; at most"
             f" {SCRATCHPAD_MAX_BYTES} (remove entries with null)",

@@ -1,24 +1,22 @@
 """The full-text index of message text, brought up to date once per write transaction.
 
-Why not a trigger per insert: FTS5 writes its pending terms out as a new index
-segment at every statement that touches it, so indexing from an insert trigger
-cost about 40 µs a message, while one `INSERT ... SELECT` per transaction costs
-about 9 (measured with the message sizes of bench.turns).
+One `INSERT ... SELECT` per transaction rather than a trigger per insert: FTS5 writes
+its pending terms out as a new index segment at every statement that touches it
+(docs/performance.md).
 
-Rule 1: every transaction of the ledger writer ends with `index_new_messages`
-        (the `Transactor` runs it before COMMIT): every committed message is
-        searchable, and the index never holds a message that did not commit.
-Rule 2: messages are append-only and their ids only grow, so the index is
-        complete up to `fts_progress.indexed_through` and nothing beyond it.
-Rule 3: code that writes messages outside the writer (tests, bench fixtures)
-        calls `index_new_messages` itself in the same transaction.
-Rule 4: `messages.id` is an INTEGER PRIMARY KEY without AUTOINCREMENT, so once
-        the highest ids are deleted SQLite gives them out again, at or below
-        `indexed_through`: those messages were never indexed, and deleting one
-        later fed FTS5 a 'delete' of terms it never held ("database disk image
-        is malformed"). So whoever deletes messages (ledger/api/writes.py
-        `delete`) indexes what waits first and calls `forget_deleted` after:
-        the index then holds exactly the messages left, up to the highest.
+Every transaction of the ledger writer ends with `index_new_messages` (the
+`Transactor` runs it before COMMIT), so every committed message is searchable and the
+index never holds a message that did not commit; code that writes messages outside
+the writer (tests, bench fixtures) calls it itself in the same transaction. Messages
+are append-only and their ids only grow, so the index is complete up to
+`fts_progress.indexed_through` and holds nothing beyond it.
+
+`messages.id` is an INTEGER PRIMARY KEY without AUTOINCREMENT, so once the highest ids
+are deleted SQLite gives them out again, at or below `indexed_through`: those
+messages were never indexed, and deleting one later would feed FTS5 a 'delete' of
+terms it never held ("database disk image is malformed"). So whoever deletes messages
+(ledger/api/writes.py `delete`) indexes what waits first and calls `forget_deleted`
+after: the index then holds exactly the messages left, up to the highest.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ def index_new_messages(conn: sqlite3.Connection) -> int:
 
 def forget_deleted(conn: sqlite3.Connection) -> None:
     """Messages were deleted, every one of them indexed: the ids above the highest
-    left will be given out again, and indexed then (Rule 4)."""
+    left will be given out again, and indexed then."""
     if getattr(conn, "full_text", None) is not None:
         return  # another engine's index, and ids that are never given twice
     conn.execute(

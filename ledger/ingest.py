@@ -1,20 +1,19 @@
 """The ingest transaction: one inbound message becomes a durable queue item.
 
-Runs inside a writer job (see writer.py), so every read here sees the writes of
-earlier jobs in the same batch and nothing here ever races another writer.
+Runs inside a writer job (ledger/writer/group_commit.py), so every read here sees the
+writes of earlier jobs in the same batch and nothing here ever races another writer.
 
-Rule 1: `(channel, msg_id)` is checked first; a repeat returns the first
-        answer (session and item) and writes nothing.
-Rule 2: first contact creates the entity and the contact in the same
-        transaction as the message, so an acked message always has both.
-Rule 3: the caches only mirror committed-or-about-to-commit rows; the writer
-        clears them whenever anything rolls back, and a merge clears the
-        resolution caches because it changes where keys lead.
-Rule 4: a conversation bound to a session (ledger/bindings.py) files its messages
-        there, before any session key is built; writing a binding clears the
-        cached routes, so only a route's first message pays for the lookup.
-Rule 5: whether the message starts a new thread first (the reset policies) is
-        decided in this same transaction (resets.py Rule 1).
+`(channel, msg_id)` is checked first: a repeat returns the first answer (session and
+item) and writes nothing. First contact creates the entity and the contact in the
+same transaction as the message, so an acked message always has both. A
+conversation bound to a session (ledger/bindings.py) files its messages there,
+before any session key is built, and whether the message starts a new thread first
+(the reset policies: ledger/resets.py) is decided in this same transaction.
+
+The caches only mirror committed-or-about-to-commit rows: the writer clears them
+whenever anything rolls back, a merge clears the resolution caches because it changes
+where keys lead, and writing a binding clears the cached routes, so only a route's
+first message pays for the lookup.
 """
 
 from __future__ import annotations
@@ -75,10 +74,10 @@ class WriterConnection(sqlite3.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.identity = IdentityCache()
-        self.last_records = LastRecords()  # state_records.py Rule 5
+        self.last_records = LastRecords()  # state_records.py
 
     def forget(self) -> None:
-        """Something rolled back: drop every cache (Rule 3)."""
+        """Something rolled back: drop every cache."""
         self.identity.clear()
         self.last_records.clear()
 
@@ -165,7 +164,7 @@ def ingest(
         (item, session, rec.queue_mode, rec.route_mode, cur.lastrowid, now, now),
     )
     seq = int(cur.lastrowid or 0)
-    thread = on_person_message(conn, session, spec.reset, item, now)  # Rule 4
+    thread = on_person_message(conn, session, spec.reset, item, now)  # same transaction
     cache.trim()
     return Accepted(rec.msg_id, session, item, False, seq, root, thread)
 

@@ -1,13 +1,12 @@
 """The ledger file looked at from outside: what `brokerctl doctor` reports, with
 the daemon up or down, and what an error of the storage means to an operator.
 
-Rule 1: a look never writes: the file is opened read-only, and a file that does
-        not exist is reported as such, never created.
-Rule 2: every problem is part of the report, never an exception: damage (the
-        integrity check's findings, or an error that means damage) is told
-        apart from a file that cannot be read at all.
-Rule 3: what the report says past the damage is only filled in when there is
-        none: a damaged file's other figures cannot be trusted.
+A look never writes: the file is opened read-only, and a file that does not exist is
+reported as such, never created. Every problem is part of the report, never an
+exception: damage (the integrity check's findings, or an error that means damage) is
+told apart from a file that cannot be read at all. What the report says past the
+damage is filled in only when there is none, as a damaged file's other figures
+cannot be trusted.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ FailureKind = Literal["permission", "io", "damage", "cannot_open"]
 
 def report(conn: sqlite3.Connection, stuck_before: int) -> LedgerReport:
     """Integrity, schema, turns running since before `stuck_before` and replies
-    unconfirmed since then (Rule 3)."""
+    unconfirmed since then."""
     problems = integrity_check(conn)
     if problems:
         return LedgerReport(damage=problems)
@@ -57,7 +56,7 @@ def _read_only(path: Path) -> sqlite3.Connection:
 
 
 def inspect_file(path: Path, stuck_before: int) -> LedgerReport:
-    """`report` on the file at `path`, whoever else has it open (Rules 1, 2)."""
+    """`report` on the file at `path`, whoever else has it open."""
     try:
         conn = _read_only(path)
         try:

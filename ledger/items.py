@@ -1,7 +1,7 @@
 """Queue items as the ledger reads them back: one row shape for every reader.
 
-Rule: `ItemInfo` is the item with its inbound message (if any) joined in, in the
-      column order of `ITEM_COLUMNS`; a reader never picks its own columns.
+`ItemInfo` is the item with its inbound message (if any) joined in, in the column
+order of `ITEM_COLUMNS`; a reader never picks its own columns.
 """
 
 from __future__ import annotations

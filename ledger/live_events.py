@@ -1,19 +1,18 @@
 """Turn events written while a turn runs and at its commit, and reactions to replies.
 
-Rule 1: a turn's events are rows of `turn_events` keyed by (turn id, seq). Those
-        written while the turn runs (`write_events`, a writer job) come before its
-        turn row, which the commit or crash recovery writes later with the same
-        id, so the rows are attached from the start; the commit writes only the
-        events not written yet (`TurnRecord.events_written`).
-Rule 2: the seq numbers come from the turn (core/turn_events.py Rule 1):
-        a write never numbers events itself, so writes that carry a turn's
-        events in any grouping give the same rows.
-Rule 3: a turn whose `file` events changed files ends with a `snapshot` event:
-        each path it changed and its hash after the turn, and one hash over that
-        list, so two turns that left the same files agree on it.
-Rule 4: a reaction to a reply becomes a `feedback` event of the turn that made
-        the reply, once per (channel, msg_id); a reply no turn made is NotFound
-        and nothing is written.
+A turn's events are rows of `turn_events` keyed by (turn id, seq). Those written
+while the turn runs (`write_events`, a writer job) come before its turn row, which
+the commit or crash recovery writes later with the same id, so the rows are attached
+from the start; the commit writes only the events not written yet
+(`TurnRecord.events_written`). The seq numbers come from the turn
+(core/turn_events.py): a write never numbers events itself, so writes that carry a
+turn's events in any grouping give the same rows.
+
+A turn whose `file` events changed files ends with a `snapshot` event: each path it
+changed and its hash after the turn, and one hash over that list, so two turns that
+left the same files agree on it. A reaction to a reply becomes a `feedback` event of
+the turn that made the reply, once per (channel, msg_id); a reply no turn made is
+NotFound and nothing is written.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def write_events(
     now: int,
     max_bytes: int | None = None,
 ) -> None:
-    """Write `events` as the turn's events from `first_seq` on (Rules 1 and 2). Their
+    """Write `events` as the turn's events from `first_seq` on. Their
     `file` contents go to blobs (ledger/snapshots.py)."""
     rows = record_events(conn, turn_id, session, parent_id, events, max_bytes, now, first_seq)
     conn.executemany(
@@ -72,7 +71,7 @@ def commit_events(
     now: int,
     max_bytes: int | None,
 ) -> None:
-    """At a turn's commit: its events not written yet, then its snapshot event (Rule 3)."""
+    """At a turn's commit: its events not written yet, then its snapshot event."""
     if written < len(events):
         write_events(conn, turn_id, session, parent_id, written, events[written:], now, max_bytes)
     snapshot = snapshot_payload(conn, turn_id) if modified(events) else None
@@ -101,7 +100,7 @@ def written_events(conn: sqlite3.Connection, turn_id: str) -> list[Event]:
 
 
 def snapshot_payload(conn: sqlite3.Connection, turn_id: str) -> dict[str, Any] | None:
-    """Rule 3: the files the turn changed as they are after it; None if it changed none."""
+    """The files the turn changed as they are after it; None if it changed none."""
     rows = conn.execute(
         "SELECT path, op, sha256, bytes FROM file_snapshots f WHERE turn_id = ?"
         " AND seq = (SELECT max(seq) FROM file_snapshots g WHERE g.turn_id = f.turn_id"
@@ -146,7 +145,7 @@ def add_feedback(
     text: str,
     now: int,
 ) -> tuple[str, str, bool]:
-    """Rule 4: (session, turn, duplicate) of the feedback event for a reaction."""
+    """(session, turn, duplicate) of the feedback event for a reaction."""
     row = conn.execute(
         "SELECT session_label, turn_id FROM outbox WHERE out_id = ? AND channel = ?",
         (out_id, channel),

@@ -1,11 +1,10 @@
 """The turn a session runs now, as `session.show` lists it: after its thread, `running`.
 
-Rule 1: a running turn is known by its items: `mark_running` stamps them with its id
-        and its start (ledger/turns.py Rule 3). No items running: no running turn.
-Rule 2: its output is what it saved while streaming (turn_progress, ledger/turns.py
-        Rule 4), so it grows every `engine.progress_save_s` while the turn speaks;
-        its title is an engine's `intent` title among the events written so far,
-        else the mechanical one from its inputs (core/titles.py).
+A running turn is known by its items: `mark_running` stamps them with its id and its
+start (ledger/turns.py); no items running, no running turn. Its output is what it
+saved while streaming (`turn_progress`), so it grows every `engine.progress_save_s`
+while the turn speaks; its title is an engine's `intent` title among the events
+written so far, else the mechanical one from its inputs (core/titles.py).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from core.titles import mechanical_title, turn_title
 
 
 def running_turn(conn: sqlite3.Connection, label: str, head: str | None) -> dict[str, Any] | None:
-    """The session's running turn in `thread_turns`' shape, or None (Rule 1)."""
+    """The session's running turn in `thread_turns`' shape, or None."""
     items = conn.execute(
         "SELECT q.turn_id, q.updated_at, i.msg_id, coalesce(i.text, q.payload) FROM queue_items q"
         " LEFT JOIN inbound i ON i.id = q.inbound_id"

@@ -1,20 +1,18 @@
 """Entity merge and its propagation to DM sessions, in one transaction.
 
-Rule 1: merging joins two union-find sets; the canonical root is the smallest
-        id of the joined set (see core.identity), whatever the argument order.
-Rule 2: histories are never merged. Among the set's active DM sessions the one
-        with the most turns (then the latest activity) becomes primary; the
-        others are marked `merged` into it and stop receiving messages. Their
-        turns stay where they are.
-Rule 3: every entity of the set gets the alias `dm:<entity>` pointing at the
-        primary, and aliases that pointed at a demoted session are re-pointed,
-        so any contact of the set reaches the primary on its next message.
-Rule 4: a merge is idempotent: merging two entities already in one set only
-        re-asserts the aliases.
-Rule 5: each session it demotes leaves the primary a bridge note (ledger/bridges.py).
-Rule 6: the sessions are demoted oldest first (then by label): the notes' ids, and
-        so their order in the primary's next context, must not follow an engine's
-        row order (PostgreSQL moves an updated row to the end of its table).
+Merging joins two union-find sets; the canonical root is the smallest id of the
+joined set (core/identity.py), whatever the argument order, and merging two entities
+already in one set only re-asserts the aliases. Histories are never merged: among the
+set's active DM sessions the one with the most turns (then the latest activity)
+becomes primary, and the others are marked `merged` into it and stop receiving
+messages, their turns staying where they are. Every entity of the set gets the alias
+`dm:<entity>` pointing at the primary, and aliases that pointed at a demoted session
+are re-pointed, so any contact of the set reaches the primary on its next message.
+
+Each session it demotes leaves the primary a bridge note (ledger/bridges.py). The
+sessions are demoted oldest first (then by label), so the notes' ids, and their order
+in the primary's next context, never follow an engine's row order (PostgreSQL moves
+an updated row to the end of its table).
 """
 
 from __future__ import annotations

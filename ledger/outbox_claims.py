@@ -1,14 +1,13 @@
 """Claims on pending replies, for several broker nodes sharing one ledger.
 
-Rule 1: on a cluster a node pushes a reply to its own adapters only once it has
-        claimed the outbox row (claimed_by = its node, claimed_at = now), so two
-        nodes each holding an adapter of the channel never both send it.
-Rule 2: a claim is the node's until it is `lease_ms` old; then another node may
-        take it over (the claimer died, or its adapter left before confirming).
-        A node's own claim is always its to renew.
-Rule 3: the claim is one UPDATE whose WHERE re-checks the claim: under
-        PostgreSQL's READ COMMITTED a second claimer waits on the row lock and
-        then sees the first claim and updates nothing; SQLite has one writer.
+On a cluster a node pushes a reply to its own adapters only once it has claimed the
+outbox row (claimed_by = its node, claimed_at = now), so two nodes each holding an
+adapter of the channel never both send it. A claim is the node's until it is
+`lease_ms` old; then another node may take it over (the claimer died, or its adapter
+left before confirming), and a node's own claim is always its to renew. The claim is
+one UPDATE whose WHERE re-checks the claim: under PostgreSQL's READ COMMITTED a
+second claimer waits on the row lock, then sees the first claim and updates nothing;
+SQLite has one writer.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ def claimable_outbox(
     after: OutboxKey | None = None,
 ) -> list[tuple[str, str, str, OutboxKey]]:
     """(out_id, session, frame, key) of up to `limit` pending replies of `channel`
-    that `node` may claim (Rule 2), oldest first, from after `after` on (a page)."""
+    that `node` may claim, oldest first, from after `after` on (a page)."""
     since = after or (-1, "")
     return [
         (str(r[0]), str(r[1]), str(r[2]), (int(r[3]), str(r[0])))

@@ -1,17 +1,14 @@
 """The context load: a session's thread as the context needs it
 (`Ledger.session_start` runs it for the port).
 
-Rule 1: the thread loaded is exactly the turns after the latest compaction
-        boundary (the kept turns of that compaction and every turn since), at
-        most `MAX_LOAD_TURNS` of them, with the same rule as the rest of the
-        ledger: inputs of aborted turns run again elsewhere and are left out;
-        an aborted turn's partial reply stays.
-Rule 1a: a compaction keeping turns an earlier compaction had kept walks through
-        that earlier compaction turn: its summary is left out, merged into the
-        later one, as the compactor's own context never holds a compaction turn
-        (its blocks are the plan's kept turns).
-Rule 2: the state record is the head's (ledger/state_records.py): the
-        thread's own, never another thread's of the same session.
+The thread loaded is exactly the turns after the latest compaction boundary (the kept
+turns of that compaction and every turn since), at most `MAX_LOAD_TURNS` of them.
+Inputs of aborted turns run again elsewhere and are left out, while an aborted turn's
+partial reply stays; the same holds in every read of the ledger. A compaction keeping
+turns an earlier compaction had kept walks through that earlier compaction turn,
+whose summary is left out, merged into the later one. The state record is the
+head's (ledger/state_records.py): the thread's own, never another thread's of the
+same session.
 """
 
 from __future__ import annotations
@@ -56,7 +53,7 @@ def _kept_turns(
     conn: sqlite3.Connection, compaction: str, first_kept: str | None
 ) -> list[tuple[str, str]]:
     """The turns a compaction kept verbatim: from its parent back to `first_kept`,
-    but for compaction turns (Rule 1a)."""
+    but for compaction turns."""
     if first_kept is None:
         return []
     rows = conn.execute(
@@ -68,11 +65,11 @@ def _kept_turns(
         " ORDER BY c.depth",
         (compaction, first_kept, MAX_LOAD_TURNS),
     ).fetchall()
-    return [(str(r[0]), str(r[1])) for r in rows if r[2] != "compaction"]  # Rule 1a
+    return [(str(r[0]), str(r[1])) for r in rows if r[2] != "compaction"]  # summary merged later
 
 
 def hidden(status: str, role: str) -> bool:
-    """Whether a message of a turn of `status` is left out of the thread (Rule 1): an
+    """Whether a message of a turn of `status` is left out of the thread: an
     aborted turn's inputs, which ran again in a later turn."""
     return status == "aborted" and role == "user"
 

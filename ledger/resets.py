@@ -1,12 +1,11 @@
-"""Deciding a new thread (migration 0009): the ledger side of `core/resets.py`.
+"""Deciding a new thread: the ledger side of `core/resets.py`.
 
-Rule 1: an automatic reset is decided inside the transaction that files the
-        person's message that triggers it (`on_person_message`, called by
-        ingest.py): a crash keeps both or neither, and the message is queued
-        in the new thread, never swallowed. The session's actor begins the
-        thread before its next turn (threads.py `start_thread`).
-Rule 2: only a person's message counts as activity (`person_activity`); timer,
-        worker and operator items are filed elsewhere and never touch it.
+An automatic reset is decided inside the transaction that files the person's message
+that triggers it (`on_person_message`, called by ingest.py): a crash keeps both or
+neither, and the message is queued in the new thread, never swallowed. The session's
+actor begins the thread before its next turn (threads.py `start_thread`). Only a
+person's message counts as activity (`person_activity`); timer, worker and operator
+items are filed elsewhere and never touch it.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ def zone(name: str) -> ZoneInfo:
 def on_person_message(
     conn: sqlite3.Connection, session: str, policy: ResetPolicy | None, item: str, now: int
 ) -> tuple[int, str] | None:
-    """Note a person's message (Rule 2) and decide whether it starts a new thread
-    first (Rule 1): the new thread's (number, reason), or None."""
+    """Note a person's message and decide whether it starts a new thread
+    first: the new thread's (number, reason), or None."""
     reason = None
     if policy is not None and policy.active:
         row = conn.execute(

@@ -1,33 +1,21 @@
-"""Session-level writes that are not turns: forks and imports.
+"""Session-level writes that are not turns: forks, exports and imports.
 
-Rule 1: a fork is one new row (and a history row): constant time, whatever
-        the length of the thread; the fork shares every ancestor turn.
-Rule 2: an import creates a new session with new turn ids, so an exported
-        thread can be imported any number of times, into any ledger.
-Rule 3: an export carries the thread's file snapshots (ledger/snapshots.py):
-        each turn line its snapshot rows and events, and before it a `blob`
-        line for each content it names that no earlier line carried, so every
-        blob travels once. An import checks each blob against its hash and
-        restores `file.at` exactly; a snapshot naming a blob not given fails it.
-Rule 4: a turn line's `type` is its turn's own (`turn`, `compaction`,
-        `queue_batch`, ...): the turn's column, written over the line's kind by
-        `export_lines` since version 1. So an import takes every line with a
-        `messages` list for a turn line, whatever its type; only a blob line is
-        told by its type. (A `compaction` line was refused before, and with it
-        every export of a compacted thread.)
-Rule 5: a compaction turn's line carries its `compactions` row (`compaction`:
-        the summary the daemon's context loads, and the rest of the row), the
-        turns it names (`summarized_through`, `first_kept`: the turns it kept
-        verbatim) given as positions of turn lines in the export, from 0; an
-        import writes the row for the new turn, those positions mapped to the
-        new turns. Still version 2: a line without it (an older export) imports
-        as before, its compaction turn without a row, and an older broker
-        reading a newer export ignores it alike.
-Rule 6: a turn the daemon aborted is exported whole, its inputs with its
-        partial reply, and its line's `status` (a turn column, in every export
-        since version 1) is imported back, so the copy hides those inputs as
-        the original does (ledger/reads.py Rule 1, ledger/api/reads.py Rule 1b):
-        history is never dropped, and an import reads back the same items.
+A fork is one new row (and a history row): constant time whatever the length of the
+thread, as the fork shares every ancestor turn. An import creates a new session with
+new turn ids, so an export can be imported any number of times, into any ledger, and
+it reads back the same items: a turn the daemon aborted is exported whole and its
+`status` imported back, so the copy hides its inputs as the original does.
+
+An export carries the thread's file snapshots (ledger/snapshots.py): each turn line
+its snapshot rows and events, and before it a `blob` line for each content it names
+that no earlier line carried, so every blob travels once; an import checks each blob
+against its hash and restores `file.at` exactly, and a snapshot naming a blob not
+given fails it. A turn line's `type` is its turn's own (`turn`, `compaction`, ...),
+so an import takes every line with a `messages` list for a turn line; only a blob
+line is told by its type. A compaction turn's line carries its `compactions` row,
+the turns it names given as positions of turn lines in the export, which an import
+maps to the new turns; a line without it (an older export) imports as before, and an
+older broker ignores it alike.
 """
 
 from __future__ import annotations
@@ -43,7 +31,7 @@ from ledger.port.errors import Conflict, NotFound
 from plumbing.ids import new_id
 
 EXPORT_FORMAT = "agent-broker-session"
-EXPORT_VERSION = 2  # 2: blob lines, and turn lines with files and events (Rule 3)
+EXPORT_VERSION = 2  # 2: blob lines, and turn lines with files and events
 READS_VERSIONS = (1, 2)
 
 
@@ -174,7 +162,7 @@ _COMPACTION_TURNS = ("summarized_through_turn_id", "first_kept_turn_id")
 def _compaction(
     conn: sqlite3.Connection, turn_id: str, positions: dict[str, int]
 ) -> dict[str, Any] | None:
-    """The `compactions` row of a turn as its line carries it (Rule 5), or None."""
+    """The `compactions` row of a turn as its line carries it, or None."""
     row = conn.execute(
         f"SELECT {', '.join(COMPACTION_COLUMNS + _COMPACTION_TURNS)} FROM compactions"
         " WHERE turn_id = ?",
@@ -246,7 +234,7 @@ def import_lines(
     )
     parent: str | None = None
     count = 0
-    made: list[str] = []  # the new turns' ids, in the order of their lines (Rule 5)
+    made: list[str] = []  # the new turns' ids, in the order of their lines
     for number, raw in enumerate(it, start=2):
         turn = _parse(raw, number)
         if turn.get("type") == "blob":
@@ -255,7 +243,7 @@ def import_lines(
             except ValueError as exc:
                 raise ImportError_(f"line {number}: {exc}") from exc
             continue
-        if not isinstance(turn.get("messages"), list):  # Rule 4
+        if not isinstance(turn.get("messages"), list):  # a blob line
             raise ImportError_(f"line {number}: expected a turn or a blob")
         parent = _insert_turn(conn, turn, label, parent, number)
         if "compaction" in turn:
@@ -344,7 +332,7 @@ def _insert_compaction(
     number: int,
 ) -> None:
     """The `compactions` row a compaction turn's line carries, its turns mapped to
-    the new ones (Rule 5)."""
+    the new ones."""
     if not isinstance(row, dict):
         raise ImportError_(f"line {number}: `compaction` is not a JSON object")
     turns: list[str | None] = []

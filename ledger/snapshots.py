@@ -1,21 +1,18 @@
 """File snapshots by content: blobs stored once by sha256, one row per `file` event.
 
-Rule 1: a turn's `file` events are recorded in its own transaction
-        (`record_events`, called by ledger/turns.py): each distinct content
-        once in `blobs` (zlib), and a `file_snapshots` row with the path, op,
-        before-hash and after-hash. The event row keeps path, op and hashes,
-        never the content, so no content is stored twice.
-Rule 2: the file after turn T is the latest snapshot of its path at T or
-        above it on T's thread (`latest`): a fork shares its ancestors'
-        snapshots without a copy. The walk up stops at the first turn that
-        touched the path, and is not taken when no session the thread runs
-        through (T's own, and the sessions it was forked from) ever touched it.
-Rule 3: nothing is silently dropped: a content over `max_bytes` is recorded by
-        hash and size with a note (`stored` 0), and an event the core finds bad
-        (core/snapshots.py) keeps its problem in the event row and
-        stores no content.
-Rule 4: a blob goes only by an explicit `gc`, and only when no snapshot names
-        it, as its after- or its before-hash.
+A turn's `file` events are recorded in its own transaction (`record_events`, called by
+ledger/turns.py): each distinct content once in `blobs` (zlib), and a `file_snapshots`
+row with the path, op, before-hash and after-hash; the event row keeps path, op and
+hashes, never the content, so no content is stored twice. Nothing is silently
+dropped: a content over `max_bytes` is recorded by hash and size with a note (`stored`
+0), and an event the core finds bad (core/snapshots.py) keeps its problem in the
+event row and stores no content. A blob goes only by an explicit `gc`, and only when
+no snapshot names it, as its after- or its before-hash.
+
+The file after turn T is the latest snapshot of its path at T or above it on T's
+thread (`latest`), so a fork shares its ancestors' snapshots without a copy. The walk
+up stops at the first turn that touched the path, and is not taken when no session
+the thread runs through ever touched it.
 """
 
 from __future__ import annotations
@@ -34,8 +31,8 @@ from ledger.queries import resolve_for_show
 DEFAULT_MAX_BYTES = 8 << 20
 _max_bytes = DEFAULT_MAX_BYTES  # this process's limit: the writer's, set by `configure`
 # Compression runs inside the writer's transaction, where every session's acks
-# wait behind it: level 1 takes 0.7 ms for 100 KB of code against 5.3 ms at the
-# default 6, for a third more bytes (bench/snapshots.py).
+# wait behind it: level 1 is far quicker than the default for a third more bytes
+# (docs/performance.md, bench/snapshots.py).
 ZLIB_LEVEL = 1
 NO_CONTENT = "the engine reported no content for this change"
 SNAPSHOT_COLUMNS = "turn_id, seq, op, before_sha256, sha256, bytes, stored, note"
@@ -43,7 +40,7 @@ SNAPSHOT_COLUMNS = "turn_id, seq, op, before_sha256, sha256, bytes, stored, note
 
 def configure(conn: sqlite3.Connection, max_bytes: int) -> None:
     """A writer job: contents over `max_bytes` are kept by hash only from the next
-    job on, whoever submits the turns (Rule 3)."""
+    job on, whoever submits the turns."""
     global _max_bytes
     _max_bytes = max_bytes
 
@@ -56,7 +53,7 @@ def over_size_note(size: int, max_bytes: int) -> str:
 
 
 def put_blob(conn: sqlite3.Connection, content: bytes, now: int) -> str:
-    """Store `content` once (Rule 1); its sha256."""
+    """Store `content` once; its sha256."""
     digest = hashlib.sha256(content).hexdigest()
     if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (digest,)).fetchone() is None:
         conn.execute(
@@ -82,7 +79,7 @@ def record_events(
     first_seq: int = 0,
 ) -> list[tuple[str, dict[str, Any]]]:
     """The events as their rows keep them: each `file` event's content goes to
-    `blobs` and its snapshot row; its payload keeps path, op and hashes (Rule 1).
+    `blobs` and its snapshot row; its payload keeps path, op and hashes.
     `max_bytes` None: the limit `configure` set. `first_seq` > 0: the turn's
     earlier events were written already, while it ran (ledger/events.py)."""
     limit = _max_bytes if max_bytes is None else max_bytes
@@ -139,7 +136,7 @@ def _own_latest(conn: sqlite3.Connection, turn_id: str, path: str) -> tuple[str 
 
 
 def _bad_event(data: Any, problem: str) -> dict[str, Any]:
-    """What the event row keeps of a bad `file` event (Rule 3): no content."""
+    """What the event row keeps of a bad `file` event: no content."""
     payload: dict[str, Any] = {"problem": problem, "stored": False}
     if isinstance(data, dict):
         for key in ("path", "op"):
@@ -176,7 +173,7 @@ def _touched(conn: sqlite3.Connection, turn_id: str, path: str) -> bool:
 
 
 def latest(conn: sqlite3.Connection, turn_id: str, path: str) -> dict[str, Any] | None:
-    """The latest snapshot of `path` at `turn_id` or above it (Rule 2), or None."""
+    """The latest snapshot of `path` at `turn_id` or above it, or None."""
     if _touched(conn, turn_id, path):
         row = conn.execute(
             "WITH RECURSIVE chain(id, hit) AS ("
@@ -245,7 +242,7 @@ def files(conn: sqlite3.Connection, name: str) -> list[dict[str, Any]]:
 
 
 def at(conn: sqlite3.Connection, name: str, path: str, turn: str | None) -> dict[str, Any]:
-    """`file.at`: the file as it was after `turn` (default: the head), Rule 2."""
+    """`file.at`: the file as it was after `turn` (default: the head), found up its thread."""
     label, head = _head(conn, name)
     path = normal_path(path)
     if turn is None:
@@ -269,7 +266,7 @@ def at(conn: sqlite3.Connection, name: str, path: str, turn: str | None) -> dict
     }
     if found["stored"]:
         content = blob(conn, found["sha256"])
-        if content is None:  # Rule 4 keeps it; a damaged file is the only way here
+        if content is None:  # only `gc` removes a blob; a damaged file is the only way here
             raise NotFound(f"the content {found['sha256']} is missing", field="path")
         out.update(shown(content))
     else:
@@ -278,7 +275,7 @@ def at(conn: sqlite3.Connection, name: str, path: str, turn: str | None) -> dict
 
 
 def gc(conn: sqlite3.Connection) -> dict[str, int]:
-    """Remove the blobs no snapshot names (Rule 4): how many, and the bytes freed."""
+    """Remove the blobs no snapshot names: how many, and the bytes freed."""
     named = (
         "SELECT sha256 FROM file_snapshots WHERE sha256 IS NOT NULL"
         " UNION SELECT before_sha256 FROM file_snapshots WHERE before_sha256 IS NOT NULL"

@@ -1,10 +1,9 @@
 """`session.state`: the state record of a session's current thread, with its session
 section (ledger/state_records.py keeps the record per turn).
 
-Rule 1: the stored row is already the record as JSON (`session_state.to_json`): the op
-        sends it on as it is read, with the session section added, and builds no
-        record objects (a turn from before the table is worked out as the port's
-        `state_record` does).
+The stored row is already the record as JSON (`session_state.to_json`): the op sends
+it on as it is read, with the session section added, and builds no record objects (a
+turn from before the table is worked out as the port's `state_record` does).
 """
 
 from __future__ import annotations

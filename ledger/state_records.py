@@ -1,28 +1,18 @@
 """The session-state record of a thread (core/session_state.py), stored per turn.
 
-Rule 1: every turn committed on a thread gets a `turn_state` row in its own
-        transaction: `advance(record of its parent, facts of the turn)`. The record
-        of a thread is its head's row, so a fork inherits exactly its ancestors'
-        part and a new thread (`/new`: no parent) starts empty. Reading it is one
-        indexed lookup, whatever the thread's length.
-Rule 2: a turn committed before the table existed has no row: its record is
-        worked out from its stored rows (the turn, its input messages and their
-        items' source, its tool calls and events), from the nearest ancestor with
-        a row, at most `MAX_WALK` turns up. The next turn committed on the thread
-        stores its own row, so this happens at most once per old thread.
-Rule 3: the facts read back from the stored rows are those the commit had, so
-        the two ways give the same record (tests/unit/test_state_records.py).
-Rule 4: a thread's first turn starts from the empty record, or from the record an
-        automatic rollover carried over (`seed_thread`, in the rollover's own
-        transaction); the first turn takes the seed and removes it. (An explicit
-        `/new` does not remove a seed: the rollover's own message runs first.)
-Rule 5: the writer's connection keeps the record it stored last for each session
-        (`LastRecords`), so the thread's next turn takes its parent's record from
-        there instead of reading and decoding the parent's row
-        (docs/performance.md, "The per-turn cost of round 2's features"). A turn's
-        row never changes once written, so an entry for the parent is its row;
-        the writer drops the entries whenever anything rolls back (ingest.py
-        Rule 3), so none outlives the row it mirrors.
+Every turn committed on a thread gets a `turn_state` row in its own transaction:
+`advance(record of its parent, facts of the turn)`. The record of a thread is its
+head's row, so a fork inherits exactly its ancestors' part, a new thread starts empty
+(or from the record an automatic rollover carried over, `seed_thread`, which its first
+turn takes and removes), and reading it is one indexed lookup. A turn committed
+before the table existed has no row: its record is worked out from its stored rows,
+from the nearest ancestor with a row, at most `MAX_WALK` turns up, with the facts the
+commit had, so both ways give the same record (tests/unit/test_state_records.py).
+
+The writer's connection keeps the record it stored last for each session
+(`LastRecords`), so the thread's next turn takes its parent's record from there
+(docs/performance.md). A turn's row never changes once written, and the writer drops
+the entries whenever anything rolls back, so none outlives the row it mirrors.
 """
 
 from __future__ import annotations
@@ -43,12 +33,12 @@ from core.session_state import (
 from ledger.port.errors import NotFound
 from ledger.port.records import TurnRecord, facts_of
 
-MAX_WALK = 5000  # turns without a row worked out in one go (Rule 2)
-LAST_RECORDS_LIMIT = 10_000  # sessions whose last record the writer keeps (Rule 5)
+MAX_WALK = 5000  # turns without a row worked out in one go
+LAST_RECORDS_LIMIT = 10_000  # sessions whose last record the writer keeps
 
 
 class LastRecords:
-    """Rule 5: by session, the turn whose record the writer stored last, and the record."""
+    """By session, the turn whose record the writer stored last, and the record."""
 
     def __init__(self) -> None:
         self._by_session: dict[str, tuple[str, SessionState]] = {}
@@ -67,9 +57,9 @@ class LastRecords:
 
 
 def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState:
-    """Store the record after `rec`, a turn committed on its thread now (Rule 1); if it
+    """Store the record after `rec`, a turn committed on its thread now; if it
     completed, the bridge notes its context showed are consumed (ledger/bridges.py)."""
-    last: LastRecords | None = getattr(conn, "last_records", None)  # Rule 5
+    last: LastRecords | None = getattr(conn, "last_records", None)  # the writer's
     before = None
     if rec.parent_id is None:
         before = thread_seed(conn, rec.session)
@@ -96,7 +86,7 @@ def record_turn_state(conn: sqlite3.Connection, rec: TurnRecord) -> SessionState
 
 
 def seed_thread(conn: sqlite3.Connection, label: str, state: SessionState, now: int) -> None:
-    """The session's next thread starts from `state` (Rule 4): for an automatic
+    """The session's next thread starts from `state`: for an automatic
     rollover, which carries the old thread's record (`state_at` its head) over."""
     conn.execute(
         "INSERT INTO thread_seeds (session_label, state, created_at) VALUES (?, ?, ?)"
@@ -107,12 +97,12 @@ def seed_thread(conn: sqlite3.Connection, label: str, state: SessionState, now: 
 
 
 def drop_seed(conn: sqlite3.Connection, label: str) -> None:
-    """An explicit reset begins empty (threads.py Rule 4), whatever was seeded."""
+    """An explicit reset begins empty (threads.py), whatever was seeded."""
     conn.execute("DELETE FROM thread_seeds WHERE session_label = ?", (label,))
 
 
 def thread_seed(conn: sqlite3.Connection, label: str) -> SessionState:
-    """The record the session's next thread starts from (Rule 4): EMPTY but after a
+    """The record the session's next thread starts from: EMPTY but after a
     rollover that carried one over."""
     row = conn.execute(
         "SELECT state FROM thread_seeds WHERE session_label = ?", (label,)
@@ -131,7 +121,7 @@ def state_at(conn: sqlite3.Connection, turn_id: str | None) -> SessionState:
 
 
 def _worked_out(conn: sqlite3.Connection, turn_id: str) -> SessionState:
-    """Rule 2: from the nearest ancestor with a row (or the root) down to `turn_id`."""
+    """From the nearest ancestor with a row (or the root) down to `turn_id`."""
     if conn.execute("SELECT 1 FROM turns WHERE id = ?", (turn_id,)).fetchone() is None:
         raise NotFound(f"no turn {turn_id!r}", field="turn")
     chain = conn.execute(
@@ -155,7 +145,7 @@ def _worked_out(conn: sqlite3.Connection, turn_id: str) -> SessionState:
 
 
 def stored_facts(conn: sqlite3.Connection, turn_id: str) -> TurnFacts | None:
-    """The facts of a committed turn, read back from its rows (Rule 3)."""
+    """The facts of a committed turn, read back from its rows."""
     row = conn.execute(
         "SELECT type, status, error, model, prompt_tokens, completion_tokens FROM turns"
         " WHERE id = ?",

@@ -1,21 +1,17 @@
-"""Threads and resets (migration 0009); the decision is `core/resets.py`.
+"""Threads and resets; the decision is `core/resets.py`.
 
-A session's turns fall into threads, numbered from 1. A new thread is decided
-(a `threads` row, `pending`) and then begun by its cut: the session's actor,
-between turns, moves the head off the old thread (`start_thread`).
+A session's turns fall into threads, numbered from 1. A new thread is decided (a
+`threads` row, `pending`: by ledger/resets.py inside the transaction that files the
+person's message triggering it, by `/new` at its cut, or by an operator's op) and then
+begun by its cut: the session's actor, between turns, moves the head off the old
+thread (`start_thread`). The cut never runs under a turn and is idempotent by thread
+number: a pending row is begun once, and a cut that finds its row begun changes
+nothing. `threads` rows are never deleted, nor any turn of an old thread.
 
-Rule 1: a thread is decided by `resets.py` (an automatic reset inside the
-        transaction that files the person's message triggering it; `/new` at
-        its cut; an operator's reset by its op).
-Rule 2: `threads` rows are never deleted, nor any turn of an old thread.
-Rule 3: the cut never runs under a turn (the actor applies it before its next
-        turn opens) and is idempotent by thread number: a pending row is begun
-        once; a cut that finds its row begun already changes nothing.
-Rule 4: an automatic rollover begins from what the old thread knew: its state
-        record seeds the new thread's (state_records.py Rule 4), and its latest
-        summary, if any, becomes a compaction turn at the new thread's root. An
-        explicit reset begins empty, dropping a seed no turn has used yet.
-        Nothing of the old thread is deleted.
+An automatic rollover begins from what the old thread knew: its state record seeds
+the new thread's (ledger/state_records.py), and its latest summary, if any, becomes a
+compaction turn at the new thread's root. An explicit reset begins empty, dropping a
+seed no turn has used yet.
 """
 
 from __future__ import annotations
@@ -38,8 +34,8 @@ def start_thread(
     carry: Carry | None,
     now: int,
 ) -> int | None:
-    """The cut (Rule 3): begin pending thread `thread`, or with None a new thread
-    for `reason` (`/new`), from the carry-over if one is given (Rule 4). The number
+    """The cut: begin pending thread `thread`, or with None a new thread
+    for `reason` (`/new`), from the carry-over if one is given. The number
     of the thread begun; None if it was begun already."""
     pending = conn.execute(
         "SELECT n, prev_base FROM threads WHERE session_label = ? AND status = 'pending'"

@@ -1,20 +1,18 @@
-"""Timers and their firings (migration 0007); the decisions are `core/timers.py`.
+"""Timers and their firings; the decisions are `core/timers.py`.
 
-Rule 1: a firing is one transaction: the `timer_firings` row named
-        `timer:<timer>:<n>`, the queue item (source `timer`, mode `followup`,
-        the timer's text), and the timer's `fired` / `next_at` update. A crash
-        either keeps all three or none, so each due time fires exactly once;
-        the firing's primary key makes a re-run of the same firing a no-op.
-Rule 2: a timer names a session that exists (by label or alias), except a
-        `system:<purpose>` label, which `add` creates: a row of `sessions` of
-        kind `system`, origin `operator`, with no entity and no channel.
-Rule 3: a missed due time fires once when next looked at; `fire_due` takes the
-        timers due at `now` in due order, at most `limit` in one transaction,
-        so a wheel with thousands due commits them in a few batches.
-Rule 4: `fire_one` fires one named timer by the same rules, for a runtime that
-        keeps each timer's sleep itself (a Temporal timer workflow): it fires
-        only when the timer is live and due at `now`, and says when it is next
-        due, so a caller woken early or late just sleeps again or fires once.
+A firing is one transaction: the `timer_firings` row named `timer:<timer>:<n>`, the
+queue item (source `timer`, mode `followup`, the timer's text), and the timer's
+`fired` / `next_at` update. A crash keeps all three or none, so each due time fires
+exactly once, and the firing's primary key makes a re-run of the same firing a no-op.
+A missed due time fires once when next looked at: `fire_due` takes the timers due at
+`now` in due order, at most `limit` in one transaction. `fire_one` fires one named
+timer by the same rules, for a runtime that keeps each timer's sleep itself (a
+Temporal timer workflow): only when it is live and due, saying when it is next due,
+so a caller woken early or late just sleeps again or fires once.
+
+A timer names a session that exists (by label or alias), except a `system:<purpose>`
+label, which `add` creates: a row of `sessions` of kind `system`, origin `operator`,
+with no entity and no channel.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ def _info(row: tuple[str, str, str, int | None, int | None, int]) -> TimerInfo:
 
 
 def _owner(conn: sqlite3.Connection, name: str, now: int) -> str:
-    """Rule 2: the session a timer for `name` belongs to."""
+    """The session a timer for `name` belongs to."""
     if conn.execute("SELECT 1 FROM sessions WHERE label = ?", (name,)).fetchone() is not None:
         return name
     alias = conn.execute(
@@ -119,7 +117,7 @@ def next_due(conn: sqlite3.Connection) -> int | None:
 
 
 def fire_due(conn: sqlite3.Connection, now: int, limit: int) -> list[ItemInfo]:
-    """Rules 1 and 3: fire up to `limit` timers due at `now`; the items they queued."""
+    """Fire up to `limit` timers due at `now`; the items they queued."""
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM timers"
         " WHERE status = 'live' AND next_at <= ? ORDER BY next_at, id LIMIT ?",
@@ -132,7 +130,7 @@ def fire_due(conn: sqlite3.Connection, now: int, limit: int) -> list[ItemInfo]:
 
 
 def fire_one(conn: sqlite3.Connection, timer: str, now: int) -> OneTimer:
-    """Rule 4: fire one timer if it is due at `now`, as `fire_due` would."""
+    """Fire one timer if it is due at `now`, as `fire_due` would."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM timers WHERE id = ? AND status = 'live'", (timer,)
     ).fetchone()
@@ -150,7 +148,7 @@ def fire_one(conn: sqlite3.Connection, timer: str, now: int) -> OneTimer:
 def _fire(
     conn: sqlite3.Connection, row: tuple[str, str, str, int, int | None, int], now: int
 ) -> list[ItemInfo]:
-    """Rule 1: one due timer's firing; its item, if this firing was not filed before."""
+    """One due timer's firing; its item, if this firing was not filed before."""
     timer, session, text, next_at, every_ms, fired = row
     firing = core.fire(next_at, every_ms, fired, now)
     assert firing is not None  # the callers chose due timers only

@@ -1,14 +1,13 @@
 """Sessions in and out of a ledger file, and a copy of the file: what `brokerctl`
 export, import and backup run, beside a daemon that may be running.
 
-Rule 1: an import is written through the ledger's own write path (a `Transactor`,
-        as the daemon's writer runs it): one transaction, BEGIN IMMEDIATE so it
-        waits its turn behind the daemon's writer, the full-text index brought
-        up to date before COMMIT, nothing written when any line is bad.
-Rule 2: an export reads one snapshot, so a thread that grows meanwhile is
-        exported as it was when the export began.
-Rule 3: a backup is SQLite's online backup of a read-only connection, checked
-        with `quick_check` before it is reported good.
+An import is written through the ledger's own write path (a `Transactor`, as the
+daemon's writer runs it): one transaction, BEGIN IMMEDIATE so it waits its turn
+behind the daemon's writer, the full-text index brought up to date before COMMIT,
+nothing written when any line is bad. An export reads one snapshot, so a thread that
+grows meanwhile is exported as it was when the export began. A backup is SQLite's
+online backup of a read-only connection, checked with `quick_check` before it is
+reported good.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from ledger.writer.transactor import open_transactor
 def export_session(
     path: Path, synchronous: Synchronous, label: str, now: int, write: Callable[[bytes], object]
 ) -> None:
-    """Write the session's export, one JSON line at a time (Rule 2)."""
+    """Write the session's export, one JSON line at a time."""
     conn = connect(path, synchronous, readonly=True)
     try:
         conn.execute("BEGIN")
@@ -41,7 +40,7 @@ def export_session(
 def import_session(
     path: Path, synchronous: Synchronous, lines: list[bytes], label: str | None, now: int
 ) -> tuple[str, int]:
-    """Read an export into a new session (Rule 1): its label and how many turns.
+    """Read an export into a new session: its label and how many turns.
 
     `lines` is a list, not a stream: the writer runs a failed batch a second time
     to tell its jobs apart, and the second run must read the same lines.
@@ -58,7 +57,7 @@ def import_session(
 
 
 def backup(source: Path, target: Path) -> list[str]:
-    """Copy the ledger at `source` to `target` (Rule 3); what `quick_check` found wrong."""
+    """Copy the ledger at `source` to `target`; what `quick_check` found wrong."""
     conn = sqlite3.connect(readonly_uri(source), uri=True)
     copy = sqlite3.connect(target)
     try:

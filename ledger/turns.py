@@ -1,28 +1,24 @@
 """Turn transactions: start, commit (with the head compare-and-swap), recovery, outbox.
 
-Rule 1: a turn is committed in one transaction: the turn row, its input and
-        output messages, its tool calls, its queue items' new status, the head
-        move, a session_history row and the outbox row of its reply.
-Rule 2: the head moves only from the head the turn started from. If it moved
-        meanwhile, `commit_turn` raises HeadMoved and writes nothing; the
-        caller records the turn as failed off the thread instead
-        (`commit_orphan`), so a lost race is an error, never a silent fork.
-Rule 3: a turn's items are marked `running` (with the turn id) before the
-        engine is called, so after a crash `recover_crashed` knows which turns
-        were cut off: each becomes an aborted turn (reason `crash`) and its
-        items go back to `queued`, to run again.
-Rule 4: a turn that streams for a while has its partial output saved now and
-        then (`save_progress`, one row per turn, replaced at each save). Its
-        commit removes the row; a turn cut off by a crash is recorded with the
-        output last saved, and started when its items were marked running, or
-        when the session's latest committed turn ended if that is later (no two
-        turns of a session overlap in time: docs/turns.md).
-Rule 6: a turn row has a title and an outcome (core/titles.py); the totals
-        count its events written while it ran too (ledger/live_events.py Rule 1).
-Rule 5: a job here may run again after the storage refused its COMMIT
-        (writer.py Rule 7): nothing of the failed run was kept, so the head
-        compare-and-swap, the outbox row and the item updates see the same
-        ledger again, and jobs behind it wait, so the order holds.
+A turn is committed in one transaction: the turn row (with its title and outcome:
+core/titles.py), its input and output messages, its tool calls, its queue items' new
+status, the head move, a session_history row and the outbox row of its reply. The
+head moves only from the head the turn started from; if it moved meanwhile,
+`commit_turn` raises HeadMoved and writes nothing, and the caller records the turn as
+failed off the thread instead (`commit_orphan`): a lost race is an error, never a
+silent fork.
+
+A turn's items are marked `running` (with the turn id) before the engine is called,
+so after a crash `recover_crashed` knows which turns were cut off: each becomes an
+aborted turn (reason `crash`) with the output it last saved (`save_progress`, one row
+per turn, removed by its commit), and its items go back to `queued`, to run again. It
+is dated from when its items were marked running, or when the session's latest
+committed turn ended if that is later: no two turns of a session overlap in time
+(docs/turns.md).
+
+A job here may run again after the storage refused its COMMIT: nothing of the failed
+run was kept, so the head compare-and-swap, the outbox row and the item updates see
+the same ledger again, and jobs behind it wait, so the order holds.
 """
 
 from __future__ import annotations
@@ -58,16 +54,32 @@ def load_open_items(conn: sqlite3.Connection, session: str | None = None) -> lis
 
 
 def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], now: int) -> None:
+    """Stamp the turn's items as running, those still waiting (or already its own): an
+    item another turn took or finished is left alone. Under the Temporal runtime two
+    attempts of one turn's activity can overlap (a live node's heartbeat came late),
+    and the late one must not take back what the other consumed."""
     conn.executemany(
-        "UPDATE queue_items SET status = 'running', turn_id = ?, updated_at = ? WHERE id = ?",
-        [(turn_id, now, i) for i in item_ids],
+        "UPDATE queue_items SET status = 'running', turn_id = ?, updated_at = ?"
+        " WHERE id = ? AND (status = 'queued' OR (status = 'running' AND turn_id = ?))",
+        [(turn_id, now, i, turn_id) for i in item_ids],
     )
+
+
+def _inputs_taken(conn: sqlite3.Connection, rec: TurnRecord) -> int:
+    """How many of the turn's inputs another turn took or finished meanwhile."""
+    marks = ",".join("?" * len(rec.inputs))
+    (taken,) = conn.execute(
+        f"SELECT count(*) FROM queue_items WHERE id IN ({marks}) AND NOT"
+        " (status = 'queued' OR (status = 'running' AND turn_id = ?))",
+        (*(i.id for i in rec.inputs), rec.turn_id),
+    ).fetchone()
+    return int(taken)
 
 
 def save_progress(
     conn: sqlite3.Connection, turn_id: str, session: str, output: str, now: int
 ) -> None:
-    """Save the output a running turn has streamed so far (Rule 4)."""
+    """Save the output a running turn has streamed so far."""
     conn.execute(
         "INSERT INTO turn_progress (turn_id, session_label, output, updated_at)"
         " VALUES (?, ?, ?, ?) ON CONFLICT (turn_id) DO UPDATE"
@@ -104,6 +116,8 @@ def commit_turn(
     Its `file` events' contents over `snapshot_max_bytes` (None: the writer's
     setting) are kept by hash only (ledger/snapshots.py).
     """
+    if rec.inputs and _inputs_taken(conn, rec):  # a late duplicate of a turn: it lost
+        raise HeadMoved(f"the inputs of turn {rec.turn_id} were consumed by another turn")
     totals = totals_of(rec.events)
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
@@ -253,7 +267,8 @@ def _write_turn(
         )
     item_turn = None if rec.item_status == "queued" else rec.turn_id
     conn.executemany(
-        "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ? WHERE id = ?",
+        "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ?"
+        " WHERE id = ? AND status IN ('queued', 'running')",  # never one another turn ended
         [
             (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id)
             for it in rec.inputs
@@ -277,7 +292,7 @@ def _write_turn(
 
 
 def _finish_dispatches(conn: sqlite3.Connection, rec: TurnRecord) -> list[ItemInfo]:
-    """A turn that took its inputs may end dispatches (ledger/dispatch.py Rules 2, 3);
+    """A turn that took its inputs may end dispatches (ledger/dispatch.py);
     the result items it queued for parent sessions."""
     if rec.item_status != "done":
         return []
@@ -318,7 +333,7 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
             inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in items]
             intent = ("intent", intent_payload(inputs))
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (turn_id,))
-        # mark_running stamped the turn's items with its start (Rule 4); never
+        # mark_running stamped the turn's items with its start; never
         # before the end of a turn it waited for.
         (started,) = conn.execute(
             "SELECT max(q.updated_at, coalesce((SELECT max(completed_at) FROM turns"

@@ -1,11 +1,10 @@
 """Worker reads: the workers a session dispatched (`workers.list`).
 
-Rule 1: a worker is a dispatch (ledger/dispatch.py): its target session, the parent
-        turn and the broker's id of the tool call that made it (empty when an operator
-        dispatched it), its status (`running`, `completed`, `failed`, `timed_out`) and
-        its task. Listed oldest first.
-Rule 2: the session is a label or an alias; a turn must be one of that session's.
-        Either unknown: `NotFound`, naming the argument.
+A worker is a dispatch (ledger/dispatch.py): its target session, the parent turn and
+the broker's id of the tool call that made it (empty when an operator dispatched it),
+its status (`running`, `completed`, `failed`, `timed_out`) and its task, listed
+oldest first. The session is a label or an alias, and a turn must be one of that
+session's; either unknown is `NotFound`, naming the argument.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """Garbage-collector settings for the daemon and its ledger writer process.
 
-Why: CPython runs a young collection every 700 net allocations by default.
-Each message the broker handles allocates dozens of short-lived containers,
-and what a session keeps waiting (queue items, backlogs) survives into the
-older generations, which grow and are scanned again and again. Measured with
-`bench.ingest` on the 2-core reference machine, the default cost about a
-quarter of the closed-loop ack rate, and its full collections (70-150 ms with
-tens of thousands of messages waiting) made most of the p99 ack latency.
+Each message the broker handles allocates dozens of short-lived containers, and what
+a session keeps waiting (queue items, backlogs) survives into the older generations,
+which CPython's default thresholds scan again and again: a large share of the ack
+rate and most of the tail latency of acks (docs/performance.md).
 
-Rule 1: what exists when `tune` is called (modules, schemas, compiled
-        validators) is frozen: no collection scans it again.
-Rule 2: a young collection runs every YOUNG_THRESHOLD allocations instead of
-        700. Reference counting frees nearly everything the broker makes; the
-        collector is only for cycles, which it still finds, just later, at the
-        price of a few MiB of young objects between collections.
+What exists when `tune` is called (modules, schemas, compiled validators) is frozen,
+so no collection scans it again. A young collection runs every YOUNG_THRESHOLD
+allocations instead of 700: reference counting frees nearly everything the broker
+makes, and the collector, only for cycles, still finds them, just later, at the
+price of a few MiB of young objects between collections.
 """
 
 from __future__ import annotations
@@ -25,7 +21,8 @@ MIDDLE_THRESHOLD = 20  # young collections per middle-generation collection
 
 
 def tune() -> None:
-    """Apply Rules 1 and 2 to this process; call it once start-up imports are done."""
+    """Freeze what exists and raise the young threshold, in this process; call it once
+    start-up imports are done."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_THRESHOLD, gc.get_threshold()[2])

@@ -1,13 +1,12 @@
 """Identifiers and wall-clock time: the one id generator of the process.
 
 `new_id` makes ULIDs with `core.ids.UlidSequence`, reading the clock and
-`os.urandom` here. It is our own because it sits on the ingest hot path:
-python-ulid takes about 10 µs an id, this 1-1.5 µs on the reference VM. Tests
-check the output against python-ulid.
+`os.urandom` here. It is our own because it sits on the ingest hot path, where
+python-ulid costs several times more (docs/performance.md); tests check the output
+against python-ulid.
 
-It lives in the ledger because the ledger makes ids inside its transactions and
-imports nothing from the broker shell; the broker and the adapters take theirs
-from here too, so the ids of one process come from one sequence and sort in
+The ledger makes ids inside its transactions, and the broker and the adapters take
+theirs from here too, so the ids of one process come from one sequence and sort in
 creation order.
 """
 

@@ -1,21 +1,19 @@
 """Reading and writing non-blocking sockets on the hot paths, for less than anyio's streams cost.
 
-Why: on asyncio, anyio's socket stream yields to the loop once on every receive
-and send, and around every wait it registers the socket with the loop's poller
-and unregisters it again (two more system calls). At a few thousand small
-frames a second that costs more than handling the frames. Here, on asyncio, a
-socket stays registered while it is read: a callback collects what arrives and
-the reading task wakes once for all of it. On trio the reader waits with
-`anyio.wait_readable`, which trio does cheaply.
+On asyncio, anyio's socket stream yields to the loop on every receive and send, and
+registers and unregisters the socket with the loop's poller around every wait; at
+thousands of small frames a second that costs more than handling the frames
+(docs/performance.md). Here, on asyncio, a socket stays registered while it is read:
+a callback collects what arrives and the reading task wakes once for all of it. On
+trio the reader waits with `anyio.wait_readable`, which trio does cheaply.
 
-Rule 1: one task reads a `SocketReader`. Call `close()` before closing the socket.
-Rule 2: at most `high_water` bytes wait unread. Past that the reader stops taking
-        bytes off the socket until the task has read what waits, so a peer that
-        sends faster than it is served is held back by the kernel's buffers.
-Rule 3: `receive` waits only when nothing is buffered. On asyncio that is also
-        its only yield: bytes arrive only while the loop polls, so a task that
-        drains its reader yields once per batch of arrivals. On trio it checks
-        for cancellation on every call, as trio's own sockets do.
+One task reads a `SocketReader`, and `close()` is called before the socket closes.
+At most `high_water` bytes wait unread: past that the reader stops taking bytes off
+the socket until the task has read what waits, so a peer that sends faster than it
+is served is held back by the kernel's buffers. `receive` waits only when nothing is
+buffered; on asyncio that is also its only yield (bytes arrive only while the loop
+polls, so a task that drains its reader yields once per batch of arrivals), and on
+trio it checks for cancellation on every call, as trio's own sockets do.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ import anyio.lowlevel
 
 # One recv. Not larger: CPython allocates the whole size for every recv, and
 # past glibc's mmap threshold (128 KiB) that costs a map and an unmap each time
-# (measured: 256 KiB took 17 us for a 100-byte read, 64 KiB 2.6 us).
+# (docs/performance.md).
 CHUNK = 64 * 1024
 HIGH_WATER = 1 << 20
 
@@ -77,7 +75,7 @@ class SocketReader:
             return await self._receive_polling()
         while not self._chunks:
             self._raise_if_done()
-            if self._waiter is not None:  # Rule 1
+            if self._waiter is not None:  # one task reads
                 raise anyio.BusyResourceError("reading from")
             self._waiter = self._loop.create_future()
             try:
@@ -88,7 +86,7 @@ class SocketReader:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._held = 0
-        self._watch()  # resumes reading if Rule 2 had paused it
+        self._watch()  # resumes reading if `high_water` had paused it
         return data
 
     # -- asyncio: a callback collects, the task takes --------------------------

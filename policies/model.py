@@ -5,10 +5,10 @@ principal), the channel, the peer kind and the sender; the first rule that
 matches decides the session-key template, the persona, the default queue
 mode, which modes the sender may choose and which chat commands it may use.
 
-Rule 1: rules are tried in order; the first match wins; the built-in defaults
-        after the configured rules make sure every message matches something.
-Rule 2: a rule is validated when loaded: an unknown placeholder in a key
-        template or an unknown mode is an error that names the rule.
+Rules are tried in order and the first match wins; the built-in defaults after the
+configured rules make sure every message matches something. A rule is validated
+when loaded: an unknown placeholder in a key template or an unknown mode is an error
+that names the rule.
 """
 
 from __future__ import annotations

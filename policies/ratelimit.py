@@ -1,10 +1,9 @@
 """Token buckets for per-sender rate limits. Pure: the clock is passed in.
 
-Rule 1: a bucket holds at most `burst` tokens and gains `per_minute / 60`
-        tokens a second; a message takes one token or is refused.
-Rule 2: buckets are keyed by (rule, channel, sender); a bucket that has
-        refilled completely carries no information and may be forgotten, which
-        keeps memory bounded by the senders active within one refill period.
+A bucket holds at most `burst` tokens and gains `per_minute / 60` tokens a second; a
+message takes one token or is refused. Buckets are keyed by (rule, channel, sender),
+and a bucket that has refilled completely carries no information and may be
+forgotten, which keeps memory bounded by the senders active within one refill period.
 """
 
 from __future__ import annotations

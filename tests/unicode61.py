@@ -33,7 +33,7 @@ class Tokenizer:
     folds: dict[int, str]  # token characters that change: to one character, or to ""
 
     def tokens(self, text: str) -> list[str]:
-        """`text` as unicode61 tokenizes it (Rule 1)."""
+        """`text` as unicode61 tokenizes it."""
         out: list[str] = []
         word: list[str] | None = None
         for ch in text:
@@ -50,7 +50,7 @@ class Tokenizer:
 
 
 def sqlite_tokenizer() -> Tokenizer:
-    """Every code point through SQLite's own tokenizer (Rules 1, 2)."""
+    """Every code point through SQLite's own tokenizer."""
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE VIRTUAL TABLE f USING fts5(x, tokenize = 'unicode61')")
     conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, 'instance')")

@@ -75,7 +75,7 @@ class BrokerClient:
 
     async def aclose(self) -> None:
         if self._reader is not None:
-            self._reader.close()  # before the socket closes (rawsock Rule 1)
+            self._reader.close()  # before the socket closes (plumbing/rawsock.py)
         await self.stream.aclose()
 
     async def send(self, frame: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """Wire protocol v1: validation of frames (framing itself is wire/framing.py).
 Pure, no I/O.
 
-Rule 2: validation happens here, before anything reaches the router or the
-        ledger: what passes `parse_*` is well-formed and within limits.
+Validation happens here, before anything reaches the router or the ledger: what
+passes `parse_*` is well-formed and within limits.
 """
 
 from __future__ import annotations

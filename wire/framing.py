@@ -2,9 +2,9 @@
 close a connection. No pydantic: the client side (brokerctl, the adapters) reads
 and writes frames with this alone, and starts without building the models.
 
-Rule 1: a frame is one JSON object on one line. A line longer than
-        `max_frame_bytes` is an error that closes the connection; every other
-        bad frame is answered and the connection stays open.
+A frame is one JSON object on one line. A line longer than `max_frame_bytes` is an
+error that closes the connection; every other bad frame is answered and the
+connection stays open.
 """
 
 from __future__ import annotations

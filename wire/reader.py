@@ -1,4 +1,6 @@
-"""A connection's bytes as frames, for broker/server.py (its Rule 5 is kept here)."""
+"""A connection's bytes as frames, for broker/server.py: an oversize line, or a frame
+begun and not finished in time after the hello, ends the connection.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +15,16 @@ from wire.framing import FrameTooLarge, FrameUnfinished, LineBuffer
 class FrameReader:
     """A connection's lines, one frame each.
 
-    Rule 1: the lines before an oversize one are returned first; from then on
-            every call raises FrameTooLarge.
-    Rule 2: once `frame_timeout` is set (after the hello), a frame whose first
-            byte came that many seconds ago and whose newline has not raises
-            FrameUnfinished. With nothing half received, `receive` waits as long
-            as it takes: adapters keep connections open for hours.
-    Rule 3: errors are raised anew, never kept: an exception held where its own
-            traceback's frames reach it is a reference cycle, and the frames and
-            buffers in that traceback would wait for a full collection, which
-            plumbing/gc_policy.py makes rare: megabytes per refused frame.
+    The lines before an oversize one are returned first; from then on every call
+    raises FrameTooLarge. Once `frame_timeout` is set (after the hello), a frame
+    whose first byte came that many seconds ago and whose newline has not raises
+    FrameUnfinished; with nothing half received, `receive` waits as long as it
+    takes, as adapters keep connections open for hours.
+
+    Errors are raised anew, never kept: an exception held where its own traceback's
+    frames reach it is a reference cycle, and the frames and buffers in that
+    traceback would wait for a full collection, which plumbing/gc_policy.py makes
+    rare.
     """
 
     def __init__(self, reader: SocketReader, lines: LineBuffer) -> None:

@@ -1,20 +1,18 @@
 """A session's context state: the shell around the pure packing and compaction core.
 
-Rule 1: token counts are computed once, when a message is first seen, and
-        stored with the message; loading a session never re-tokenizes history
-        (rows written before counts were stored are counted once on load).
-Rule 2: the history kept in memory is the thread the ledger loads
-        (`LedgerPort.session_start`, `ledger.reads.load_thread`): the turns
-        after the latest compaction boundary, without the inputs of aborted
-        turns.
-Rule 3: the state record is the thread's (ledger/state_records.py): loaded with
-        the thread, then moved on by each turn committed on it with the same pure
-        `advance` the ledger stores, so what a turn's context shows is what
-        `session.state` shows. It goes into the context only within the budget
-        (packing Rule 2a): whole, else short, else not at all. It is counted line
-        by line (tokens.py Rule 5): a turn changes only a line or two of it.
-Rule 4: bridge notes (what a merged-in session was about) wait here until a
-        turn that showed them completes; the ledger keeps them until then too.
+Token counts are computed once, when a message is first seen, and stored with the
+message; loading a session never re-tokenizes history (rows written before counts
+were stored are counted once on load). The history kept in memory is the thread the
+ledger loads (`LedgerPort.session_start`, `ledger.reads.load_thread`): the turns after
+the latest compaction boundary, without the inputs of aborted turns.
+
+The state record is the thread's (ledger/state_records.py): loaded with the thread,
+then moved on by each turn committed on it with the same pure `advance` the ledger
+stores, so what a turn's context shows is what `session.state` shows. It goes into the
+context only within the budget (core/packing.py: whole, else short, else not at all),
+counted line by line (tokens.py), as a turn changes only a line or two of it. Bridge
+notes (what a merged-in session was about) wait here until a turn that showed them
+completes; the ledger keeps them until then too.
 """
 
 from __future__ import annotations
@@ -36,15 +34,15 @@ class SessionContext:
     summary_tokens: int = 0
     last_reported: int | None = None  # the prompt tokens the engine last reported
     state: SessionState = EMPTY
-    bridges: dict[str, str] = field(default_factory=dict)  # id -> note (Rule 4)
+    bridges: dict[str, str] = field(default_factory=dict)  # id -> note
     planned_bridges: tuple[str, ...] = ()  # those the latest plan showed
     _fixed: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
-    # `blocks` flattened and summed (packing Rule 6) and how many blocks that covers;
+    # `blocks` flattened and summed (packing) and how many blocks that covers;
     # -1: stale, made again (once) by the next `build`; `add_turn` grows it in place.
     _whole: WholeHistory = field(default_factory=WholeHistory, repr=False)
     _whole_blocks: int = field(default=-1, repr=False)
     # The state record's messages (whole, short) as last rendered, and for which record;
-    # its lines' token counts, so a new record costs only its changed lines (Rule 3).
+    # its lines' token counts, so a new record costs only its changed lines.
     _rendered: tuple[SessionState, str | None, Msg | None, Msg | None] | None = field(
         default=None, repr=False
     )
@@ -115,14 +113,14 @@ class SessionContext:
 
     def _state_msg(self, lines: list[str]) -> Msg | None:
         # Each turn changes the record's counts line: counted by line, the rest is known
-        # (docs/performance.md, "The per-turn cost of round 2's features").
+        # (docs/performance.md).
         if not lines:
             return None
         tokens = self.counter.count_message_lines("system", lines, self._state_lines)
         return Msg("system", "\n".join(lines), tokens)
 
     def turn_committed(self, facts: TurnFacts, bridges_shown: tuple[str, ...]) -> None:
-        """A turn committed on this thread (Rules 3 and 4)."""
+        """A turn committed on this thread."""
         self.state = advance(self.state, facts)
         if facts.status == "completed":
             for bridge in bridges_shown:

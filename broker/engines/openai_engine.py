@@ -4,25 +4,21 @@ One turn is one or more streamed chat-completion calls: the context becomes
 messages (system prompt, history, broker notes as one system message, the
 inputs as user messages with the sender's name), content deltas go to
 `io.delta` as they arrive, and tool calls the model makes are run through
-`io.call_tool` and answered before the model is called again.
+`io.call_tool` and answered before the model is called again. It takes no steering:
+a chat completion cannot take new input once it has started.
 
-Rule 1: at most `max_tool_rounds` rounds of tool calls per turn; the round
-        after that is made with `tool_choice="none"`, and a model that still
-        calls tools fails the turn.
-Rule 2: API failures become `EngineError` with a sentence for people; a
-        prompt too long for the model becomes `reason="context_overflow"`.
-        Cancellation is never caught; the response is closed on the way out.
-Rule 3: one client (and its connection pool) serves all turns: building one
-        costs ~0.1 s (TLS setup). It is made at the first turn, so it belongs
-        to the running event loop; `aclose()` closes it at shutdown.
-Rule 4: the stream is read as raw server-sent events through
-        `with_streaming_response` and always to the end of the body: the
-        SDK's `AsyncStream` stops at ``[DONE]`` and abandons an async
-        generator, which trio reports as a ResourceWarning on every turn.
-        (An abort mid-stream still abandons one inside httpx2 under trio;
-        trio finalizes it, with the same warning.)
-Rule 5: the engine takes no steering (`accepts_steering = False`): a chat
-        completion cannot take new input once it has started.
+At most `max_tool_rounds` rounds of tool calls per turn; the round after that is made
+with `tool_choice="none"`, and a model that still calls tools fails the turn. API
+failures become `EngineError` with a sentence for people; a prompt too long for the
+model becomes `reason="context_overflow"`. Cancellation is never caught, and the
+response is closed on the way out.
+
+One client (and its connection pool) serves all turns, as building one sets up TLS;
+it is made at the first turn, so it belongs to the running event loop, and `aclose()`
+closes it at shutdown. The stream is read as raw server-sent events through
+`with_streaming_response` and always to the end of the body: the SDK's `AsyncStream`
+stops at ``[DONE]`` and abandons an async generator, which trio reports as a
+ResourceWarning.
 """
 
 from __future__ import annotations

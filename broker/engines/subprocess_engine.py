@@ -2,20 +2,16 @@
 
 The lines and what they mean, with a minimal program: broker/engines/subprocess_protocol.py.
 
-Rules the broker keeps:
-
-Rule 1: a line that is not a JSON object, a program that exits or closes
-        stdout before ``final``, or a non-zero exit status fails the turn with
-        an `EngineError` naming the exit status and the last stderr lines
-        (stderr is free-form logging; only a bounded tail is kept).
-Rule 2: the program never outlives `run`. It runs in a new session (its own
-        process group); on abort, timeout, error or a program that lingers
-        after ``final``, the group gets SIGTERM, then SIGKILL after `grace_s`,
-        and the program is reaped. All reader and writer tasks live in one
-        task group inside `run`.
-Rule 3: one task owns the program's stdin; everyone else queues lines to it.
-Rule 4: `io.take_steer()` is polled after every program line and every 50 ms,
-        until ``final`` is read; what it returns is written to the program.
+A line that is not a JSON object, a program that exits or closes stdout before
+``final``, or a non-zero exit status fails the turn with an `EngineError` naming the
+exit status and the last stderr lines (stderr is free-form logging; only a bounded
+tail is kept). The program never outlives `run`: it runs in a new session (its own
+process group), and on abort, timeout, error or a program that lingers after
+``final`` the group gets SIGTERM, then SIGKILL after `grace_s`, and the program is
+reaped; all reader and writer tasks live in one task group inside `run`. One task owns
+the program's stdin and everyone else queues lines to it; `io.take_steer()` is polled
+after every program line and at a short interval until ``final`` is read, and what it
+returns is written to the program.
 """
 
 from __future__ import annotations

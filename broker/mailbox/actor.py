@@ -3,28 +3,26 @@
 What to do is decided by `core.lifecycle` (which wraps the queue-mode machine);
 the actor performs its actions through `ports.ActorPorts` and reports back the events.
 
-Rule 1: one actor per live session (the registry guarantees it), and a turn runs only
-        on the machine's `OpenTurn`, in the actor's own loop: one place a turn can run.
-Rule 2: everything reaches the actor as an event in its queue, handled one at a time
-        in arrival order. Once the actor runs, `post` handles the queue at once, in the
-        poster's task (it never awaits, so it cannot interleave with the loop); the
-        loop wakes only for a turn, a timer (`lifecycle.wake_at`) and a failure.
-Rule 3: a turn is durable at both ends: its items are marked running before the
-        engine is called, and its outcome is committed in one transaction before the
-        reply is sent (turn_commit.py).
-Rule 4: every engine call is bounded by `engine.timeout_s`; an abort cancels the
-        turn's own scope; a shutdown leaves the turn uncommitted, for crash recovery
-        to record and re-run at the next start.
-Rule 5: the actor writes only with room in the ledger's queue of writes (ledger/port/protocols.py
-        Rule 2): it handles an event (which may drop an item, begin a thread, answer a
-        command) and begins a turn (marking its items running) only while `has_room`
-        holds; else it awaits `admit` first, in its loop or in a task of its own, while
-        later events wait behind in its queue, in order. Room that does not come
-        within `ledger.writer_wait_s` is waited for again (logged each time): no turn
-        runs without its record, and no event is lost or reordered; the turn waits
-        until the writer takes writes again, or the daemon stops (crash recovery runs
-        it at the next start). A chat command that waited a whole bound meanwhile is
-        answered `overloaded` instead (chat.py Rule 4).
+One actor per live session (the registry guarantees it), and a turn runs only on the
+machine's `OpenTurn`, in the actor's own loop: one place a turn can run. Everything
+reaches the actor as an event in its queue, handled one at a time in arrival order;
+once the actor runs, `post` handles the queue at once in the poster's task (it never
+awaits, so it cannot interleave with the loop), and the loop wakes only for a turn, a
+timer (`lifecycle.wake_at`) and a failure.
+
+A turn is durable at both ends: its items are marked running before the engine is
+called, and its outcome is committed in one transaction before the reply is sent
+(turn_commit.py). Every engine call is bounded by `engine.timeout_s`; an abort cancels
+the turn's own scope; a shutdown leaves the turn uncommitted, for crash recovery to
+record and re-run at the next start.
+
+The actor writes only with room in the ledger's queue of writes: it handles an event
+(which may drop an item, begin a thread, answer a command) and begins a turn only
+while `has_room` holds, else awaits `admit` first (write_room.py), while later events
+wait behind in its queue, in order. Room that does not come within
+`ledger.writer_wait_s` is waited for again (logged each time): no turn runs without
+its record, and no event is lost or reordered; a chat command that waited a whole
+bound meanwhile is answered `overloaded` instead (chat.py).
 """
 
 from __future__ import annotations
@@ -81,7 +79,7 @@ class SessionActor:
         self._next_turn: RunningTurn | None = None  # opened, for the loop to run
         self._step: lc.Action | None = None  # what the running turn does next
         self._retiring = False
-        self.room = WriteRoom(label, ports)  # Rule 5
+        self.room = WriteRoom(label, ports)  # writes only with room
 
     def post(self, event: Posted) -> None:
         self.queue.append(event)
@@ -89,7 +87,7 @@ class SessionActor:
             return  # the `_handle_queue` on the stack takes it next
         if not self._live:
             self.wake.set()
-        elif self.room.has_room():  # Rule 5
+        elif self.room.has_room():  # writes only with room
             self._handle_posted()
         else:  # a task waits for room, then handles what waits
             assert self._tg is not None
@@ -106,7 +104,7 @@ class SessionActor:
             self.wake.set()
 
     def drain(self) -> None:
-        """The daemon stops: no turn opens from now on (lifecycle Rule 4)."""
+        """The daemon stops: no turn opens from now on (lifecycle)."""
         self._apply(lc.Drain())
 
     @property
@@ -155,7 +153,7 @@ class SessionActor:
                 raise self._failure
             if self._next_turn is not None:
                 # While it runs nothing needs the loop: `post` handles events, and no
-                # collect deadline is armed during a turn (queue machine Rule 6).
+                # collect deadline is armed during a turn (core/queue_machine.py).
                 turn, self._next_turn = self._next_turn, None
                 await self._run_turn(turn)
                 continue

@@ -1,23 +1,21 @@
 """Chat commands applied: `/queue`, `/stop`, `/status`, `/new`, `/compact`, `/fork`,
 `/switch` in inbound text.
 
-Rule 1: a command never reaches the engine; it is applied to its session's actor at
-        once and answered with a plain sentence, or refused (not allowed by the route
-        rule, malformed) with one, and nothing else changes.
-Rule 2: the item is marked done and the reply's outbox row written in one transaction
-        (`command_done`); the reply is expected by Deliveries before that is queued and
-        sent once it commits, by a task of the registry's group that awaits the commit
-        (never in the ledger writer's task).
-Rule 3: `/fork` and `/switch` change where the conversation's messages go: the fork,
-        the binding, the item done and the reply are one transaction
-        (ledger/binding_jobs.py), which also decides the reply's words, since only
-        it knows whether the target exists and whose it is.
-Rule 4: a command is handled only while the ledger's queue of writes has room (the
-        actor waits for some: actor.py Rule 5). One that waited `ledger.writer_wait_s`
-        for it in vain is answered that the broker is overloaded, as the ingress
-        answers a message, and changes nothing: it is not applied, and its item ends
-        with the reason `command:overloaded` and that answer, once room comes (a
-        reply is sent only from its commit, deliveries.py Rule 1).
+A command never reaches the engine: it is applied to its session's actor at once and
+answered with a plain sentence, or refused (not allowed by the route rule, malformed)
+with one, and nothing else changes. The item is marked done and the reply's outbox row
+written in one transaction (`command_done`); the reply is expected by Deliveries
+before that is queued and sent once it commits, by a task of the registry's group
+that awaits the commit (never in the ledger writer's task). `/fork` and `/switch`
+change where the conversation's messages go: the fork, the binding, the item done and
+the reply are one transaction (ledger/binding_jobs.py), which also decides the reply's
+words, since only it knows whether the target exists and whose it is.
+
+A command is handled only while the ledger's queue of writes has room (the actor
+waits for some). One that waited `ledger.writer_wait_s` in vain is answered that the
+broker is overloaded, as the ingress answers a message, and changes nothing: it is not
+applied, and its item ends with the reason `command:overloaded` and that answer once
+room comes (a reply is sent only from its commit).
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ class ChatCommands:
 
     def handle(self, actor: CommandTarget, item: ItemInfo, overloaded: bool = False) -> None:
         """Apply a chat command at once (it never reaches the engine) and reply;
-        `overloaded`: it found no room in time, and is refused (Rule 4)."""
+        `overloaded`: it found no room in time, and is refused."""
         override: str | bool | None = False
         if overloaded:
             name = (item.text or "").split(maxsplit=1)[0]
@@ -95,7 +93,7 @@ class ChatCommands:
         )
 
     def _bind(self, label: str, item: ItemInfo, command: Command) -> None:
-        """`/fork`, `/switch` (Rule 3); `_allowed` saw the item's conversation."""
+        """`/fork`, `/switch`; `_allowed` saw the item's conversation."""
         assert item.channel and item.peer_kind and item.peer_id
         out_id = new_id()
         cmd = BindCommand(
@@ -134,8 +132,8 @@ class ChatCommands:
         label: str,
         frame_json: str | None,
     ) -> None:
-        """Send the reply once its row is committed (Rule 2); `frame_json` None: the
-        frame is what the write answers (Rule 3)."""
+        """Send the reply once its row is committed; `frame_json` None: the
+        frame is what the write answers."""
         assert self.tg is not None, "chat commands answer only while the registry runs"
         self.tg.start_soon(self._send, pending, out_id, channel, label, frame_json)
 
@@ -149,7 +147,7 @@ class ChatCommands:
     ) -> None:
         try:
             written = await pending.result()
-        except Exception:  # the row was not written: nothing to send (deliveries.py Rule 1)
+        except Exception:  # the row was not written: nothing to send (deliveries.py)
             self.deliveries.abandon(out_id)
             return
         self.deliveries.deliver(out_id, channel, label, frame_json or written)

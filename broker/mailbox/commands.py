@@ -17,7 +17,7 @@ from ledger.port.records import ItemInfo
 
 COMMANDS = ("queue", "stop", "status", "new", "reset", "compact", "fork", "switch")
 ALIASES = {"reset": "new"}  # allowed, answered and applied as the command it names
-BINDING = frozenset({"fork", "switch"})  # answered from their transaction (chat.py Rule 3)
+BINDING = frozenset({"fork", "switch"})  # answered from their transaction (chat.py)
 DROPS = ("old", "new", "summarize")
 
 

@@ -1,18 +1,16 @@
 """Compaction turns: summarize the oldest history into a turn of type `compaction`.
 
-Rule 1: a compaction is a turn like any other: parent = the head, committed
-        with its `compactions` row in one transaction, and the head moves to
-        it. Nothing is deleted; the summarized turns stay in the tree.
-Rule 2: the summary comes from the engine, bounded by `compaction_timeout_s`.
-        If the engine fails, hangs, or returns something empty or longer than
-        the summary budget, a deterministic summary is used instead, so a
-        session can never stay in `compacting`.
-Rule 3: a compaction is committed before the turn it serves starts, whatever
-        its trigger, so their times never overlap (core/lifecycle.py
-        Rule 2, docs/turns.md); its commit, like any write, waits out a disk
-        that refuses it (ledger/writer/group_commit.py Rule 7).
-Rule 4: it changes nothing of the actor's: it returns the committed compaction
-        (`Compaction`), which the actor applies to its head and its context.
+A compaction is a turn like any other: parent = the head, committed with its
+`compactions` row in one transaction, and the head moves to it; nothing is deleted,
+the summarized turns stay in the tree. It is committed before the turn it serves
+starts, whatever its trigger, so their times never overlap (docs/turns.md), and its
+commit, like any write, waits out a disk that refuses it. It changes nothing of the
+actor's: it returns the committed compaction (`Compaction`), which the actor applies
+to its head and its context.
+
+The summary comes from the engine, bounded by `compaction_timeout_s`. If the engine
+fails, hangs, or returns something empty or longer than the summary budget, a
+deterministic summary is used instead, so a session can never stay in `compacting`.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ log = logs.get("broker.compaction")
 
 @dataclass(frozen=True, slots=True)
 class Compaction:
-    """A committed compaction: the new head, and what the context keeps (Rule 4)."""
+    """A committed compaction: the new head, and what the context keeps."""
 
     turn_id: str
     summary: str
@@ -126,7 +124,7 @@ async def compact(
         inputs=[],
         item_status="done",
         output_tokens=summary_tokens,
-        # A deterministic fallback is not a model call (turn_events.py Rule 4).
+        # A deterministic fallback is not a model call (turn_events.py).
         events=[] if fallback else [("llm", _call(usage, now_ms() - started))],
         compaction={
             "summary": summary,

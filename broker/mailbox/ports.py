@@ -5,13 +5,12 @@ nothing but these ports: it does not hold the registry. `session_ports.py` imple
 them over the ledger, the engines and the adapters' connections; a test implements them
 with fakes and a clock it steps.
 
-Rule 1: the synchronous ports never block: a write they make is only queued on the
-        ledger's single writer, which is FIFO, so it commits before any later write of
-        the same actor (a turn's items are marked running before its commit). The actor
-        calls them only while `has_room` holds, or after `admit` (actor.py Rule 5).
-Rule 2: the awaited ports end by themselves (a write waits out a refusing disk inside
-        the writer (ledger/writer/group_commit.py), and for room at most `ledger.writer_wait_s`
-        at a time); the actor bounds only the engine.
+The synchronous ports never block: a write they make is only queued on the ledger's
+single writer, which is FIFO, so it commits before any later write of the same actor
+(a turn's items are marked running before its commit); the actor calls them only while
+`has_room` holds, or after `admit`. The awaited ports end by themselves (a write waits
+out a refusing disk inside the writer, and for room at most `ledger.writer_wait_s` at
+a time); the actor bounds only the engine.
 """
 
 from __future__ import annotations
@@ -72,12 +71,12 @@ class ActorPorts(Protocol):
     async def settled(self) -> None: ...
     async def load(self, label: str) -> tuple[ActorStart, SessionContext]: ...
 
-    # Room in the ledger's queue of writes (ledger/port/protocols.py Rule 2): `admit` waits for
+    # Room in the ledger's queue of writes (ledger/port/protocols.py): `admit` waits for
     # some, at most `ledger.writer_wait_s`, then raises `WriterOverloaded`.
     def has_room(self) -> bool: ...
     async def admit(self) -> None: ...
 
-    # Writes (Rule 1, Rule 2).
+    # Writes: queued on the FIFO writer, never blocking.
     def mark_running(self, turn_id: str, item_ids: list[str], started_ms: int) -> None: ...
     async def save_progress(self, turn_id: str, label: str, text: str) -> bool:
         """Waits for room first; False: not saved (no room came, or the writer stopped)."""
@@ -110,7 +109,7 @@ class ActorPorts(Protocol):
     ) -> list[str]: ...  # which terms the session's older messages hold
     def chat_command(self, actor: CommandTarget, item: ItemInfo, overloaded: bool) -> None:
         """Apply a chat command and answer it; `overloaded`: it found no room in time, and
-        is answered so instead, changing nothing (chat.py Rule 4)."""
+        is answered so instead, changing nothing (chat.py)."""
         ...
 
     # The registry: a turn ended (a drain may wait for it); the actor retires.

@@ -1,13 +1,11 @@
 """The registry of live mailbox actors.
 
-Rule 1: at most one actor per session label. An actor is started when its
-        session gets work and retires itself after an idle period; it leaves
-        the registry in the same step in which it finds itself idle, so a new
-        item after that starts a fresh actor and two never overlap.
-Rule 2: every actor runs in the daemon's actor task group; none outlives it.
-Rule 3: at start, turns cut off by a crash are recorded as aborted and their
-        items re-queued, and every waiting item is handed to its actor, before
-        the socket accepts new work.
+At most one actor per session label: an actor is started when its session gets work
+and retires itself after an idle period, leaving the registry in the same step in
+which it finds itself idle, so a new item after that starts a fresh actor and two
+never overlap. Every actor runs in the daemon's actor task group; none outlives it. At
+start, turns cut off by a crash are recorded as aborted and their items re-queued, and
+every waiting item is handed to its actor, before the socket accepts new work.
 """
 
 from __future__ import annotations
@@ -151,7 +149,7 @@ class Mailboxes:
 
     def on_committed(self, accepted: Accepted, rec: InboundRecord) -> None:
         """Hand a newly committed message's item to its session's actor (called by the
-        ingress's completion task once the commit is reported: ingress.py Rule 2).
+        ingress's completion task once the commit is reported: ingress.py).
 
         The record comes from the daemon, which holds it: the writer does not send it back.
         """

@@ -1,24 +1,21 @@
 """One turn in flight: the engine's TurnIO, and what the turn carries to its commit.
 
-Rule 1: deltas go out as they come, never waited on (deliveries.py), and the turn
-        keeps them: an aborted turn commits what it said.
-Rule 2: a turn that streams for longer than `engine.progress_save_s` saves its output
-        so far at the first delta of each period after its start (ledger/turns.py
-        Rule 4); a quick turn never saves. The save waits for room in the ledger's
-        queue of writes, and so holds up the stream (backpressure reaches the engine).
-Rule 3: every engine call gets its own cancel scope, bounded by the engine timeout; an
-        abort cancels the call in progress, or the next one before it starts.
-Rule 4: the turn's events are numbered as they happen and written while it runs, at
-        most one write of them under way; events that come meanwhile are sent by a
-        task that awaits that write (never by the ledger writer's task): the
-        engine's events as it reports them, an `action` for each tool call, and
-        with the first of them its `intent`, made when it began. Each engine call
-        ends with an `llm` event, unless the engine reported its own model calls;
-        those and the turn's `error` go with the commit, so a quick turn writes
-        all its events in its commit's transaction. Events are written only while
-        the ledger's queue of writes has room; else that task first waits for room
-        (`admit`), and if none comes in time they go with the turn's next write, or
-        its commit.
+Deltas go out as they come, never waited on (deliveries.py), and the turn keeps them:
+an aborted turn commits what it said. A turn that streams for longer than
+`engine.progress_save_s` saves its output so far at the first delta of each period
+after its start (ledger/turns.py); a quick turn never saves. The save waits for room
+in the ledger's queue of writes, and so holds up the stream (backpressure reaches the
+engine). Every engine call gets its own cancel scope, bounded by the engine timeout;
+an abort cancels the call in progress, or the next one before it starts.
+
+The turn's events are numbered as they happen and written while it runs, at most one
+write of them under way (core/turn_events.py); events that come meanwhile are sent by
+a task that awaits that write (never by the ledger writer's task): the engine's events
+as it reports them, an `action` for each tool call, and with the first of them its
+`intent`. Each engine call ends with an `llm` event, unless the engine reported its
+own model calls; those and the turn's `error` go with the commit. Events are written
+only while the ledger's queue of writes has room; else that task first waits for room,
+and if none comes in time they go with the turn's next write, or its commit.
 """
 
 from __future__ import annotations
@@ -45,9 +42,7 @@ from plumbing.ids import new_id, now_ms
 
 log = logs.get("broker.actor")
 WriteEvents = Callable[[int, list[te.Event]], "Committing[None] | None"]
-Admit = Callable[
-    [], Awaitable[None]
-]  # the ledger's wait for room (ledger/port/protocols.py Rule 2)
+Admit = Callable[[], Awaitable[None]]  # the ledger's wait for room (ledger/port/protocols.py)
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], object]  # a task group's start_soon
 TIMEOUT = "the agent took too long to answer and was stopped"
 
@@ -69,7 +64,7 @@ class RunningTurn:
     steer_queue: list[ItemInfo] = field(default_factory=list)
     taken: list[ItemInfo] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
-    started_ms: int = 0  # set when the turn begins, after any compaction (lifecycle Rule 2)
+    started_ms: int = 0  # set when the turn begins, after any compaction (lifecycle)
     hint_checked: bool = False  # the recall hint is looked for once, before the first call
     # Looked up once when the turn opens (turn_steps.py): the same for all of it.
     engine: Engine | None = None
@@ -84,17 +79,17 @@ class RunningTurn:
     error: str | None = None
     reason: str | None = None
     overflowed_call: dict[str, Any] | None = None  # kept if a reactive compaction follows
-    # The engine's id of each broker tool call -> the broker's (broker/tools/table.py Rule 1);
+    # The engine's id of each broker tool call -> the broker's (broker/tools/table.py);
     # made at the first call: most turns call no tool.
     call_ids: dict[str, str] | None = None
-    # Rule 2: `save_progress` runs at the first delta of each `save_every_s` after the
+    # `save_progress` runs at the first delta of each `save_every_s` after the
     # turn starts; `progress_saved` tells the commit a saved row may exist.
     clock: Callable[[], float] = anyio.current_time
     save_every_s: float = math.inf
     save_progress: Callable[[RunningTurn], Awaitable[None]] | None = None
     progress_saved: bool = False
     save_due: float = field(init=False)
-    # Rule 4: every event of the turn, and how to write some (None: only at the commit),
+    # every event of the turn, and how to write some (None: only at the commit),
     # when the ledger has room for them.
     events: te.EventLog = field(default_factory=lambda: te.EventLog([]))
     write_events: WriteEvents | None = None
@@ -130,12 +125,12 @@ class RunningTurn:
         return [as_chat(it) for it in taken]
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
-        """An event of the turn, written soon (Rule 4)."""
+        """An event of the turn, written soon."""
         self.events.add(kind, data)
         self.flush_events()
 
     def flush_events(self) -> None:
-        """Rule 4: what waits goes out now; while a write of them is under way, a task
+        """What waits goes out now; while a write of them is under way, a task
         awaits it and then sends what waits (one such task at a time)."""
         log_, writing = self.events, self.events_writing
         if writing is not None:
@@ -212,7 +207,7 @@ class RunningTurn:
             self.scope.cancel()
 
     async def call(self, engine: Engine, request: TurnRequest, deadline: float) -> bool:
-        """Call the engine once (Rule 3) and keep its outcome; did the context overflow
+        """Call the engine once and keep its outcome; did the context overflow
         before any output (a reactive compaction may help)?"""
         self.result, self.error, self.reason = None, None, None
         began, calls_before = now_ms(), self.events.engine_calls
@@ -241,7 +236,7 @@ class RunningTurn:
             self.reason = "bad_event"
         ended = now_ms()
         if self.reason != "context_overflow" or self.parts:
-            if self.events.engine_calls == calls_before:  # Rule 4: the broker's record of it
+            if self.events.engine_calls == calls_before:  # the broker's record of it
                 self.events.events.append(("llm", self._call_payload(ended - began)))
             return False
         self.overflowed_call = {
@@ -273,7 +268,7 @@ class RunningTurn:
         )
 
     def engine_scope(self, deadline: float) -> anyio.CancelScope:
-        """A fresh scope for one engine call (Rule 3), cancelled already if the turn
+        """A fresh scope for one engine call, cancelled already if the turn
         was aborted before the call."""
         self.scope = anyio.CancelScope(deadline=deadline)
         if self.abort_reason is not None:

@@ -1,13 +1,12 @@
 """What an actor knows of its session between turns, and how a turn's end changes it.
 
-Rule 1: the in-memory history follows the same rule as the ledger's thread load
-        (`ledger/reads.py`, through `broker.context.session.from_thread`),
-        so an actor that starts later sees the same thread: a committed turn adds its
-        inputs unless it was aborted (they run again) and its reply when there is one;
-        a compaction replaces what it summarized; `/new` empties it.
-Rule 2: only what the ledger committed changes the facts: a lost commit changes none,
-        a turn committed off the thread (orphan) only the token totals (the state
-        record is the thread's: ledger/state_records.py).
+The in-memory history follows the same rule as the ledger's thread load
+(`ledger/reads.py`, through `broker.context.session.from_thread`), so an actor that
+starts later sees the same thread: a committed turn adds its inputs unless it was
+aborted (they run again) and its reply when there is one; a compaction replaces what
+it summarized; `/new` empties it. Only what the ledger committed changes the facts: a
+lost commit changes none, and a turn committed off the thread (orphan) only the token
+totals (the state record is the thread's: ledger/state_records.py).
 """
 
 from __future__ import annotations
@@ -109,7 +108,7 @@ class SessionFacts:
         reply: Msg | None,
         outcome: m.Outcome,
     ) -> m.Outcome:
-        """Apply a turn's commit (Rule 2); its outcome for the queue machine."""
+        """Apply a turn's commit; its outcome for the queue machine."""
         if written == "lost":
             return outcome
         self.tokens[0] += rec.prompt_tokens or 0

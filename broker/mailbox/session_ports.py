@@ -1,10 +1,10 @@
 """The actor's ports (ports.py) over the ledger, the engines and the adapters.
 
-Rule 1: writes that nobody waits on are only queued on the ledger's writer (FIFO):
-        a turn's `mark_running` commits before its commit, a `/new` before the next
-        turn's. A progress save waits for room first; one that got none in time is
-        skipped, not an error: the turn's commit holds its whole output anyway.
-Rule 2: engines of personas that name one are built when first used, once.
+Writes that nobody waits on are only queued on the ledger's writer (FIFO): a turn's
+`mark_running` commits before its commit, a `/new` before the next turn's. A progress
+save waits for room first; one that got none in time is skipped, not an error, as the
+turn's commit holds its whole output anyway. Engines of personas that name one are
+built when first used, once.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class SessionPorts:
         self.tool_context = tool_context
         self.retire = retire
         self.counter = TokenCounter(settings.engine.encoding)
-        self.engines: dict[str, Engine] = {}  # of personas that name one (Rule 2)
+        self.engines: dict[str, Engine] = {}  # of personas that name one
         self.deliveries = deliveries
         # anyio's clock (a test's MockClock on trio).
         self.clock: Callable[[], float] = anyio.current_time

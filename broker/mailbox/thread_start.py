@@ -1,14 +1,13 @@
 """New threads as a session's actor begins them: `/new`, `/reset`, `session.reset` and
 the automatic rollovers decided at ingest (ledger/resets.py).
 
-Rule 1: a request becomes the lifecycle's `NewThread`, so the cut never runs under a
-        turn (lifecycle Rule 5); `cut` performs its `StartNewThread`.
-Rule 2: a request for a numbered thread is taken once: the registry's post and the
-        actor's start (a pending thread in the ledger) may both bring it. While a cut
-        waits, a later request replaces it (the latest is what was asked for last).
-Rule 3: an automatic rollover carries the old thread's latest compaction summary into
-        a compaction turn at the new thread's root (its state record is carried by the
-        ledger: ledger/threads.py Rule 4); an explicit reset starts empty.
+A request becomes the lifecycle's `NewThread`, so the cut never runs under a turn
+(core/lifecycle.py); `cut` performs its `StartNewThread`. A request for a numbered
+thread is taken once, though the registry's post and the actor's start (a pending
+thread in the ledger) may both bring it; while a cut waits, a later request replaces
+it. An automatic rollover carries the old thread's latest compaction summary into a
+compaction turn at the new thread's root (its state record is carried by the ledger:
+ledger/threads.py); an explicit reset starts empty.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from plumbing.ids import new_id
 class ThreadRequest:
     thread: int | None  # the pending thread to begin; None: a new one, decided at the cut
     reason: str  # new | operator | idle | daily | turn_limit
-    from_seq: int = 0  # the seq of the message that decided it; 0: none (lifecycle Rule 5)
+    from_seq: int = 0  # the seq of the message that decided it; 0: none (lifecycle)
 
     @property
     def carries(self) -> bool:
@@ -43,7 +42,7 @@ class ThreadCuts:
         self._taken: set[int] = set()
 
     def request(self, request: ThreadRequest) -> bool:
-        """Note a request (Rule 2); True when the lifecycle must see `NewThread`."""
+        """Note a request; True when the lifecycle must see `NewThread`."""
         if request.thread is not None:
             if request.thread in self._taken:
                 return False

@@ -1,20 +1,17 @@
 """Turn commits: a turn's record written on its thread, its reply sent from the commit.
 
-Rule 1: a reply is expected by Deliveries before its commit is queued, and sent by the
-        turn's own task once the writer reports the commit (deliveries.py Rule 1). A
-        write that did not commit gives the reply up.
-Rule 2: a turn whose parent is no longer the head (a `/new` or a merge moved it) is
-        recorded as failed off the thread, never as a silent fork.
-Rule 3: a commit the ledger refuses leaves the turn's items running; crash recovery
-        records and re-runs them at the next start.
-Rule 4: worker results a commit queues for their parents go to their actors at once.
-Rule 5: a commit waits for room in the ledger's queue of writes (ledger/writer/group_commit.py
-        Rule 9), and when none comes within its bound it waits again (logged each
-        time), as the turn's start did (actor.py Rule 5): a turn that ran is never
-        given up for a queue that was full for a while. The wait ends: the writer
-        either takes writes again or stops (`WriterClosed`: a shutdown, or storage
-        that stayed unwritable for `write_fail_exit_s`), and only then is the
-        commit refused as in Rule 3.
+A reply is expected by Deliveries before its commit is queued, and sent by the turn's
+own task once the writer reports the commit (deliveries.py); a write that did not
+commit gives the reply up. A turn whose parent is no longer the head (a `/new` or a
+merge moved it) is recorded as failed off the thread, never as a silent fork. Worker
+results a commit queues for their parents go to their actors at once.
+
+A commit waits for room in the ledger's queue of writes, and when none comes within
+its bound it waits again (logged each time), as the turn's start did: a turn that ran
+is never given up for a queue that was full for a while. The wait ends when the writer
+takes writes again or stops (`WriterClosed`: a shutdown, or storage that stayed
+unwritable for `write_fail_exit_s`); a commit the ledger refuses leaves the turn's
+items running, and crash recovery records and re-runs them at the next start.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ class TurnCommits:
         self.on_written: Callable[[TurnRecord], None] | None = None
 
     async def commit(self, rec: TurnRecord) -> Written:
-        """Commit a turn; where it went (Rules 1-3)."""
+        """Commit a turn; where it went."""
         out_id = rec.outbox[0] if rec.outbox is not None else None
         if out_id is not None:
             self.deliveries.expect(out_id)
@@ -85,7 +82,7 @@ class TurnCommits:
             return "lost"
 
     async def _room(self, rec: TurnRecord) -> None:
-        """Rule 5: room in the ledger's queue of writes, however many bounds it takes."""
+        """Room in the ledger's queue of writes, however many bounds it takes."""
         while True:
             try:
                 await self.ledger.admit()

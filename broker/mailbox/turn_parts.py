@@ -3,11 +3,10 @@
 Pure functions of their arguments (the token counter aside, which only counts): the
 actor holds the facts, these shape them.
 
-Rule 1: each message is counted once, when it is first made, and that count goes to
-        both the ledger and the in-memory history.
-Rule 2: steered items the engine took but did not use run in the next turn. Only a
-        prefix counts as used: a used item after an unused one would run ahead of it,
-        so it runs again, in order, instead.
+Each message is counted once, when it is first made, and that count goes to both the
+ledger and the in-memory history. Steered items the engine took but did not use run in
+the next turn; only a prefix counts as used, as a used item after an unused one would
+run ahead of it, so it runs again, in order, instead.
 """
 
 from __future__ import annotations
@@ -140,7 +139,7 @@ def request(
 
 def turn_events(turn: RunningTurn, status: str, error: str | None) -> list[te.Event]:
     """Every event of the turn, the turn's `error` last for a failed turn; no more are
-    written while it runs (running_turn.py Rule 4: the rest go with the commit)."""
+    written while it runs (running_turn.py: the rest go with the commit)."""
     turn.events.closed = True
     if status == "failed":
         turn.events.events.append(("error", {"by": "broker", "text": error or "the turn failed"}))
@@ -148,8 +147,8 @@ def turn_events(turn: RunningTurn, status: str, error: str | None) -> list[te.Ev
 
 
 def settle(turn: RunningTurn) -> tuple[m.Outcome, Status, ItemStatus]:
-    """The turn's outcome for the machine, its status and its items' (Rule 2 trims
-    `turn.taken` to what the engine used)."""
+    """The turn's outcome for the machine, its status and its items' (`turn.taken`
+    trimmed to the prefix the engine used)."""
     result = turn.result
     if result is not None and result.steer_used is not None:
         used = set(result.steer_used)
@@ -201,7 +200,7 @@ def record(
     route: Route | None,
 ) -> tuple[TurnRecord, m.Outcome, list[Msg], Msg | None]:
     """The turn's record; its outcome for the machine, the steered inputs' and the
-    reply's messages for the in-memory history (Rule 1)."""
+    reply's messages for the in-memory history."""
     assert turn.start is not None
     all_inputs = turn.inputs + turn.taken  # every item taken: `settle` trims `taken` after
     outcome, status, item_status = settle(turn)
@@ -245,7 +244,7 @@ def record(
 
 
 def _broker_ids(calls: list[ToolCall], ours: dict[str, str] | None) -> list[ToolCall]:
-    """The calls under the broker's ids where it ran them (broker/tools/table.py Rule 1)."""
+    """The calls under the broker's ids where it ran them (broker/tools/table.py)."""
     if not ours:
         return calls
     return [replace(c, id=ours[c.id]) if c.id in ours else c for c in calls]

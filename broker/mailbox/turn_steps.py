@@ -4,13 +4,11 @@ The actor calls these when the lifecycle machine says so (`OpenTurn`, `Plan`,
 `CallEngine`, `Compact`, `Commit`); each does one thing and reports what the machine
 needs to hear next. None decides what comes after it.
 
-Rule 1: a compaction, whatever its trigger, changes the session's facts only once it
-        is committed (compactor.py Rule 4).
-Rule 2: the commit's parent is the head as it is at the commit: after any compaction
-        the turn ran first.
-Rule 3: a turn whose context leaves older turns out looks once, before its first engine
-        call, for a recall hint (core/recall_hint.py): one line among its notes,
-        counted into its plan, and only when it fits the budget.
+A compaction, whatever its trigger, changes the session's facts only once it is
+committed (compactor.py), and the commit's parent is the head as it is at the commit:
+after any compaction the turn ran first. A turn whose context leaves older turns out
+looks once, before its first engine call, for a recall hint (core/recall_hint.py): one
+line among its notes, counted into its plan, and only when it fits the budget.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from plumbing.ids import new_id, now_ms
 class TurnSteps:
     def __init__(self, label: str, ports: ActorPorts, facts: SessionFacts) -> None:
         self.label, self.ports, self.facts = label, ports, facts
-        # The actor's task group's `start_soon`, once it runs (running_turn.py Rule 4).
+        # The actor's task group's `start_soon`, once it runs (running_turn.py).
         self.spawn: Spawn | None = None
 
     @property
@@ -81,18 +79,18 @@ class TurnSteps:
 
     def begin(self, turn: RunningTurn) -> None:
         """The turn starts now, after any compaction it needed: its items are running,
-        and its inputs are its first event (running_turn.py Rule 4). Called with room
-        in the ledger's queue of writes (actor.py Rule 5)."""
+        and its inputs are its first event (running_turn.py). Called with room
+        in the ledger's queue of writes (actor.py)."""
         turn.started_ms = now_ms()
         self.ports.mark_running(turn.id, [i.id for i in turn.inputs], turn.started_ms)
         if not turn.events.events:  # not again when it begins anew after a compaction
-            # Not written on its own (running_turn.py Rule 4): with the turn's next
+            # Not written on its own (running_turn.py): with the turn's next
             # event, or its commit; after a crash the recovery writes it.
             inputs = [(i.msg_id, i.sender_name or i.sender_id, i.content) for i in turn.inputs]
             turn.events.events.append(("intent", te.intent_payload(inputs)))
 
     async def save(self, turn: RunningTurn) -> None:
-        """Save a streaming turn's output so far (running_turn.py Rule 2)."""
+        """Save a streaming turn's output so far (running_turn.py)."""
         if await self.ports.save_progress(turn.id, self.label, "".join(turn.parts)):
             turn.progress_saved = True
 
@@ -124,7 +122,7 @@ class TurnSteps:
         return lc.EngineDone(overflowed)
 
     async def _recall_hint(self, turn: RunningTurn) -> None:
-        """Rule 3."""
+        """Look once for a recall hint, before the first engine call, if it fits."""
         plan, ctx = turn.plan, self.facts.ctx
         if plan is None or not self.ports.settings.recall.hint:
             return
@@ -139,7 +137,7 @@ class TurnSteps:
             return
         own = tuple(i.msg_id for i in turn.inputs if i.msg_id is not None)
         # No timeout of its own: a reader thread cannot be cancelled, and the read is
-        # bounded by its work instead (ledger/recall/hint.py Rule 1).
+        # bounded by its work instead (ledger/recall/hint.py).
         found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
         line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
         if line is None:
@@ -160,7 +158,7 @@ class TurnSteps:
         )  # fmt: skip
         done = await compactor.compact(session, trigger, instructions)
         if done is not None:
-            facts.compacted(done)  # Rule 1
+            facts.compacted(done)  # committed: only now
         return done
 
     async def commit(self, turn: RunningTurn) -> m.Outcome:
@@ -168,7 +166,7 @@ class TurnSteps:
         assert turn.engine is not None
         rec, outcome, taken, reply = parts.record(
             self.label, turn, facts.head, facts.ctx, turn.engine.name, facts.route
-        )  # Rule 2: the head now is the parent
+        )  # the head now is the parent
         written = await self.ports.commit_turn(rec)
         parts.log_turn(rec, written, turn.channel)
         return facts.committed(rec, written, [*turn.input_msgs, *taken], reply, outcome)

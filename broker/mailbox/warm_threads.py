@@ -6,17 +6,14 @@ Temporal runtime each turn is an activity with an actor of its own
 again every turn; the node keeps what the last actor left instead, and
 `SessionPorts.load` hands it to the next actor of the session.
 
-Rule 1: a kept context is used only while the ledger's head is still the head the
-        turn that kept it committed (`LedgerPort.session_start(known_head=...)`,
-        read with the session's row, which every turn reads anyway). A turn on
-        another node, a `/new`, a compaction, a crash recorded as aborted: each
-        moves the head, and the next turn loads the thread again. A head's thread
-        never changes, so the kept context is what a load builds (session_facts.py
-        Rule 1, the invariant of a local actor's context between turns).
-Rule 2: one actor holds a context at a time: loading takes the session's context
-        out, and only an actor whose turn ended without an error puts one back (its
-        facts then hold only what the ledger committed: session_facts.py Rule 2).
-Rule 3: at most `limit` sessions are kept; the least recently used leaves first.
+A kept context is used only while the ledger's head is still the head the turn that
+kept it committed (`LedgerPort.session_start(known_head=...)`, read with the session's
+row, which every turn reads anyway): a turn on another node, a `/new`, a compaction, a
+crash recorded as aborted each move the head, and the next turn loads the thread
+again. A head's thread never changes, so the kept context is what a load builds. One
+actor holds a context at a time: loading takes it out, and only an actor whose turn
+ended without an error puts one back (its facts then hold only what the ledger
+committed). At most `limit` sessions are kept; the least recently used leaves first.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ class WarmThreads:
         return len(self._kept)
 
     def take(self, label: str) -> tuple[str, SessionContext] | None:
-        """The session's kept head and context, no longer kept (Rule 2)."""
+        """The session's kept head and context, no longer kept."""
         return self._kept.pop(label, None)
 
     def keep(self, label: str, head: str, ctx: SessionContext) -> None:

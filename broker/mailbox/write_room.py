@@ -1,11 +1,10 @@
-"""Room in the ledger's queue of writes, as a session's actor waits for it (actor.py
-Rule 5).
+"""Room in the ledger's queue of writes, as a session's actor waits for it.
 
-Rule 1: `has_room` is the ledger's own test and costs no loop turn; `wait` awaits
-        `admit` only without room, again after each `ledger.writer_wait_s` that brought
-        none (logged each time), until there is room or the writer stops.
-Rule 2: a chat command that waited in the actor's queue for a whole `admit` in vain is
-        noted as `overloaded`, and answered so when its turn comes (chat.py Rule 4).
+`has_room` is the ledger's own test and costs no loop turn; `wait` awaits `admit` only
+without room, again after each `ledger.writer_wait_s` that brought none (logged each
+time), until there is room or the writer stops. A chat command that waited in the
+actor's queue for a whole `admit` in vain is noted as `overloaded`, and answered so
+when its turn comes (chat.py).
 """
 
 from __future__ import annotations
@@ -31,13 +30,13 @@ class WriteRoom:
         self._overloaded: set[str] = set()
 
     async def wait(self, queue: Collection[object], *, while_queued: bool = False) -> None:
-        """Until there is room (Rule 1); `while_queued`: or until `queue` is empty."""
+        """Until there is room; `while_queued`: or until `queue` is empty."""
         while not self.has_room() and (queue or not while_queued):
             commands = [e.id for e in queue if isinstance(e, ItemInfo) and is_chat_command(e)]
             try:
                 await self._admit()
             except WriterOverloaded as exc:
-                self._overloaded.update(commands)  # Rule 2
+                self._overloaded.update(commands)  # answered `overloaded` in their turn
                 log.warning(
                     "the session waits for room to write", session=self.label, error=str(exc)
                 )
@@ -64,7 +63,7 @@ class WriteRoom:
             handle()
 
     def overloaded(self, item: ItemInfo) -> bool:
-        """Did this chat command find no room in time (Rule 2)? Asked once."""
+        """Did this chat command find no room in time? Asked once."""
         if item.id not in self._overloaded:
             return False
         self._overloaded.discard(item.id)

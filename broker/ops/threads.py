@@ -1,12 +1,12 @@
 """Operator ops for threads and waiting items: `session.reset`, `session.threads`,
-`item.cancel` (one small async function per op, see ops.py).
+`item.cancel` (one small async function per op, see broker/ops/table.py).
 
-Rule 1: `session.reset` decides the new thread in the ledger first, then hands it to
-        the session's actor, which begins it before its next turn: never under a turn.
-Rule 2: `item.cancel` asks the session's actor first, in one step of the event loop:
-        an item the actor took into a turn answers `conflict`; one it held waiting has
-        left its queue and can no longer run. The ledger then records it `cancelled`
-        (or answers `not_found` / `conflict` from what it holds).
+`session.reset` decides the new thread in the ledger first, then hands it to the
+session's actor, which begins it before its next turn: never under a turn.
+`item.cancel` asks the session's actor first, in one step of the event loop: an item
+the actor took into a turn answers `conflict`; one it held waiting has left its queue
+and can no longer run. The ledger then records it `cancelled` (or answers `not_found`
+/ `conflict` from what it holds).
 """
 
 from __future__ import annotations

@@ -4,17 +4,15 @@ Nothing in the ledger is ever deleted or summarized away; this tool is how a
 model gets back what has left its context window. It answers in compact text,
 not JSON: one line a search hit, one block a message.
 
-Rule 1: the default scope is the calling session and the other DM sessions of
-        the same person (its canonical entity, after merges: ledger/recall/scope.py),
-        never another person's. `session: "*"` searches all sessions; another
-        label reads that session. Both only when the broker allows it
-        (`cross_session=True`, the default).
-Rule 2: the answer fits `budget_tokens` as measured by `count_tokens`: long
-        tool results are cut first (longest first), then messages (oldest, or
-        for search the lowest ranked, first), then whole entries are left out,
-        and the answer says what was cut.
-Rule 3: bad arguments raise `EngineError` with a sentence for the model; the
-        broker turns it into a tool error result.
+The default scope is the calling session and the other DM sessions of the same person
+(its canonical entity, after merges: ledger/recall/scope.py), never another person's;
+`session: "*"` searches all sessions and another label reads that session, both only
+when the broker allows it (`cross_session=True`, the default). The answer fits
+`budget_tokens` as measured by `count_tokens`: long tool results are cut first
+(longest first), then messages (oldest, or for search the lowest ranked, first), then
+whole entries are left out, and the answer says what was cut. Bad arguments raise
+`EngineError` with a sentence for the model; the broker turns it into a tool error
+result.
 """
 
 from __future__ import annotations
@@ -414,7 +412,7 @@ def clip(text: str, limit: int) -> str:
 
 
 def fit(answer: Answer, count_tokens: Callable[[str], int], budget: int) -> str:
-    """The answer's text, cut to `budget` tokens as Rule 2 says."""
+    """The answer's text, cut to `budget` tokens: tool results, then messages, then entries."""
     text = answer.text()
     if count_tokens(text) <= budget:
         return text

@@ -1,14 +1,12 @@
 """The agent's tools on its own session: its scratchpad, a compaction, a timer.
 
-Rule 1: each takes the same arguments as the operator op it mirrors and is checked
-        by the same code (`scratchpad.get`/`scratchpad.merge`, `session.compact`'s
-        focus, `timer.add` through `ops_timers.spec_of`), on the calling session only.
-        Bad arguments raise `EngineError` naming the field, and change nothing.
-Rule 2: `session_compact` never runs beside a turn: it asks for a manual compaction,
-        which the lifecycle machine starts once the running turn is committed
-        (core/lifecycle.py Rule 1) as a compaction turn of its own.
-Rule 3: a scratchpad merge is shown to the session's actor once committed, so the
-        next turn's context carries it (core/packing.py Rule 7).
+Each takes the same arguments as the operator op it mirrors and is checked by the same
+code (`scratchpad.get`/`scratchpad.merge`, `session.compact`'s focus, `timer.add`
+through `spec_of`), on the calling session only; bad arguments raise `EngineError`
+naming the field, and change nothing. `session_compact` never runs beside a turn: it
+asks for a manual compaction, which the lifecycle machine starts once the running turn
+is committed, as a compaction turn of its own. A scratchpad merge is shown to the
+session's actor once committed, so the next turn's context carries it.
 """
 
 from __future__ import annotations
@@ -96,7 +94,7 @@ async def scratchpad_merge(hub: ToolContext, session: str, arguments: dict[str, 
         merged = await hub.ledger.scratchpad_merge(session, patch, now)
     except LedgerLookupError as exc:
         raise EngineError(f"scratchpad_merge refused: {exc}") from exc
-    hub.scratchpad_merged(session, merged, now)  # Rule 3
+    hub.scratchpad_merged(session, merged, now)  # the next turn shows it
     return _json(merged)
 
 
@@ -104,7 +102,7 @@ async def session_compact(hub: ToolContext, session: str, arguments: dict[str, A
     focus = arguments.get("focus")
     if focus is not None and (not isinstance(focus, str) or len(focus) > FOCUS_MAX):
         raise EngineError(f"session_compact 'focus' must be text of at most {FOCUS_MAX} characters")
-    hub.compact_later(session, focus or None)  # Rule 2
+    hub.compact_later(session, focus or None)  # never beside a turn
     log.info("compaction asked for by the agent", session=session, focus=focus)
     return "The conversation will be compacted as soon as this turn ends."
 

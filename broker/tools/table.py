@@ -3,11 +3,12 @@
 The tools see the daemon through `ToolContext` only: dispatching a task, the ledger's
 reads, the recall settings and the token counter, a compaction after the turn, the
 session-state record, the scratchpad's live copy and the timer wheel. The scratchpad,
-compaction and timer tools are `tools_session.py`; `worker_done` is `tools_workers.py`.
+compaction and timer tools are `broker/tools/session.py`; `worker_done` is
+`broker/tools/workers.py`.
 
-Rule 1: a tool call the broker runs has the broker's own id (a ULID, made by the
-        running turn): a dispatch records it as its `tool_call`, and the turn's commit
-        stores the call under it, so a worker links back to the call that spawned it.
+A tool call the broker runs has the broker's own id (a ULID, made by the running
+turn): a dispatch records it as its `tool_call`, and the turn's commit stores the call
+under it, so a worker links back to the call that spawned it.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ async def call(
     call_id: str | None = None,
 ) -> str:
     """Run the tool `name` for `session`'s running `turn`; `call_id` is the broker's id
-    of the call (Rule 1)."""
+    of the call."""
     if name == "agent_send":
         return await agent_send(hub, session, turn, arguments, call_id)
     if name == RECALL_TOOL.name:

@@ -1,12 +1,11 @@
 """`worker_done`: a worker reports its task's result to the session that dispatched it.
 
-Rule 1: the report is one transaction (ledger/dispatch.py `report`): it ends every open
-        dispatch whose task the worker has taken and queues each one's single
-        `worker_result` in its parent's queue. Its items are handed to the parents'
-        actors only after that commit.
-Rule 2: a report on a task that already ended (reported, timed out; or a turn run
-        again after a crash that reports a second time) changes nothing and says so:
-        each dispatch has exactly one result.
+The report is one transaction (ledger/dispatch.py `report`): it ends every open
+dispatch whose task the worker has taken and queues each one's single `worker_result`
+in its parent's queue, and its items are handed to the parents' actors only after that
+commit. A report on a task that already ended (reported, timed out; or a turn run
+again after a crash that reports a second time) changes nothing and says so: each
+dispatch has exactly one result.
 """
 
 from __future__ import annotations
@@ -46,9 +45,9 @@ async def worker_done(hub: ToolContext, session: str, arguments: dict[str, Any])
         raise EngineError(f"worker_done needs 'result', text of 1..{RESULT_MAX} characters")
     try:
         reported = await hub.ledger.report_worker_done(session, result, now_ms())
-    except LedgerLookupError as exc:  # Rule 2
+    except LedgerLookupError as exc:  # ended already: nothing changes
         raise EngineError(f"worker_done refused: {exc}") from exc
-    for item in reported.items:  # Rule 1: committed
+    for item in reported.items:  # committed
         hub.post(item)
     log.info("worker reported", session=session, dispatches=list(reported.dispatches))
     return orjson.dumps({"reported": True, "dispatches": list(reported.dispatches)}).decode()

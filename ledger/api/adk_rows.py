@@ -1,24 +1,22 @@
 """What Google ADK's `LedgerSessionService` (ledger/integrations/adk/) keeps in the
-ledger: jobs for the one writer (ledger/writer/jobs.py Rule 1: functions of a connection
-and plain arguments) and reads of a read connection, run by the in-process Store
+ledger: jobs for the one writer (functions of a connection and plain arguments,
+ledger/writer/jobs.py) and reads of a read connection, run by the in-process Store
 or by a daemon (served.py: the `adk.*` calls). Nothing here knows ADK's classes,
 so a daemon without ADK installed serves them; the service turns them into these
 plain values.
 
-Rule 1: an ADK session is a ledger session labelled `adk:<app>:<user>:<id>`, each
-        part percent-quoted: the label is one to one with the triple, and an
-        app's or a user's sessions are one range of the label index. Its ids,
-        its own state and its ADK times (float seconds, kept exactly) are its
-        row of `adk_sessions`: an append rewrites that small row, not the
-        session's.
-Rule 2: an event is a turn holding one item, the event's JSON, on the head read in
-        the same transaction: two appends to one session are serialized by the
-        writer and neither is lost (ledger/api/writes.py Rule 1).
-Rule 3: an append's event, its session's state and update time, and the app's and
-        the user's shared state (table adk_shared_state) commit in one
-        transaction, or none of it does.
-Rule 4: a read of a session takes one read transaction, so its state and its
-        events are of one moment.
+An ADK session is a ledger session labelled `adk:<app>:<user>:<id>`, each part
+percent-quoted: the label is one to one with the triple, and an app's or a user's
+sessions are one range of the label index. Its ids, its own state and its ADK times
+(float seconds, kept exactly) are its row of `adk_sessions`, so an append rewrites
+that small row, not the session's.
+
+An event is a turn holding one item, the event's JSON, on the head read in the same
+transaction: two appends to one session are serialized by the writer and neither is
+lost. An append's event, its session's state and update time, and the app's and the
+user's shared state (`adk_shared_state`) commit in one transaction or not at all, and
+a read of a session takes one read transaction, so its state and its events are of
+one moment.
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ def label(app_name: str, user_id: str, session_id: str) -> str:
 
 
 def label_range(app_name: str, user_id: str | None) -> tuple[str, str]:
-    """[low, high) of the labels of an app's sessions, or of one user's (Rule 1)."""
+    """[low, high) of the labels of an app's sessions, or of one user's."""
     low = PREFIX + quote(app_name, safe="") + ":"
     if user_id is not None:
         low += quote(user_id, safe="") + ":"
@@ -123,7 +121,7 @@ def append(
     ts: float,
     now_ms: int,
 ) -> None:
-    """One event on the session's head with its state deltas (Rules 2, 3)."""
+    """One event on the session's head with its state deltas."""
     if session_delta:
         row = conn.execute(
             "SELECT state FROM adk_sessions WHERE session_label = ?", (session_label,)
@@ -151,7 +149,7 @@ def append(
 
 @contextmanager
 def snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One read transaction (Rule 4); the connection is in autocommit mode otherwise."""
+    """One read transaction; the connection is in autocommit mode otherwise."""
     conn.execute("BEGIN")
     try:
         yield conn
@@ -233,7 +231,7 @@ def session_view(
     recent: int | None,
     after: float | None,
 ) -> dict[str, Any] | None:
-    """A session as `get_session` needs it, of one moment (Rule 4); None if there is
+    """A session as `get_session` needs it, of one moment; None if there is
     no such ADK session."""
     with snapshot(conn):
         record = session_record(conn, session_label)
@@ -248,7 +246,7 @@ def session_view(
 
 
 def sessions_view(conn: sqlite3.Connection, app_name: str, user_id: str | None) -> dict[str, Any]:
-    """An app's sessions (or one user's) as `list_sessions` needs them (Rule 4)."""
+    """An app's sessions (or one user's) as `list_sessions` needs them."""
     with snapshot(conn):
         return {
             "records": session_records(conn, app_name, user_id),

@@ -1,63 +1,41 @@
 """One open ledger file in this process: its writer thread, its read connections and
 its claim on the file (owner.py). Every Store of the process on that file shares it.
 
-Rule 1: one thread owns the write connection (a `Transactor`, as the daemon's
-        writer thread runs it: a failing job rolled back alone, the full-text
-        index brought up to date before each COMMIT, WAL checkpoints beside).
-        It takes every job waiting when it wakes as one transaction (group
-        commit, at most MAX_BATCH), and tells each caller only after the COMMIT.
-Rule 2: a storage failure (disk full, I/O error) fails the jobs of its batch,
-        nothing of which was kept; the next batch starts with `resume_writes`,
-        which the `Transactor` needs to run again (transactor.py Rule 2). A
-        library caller gets the error and decides; there is no daemon to
-        retry for it.
-Rule 3: reads run on the caller's own thread, on a connection of that thread:
-        a hop to another thread costs more than reading the last 30 items from
-        the page cache (tens of µs), and WAL readers never wait for the writer.
-Rule 4: closing stops taking jobs, finishes every job already taken, then
-        closes the connections and drops the claim. The last Store of a file
-        closes its engine.
-Rule 5: the full-text index (ledger/fts.py) is brought up to date once
-        FTS_LAG messages wait for it, and at close, not at every COMMIT: FTS5
-        writes a segment per transaction, which cost a two-item turn about
-        100 µs, more than the rest of its transaction. The index stays whole
-        up to `fts_progress.indexed_through` and holds nothing beyond it
-        (fts.py Rule 2), so whoever writes next (a daemon, another Store)
-        indexes what a Store cut short left waiting. Nothing in the library
-        searches it meanwhile: the daemon's recall runs only where it owns the
-        file (owner.py).
-Rule 5a: whether FTS_LAG messages wait is a query, and a query at every COMMIT
-        cost a library turn a statement. The connection's `total_changes`
-        (rows any statement inserted, updated or deleted, whether or not its
-        transaction committed) grows by at least one for every message
-        written, so it bounds how many can have come since the last answer:
-        the file is asked again only when that bound reaches FTS_LAG. After a
-        rollback (which may undo an indexing) it is asked at the next COMMIT.
-Rule 6: with synchronous=NORMAL a COMMIT writes to the WAL and syncs nothing
-        (the checkpoints that sync run on their own thread: checkpoint.py), so
-        it costs about what a read of the last 30 items does, and a thread hop
-        there and back costs more than the transaction. The appends an event
-        loop's tasks make in one pass of the loop are gathered and run as one
-        transaction on that loop's own thread, by the pass's first task once
-        the others had their turn (waiting.py Rule 4; group commit without a
-        hop: 200 tasks that each await their append
-        make one transaction a pass: at most MAX_BATCH of them, the rest go to
-        the writer thread, since the loop's other tasks wait while it runs).
-        Only when the writer is free: if the writer thread has a batch under
-        way or waiting, or a checkpoint holds the write lock, the gathered
-        appends join its queue instead, so the loop never waits for someone
-        else's transaction. With FULL each COMMIT
-        syncs, and that wait stays off the loop (Rule 1). A blocking caller
-        (sync.py) runs its job on its own thread the same way, at any setting:
-        it waits for the COMMIT either way.
-Rule 6a: a loop whose last batches each held one append (a caller awaiting its
-        appends one after another, nothing else gathering) commits the next
-        at once, without the pass the first task lets run (waiting.py Rule 4):
-        that pass, with nothing to gather, was 18,000 of a sequential append's
-        340,000 instructions. Every ALONE_PASSES-th such append lets the pass
-        run all the same: the loop's other tasks and its I/O wait at most that
-        many appends, and tasks that start appending together are gathered
-        again from that pass on (until then each commits alone).
+One thread owns the write connection (a `Transactor`, as the daemon's writer thread
+runs it: a failing job rolled back alone, the full-text index brought up to date,
+WAL checkpoints beside). It takes every job waiting when it wakes as one transaction
+(group commit, at most MAX_BATCH) and tells each caller only after the COMMIT. A
+storage failure (disk full, I/O error) fails the jobs of its batch, nothing of which
+was kept, and the next batch starts with `resume_writes`; a library caller gets the
+error and decides, as there is no daemon to retry for it. Closing stops taking jobs,
+finishes every job already taken, then closes the connections and drops the claim;
+the last Store of a file closes its engine.
+
+Reads run on the caller's own thread, on a connection of that thread: a hop to
+another thread costs more than a short read from the page cache, and WAL readers
+never wait for the writer. With synchronous=NORMAL a COMMIT syncs nothing (the
+checkpoints that sync run on their own thread: checkpoint.py), so the appends an
+event loop's tasks make in one pass of the loop are gathered and run as one
+transaction on that loop's own thread, led by the pass's first task (waiting.py);
+at most MAX_BATCH of them, the rest go to the writer thread. That happens only when
+the writer is free: with a batch of the writer thread under way or waiting, or a
+checkpoint holding the write lock, the gathered appends join its queue instead, so
+the loop never waits for someone else's transaction. With FULL each COMMIT syncs, and
+that wait stays off the loop. A blocking caller (sync.py) runs its job on its own
+thread the same way, at any setting. A loop whose last batches each held one append
+commits the next at once, without the pass, but every ALONE_PASSES-th such append
+lets the pass run all the same, so the loop's other tasks and its I/O wait at most
+that many appends (docs/performance.md).
+
+The full-text index (ledger/fts.py) is brought up to date once FTS_LAG messages wait
+for it, and at close, not at every COMMIT, as FTS5 writes a segment per transaction
+(docs/performance.md). The index stays whole up to `fts_progress.indexed_through`
+and holds nothing beyond it, so whoever writes next (a daemon, another Store)
+indexes what a Store left waiting; nothing in the library searches it meanwhile (the
+daemon's recall runs only where it owns the file). Whether FTS_LAG messages wait is
+asked of the file only when the connection's `total_changes` (which grows by at least
+one for every message written) says that many may have come, and at the next COMMIT
+after a rollback, which may undo an indexing.
 """
 
 from __future__ import annotations
@@ -84,13 +62,13 @@ from ledger.writer.jobs import JobSpec, resume_writes
 from ledger.writer.transactor import Transactor
 
 MAX_BATCH = 512  # jobs a transaction: bounds one commit's time, not the throughput
-FTS_LAG = 256  # messages the full-text index may lag behind (Rule 5)
-ALONE_PASSES = 16  # single-append batches in a row, one of which lets the pass run (Rule 6a)
+FTS_LAG = 256  # messages the full-text index may lag behind
+ALONE_PASSES = 16  # single-append batches in a row, one of which lets the pass run
 
 
 class IndexWhenDue:
-    """`index_new_messages` once FTS_LAG messages wait for it (Rule 5), asking the
-    file how many wait only when they may be that many (Rule 5a)."""
+    """`index_new_messages` once FTS_LAG messages wait for it, asking the
+    file how many wait only when they may be that many."""
 
     def __init__(self) -> None:
         self._changes = -FTS_LAG  # the connection's total_changes when it was last asked
@@ -117,7 +95,7 @@ def open_library_transactor(
     path: Path, synchronous: Synchronous
 ) -> tuple[Transactor, threading.Lock]:
     """The daemon's write connection (transactor.open_transactor), indexing lazily,
-    and the lock its checkpointer holds while it catches up (checkpoint.py Rule 2)."""
+    and the lock its checkpointer holds while it catches up (checkpoint.py)."""
     conn = connect(path, synchronous, factory=WriterConnection)
     assert isinstance(conn, WriterConnection)
     indexer = IndexWhenDue()
@@ -145,8 +123,8 @@ class WriterThread:
         self._cond = threading.Condition()
         self._queue: deque[Ticket] = deque()
         self._closing = False
-        self._resume = False  # Rule 2
-        self._busy = threading.Lock()  # one transaction at a time, on any thread (Rule 6)
+        self._resume = False  # after a storage failure, the next batch resumes writes
+        self._busy = threading.Lock()  # one transaction at a time, on any thread
         self.batches = 0
         self.jobs = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -163,7 +141,7 @@ class WriterThread:
     def _take(self) -> list[Ticket]:
         with self._cond:
             while not self._queue and not self._closing:
-                self._cond.wait()  # woken by submit or close (Rule 4)
+                self._cond.wait()  # woken by submit or close
             n = min(len(self._queue), MAX_BATCH)
             return [self._queue.popleft() for _ in range(n)]
 
@@ -184,16 +162,16 @@ class WriterThread:
                 ticket.value, ticket.error = None, died
             self._deliver(left)
         finally:
-            # After a transaction another thread may still be running (Rule 6).
+            # After a transaction another thread may still be running.
             with self._busy:
-                # Rule 5: what the index still lacks, in a transaction of its own;
+                # what the index still lacks, in a transaction of its own;
                 # if that fails too, whoever writes next indexes it.
                 with contextlib.suppress(Exception):
                     self._transactor.execute([JobSpec(index_new_messages, (), {})])
                 self._transactor.close()
 
     def run_here(self, batch: list[Ticket]) -> bool:
-        """Commit `batch` on this thread if the writer is free (Rule 6); False if not,
+        """Commit `batch` on this thread if the writer is free; False if not,
         and then nothing was run. The caller is told through each ticket's `on_done`."""
         if not self._busy.acquire(blocking=False):
             return False
@@ -264,12 +242,12 @@ class WriterThread:
 
 def _notify(tickets: list[Ticket]) -> None:
     for ticket in tickets:
-        ticket.done = True  # on the caller's side, as on_done (waiting.py Rule 5)
+        ticket.done = True  # on the caller's side, as on_done (waiting.py)
         ticket.on_done(ticket)
 
 
 class Readers:
-    """A read connection per calling thread (Rule 3)."""
+    """A read connection per calling thread."""
 
     def __init__(self, path: Path, synchronous: Synchronous) -> None:
         self._path = path
@@ -307,9 +285,9 @@ class Engine:
             self._release()
             raise
         self.writer = WriterThread(transactor, checkpoint_lock, f"ledger-store-writer:{path.name}")
-        self.gather_on_loop = synchronous == "NORMAL"  # Rule 6
+        self.gather_on_loop = synchronous == "NORMAL"  # a COMMIT that syncs nothing
         self._gathered: dict[object, list[Ticket]] = {}  # by event loop, until its callback
-        # Rule 6a: single-append batches in a row on the loop of this id (an id, not
+        # single-append batches in a row on the loop of this id (an id, not
         # the loop, so that a loop that is gone is not kept alive by it).
         self._alone_loop = 0
         self._alone = 0
@@ -329,15 +307,15 @@ class Engine:
         if gathered is None:
             # Only this loop's thread touches its entry; the dict itself is shared.
             self._gathered[loop] = [ticket]
-            ticket.lead = self._commit_gathered  # this task commits the pass (waiting.py Rule 4)
+            ticket.lead = self._commit_gathered  # this task commits the pass (waiting.py)
             alone = self._alone if id(loop) == self._alone_loop else 0
-            ticket.gather = alone % ALONE_PASSES == 0  # Rule 6a
+            ticket.gather = alone % ALONE_PASSES == 0  # now and then, the pass runs
             return
         gathered.append(ticket)
 
     def _commit_gathered(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._gathered.pop(loop)
-        if len(batch) > 1:  # Rule 6a
+        if len(batch) > 1:  # not alone: gather again
             self._alone = 0
         elif id(loop) == self._alone_loop:
             self._alone += 1
@@ -360,7 +338,7 @@ class Engine:
                 return
 
     def run_blocking(self, ticket: Ticket) -> None:
-        """A blocking caller's job, on its own thread when the writer is free (Rule 6)."""
+        """A blocking caller's job, on its own thread when the writer is free."""
         if not self.writer.run_here([ticket]):
             self.writer.submit(ticket)
 

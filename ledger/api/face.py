@@ -1,9 +1,9 @@
 """What the async Store and the blocking SyncStore share: the jobs they hand the
-writer, and the reads they run on the caller's thread (engine.py Rule 3).
+writer, and the reads they run on the caller's thread (engine.py).
 
-Rule 1: everything a call needs from the caller (its items encoded, its time)
-        is settled before the job is queued, so a call that cannot be stored
-        raises at once and queues nothing.
+Everything a call needs from the caller (its items encoded, its time) is settled
+before the job is queued, so a call that cannot be stored raises at once and queues
+nothing.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Face:
     def _reads(self) -> Any:
         return self._live().readers.conn()
 
-    # -- jobs (Rule 1) -------------------------------------------------------
+    # -- jobs -------------------------------------------------------
 
     def _create_job(
         self, session_id: str | None, title: str | None, metadata: dict[str, Any] | None

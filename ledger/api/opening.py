@@ -1,20 +1,17 @@
 """Opening a ledger file for the library face: every refusal before any write.
 
-Rule 1: the file is looked at read-only first: a path that is not a usable file,
-        a file that is not an SQLite database, a database that is not a ledger,
-        a schema newer than this code, or a file this user may not write is
-        refused with an exception naming the file and the problem, and the file
-        is left as it was (not even switched to WAL mode).
-Rule 2: then the writes are claimed (owner.py): a ledger a running daemon
-        serves is refused with an error naming the daemon's socket.
-Rule 3: only then is it opened for writing and migrated, as the daemon does
-        (db.py Rule 2). A missing file is created (its directory must exist);
-        an empty file counts as missing.
-Rule 1a: a database is a ledger when its schema version says so and it holds
-        the ledger's tables: one at version 0 that holds any table is another
-        program's (a chat app's `sessions`, `turns` and `messages` passed the
-        table check and failed in the first migration, "table sessions already
-        exists", the file switched to WAL mode by then).
+The file is looked at read-only first: a path that is not a usable file, a file that
+is not an SQLite database, a database that is not a ledger, a schema newer than this
+code, or a file this user may not write is refused with an exception naming the file
+and the problem, and the file is left as it was (not even switched to WAL mode). A
+database is a ledger when its schema version says so and it holds the ledger's
+tables: one at version 0 that holds any table is another program's, even when its
+table names look like ours.
+
+Then the writes are claimed (owner.py): a ledger a running daemon serves is refused
+with an error naming the daemon's socket. Only then is it opened for writing and
+migrated, as the daemon does (ledger/db.py). A missing file is created (its
+directory must exist); an empty file counts as missing.
 """
 
 from __future__ import annotations
@@ -50,7 +47,8 @@ def _not_writable(path: Path, what: str) -> LedgerNotWritable:
 
 
 def _look(path: Path) -> bool:
-    """Rule 1; True when there is a ledger to open, False when one is to be made."""
+    """The read-only look, refusing what is no ledger: True when there is a ledger to
+    open, False when one is to be made."""
     try:
         return _look_at(path)
     except PermissionError as exc:
@@ -107,7 +105,7 @@ def _look_inside(path: Path) -> None:
             f" knows ({latest}); upgrade agent-broker to open it. The file was not touched"
         )
     named = sorted(t for t in tables if not t.startswith("sqlite_"))
-    # Rule 1a: a ledger's first migration sets the version with its tables.
+    # a ledger's first migration sets the version with its tables.
     if (version == 0 and named) or (version > 0 and not tables >= LEDGER_TABLES):
         shown = ", ".join(named[:5])
         raise NotALedger(
@@ -117,7 +115,7 @@ def _look_inside(path: Path) -> None:
 
 
 def open_checked(path: Path, synchronous: Synchronous) -> Callable[[], None]:
-    """Check, claim and migrate the ledger (Rules 1-3); returns what drops the claim."""
+    """Check, claim and migrate the ledger; returns what drops the claim."""
     _look(path)
     stack = ExitStack()
     stack.enter_context(claim(path))

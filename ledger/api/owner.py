@@ -6,15 +6,13 @@ compare-and-swap for a lost race, and the daemon's crash recovery would mistake
 the Store's turns for its own). SQLite cannot tell: WAL mode lets any number of
 connections write, one transaction after another.
 
-Rule 1: the owner holds an exclusive `flock` on `<ledger>.lock` for as long as it
-        writes, and writes into the file who it is (pid, and the socket when it
-        is a daemon). The kernel drops the lock when the owner's process dies,
-        even by kill -9, so a stale file never blocks a restart.
-Rule 2: a claim that finds the lock held raises `LedgerInUse` naming the
-        holder's socket (a daemon) or pid (a Store), and changes nothing.
-Rule 3: the lock file is opened close-on-exec and claimed after the daemon's
-        writer process is started, so no child keeps the lock after its parent
-        is gone.
+The owner holds an exclusive `flock` on `<ledger>.lock` for as long as it writes, and
+writes into the file who it is (pid, and the socket when it is a daemon); the kernel
+drops the lock when the owner's process dies, even by kill -9, so a stale file never
+blocks a restart. A claim that finds the lock held raises `LedgerInUse` naming the
+holder's socket (a daemon) or pid (a Store), and changes nothing. The lock file is
+opened close-on-exec and claimed after the daemon's writer process is started, so no
+child keeps the lock after its parent is gone.
 """
 
 from __future__ import annotations
@@ -81,7 +79,7 @@ def holder(ledger: Path | str) -> LedgerInUse | None:
 
 @contextmanager
 def claim(ledger: Path | str, *, socket: str | None = None) -> Iterator[None]:
-    """Own the ledger's writes until the block exits (Rules 1-3)."""
+    """Own the ledger's writes until the block exits."""
     fd = os.open(lock_path(ledger), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:

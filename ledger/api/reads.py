@@ -1,52 +1,27 @@
 """The library face's reads: plain functions of a read connection.
 
-Rule 1: a session's items are its thread's messages, from the latest compaction
-        turn (whose items are the summary) to the head, in order; a fork reads
-        its ancestors' turns as its own.
-Rule 1a: a daemon compaction keeps its newest turns verbatim (its `compactions`
-        row's `first_kept_turn_id`): they sit before the compaction turn in the
-        tree and read after it, as the daemon's context loads them
-        (ledger/reads.py Rule 1): the summary, the kept turns, the turns since.
-        The walk goes on past such a compaction to its first kept turn; its
-        rows carry a `part` (2 the compaction, 1 a kept turn, 0 a turn since),
-        the reads order by part first. A compaction turn among the kept ones
-        (one compaction keeping turns an earlier one had kept) has no items:
-        the later summary took its place, as in the daemon's context.
-Rule 1b: a turn the daemon aborted (`turns.status` 'aborted': an interrupt, or
-        a crash `recover_crashed` cleaned up) shows its partial reply, not its
-        inputs: they run again in a later turn, and the daemon's context loads
-        them once (ledger/reads.py Rule 1), so every walk here leaves out the
-        'user' messages of such a turn, kept or not. The test is of a flag the
-        walk computes once a turn (`aborted`), not of the status text at each
-        message: comparing texts took a last-30 read (of a thread without an
-        aborted turn) from 593,000 instructions to 624,000, the flag to 605,000
-        (docs/performance.md, "An aborted turn's inputs").
-Rule 2: the last N items walk back from the head N/2 turns in one statement,
-        so the cost follows N, not the length of the thread; a thread with
-        fewer items a turn (or empty turns: daemon compactions) takes a second,
-        unbounded walk, unless the first one reached its start.
-Rule 2a: that first walk has no ORDER BY: its rows (every message of the turns
-        it walked, most often just the N wanted) are put in order here, by
-        turn depth and seq. SQLite's sorter copied each row, content and all,
-        and the walk fetched five text columns a row; four columns (depth,
-        seq, the content, the role only of a daemon's message) and a Python
-        sort took a last-30 read from 830,000 instructions to 611,000
-        (docs/performance.md, "The library's sequential path"). Empty turns
-        come as one row without content, so the walk's depth is known
-        whatever its turns held.
-Rule 2b: that first walk stops at the latest compaction, as it did before
-        Rule 1a: going on to the kept turns in the same statement took a last-30
-        read from 609,000 instructions to 703,000 (docs/performance.md, "A
-        daemon compaction's kept turns"). A daemon's compaction (which alone
-        keeps turns) is told by its role, read as '' there; a thread starting
-        at one is read by the second, whole walk, which knows Rule 1a (so is
-        one whose deepest message has the role '', written so: rare, right).
-Rule 3: `list_sessions(title_contains=)` matches case-insensitively by
-        SQLite's lower(), which folds ASCII letters only: "first" finds
-        "First chat", "über" does not find "Über". Folding every letter would
-        take a Python function on each read connection (and PostgreSQL's
-        lower() follows its locale); the choice is documented, not hidden
-        (docs/integrations.md).
+A session's items are its thread's messages, from the latest compaction turn (whose
+items are the summary) to the head, in order, as the daemon's context loads them
+(ledger/reads.py); a fork reads its ancestors' turns as its own. A daemon compaction
+keeps its newest turns verbatim (its `compactions` row's `first_kept_turn_id`): they
+sit before the compaction turn in the tree and read after it, so the walk goes on
+past such a compaction to its first kept turn, and its rows carry a `part` (2 the
+compaction, 1 a kept turn, 0 a turn since) that orders them first. A compaction turn
+among the kept ones has no items: the later summary took its place. A turn the
+daemon aborted shows its partial reply, not its inputs, which run again in a later
+turn: every walk leaves out the 'user' messages of such a turn, kept or
+not.
+
+The last N items walk back from the head N/2 turns in one statement, so the cost
+follows N, not the length of the thread; a thread with fewer items a turn (or empty
+turns) takes a second, unbounded walk, unless the first reached its start. The first
+walk stops at the latest compaction and sorts its rows here rather than in SQL
+(docs/performance.md); a thread starting at a daemon's compaction, which alone keeps
+turns, is read by the second, whole walk, which follows the kept turns.
+
+`list_sessions(title_contains=)` matches case-insensitively by SQLite's lower(), which
+folds ASCII letters only: "first" finds "First chat", "über" does not find "Über" (a
+documented choice: docs/integrations.md).
 """
 
 from __future__ import annotations
@@ -130,9 +105,10 @@ def list_sessions(
 # has no LIMIT there (ledger/postgres). WHOLE walks the whole thread.
 WHOLE = 2**62
 # A walked turn's `aborted`: a flag, not its status, so the test of each message is
-# not a comparison of texts (Rule 1b).
+# not a comparison of texts.
 _ABORTED = "t.status = 'aborted'"
-# `part` and `target` (the first kept turn the walk goes on to) follow Rule 1a.
+# `part` and `target` (the first kept turn the walk goes on to): a daemon compaction's
+# kept turns read after its summary.
 _KEPT = "(SELECT first_kept_turn_id FROM compactions WHERE turn_id = t.id)"
 _WALK = (
     "WITH RECURSIVE chain(id, depth, type, parent, engine, aborted, part, target) AS ("
@@ -147,11 +123,11 @@ _WALK = (
     " (c.part = 0 AND c.type != 'compaction' OR c.part = 2 AND c.target IS NOT NULL"
     " OR c.part = 1 AND c.id != c.target))"
 )
-# A message an aborted turn hides: one of its inputs (Rule 1b).
+# A message an aborted turn hides: one of its inputs.
 _VISIBLE = "(NOT c.aborted OR m.role != 'user')"
-# The messages a walked turn shows: none of a compaction's among kept turns (Rule 1a).
+# The messages a walked turn shows: none of a compaction's among kept turns.
 _SHOWN = f"m.turn_id = c.id AND (c.part != 1 OR c.type != 'compaction') AND {_VISIBLE}"
-# The first walk of `last_items` (Rule 2b): it stops at the latest compaction.
+# The first walk of `last_items`: it stops at the latest compaction.
 _FIRST_WALK = (
     "WITH RECURSIVE chain(id, depth, type, parent, engine, aborted) AS ("
     f" SELECT t.id, 0, t.type, t.parent_id, t.engine, {_ABORTED} FROM sessions s"
@@ -159,9 +135,9 @@ _FIRST_WALK = (
     f" UNION ALL SELECT t.id, c.depth + 1, t.type, t.parent_id, t.engine, {_ABORTED} FROM chain c"
     " JOIN turns t ON t.id = c.parent WHERE c.type != 'compaction' AND c.depth + 1 < ?)"
 )
-# A message's role is needed only when it is not a library item (records.py Rule 2).
+# A message's role is needed only when it is not a library item (records.py).
 _ROLE = f"CASE WHEN c.engine = '{LIBRARY}' THEN NULL ELSE m.role END"
-# ... and '' marks a daemon's compaction turn, which may have kept turns (Rule 2b).
+# ... and '' marks a daemon's compaction turn, which may have kept turns.
 _FIRST_ROLE = (
     f"CASE WHEN c.engine = '{LIBRARY}' THEN NULL WHEN c.type = 'compaction' THEN '' ELSE m.role END"
 )
@@ -176,7 +152,7 @@ _LAST_ITEMS = (
 
 
 def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
-    """The last `n` items of the session, oldest first (Rules 2, 2a, 2b)."""
+    """The last `n` items of the session, oldest first."""
     if n <= 0:
         if not exists(conn, label):
             raise NotFound(f"no session {label!r}", field="session")
@@ -192,7 +168,7 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
     rows.sort()  # oldest turn first (the deepest), then seq; (depth, seq) is unique
     walked_to_its_start = -rows[0][0] < depth - 1  # the walk stopped before its bound
     found = [(role, content) for _, _, role, content in rows if content is not None]
-    # A daemon's compaction at the start: its kept turns read after it (Rule 2b).
+    # A daemon's compaction at the start: its kept turns read after it.
     if rows[0][2] == "" or (len(found) < n and not walked_to_its_start):
         found = conn.execute(_LAST_ITEMS, (label, WHOLE, n)).fetchall()
         found.reverse()
@@ -204,13 +180,13 @@ def last_items(conn: sqlite3.Connection, label: str, n: int) -> list[Any]:
 
 def turns(conn: sqlite3.Connection, label: str) -> list[TurnInfo]:
     """The thread's turns from the latest compaction to the head, with their items,
-    in the order of their items (Rule 1a)."""
+    in the order of their items."""
     return thread(conn, label)[1]
 
 
 def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnInfo]]:
     """The head and `turns`, of one moment: the last of the turns is not always the
-    head (Rule 1a), and a compaction must know what it summarized (writes.py Rule 3)."""
+    head, and a compaction must know what it summarized (writes.py)."""
     rows = conn.execute(
         f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
         f" m.content, c.depth FROM chain c JOIN turns t ON t.id = c.id"
@@ -232,7 +208,7 @@ def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnI
 
 
 def items(conn: sqlite3.Connection, label: str) -> list[Any]:
-    """Every item of the thread, oldest first (Rule 1)."""
+    """Every item of the thread, oldest first."""
     rows = conn.execute(
         f"{_WALK} SELECT c.engine, m.role, m.content FROM chain c"
         f" JOIN messages m ON {_SHOWN} ORDER BY c.part DESC, c.depth DESC, m.seq",

@@ -1,13 +1,12 @@
 """The values the library face hands out: a session, a turn, a page of sessions,
 and the encoding of items (one JSON value each) into message rows.
 
-Rule 1: an item is any JSON value; it is stored as its JSON text, one message row
-        each, and comes back equal (dict keys are strings, tuples come back as
-        lists, as with `json`). The encoding happens in the caller, before
-        anything is queued: an item that is not JSON-serializable raises
-        `TypeError` naming it, and nothing of that call is stored.
-Rule 2: a message of a turn the daemon wrote (plain text, not a library item) is
-        read back as `{"role": ..., "content": ...}`.
+An item is any JSON value, stored as its JSON text, one message row each, and comes
+back equal (dict keys are strings, tuples come back as lists, as with `json`). The
+encoding happens in the caller before anything is queued: an item that is not
+JSON-serializable raises `TypeError` naming it, and nothing of that call is stored. A
+message of a turn the daemon wrote (plain text, not a library item) is read back as
+`{"role": ..., "content": ...}`.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def _role(item: Any) -> str:
 
 
 def encode_items(items: Sequence[Any]) -> list[Row]:
-    """The rows of `items` (Rule 1); TypeError naming the first that cannot be stored."""
+    """The rows of `items`; TypeError naming the first that cannot be stored."""
     if isinstance(items, (str, bytes, dict)):
         raise TypeError(f"items must be a list of items, not a {type(items).__name__}")
     rows = []
@@ -100,7 +99,7 @@ def encode_metadata(metadata: dict[str, Any] | None) -> str | None:
 
 
 def decode_item(engine: str | None, role: str, content: str) -> Any:
-    """One stored message as an item (Rules 1, 2)."""
+    """One stored message as an item."""
     if engine == LIBRARY:
         return orjson.loads(content)
     return {"role": role, "content": content}

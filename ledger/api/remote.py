@@ -1,14 +1,12 @@
 """`RemoteStore`: the Store's calls through a running daemon's socket, as an operator
 (the `store.call` op, broker/ops/store.py; ledger/api/served.py runs them).
 
-Rule 1: items are encoded here first (records.py Rule 1), so an item that is not
-        JSON-serializable raises `TypeError` before anything is sent.
-Rule 2: one request at a time on the connection (a lock), each answered before
-        the next goes; the daemon's writer still commits the requests of many
-        connections together.
-Rule 3: an `error` answer raises the ledger's own exception: `not_found` as
-        `NotFound`, `invalid` as `Conflict`, both with the field the daemon
-        named; anything else as `LedgerError`.
+Items are encoded here first (records.py), so an item that is not JSON-serializable
+raises `TypeError` before anything is sent. One request at a time goes on the
+connection (a lock), each answered before the next; the daemon's writer still
+commits the requests of many connections together. An `error` answer raises the
+ledger's own exception: `not_found` as `NotFound`, `invalid` as `Conflict`, both with
+the field the daemon named; anything else as `LedgerError`.
 """
 
 from __future__ import annotations
@@ -84,7 +82,7 @@ class RemoteStore:
         return frame
 
     async def _op(self, op: str, args: dict[str, Any]) -> Any:
-        async with self._lock:  # Rule 2
+        async with self._lock:  # one request at a time
             self._req += 1
             req = f"s{self._req}"
             await self._send({"type": "op", "req": req, "op": op, "args": args})
@@ -133,7 +131,7 @@ class RemoteStore:
         metadata: dict[str, Any] | None = None,
     ) -> SessionInfo:
         for turn in turns:
-            encode_items(turn)  # Rule 1
+            encode_items(turn)  # raises before anything is sent
         await self._call(
             "put",
             session=session_id,
@@ -159,7 +157,7 @@ class RemoteStore:
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
     ) -> str:
-        encode_items(items)  # Rule 1
+        encode_items(items)  # raises before anything is sent
         got = await self._call(
             "append",
             session=session_id,

@@ -2,13 +2,11 @@
 call at a time (the `store.call` op, broker/ops/store.py), answered on the daemon's
 own ledger by the same jobs and reads as the in-process Store.
 
-Rule 1: a call is a name and JSON arguments, checked here: a missing or mistyped
-        argument raises `Invalid` naming it, and nothing runs.
-Rule 2: writes go through the daemon's one writer (its group commit, its storage
-        retries), reads to its reader threads; so a daemon's sessions and a
-        library's share one serial order per session.
-Rule 3: answers are JSON: sessions and turns as dicts of their fields, items as
-        they were stored.
+A call is a name and JSON arguments, checked here: a missing or mistyped argument
+raises `Invalid` naming it, and nothing runs. Writes go through the daemon's one
+writer (its group commit, its storage retries), reads to its reader threads, so a
+daemon's sessions and a library's share one serial order per session. Answers are
+JSON: sessions and turns as dicts of their fields, items as they were stored.
 """
 
 from __future__ import annotations
@@ -162,7 +160,7 @@ def _plan_adk(call: LibraryCall, s: Callable[..., Any], now: int) -> tuple[str, 
 
 
 def answer(call: LibraryCall, value: Any) -> Any:
-    """The JSON answer of a call's result (Rule 3)."""
+    """The JSON answer of a call's result."""
     if call == "pop":
         return {"found": value is not None, "item": None if value is None else decode_item(*value)}
     if call == "import":

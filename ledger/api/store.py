@@ -6,14 +6,13 @@ trio), with no daemon. `SyncStore` (sync.py) is the same for blocking code.
     last = await store.last("chat-1", 30)
     await store.aclose()
 
-Rule 1: writes go to the file's one writer thread (engine.py) and return after
-        their COMMIT: what a call returned is on disk, through a kill -9 of the
-        process (and, with synchronous="FULL", a power loss).
-Rule 2: two tasks appending to one session are serialized by that writer: each
-        append is one turn whose parent is the head at its commit, so the items
-        of one call stay together and in order (writes.py Rule 1).
-Rule 3: a call that raises stored nothing: bad items raise before they are
-        queued (face.py Rule 1), and a job that fails is rolled back alone.
+Writes go to the file's one writer (engine.py) and return after their COMMIT: what a
+call returned is on disk, through a kill -9 of the process (and, with
+synchronous="FULL", a power loss). Two tasks appending to one session are serialized
+by that writer: each append is one turn whose parent is the head at its commit, so
+the items of one call stay together and in order. A call that raises stored nothing:
+bad items raise before they are queued (face.py), and a job that fails is rolled back
+alone.
 """
 
 from __future__ import annotations

@@ -1,29 +1,20 @@
 """How a caller waits for the Store's writer thread: asyncio, trio, or a plain thread.
 
-Rule 1: a ticket carries its job and a `post` that runs a function on the
-        caller's side (the event loop's thread, or the writer thread itself for a
-        blocking caller); the writer posts once per batch and caller side, not
-        once per job, so 200 waiting tasks cost one wake-up of their loop.
-Rule 2: a caller cancelled while it waits does not take its job back: a job
-        handed to the writer runs and may commit (ledger/writer/group_commit.py Rule 4). Its
-        result is dropped.
-Rule 3: the event loop is looked up at each call, not kept: one Store serves
-        any number of event loops one after another (an `asyncio.run` per
-        request, a test per loop) and blocking callers at once.
-Rule 4: the first task of a pass to hand a job to a writer that gathers on its
-        loop (engine.py Rule 6) leads the pass's batch: it lets the loop run the
-        pass's other tasks once, then commits what they gathered itself. A
-        callback for the commit and a wake-up after it cost a sequential caller
-        a second pass of the loop per append. Cancelled while it lets the
-        others run, it commits all the same: the batch holds their jobs (and
-        so when its loop closed without resuming it, and the batch's callers
-        are gone with that loop).
-Rule 5: a ticket is `done` once its caller's side was told (`on_done` ran
-        there: the event loop's thread for a task), so a task reads it without
-        a lock. A first task whose batch committed on its own thread finds its
-        ticket done when the commit returns and makes no future to wait on; a
-        task that must wait makes its future then, before it yields, so no
-        `on_done` can come before it is there.
+A ticket carries its job and a `post` that runs a function on the caller's side (the
+event loop's thread, or the writer thread itself for a blocking caller); the writer
+posts once per batch and caller side, not once per job, so many waiting tasks cost
+one wake-up of their loop. A ticket is `done` once its caller's side was told
+(`on_done` ran there), so a task reads it without a lock; a task that must wait makes
+its future before it yields, so no `on_done` can come before it is there. The event
+loop is looked up at each call, not kept: one Store serves any number of event loops
+one after another and blocking callers at once.
+
+A caller cancelled while it waits does not take its job back: a job handed to the
+writer runs and may commit (ledger/writer/group_commit.py), and its result is
+dropped. The first task of a pass to hand a job to a writer that gathers on its loop
+(engine.py) leads the pass's batch: it lets the loop run the pass's other tasks once,
+then commits what they gathered itself; cancelled meanwhile, it commits all the same,
+as the batch holds their jobs.
 """
 
 from __future__ import annotations
@@ -51,15 +42,15 @@ class Ticket:
     ) -> None:
         self.job = job
         self.post = post
-        self.loop = loop  # the asyncio loop waiting, for a commit on its thread (engine.py Rule 6)
-        self.on_done = on_done  # runs on the caller's side (Rule 1)
-        # Set by the writer for the first ticket of a pass: commits the pass's batch (Rule 4).
+        self.loop = loop  # the asyncio loop waiting, for a commit on its thread (engine.py)
+        self.on_done = on_done  # runs on the caller's side
+        # Set by the writer for the first ticket of a pass: commits the pass's batch.
         self.lead: Callable[[asyncio.AbstractEventLoop], None] | None = None
-        # Whether that first task lets the pass run before it commits (engine.py Rule 6a).
+        # Whether that first task lets the pass run before it commits (engine.py).
         self.gather = True
         self.value: Any = None
         self.error: BaseException | None = None
-        self.done = False  # set on the caller's side, just before on_done (Rule 5)
+        self.done = False  # set on the caller's side, just before on_done
 
     def outcome(self) -> Any:
         if self.error is not None:
@@ -79,15 +70,15 @@ def _one_pass() -> Generator[None, None, None]:
 
 
 def _unset(_: Ticket) -> None:
-    """`on_done` of a task's ticket until the task waits for it (Rule 5)."""
+    """`on_done` of a task's ticket until the task waits for it."""
 
 
 def _waker(fut: asyncio.Future[None]) -> Callable[[Ticket], None]:
     def done(_: Ticket) -> None:
-        if not fut.done():  # Rule 2
+        if not fut.done():  # a cancelled caller drops the result
             try:  # noqa: SIM105 - free when nothing raises; `suppress` is not, per append
                 fut.set_result(None)
-            except RuntimeError:  # its loop closed under a leader (Rule 4): nobody waits
+            except RuntimeError:  # its loop closed under a leader: nobody waits
                 pass
 
     return done
@@ -114,13 +105,13 @@ async def wait_async(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
     submit(ticket)
     lead = ticket.lead
     if lead is not None and not ticket.gather:
-        lead(loop)  # nothing to gather (engine.py Rule 6a)
+        lead(loop)  # nothing to gather (engine.py)
     elif lead is not None:
         try:
-            await _one_pass()  # the pass's other tasks gather behind this one (Rule 4)
+            await _one_pass()  # the pass's other tasks gather behind this one
         finally:
             lead(loop)
-    if not ticket.done:  # Rule 5: not committed on this thread yet
+    if not ticket.done:  # not committed on this thread yet
         fut: asyncio.Future[None] = loop.create_future()
         ticket.on_done = _waker(fut)
         await fut
@@ -128,7 +119,7 @@ async def wait_async(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
 
 
 def wait_blocking(job: JobSpec, submit: Callable[[Ticket], None]) -> Any:
-    """Hand `job` to the writer (or run it here: engine.py Rule 6) and block this
+    """Hand `job` to the writer (or run it here: engine.py) and block this
     thread until its commit."""
     done = threading.Event()
     ticket = Ticket(job, run_now, lambda _: done.set())

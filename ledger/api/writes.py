@@ -1,54 +1,29 @@
-"""The library face's writes: jobs for the ledger's one writer (ledger/writer/jobs.py
-Rule 1: functions of a connection and plain arguments).
+"""The library face's writes: jobs for the ledger's one writer (functions of a
+connection and plain arguments: ledger/writer/jobs.py).
 
-Rule 1: a library turn is an ordinary completed turn (engine 'library', one
-        message row an item) and its head move in one transaction, as the
-        daemon commits its own; the turn's parent is the head read in that same
-        transaction, so two appends to one session are serialized by the single
-        writer, never interleaved.
-Rule 1a: an append writes no `session_history` row: the new turn's `parent_id`
-        already says what the row would (the head it moved from), and nothing
-        reads that table back but `delete`. The row and its index entry were two
-        of a library turn's ten B-tree writes and 0.9 MB of the 14.5 MB the
-        peers workload left. Moves a parent link cannot tell (pop, clear, put,
-        compact) still write it.
-Rule 1b: an append is three statements, not four: the turn takes its parent
-        from the session row in its own INSERT, and the head's UPDATE tells by
-        its row count whether the session exists (when not, the job creates it,
-        or raises and is rolled back alone: transactor.py Rule 1). Each
-        statement is a round trip through the sqlite3 module; at 2-3 µs each
-        they are a visible part of a turn that costs about 100.
-Rule 1c: an append binds no None: the sqlite3 module adapts a None (through
-        the adapter ledger/db.py Rule 4 registers, about 1,100 instructions a
-        None; 3,000 without it); the exact str and int it binds directly. A
-        turn without usage says NULL in its statement.
-Rule 2: nothing on a thread is rewritten: `pop` moves the head back (copying
-        the head turn without its last item when it held more than one; the
-        copy keeps the turn's engine, which says how its rows read back),
-        `clear` and `put` move it to a new thread; the old turns stay in the
-        ledger, off the thread, as after the daemon's `/new`. Only `delete`
-        removes rows, and only of a session nothing else builds on.
-Rule 2a: `pop` takes from the thread as the reads see it (reads.py Rule 1),
-        which starts at the latest compaction turn: it never looks past one.
-        The last item of a summary is taken off by a copy of the compaction
-        turn without it (and with its `compactions` row, the summary the
-        daemon reads, shortened alike), not by moving to the turn's parent,
-        which would bring back the whole summarized history; a compaction
-        with no items left is an empty thread, and a pop there finds nothing.
-Rule 2b: the turns a daemon compaction kept verbatim read after its summary
-        (reads.py Rule 1a), so a pop there takes the last item of the newest
-        kept turn holding one: the new head is a copy of the compaction turn
-        (its summary, its `compactions` row) on that turn's copy without the
-        item, or on its parent when it held just that one; kept turns left
-        with nothing to show are left off, and the copy's first kept turn is
-        the original's, or its copy, or none when none is left.
-Rule 2c: a pop takes the last message the reads show (reads.py Rule 1b), never
-        an input of a turn the daemon aborted: such a turn showing nothing is
-        looked past like an empty one, and a copy without the popped message
-        keeps the turn's status with its other rows, so its inputs stay hidden
-        (and in the ledger, as history is).
-Rule 3: a compaction is a turn of type 'compaction' holding the summary items,
-        committed only if the head is still the one that was summarized.
+A library turn is an ordinary completed turn (engine 'library', one message row an
+item) and its head move in one transaction, as the daemon commits its own; the turn's
+parent is the head read in that same transaction, so two appends to one session are
+serialized by the single writer, never interleaved. An append writes no
+`session_history` row (the turn's `parent_id` already says what it would; moves a
+parent link cannot tell, such as pop, clear, put and compact, still write it), takes
+its parent from the session row in its own INSERT, tells by the head's UPDATE row
+count whether the session exists, and binds no None (docs/performance.md).
+
+Nothing on a thread is rewritten: `pop` moves the head back, `clear` and `put` move
+it to a new thread, and the old turns stay in the ledger, off the thread, as after
+the daemon's `/new`; only `delete` removes rows, and only of a session nothing else
+builds on. `pop` takes the last item the reads show (reads.py): from a turn holding
+more than one, by a copy of it without that item (keeping the turn's engine and
+status, so an aborted turn's inputs stay hidden); from a summary, by a copy of the
+compaction turn (and its `compactions` row) without it, never by moving to the
+turn's parent, which would bring back the summarized history; from the turns a
+daemon compaction kept, by a copy of the compaction turn on that turn's copy. An
+input of a turn the daemon aborted is never popped: such a turn showing nothing is
+looked past like an empty one.
+
+A compaction is a turn of type 'compaction' holding the summary items, committed only
+if the head is still the one that was summarized.
 """
 
 from __future__ import annotations
@@ -141,7 +116,7 @@ def _move_head(
             " WHERE label = ?",
             (head, turns_delta, now, label),
         )
-    if reason is None:  # Rule 1a
+    if reason is None:  # an append: its parent link says it
         return
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
@@ -167,9 +142,9 @@ def append_turn(
     create: bool,
     usage: tuple[int | None, int | None] = (None, None),
 ) -> str:
-    """One turn holding `rows` on the session's head (Rules 1, 1b); its id."""
+    """One turn holding `rows` on the session's head; its id."""
     turn_id = new_id()
-    if usage == (None, None):  # Rule 1c
+    if usage == (None, None):  # bind no None
         conn.execute(_APPEND_TURN_SQL, (turn_id, label, now))
     else:
         conn.execute(_APPEND_TURN_WITH_USAGE_SQL, (turn_id, label, now, *usage))
@@ -190,7 +165,7 @@ def append_turn(
 
 
 def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None, str, str] | None:
-    """Take the last item off the thread (Rule 2): (engine, role, content), or None."""
+    """Take the last item off the thread: (engine, role, content), or None."""
     head = _head(conn, label)
     if head is None:
         raise NotFound(f"no session {label!r}", field="session")
@@ -202,13 +177,13 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
         rows = _rows(conn, turn)
         if kind == "compaction":
             popped = _pop_kept(conn, label, turn, rows, engine, now)
-            if popped is not None:  # Rule 2b
+            if popped is not None:  # from the turns a daemon compaction kept
                 new_head, delta, item = popped
                 _move_head(conn, label, new_head, head[0], delta - skipped, "pop", now)
                 return item
         last = _last_shown(rows, status)
         if last is None:
-            if kind == "compaction":  # the thread starts here, empty (Rule 2a)
+            if kind == "compaction":  # the thread starts here, empty
                 return None
             turn, skipped = parent, skipped + 1  # a turn showing nothing: look past it
             continue
@@ -216,7 +191,7 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
         if len(rows) > 1 or kind == "compaction":
             kept = rows[:last] + rows[last + 1 :]
             # The copy keeps the engine and the status: they say how its rows read
-            # back (records.py Rule 2, Rule 2c).
+            # back (records.py), and an aborted turn's inputs stay hidden.
             copy = _insert_turn(conn, label, parent, kept, now, kind, engine=engine, status=status)
             if kind == "compaction":
                 _copy_compaction(conn, turn, copy, label, _summary(kept, engine), now)
@@ -236,7 +211,7 @@ def _rows(conn: sqlite3.Connection, turn: str) -> list[Row]:
 
 
 def _last_shown(rows: list[Row], status: str) -> int | None:
-    """The position of the last of `rows` the reads show, or None (Rule 2c)."""
+    """The position of the last of `rows` the reads show, or None."""
     for at in range(len(rows) - 1, -1, -1):
         if not hidden(status, rows[at][0]):
             return at
@@ -253,7 +228,7 @@ def _copy_compaction(
     first_kept: tuple[str | None] | None = None,
 ) -> None:
     """The `compactions` row of `turn` for its `copy`: its summary `summary` (None: the
-    same), its first kept turn `first_kept[0]` if given (Rules 2a, 2b)."""
+    same), its first kept turn `first_kept[0]` if given."""
     kept, args = ("first_kept_turn_id", ()) if first_kept is None else ("?", first_kept)
     conn.execute(
         "INSERT INTO compactions (turn_id, session_label, summary, summarized_through_turn_id,"
@@ -265,7 +240,7 @@ def _copy_compaction(
 
 
 def _summary(kept: list[Row], engine: str | None) -> str:
-    """The summary a compaction turn holding `kept` gives the daemon (Rule 2a)."""
+    """The summary a compaction turn holding `kept` gives the daemon."""
     if engine == LIBRARY:
         return orjson.dumps([orjson.loads(content) for _, content in kept]).decode()
     return "\n\n".join(content for _, content in kept)
@@ -279,7 +254,7 @@ def _pop_kept(
     engine: str | None,
     now: int,
 ) -> tuple[str, int, tuple[str | None, str, str]] | None:
-    """Take the last item of the turns `compaction` kept (Rule 2b): (the new head, the
+    """Take the last item of the turns `compaction` kept: (the new head, the
     change of the chain's length, (engine, role, content)); None when no kept turn
     holds an item."""
     row = conn.execute(
@@ -308,7 +283,7 @@ def _pop_kept(
     else:
         return None  # `first_kept` is not on the chain: read as the summary alone
     base, first = parent, None if turn == first_kept else first_kept
-    if len(found) > 1:  # a copy without the last item takes the turn's place (Rule 2c)
+    if len(found) > 1:  # a copy without the last item takes the turn's place
         rest = found[:last] + found[last + 1 :]
         base = _insert_turn(conn, label, parent, rest, now, kind, engine=turn_engine, status=status)
         first = base if turn == first_kept else first_kept
@@ -336,7 +311,7 @@ def put(
     metadata: str | None,
     now: int,
 ) -> str | None:
-    """Replace the session's thread by `turns` (Rule 2), creating it if need be."""
+    """Replace the session's thread by `turns`, creating it if need be."""
     head = _head(conn, label)
     if head is None:
         create_session(conn, label, title, metadata, now)
@@ -370,7 +345,7 @@ def compact(
     turns_summarized: int,
     now: int,
 ) -> str:
-    """A compaction turn holding `rows` after `summarized_head` (Rule 3); its id."""
+    """A compaction turn holding `rows` after `summarized_head`; its id."""
     head = _head(conn, label)
     if head is None:
         raise NotFound(f"no session {label!r}", field="session")
@@ -391,7 +366,7 @@ def compact(
 
 
 # A session's rows here are the daemon's work (a binding: where a person's messages
-# go): a library delete refuses rather than change what the daemon does (Rule 2).
+# go): a library delete refuses rather than change what the daemon does.
 DAEMON_TABLES = ("queue_items", "inbound", "timers", "dispatches", "route_bindings")
 # What a delete clears: by its turns' ids (turn_state: the state record each daemon
 # commit writes); by the session's label, before the turns (the outbox's rows refer to
@@ -422,7 +397,7 @@ def _blockers(conn: sqlite3.Connection, label: str) -> list[str]:
 
 
 def delete(conn: sqlite3.Connection, label: str) -> None:
-    """Remove the session and its turns, if nothing else needs them (Rule 2)."""
+    """Remove the session and its turns, if nothing else needs them."""
     if _head(conn, label) is None:
         raise NotFound(f"no session {label!r}", field="session")
     forks = _blockers(conn, label)
@@ -441,12 +416,12 @@ def delete(conn: sqlite3.Connection, label: str) -> None:
                 field="session",
             )
     # A message appended earlier in this same transaction is not indexed yet, and
-    # the index's delete trigger must only ever see indexed rows (fts.py Rule 2).
+    # the index's delete trigger must only ever see indexed rows (fts.py).
     index_new_messages(conn)
     turns = "SELECT id FROM turns WHERE session_label = ?"
     for table in DELETED_BY_TURN:
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({turns})", (label,))
-    forget_deleted(conn)  # the messages' ids may be given out again (fts.py Rule 4)
+    forget_deleted(conn)  # the messages' ids may be given out again (fts.py)
     conn.execute("UPDATE sessions SET head_turn_id = NULL WHERE label = ?", (label,))
     for table in DELETED_BEFORE_TURNS:
         conn.execute(f"DELETE FROM {table} WHERE session_label = ?", (label,))

@@ -5,20 +5,18 @@
     await Runner.run(agent, "hi", session=session)
     session = LedgerSession("user-42", socket="/run/agent-broker/broker.sock")  # via a daemon
 
-Rule 1: one `add_items` call is one turn of the ledger: committed whole before
-        it returns, never interleaved with another writer's items, and nothing
-        of it stored when an item is not JSON-serializable (TypeError naming
-        the item). Items come back equal to what went in, whatever their type.
-Rule 2: every LedgerSession (and Store) of one file in a process shares one
-        writer thread (ledger/api/engine.py), so many sessions commit together;
-        `close()` lets go of it, the last one closes the file.
-Rule 3: `pop_item` and `clear_session` move the session's head; the turns they
-        take off the thread stay in the ledger (ledger/api/writes.py Rule 2).
-Rule 3a: `get_items(limit)` answers as `SQLiteSession` does, whose limit is
-        SQLite's LIMIT: 0 reads nothing, a negative limit reads every item.
-Rule 4: with `socket=`, the calls go to the running daemon (ledger/api/remote.py)
-        on a connection made at the first call of each event loop: a session
-        object outlives the `asyncio.run` it was made in, a connection does not.
+One `add_items` call is one turn of the ledger: committed whole before it returns,
+never interleaved with another writer's items, and nothing of it stored when an item
+is not JSON-serializable (TypeError naming the item). Items come back equal to what
+went in, whatever their type; `get_items(limit)` answers as `SQLiteSession` does (0
+reads nothing, a negative limit reads every item). `pop_item` and `clear_session`
+move the session's head; the turns they take off the thread stay in the ledger.
+
+Every LedgerSession (and Store) of one file in a process shares one writer thread
+(ledger/api/engine.py), so many sessions commit together; `close()` lets go of it,
+and the last one closes the file. With `socket=`, the calls go to the running daemon
+(ledger/api/remote.py) on a connection made at the first call of each event loop: a
+session object outlives the `asyncio.run` it was made in, a connection does not.
 """
 
 from __future__ import annotations
@@ -70,12 +68,12 @@ class LedgerSession(SessionABC):
         self._socket = None if socket is None else str(socket)
         self._remote: RemoteStore | None = None
         self._remote_loop: object = None
-        # Opening is blocking, as the SDK's own SQLiteSession's is (Rule 2).
+        # Opening is blocking, as the SDK's own SQLiteSession's is.
         self._local = None if path is None else Store(acquire(Path(path), synchronous), now_ms)
 
     async def store(self) -> Store | RemoteStore:
         """The Store underneath, for what the Session protocol has no word for (fork,
-        compact, export); a `RemoteStore` through a daemon (Rule 4)."""
+        compact, export); a `RemoteStore` through a daemon."""
         if self._local is not None:
             self._local.path  # noqa: B018 - raises StoreClosed once closed
             return self._local
@@ -91,7 +89,7 @@ class LedgerSession(SessionABC):
         wanted = resolve_session_limit(limit, self.session_settings)
         store = await self.store()
         try:
-            if wanted is None or wanted < 0:  # Rule 3a
+            if wanted is None or wanted < 0:  # as SQLiteSession's LIMIT
                 return await store.items(self.session_id)
             return await store.last(self.session_id, wanted)
         except NotFound:
@@ -116,7 +114,7 @@ class LedgerSession(SessionABC):
             return
 
     def close(self) -> None:
-        """Let go of the ledger file (Rule 2) or the daemon's connection; the session
+        """Let go of the ledger file or the daemon's connection; the session
         cannot be used after."""
         if self._local is not None:
             self._local._close()

@@ -20,7 +20,14 @@ from ledger.port.errors import (
     WriterOverloaded,
     WriterStuck,
 )
-from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
+from ledger.port.features import (
+    HandoffPort,
+    RoutePort,
+    SnapshotPort,
+    ThreadPort,
+    TimerPort,
+    TitlePort,
+)
 from ledger.port.protocols import (
     DeliveryPort,
     IngestPort,
@@ -38,6 +45,7 @@ __all__ = [
     "Committing",
     "Conflict",
     "DeliveryPort",
+    "HandoffPort",
     "HeadMoved",
     "IngestPort",
     "Invalid",

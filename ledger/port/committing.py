@@ -1,6 +1,7 @@
-"""`Committing`: a write queued on the ledger, as the port's `submit_*` methods return it
-(ledger/port/protocols.py Rule 2), and `Admits`, the wait for room before one. A module of its own
-so that every part of the port can name them."""
+"""`Committing`: a write queued on the ledger, as the port's `submit_*` methods return
+it, and `Admits`, the wait for room before one. A module of its own so that every
+part of the port can name them.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class Admits(Protocol):
         ...
 
     async def admit(self) -> None:
-        """Wait for room for one more `submit_*` write (ledger/port/protocols.py Rule 2).
+        """Wait for room for one more `submit_*` write (ledger/port/protocols.py).
 
         Returns at once, without yielding, while the ledger's queue of writes has
         room; else once it has, so the `submit_*` call that follows without yielding

@@ -30,7 +30,7 @@ class LedgerWriteFailed(Exception):
 
 
 class WriterOverloaded(Exception):
-    """The writer's queue stayed full (Rule 1); the caller should shed load."""
+    """The writer's queue stayed full; the caller should shed load."""
 
 
 class WriterClosed(Exception):
@@ -60,11 +60,11 @@ class Invalid(LedgerLookupError):
 class StorageFailed(LedgerWriteFailed):
     """The storage refused the transaction (disk full, I/O error); the same jobs may
     commit later. Within the writer only: callers see it only at a shutdown
-    (writer.py Rule 7)."""
+    (ledger/writer/group_commit.py)."""
 
 
 class HeldBack(StorageFailed):
-    """Not run: an earlier batch failed on the storage and goes first (writer.py Rule 7)."""
+    """Not run: an earlier batch failed on the storage and goes first (group_commit.py)."""
 
 
 # The storage, not the data: these may pass by themselves, so a batch is run again.
@@ -90,4 +90,4 @@ class WriterDied(LedgerWriteFailed):
 
 
 class WriterStuck(WriterDied):
-    """The storage failed for longer than the writer may wait (writer.py Rule 7)."""
+    """The storage failed for longer than the writer may wait (ledger/writer/group_commit.py)."""

@@ -120,3 +120,20 @@ class TitlePort(Protocol):
         """Replace a committed turn's mechanical title; False (nothing written) when the
         turn is unknown or its title is not mechanical."""
         ...
+
+
+class HandoffPort(Protocol):
+    """Hand-offs of items to their session's runtime, recorded for a cluster
+    (ledger/handoffs.py)."""
+
+    async def unhanded_items(self, before_ms: int, limit: int) -> list[ItemInfo]:
+        """Queued items created before `before_ms` with no hand-off recorded."""
+        ...
+
+    async def unhanded_before(self, session: str, seq: int) -> list[ItemInfo]:
+        """A session's queued items ahead of `seq` with no hand-off recorded."""
+        ...
+
+    def submit_items_handed(self, item_ids: list[str], now: int) -> Committing[None]:
+        """Record, lazily, that these items' hand-offs landed."""
+        ...

@@ -3,28 +3,26 @@
 `ledger/sqlite/store.py` `Ledger` implements it on SQLite; a second backend implements
 the same Protocols and passes `tests/conformance/` unchanged.
 
-Rule 1: records in, records out. Every value crossing the port is a record of
-        `ledger/` or `core/` (or a plain JSON-able value for the ops);
-        no connection, cursor or function to run on one crosses it.
-Rule 2: a write the shell acts on after its commit (an ack, a reply, the
-        hand-off of an item to its actor) is a `submit_*` method: it queues the
-        write and returns a `Committing` at once, which the submitter's own task
-        awaits and then acts on; no code of the shell runs in the ledger's
-        writer. Many submitters' writes share one commit, and a task that keeps
-        many in flight (the ingress) wakes once per commit, not once per write.
-        The others are plain `async` methods that return after the commit.
-        Backpressure waits: a submitter that can wait first awaits `admit()`,
-        which returns at once while the queue of writes has room and otherwise
-        waits for some, for a bounded time (then `WriterOverloaded`).
-Rule 3: writes keep the order they were submitted in (but a `submit_delivered`,
-        which commutes with every other write, may go first), and a caller that
-        must read what it queued first awaits `settled()`.
-Rule 4: a lookup that misses raises `LedgerLookupError` (`ledger/port/errors.py`):
-        `NotFound` or `Conflict`, with the argument it blames; a lost head
-        compare-and-swap raises `HeadMoved`; a write the ledger could not make
-        raises `LedgerWriteFailed`, and one it refuses to queue (full past the
-        wait of `admit`, closing) `WriterOverloaded` or `WriterClosed` from
-        `admit` or from the `submit_*` call itself.
+Records in, records out: every value crossing the port is a record of `ledger/` or
+`core/` (or a plain JSON-able value for the ops); no connection, cursor or function
+to run on one crosses it. A lookup that misses raises `LedgerLookupError`
+(`NotFound` or `Conflict`, with the argument it blames); a lost head compare-and-swap
+raises `HeadMoved`; a write the ledger could not make raises `LedgerWriteFailed`, and
+one it refuses to queue (full past the wait of `admit`, closing) `WriterOverloaded`
+or `WriterClosed`, from `admit` or from the `submit_*` call itself.
+
+A write the shell acts on after its commit (an ack, a reply, the hand-off of an item
+to its actor) is a `submit_*` method: it queues the write and returns a `Committing`
+at once, which the submitter's own task awaits and then acts on, so no code of the
+shell runs in the ledger's writer, many submitters' writes share one commit, and a
+task that keeps many in flight (the ingress) wakes once per commit. The others are
+plain `async` methods that return after the commit. A submitter that can wait first
+awaits `admit()`, which returns at once while the queue of writes has room and
+otherwise waits for some, for a bounded time.
+
+Writes keep the order they were submitted in (but a `submit_delivered`, which
+commutes with every other write, may go first), and a caller that must read what it
+queued first awaits `settled()`.
 """
 
 from __future__ import annotations
@@ -36,7 +34,14 @@ from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
 from ledger.port.committing import Admits, Committing
-from ledger.port.features import RoutePort, SnapshotPort, ThreadPort, TimerPort, TitlePort
+from ledger.port.features import (
+    HandoffPort,
+    RoutePort,
+    SnapshotPort,
+    ThreadPort,
+    TimerPort,
+    TitlePort,
+)
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -117,11 +122,11 @@ class OutboxRow:
 
 @dataclass(frozen=True, slots=True)
 class SessionStart:
-    """What an actor needs when it starts: its session's row and its thread (Rule 1
-    of ledger/reads.py), read in one go; `thread` is None for a session with no head.
+    """What an actor needs when it starts: its session's row and its thread (as
+    ledger/reads.py loads it), read in one go; `thread` is None for a session with no head.
     `bridges`: the bridge notes waiting for its next turn (ledger/bridges.py), by id,
     for `SessionContext.add_bridges`; `seed`: the state record a session with no head
-    starts from (what a rollover carried over: ledger/state_records.py Rule 4).
+    starts from (what a rollover carried over: ledger/state_records.py).
     `known`: the head is the `known_head` the caller named, so the thread was not read
     (`thread` and `seed` are None): the caller holds it already."""
 
@@ -213,7 +218,7 @@ class TurnPort(Admits, Protocol):
         now: int,
     ) -> Committing[None]:
         """Write a running turn's events from `first_seq` on, before its turn row
-        (ledger/events.py Rule 1); `parent_id` is the head its `file` events' before-
+        (ledger/events.py); `parent_id` is the head its `file` events' before-
         hashes are looked up from. Its commit, or crash recovery, attaches them."""
         ...
 
@@ -246,7 +251,7 @@ class TurnPort(Admits, Protocol):
         ...
 
     async def settled(self) -> None:
-        """Return once every write submitted before the call is resolved (Rule 3)."""
+        """Return once every write submitted before the call is resolved."""
         ...
 
     async def recover_crashed(self, now: int, session: str | None = None) -> list[str]:
@@ -282,7 +287,7 @@ class TurnPort(Admits, Protocol):
         handoff: Handoff | None = None,
     ) -> Dispatched:
         """`agent_send`: queue `task` on a session or a new worker session, with the
-        parent's `handoff` (ledger/dispatch.py Rule 4); one transaction."""
+        parent's `handoff` (ledger/dispatch.py); one transaction."""
         ...
 
     async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
@@ -452,6 +457,7 @@ class LedgerPort(
     ThreadPort,
     TitlePort,
     LibraryPort,
+    HandoffPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

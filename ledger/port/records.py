@@ -30,7 +30,7 @@ class BindCommand:
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
-    """What a parent hands its worker beside the task (Rule 4)."""
+    """What a parent hands its worker beside the task."""
 
     state: str | None  # the parent's session-state record, rendered
     scratchpad_keys: tuple[str, ...] = ()
@@ -88,7 +88,7 @@ class Accepted(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class LedgerReport:
     damage: list[str] = field(default_factory=list)
-    unreadable: str | None = None  # why the file cannot be read (Rule 2)
+    unreadable: str | None = None  # why the file cannot be read
     schema: int = 0
     latest: int = 0  # the newest schema this broker knows
     running_since: list[tuple[str, int]] = field(default_factory=list)  # (session, since ms)
@@ -146,7 +146,7 @@ class StoredTurn(NamedTuple):
 class Thread(NamedTuple):
     summary: str | None  # of the latest compaction
     turns: list[StoredTurn]  # oldest first
-    state: SessionState  # the thread's state record (Rule 2)
+    state: SessionState  # the thread's state record
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +262,7 @@ class Neighbour:
 
 
 class Carry(NamedTuple):
-    """What an automatic rollover begins from (Rule 4): the compaction turn to write."""
+    """What an automatic rollover begins from: the compaction turn to write."""
 
     turn_id: str
     summary: str
@@ -325,10 +325,10 @@ class TurnRecord:
     output_tokens: int | None = None
     compaction: dict[str, object] | None = None  # the compactions row of a compaction turn
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    progress_saved: bool = False  # a turn_progress row may exist for it (Rule 4)
+    progress_saved: bool = False  # a turn_progress row may exist for it
     bridges: tuple[str, ...] = ()  # bridge notes its context showed (ledger/bridges.py)
-    events_written: int = 0  # events[:events_written] were written while it ran (Rule 6)
-    title: str | None = None  # None: the mechanical title (Rule 6)
+    events_written: int = 0  # events[:events_written] were written while it ran
+    title: str | None = None  # None: the mechanical title
     title_source: str | None = None
     outcome: str | None = None
 
@@ -362,7 +362,7 @@ LibraryCall = str
 
 class LibraryPort(Protocol):
     async def library_call(self, call: LibraryCall, args: dict[str, Any], now: int) -> Any:
-        """Run one library call (Rule 1) and return its JSON answer (Rule 3)."""
+        """Run one library call and return its JSON answer."""
         ...
 
 

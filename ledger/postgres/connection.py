@@ -3,60 +3,37 @@
 The ledger's jobs and reads take a connection and call `execute`,
 `executemany`, `fetchone`/`fetchall`, `rowcount` and `lastrowid` on it. This
 class gives them that on psycopg 3, so one set of jobs serves both backends.
+Statements are translated once each (dialect.py) and bound on the client
+(`ClientCursor`), so SQLite's untyped `? IS NULL` reaches the server as a literal;
+sums of integers come back as int, as in SQLite, not as Decimal.
 
-Rule 1: statements are translated once each (dialect.py) and bound on the
-        client (`ClientCursor`): SQLite's untyped `? IS NULL` then reaches the
-        server as a literal and needs no type inference.
-Rule 2: errors come out as the `sqlite3` exceptions the shared code already
-        handles: a unique or foreign-key violation is `IntegrityError`, and a
-        lost or refused connection, or the server's own I/O error (SQLSTATE
-        class 58), is an `OperationalError` whose `sqlite_errorcode` is
-        SQLITE_IOERR, so the writer's storage-failure path (jobs.py
-        `storage_error`, writer.py Rule 7) holds the batch back and retries it
-        after a back-off, and readers report it, never dropping a write. A
-        write refused by a server that is a standby now (a failover) is
-        SQLITE_READONLY, retried alike, and the connection is let go: the
-        next try connects anew and can find the new primary. A deadlock or a
-        serialization failure against another node's writer on the same
-        database is SQLITE_BUSY: the server rolled the transaction back, and
-        it is retried alike.
-Rule 3: a connection that was lost is opened again at the next statement
-        outside a transaction (a BEGIN, or any statement of a reader, whose
-        statements are each their own transaction); inside a transaction the
-        loss fails the transaction, which the writer retries whole, and its
-        ROLLBACK has nothing left to undo.
-Rule 4: sums of integers come back as int, as in SQLite, not as Decimal.
-Rule 5: a COMMIT whose answer was lost (the connection died after it was sent)
-        may have committed: the transaction's id, taken just before it, is
-        kept (`in_doubt`) and `commit_verdict` asks the server, once it can be
-        reached again, whether that transaction committed, so the writer never
-        runs a committed batch twice nor drops one that did not commit
-        (transactor.py Rule 3). A server that crashed before the transaction
-        reached its WAL restarts below its id and calls it "in the future":
-        it did not commit.
-Rule 6: the writer's session commits synchronously even if the server's
-        default says otherwise: with `synchronous_commit = off` a COMMIT
-        returns before its WAL is written, so a server crash loses acked
-        writes. `remote_write`, `remote_apply` and `local` are kept: each waits
-        for the local flush at least.
-Rule 7: a connection learns that the server ended its session (a restart, an
-        operator's terminate) only at its next statement. Such a statement
-        that cannot change anything and was outside a transaction (a reader's
-        SELECT, the writer's BEGIN) runs once more on a new connection: else
-        every pooled reader failed one read after the server came back (an
-        actor's start, an operator's `health`). A write, or a read inside a
-        snapshot, fails as in Rule 3: its caller decides.
-Rule 8: no wait on the server is unbounded, and no lost session holds the
-        ledger: (a) TCP keepalives and a user timeout (unless the DSN sets its
-        own) end a connection whose server stopped answering, a network cut
-        that sent no reset included, within about half a minute; (b) the
-        writer's session asks the server to end it when it sits idle in a
-        transaction (a node that vanished mid-batch, its row locks held); (c)
-        a COMMIT in doubt whose transaction is still in progress belongs to a
-        session this connection lost, which the server has not noticed yet:
-        the verdict ends that session (matched by its transaction id, so no
-        other is touched) and asks again, instead of holding every write until
-        the server's keepalives find out, hours later by default.
+Errors come out as the `sqlite3` exceptions the shared code already handles, so no
+write is ever dropped: a unique or foreign-key violation is `IntegrityError`; a lost
+or refused connection, or the server's own I/O error (SQLSTATE class 58), is an
+`OperationalError` whose `sqlite_errorcode` is SQLITE_IOERR, which the writer holds
+back and retries after a back-off (`storage_error`, ledger/writer/jobs.py); a write
+refused by a server that is a standby now (a failover) is SQLITE_READONLY, retried
+alike on a new connection that can find the new primary; a deadlock or serialization
+failure against another node's writer is SQLITE_BUSY, rolled back by the server and
+retried alike. A lost connection is opened again at the next statement outside a
+transaction; a statement that cannot change anything and was outside a transaction
+(a reader's SELECT, the writer's BEGIN) runs once more on a new connection after the
+server ended the session, so readers survive a server restart; inside a transaction
+the loss fails the transaction, which the writer retries whole.
+
+A COMMIT whose answer was lost may have committed: the transaction's id, taken just
+before it, is kept (`in_doubt`), and `commit_verdict` asks the server, once it can be
+reached, whether it committed, so the writer never runs a committed batch twice nor
+drops one that did not commit (ledger/writer/transactor.py); an id "in the future"
+(a server that crashed before the transaction reached its WAL) did not commit. The
+writer's session commits synchronously whatever the server's default (with
+`synchronous_commit = off` a server crash would lose acked writes). No wait on the
+server is unbounded: TCP keepalives and a user timeout (unless the DSN sets its own)
+end a connection whose server stopped answering within about half a minute; the
+writer's session asks the server to end it when idle in a transaction (a node that
+vanished mid-batch, its row locks held); and a verdict whose transaction is still in
+progress ends that lost session (matched by its transaction id, so no other is
+touched) and asks again.
 """
 
 from __future__ import annotations
@@ -79,7 +56,7 @@ from ledger.postgres.recall import FullText
 from plumbing import logs
 
 CONNECT_TIMEOUT_S = 5
-# Rule 8 (a): libpq's TCP settings, where the DSN names none of its own. A silent peer
+# libpq's TCP settings, where the DSN names none of its own. A silent peer
 # is dropped after 10 s idle + 3 probes 5 s apart; unacknowledged data after 30 s.
 TCP_BOUNDS = {
     "keepalives": "1",
@@ -88,20 +65,20 @@ TCP_BOUNDS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "30000",
 }
-# Rule 8 (b): a writer's transaction never waits between its statements; 30 s idle
+# a writer's transaction never waits between its statements; 30 s idle
 # inside one means its client is gone.
 WRITER_IDLE_IN_TRANSACTION = "30s"
-ORPHAN_EXIT_MS = 2000  # Rule 8 (c): how long the verdict waits for the lost session to end
+ORPHAN_EXIT_MS = 2000  # how long the verdict waits for the lost session to end
 _READ_ONLY = re.compile(r"\s*(SELECT|WITH|SHOW|BEGIN)\b", re.IGNORECASE)
 _WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE|INTO|FOR\s+UPDATE)\b", re.IGNORECASE)
 SERIALIZATION_FAILURE, DEADLOCK_DETECTED = "40001", "40P01"
 INVALID_PARAMETER_VALUE = "22023"  # SQLSTATE of pg_xact_status on an id never assigned
-READ_ONLY_SQL_TRANSACTION = "25006"  # a write on a standby (Rule 2)
+READ_ONLY_SQL_TRANSACTION = "25006"  # a write on a standby
 log = logs.get("ledger.postgres")
 
 
 class _NumericLoader(Loader):
-    """numeric → int when whole, else float (Rule 4)."""
+    """numeric → int when whole, else float."""
 
     def load(self, data: Buffer) -> int | float:
         value = Decimal(bytes(data).decode())
@@ -112,7 +89,7 @@ Buffer = bytes | bytearray | memoryview
 
 
 def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
-    """The sqlite3 exception the shared code expects for `exc` (Rule 2); `lost`: the
+    """The sqlite3 exception the shared code expects for `exc`; `lost`: the
     connection is gone with it."""
     out: sqlite3.Error
     code = exc.sqlstate or ""
@@ -142,7 +119,7 @@ def _as_sqlite_error(exc: psycopg.Error, lost: bool = False) -> sqlite3.Error:
 
 
 def _harmless_again(sql: str) -> bool:
-    """Whether `sql`, run outside a transaction, changes nothing: it may run twice (Rule 7)."""
+    """Whether `sql`, run outside a transaction, changes nothing: it may run twice."""
     return bool(_READ_ONLY.match(sql)) and not _WRITES.search(sql)
 
 
@@ -225,7 +202,7 @@ class PgConnection:
         self._conn: psycopg.Connection[Any] | None = None
         self._row_factory: Any = None
         self._warned_async = False
-        # The id of the transaction whose COMMIT got no answer (Rule 5).
+        # The id of the transaction whose COMMIT got no answer.
         self.in_doubt: str | None = None
         self.full_text = FullText()  # the shared recall code searches through it (recall.py)
         self._reconnect()
@@ -246,7 +223,7 @@ class PgConnection:
         return self._conn
 
     def _commit_synchronously(self, conn: psycopg.Connection[Any]) -> None:
-        """Rule 6."""
+        """Commit synchronously, whatever the server's default: no acked write lost."""
         row = conn.execute("SHOW synchronous_commit").fetchone()
         if row is not None and row[0] == "off":
             if not self._warned_async:
@@ -264,7 +241,7 @@ class PgConnection:
     def _live(self, sql: str) -> psycopg.Connection[Any]:
         if self.lost():
             if not (self._reader or sql.lstrip().upper().startswith("BEGIN")):
-                # Inside a transaction that the loss ended: it must fail whole (Rule 3).
+                # Inside a transaction that the loss ended: it must fail whole.
                 raise _as_sqlite_error(psycopg.OperationalError("the connection was lost"))
             return self._reconnect()
         assert self._conn is not None
@@ -282,7 +259,7 @@ class PgConnection:
     @property
     def in_transaction(self) -> bool:
         if self.lost():
-            return False  # what the loss interrupted is gone with it (Rule 3)
+            return False  # what the loss interrupted is gone with it
         assert self._conn is not None
         return self._conn.info.transaction_status != pq.TransactionStatus.IDLE
 
@@ -301,7 +278,7 @@ class PgConnection:
             lost = self._lost_after(exc)
             if not (lost and idle and _harmless_again(statement.sql)):
                 raise _as_sqlite_error(exc, lost) from exc
-        # Rule 7: the server ended the session since its last statement (a restart).
+        # the server ended the session since its last statement (a restart).
         conn = self._reconnect()
         try:
             return self._statement(conn, statement, params)
@@ -309,7 +286,7 @@ class PgConnection:
             raise _as_sqlite_error(exc, self.lost()) from exc
 
     def _lost_after(self, exc: psycopg.Error) -> bool:
-        """Whether the connection is gone after `exc`; one on a standby is let go (Rule 2)."""
+        """Whether the connection is gone after `exc`; one on a standby is let go."""
         if exc.sqlstate == READ_ONLY_SQL_TRANSACTION and self._conn is not None:
             self._conn.close()  # the next transaction connects anew, perhaps to the primary
         return self.lost()
@@ -330,7 +307,7 @@ class PgConnection:
         cur.execute(sql, params)
 
     def _commit(self, conn: psycopg.Connection[Any]) -> PgCursor:
-        """COMMIT, keeping the transaction's id if its outcome cannot be known (Rule 5)."""
+        """COMMIT, keeping the transaction's id if its outcome cannot be known."""
         cur = conn.cursor()
         xid: str | None = None  # None: the transaction wrote nothing, or was never sent
         try:
@@ -346,7 +323,7 @@ class PgConnection:
         return PgCursor(cur, None)
 
     def commit_verdict(self) -> bool | None:
-        """Whether the transaction whose COMMIT got no answer committed (Rule 5);
+        """Whether the transaction whose COMMIT got no answer committed;
         None when none is in doubt. Raises a storage failure while the server
         cannot tell yet (unreachable, or the cut-off session still finishing)."""
         xid = self.in_doubt
@@ -374,7 +351,7 @@ class PgConnection:
 
     @staticmethod
     def _end_lost_session(conn: psycopg.Connection[Any], xid: str) -> bool:
-        """Rule 8 (c): end the session still running transaction `xid`; whether one was."""
+        """End the session still running transaction `xid`; whether one was."""
         try:
             row = conn.execute(
                 "SELECT bool_or(pg_terminate_backend(pid, %s)) FROM pg_stat_activity"

@@ -1,17 +1,14 @@
 """A private PostgreSQL cluster for tests and local demos (`scripts/cluster`).
 
-Rule 1: the cluster lives in a directory of its own and listens only on a Unix
-        socket in that directory (no TCP port to collide on), with `trust`
-        authentication: nothing outside the machine's own users can reach it.
-Rule 2: initdb and the server refuse to run as root, so when we are root they
-        run as an unprivileged user (`nobody` unless told otherwise), which
-        owns the directory.
-Rule 3: a machine without PostgreSQL's binaries gets `ClusterUnavailable`
-        naming what is missing and how to install it; nothing is skipped.
-Rule 4: `durable=False` (tests only) turns fsync off: a test cluster never
-        outlives a power cut, and fsync would make every test wait on the disk.
-        A commit still reaches the kernel before it returns, so a crash of the
-        server alone (`stop("immediate")`) loses nothing committed.
+The cluster lives in a directory of its own and listens only on a Unix socket there
+(no TCP port to collide on), with `trust` authentication: nothing outside the
+machine's own users can reach it. initdb and the server refuse to run as root, so
+when we are root they run as an unprivileged user (`nobody` unless told otherwise),
+which owns the directory. A machine without PostgreSQL's binaries gets
+`ClusterUnavailable` naming what is missing and how to install it; nothing is
+skipped. `durable=False` (tests only) turns fsync off: a test cluster never outlives
+a power cut, and a commit still reaches the kernel before it returns, so a crash of
+the server alone (`stop("immediate")`) loses nothing committed.
 """
 
 from __future__ import annotations
@@ -55,7 +52,7 @@ def find_bin_dir() -> Path:
 class DevCluster:
     root: Path  # holds data/ and the socket; removed by `destroy`
     bin_dir: Path
-    run_as: str | None  # the user initdb and the server run as (Rule 2)
+    run_as: str | None  # the user initdb and the server run as
 
     @property
     def data(self) -> Path:
@@ -116,7 +113,7 @@ def create(
         try:
             owner = pwd.getpwnam(user)
         except KeyError:
-            raise ClusterUnavailable(f"no user {user!r} to run PostgreSQL as (Rule 2)") from None
+            raise ClusterUnavailable(f"no user {user!r} to run PostgreSQL as") from None
     root = Path(tempfile.mkdtemp(prefix="broker-pg-", dir=parent))
     root.chmod(0o755)  # the server's user must reach its data and socket
     cluster = DevCluster(root, bin_dir, user)

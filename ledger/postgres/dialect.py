@@ -1,24 +1,17 @@
 """The ledger's SQL, as written for SQLite, in the spelling PostgreSQL takes.
 
-The jobs and reads of `ledger/` are written once, in SQL both engines accept
-where a portable spelling exists. What remains is spelled the SQLite way and
-translated here, once per distinct statement (cached):
-
-Rule 1: placeholders: `?` becomes psycopg's `%s`, and a literal `%` is doubled.
-        Text inside quotes is left alone, but for that doubling. Numbered
-        ones (`?1`, `?2`, `?1` again) become `%s` too, and `param_order` says
-        which argument each takes.
-Rule 2: `x IS ?` (SQLite's null-safe equality) becomes `IS NOT DISTINCT FROM`.
-Rule 3: SQLite's `col ->> '$.key'` on JSON text becomes `col::jsonb ->> 'key'`.
-        `LIKE` matches ASCII letters without regard to case in SQLite, so it
-        becomes `ILIKE`; `BEGIN IMMEDIATE` becomes `BEGIN` (the writer is
-        the only writer, as in SQLite).
-Rule 4: SQLite tells the last rowid of an INSERT without asking; PostgreSQL
-        only through RETURNING. An INSERT into a table whose key is a number
-        the database gives (`ROWID_TABLES`) asks for it, and the cursor shows
-        it as `lastrowid`.
-Scalar functions SQLite has and PostgreSQL lacks (two-argument max/min,
-instr) are defined by the PostgreSQL migrations instead of translated here.
+The jobs and reads of `ledger/` are written once, in SQL both engines accept where a
+portable spelling exists. What remains is spelled the SQLite way and translated
+here, once per distinct statement (cached), with the same meaning: `?` placeholders
+become psycopg's `%s` (a literal `%` doubled, text inside quotes left alone; numbered
+ones such as `?1` too, `param_order` saying which argument each takes); `x IS ?`
+becomes `IS NOT DISTINCT FROM`; `col ->> '$.key'` on JSON text becomes
+`col::jsonb ->> 'key'`; `LIKE`, which ignores the case of ASCII letters in SQLite,
+becomes `ILIKE`; `BEGIN IMMEDIATE` becomes `BEGIN` (the writer is the only writer,
+as in SQLite). An INSERT into a table whose key the database gives (`ROWID_TABLES`)
+asks for it with RETURNING, and the cursor shows it as `lastrowid`. Scalar functions
+SQLite has and PostgreSQL lacks (two-argument max/min, instr) are defined by the
+PostgreSQL migrations instead.
 """
 
 from __future__ import annotations
@@ -48,8 +41,8 @@ _NUMBERED = re.compile(r"\?(\d+)")
 
 class Statement(NamedTuple):
     sql: str
-    rowid_column: str | None  # the column RETURNING was added for (Rule 4)
-    param_order: tuple[int, ...] | None  # numbered placeholders: the argument of each (Rule 1)
+    rowid_column: str | None  # the column RETURNING was added for
+    param_order: tuple[int, ...] | None  # numbered placeholders: the argument of each
 
 
 def _outside_quotes(part: str) -> str:

@@ -5,24 +5,18 @@ The shared recall code (ledger/recall/search.py, recall_hint.py) builds the term
 the filter, and hands the search to the connection's `full_text` (this
 module) when it has one.
 
-Rule 1: the terms are FTS5 strings built by `recall.terms` (quoted words, a
-        trailing `*` for a prefix), made only of letters and digits; here they
-        become the phrases and prefix flags `ledger_tsquery` (PG migration
-        0004) turns into a tsquery, splitting and folding each phrase into the
-        words `ledger_tsv` indexes, as FTS5 runs its tokenizer over the
-        phrase: a phrase is `a <-> b`, a prefix `word:*`, and terms are joined
-        by `&` (all) or `|` (any). User text is never tsquery syntax. The
-        arguments are literals in the statement (connection.py Rule 1), so the
-        planner computes the tsquery once and sees it as a constant.
-Rule 2: ranking is `ts_rank` over the newest matching messages (the newest
-        CANDIDATES, or FILTERED that pass the filter), as recall.py Rule 3
-        ranks with bm25: higher is better, ties to the newer message. Match,
-        ranking and a phrase's recheck read the stored `words`, never
-        `ledger_tsv` again (docs/performance.md, "PG migration 0004").
-Rule 3: snippets are made by SQLite's FTS5 `snippet()` over the found texts
-        (postgres/snippets.py), so they are the SQLite port's, folds marked;
-        `ts_headline`, which read the text with PostgreSQL's own parser, left
-        a word found only through a fold ("Héron" for "heron") unmarked.
+User text is never tsquery syntax: the terms are FTS5 strings built by `recall.terms`
+(quoted words, a trailing `*` for a prefix), made only of letters and digits, and
+here become the phrases and prefix flags `ledger_tsquery` turns into a tsquery,
+folding each phrase into the words `ledger_tsv` indexes as FTS5 runs its tokenizer:
+a phrase is `a <-> b`, a prefix `word:*`, terms joined by `&` (all) or `|` (any).
+The arguments are literals in the statement (bound on the client), so the planner
+sees the tsquery as a constant. Ranking is `ts_rank` over the newest matching
+messages (the newest CANDIDATES, or FILTERED that pass the filter), as SQLite ranks
+with bm25: higher is better, ties to the newer message; match, ranking and a
+phrase's recheck read the stored `words` (docs/performance.md). Snippets are made by
+SQLite's FTS5 `snippet()` over the found texts (postgres/snippets.py), so they are
+the SQLite port's, folds marked.
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def tsquery(fts_terms: list[str], match: recall.Match) -> tuple[list[str], list[bool], bool]:
-    """The arguments of QUERY for `recall.terms`' strings (Rule 1)."""
+    """The arguments of QUERY for `recall.terms`' strings."""
     phrases = [" ".join(_WORD.findall(term)) for term in fts_terms]
     return phrases, [term.endswith("*") for term in fts_terms], match == "any"
 
@@ -55,7 +49,7 @@ def search(
     limit: int,
     snippets: Snippets,
 ) -> list[Hit]:
-    """The best `limit` messages, best first (Rules 2, 3)."""
+    """The best `limit` messages, best first."""
     q = tsquery(fts_terms, match)
     k = max(recall.FILTERED, limit) if flt.where else max(recall.CANDIDATES, limit)
     rows = conn.execute(

@@ -1,11 +1,10 @@
 """The PostgreSQL ledger's schema: its own numbered migrations.
 
-Rule 1: migrations are numbered SQL files in `ledger/postgres/migrations/`,
-        applied in order, each in one transaction with the version bump in
-        `ledger_schema`, so a crash leaves the schema at a whole version.
-Rule 2: nodes that open the same database at once take turns (an advisory
-        lock held by the migrating transaction); a database newer than this
-        code is refused, as SQLite's is (ledger/db.py Rule 2).
+Migrations are numbered SQL files in `ledger/postgres/migrations/`, applied in order,
+each in one transaction with the version bump in `ledger_schema`, so a crash leaves
+the schema at a whole version. Nodes that open the same database at once take turns
+(an advisory lock held by the migrating transaction), and a database newer than this
+code is refused, as SQLite's is (ledger/db.py).
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """Recall's snippets on PostgreSQL, made by SQLite's own FTS5 `snippet()`.
 
-Rule 1: a snippet marks the words the search matched, as the SQLite port's does
-        (ledger/recall/search.py `_hits`). PostgreSQL's `ts_headline` cannot: it reads
-        the text with its own parser and dictionary, not with `ledger_tsv`, so
-        a word found only through a fold ("Héron" for "heron") stayed unmarked.
-        So the found messages' texts go through the very function the SQLite
-        port uses, `snippet()` over an FTS5 table tokenized `unicode61`, with
-        the same query string and arguments: the two ports' snippets are the
-        same text (tests/conformance/test_port_differential.py compares them).
-Rule 2: the FTS5 table is in an in-memory database of the PostgreSQL
-        connection's own, made on its first search and kept, since making the
-        table costs about 1.3 ms and a search's snippets about 0.2 ms of CPU
-        for 10 texts of 60 words (0.9 ms for 50; docs/performance.md); each
-        search writes its texts in a transaction it rolls back, so the table
-        is empty between searches whatever happened.
-Rule 3: a text FTS5 does not match (none is known: the words PostgreSQL
-        matched are unicode61's, checked on every code point) gets its first
-        words unmarked, never an error.
+A snippet marks the words the search matched, as the SQLite port's does
+(ledger/recall/search.py). PostgreSQL's `ts_headline` cannot: it reads the text with
+its own parser, not with `ledger_tsv`, so a word found only through a fold ("Héron"
+for "heron") stayed unmarked. So the found texts go through the very function the
+SQLite port uses, `snippet()` over an FTS5 table tokenized `unicode61`, with the same
+query and arguments: the two ports' snippets are the same text
+(tests/conformance/test_port_differential.py compares them).
+
+The FTS5 table is in an in-memory database of the connection's own, made on its first
+search and kept (making it costs more than a search's snippets: docs/performance.md);
+each search writes its texts in a transaction it rolls back, so the table is empty
+between searches whatever happened. A text FTS5 does not match gets its first words
+unmarked, never an error.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ class Snippets:
         self._db: sqlite3.Connection | None = None
 
     def of(self, texts: list[str], fts: str) -> list[str]:
-        """The snippet of each text for the FTS5 query `fts` (Rule 1)."""
+        """The snippet of each text for the FTS5 query `fts`."""
         if not texts:
             return []
         db = self._open()
@@ -42,7 +38,7 @@ class Snippets:
             db.executemany("INSERT INTO found (rowid, content) VALUES (?, ?)", enumerate(texts))
             made = dict(db.execute(_SNIPPET, (*recall.MARK, recall.SNIPPET_TOKENS, fts)))
         finally:
-            db.execute("ROLLBACK")  # Rule 2
+            db.execute("ROLLBACK")  # the table is empty between searches
         return [made.get(i) or _first_words(text) for i, text in enumerate(texts)]
 
     def close(self) -> None:
@@ -60,7 +56,7 @@ class Snippets:
 
 
 def _first_words(text: str) -> str:
-    """Rule 3."""
+    """A text FTS5 does not match: its first words, unmarked."""
     words = text.split()
     cut = " ".join(words[: recall.SNIPPET_TOKENS])
     return cut + "…" if len(words) > recall.SNIPPET_TOKENS else cut

@@ -1,16 +1,14 @@
-"""The PostgreSQL ledger behind the port: the SQLite ledger's jobs and reads on a
-PostgreSQL database.
+"""The PostgreSQL ledger behind the port: the SQLite ledger's parts, jobs and reads
+on a PostgreSQL database.
 
-Rule 1: the same single writer (ledger/writer/group_commit.py: group commit, one
-        transaction per batch, an ack only after COMMIT, storage failures held
-        back and retried) runs the same jobs, on one PostgreSQL connection in a
-        worker thread; the reads run on a small pool of connections of their
-        own, in threads, as SQLite's readers do.
-Rule 2: what is SQLite's alone has no counterpart here: no WAL file to size,
-        no checkpointer, no quick_check. Full-text search is PostgreSQL's
-        (recall.py).
-Rule 3: a database that cannot be reached at open raises `LedgerUnreachable`
-        naming the address without its password (the daemon exits 69).
+The same single writer (ledger/writer/group_commit.py: group commit, one transaction
+per batch, an ack only after COMMIT, storage failures held back and retried) runs
+the same jobs on one PostgreSQL connection in a worker thread, and the reads run on
+a small pool of connections of their own, in threads, as SQLite's readers do. What
+is SQLite's alone has no counterpart here: no WAL file to size, no checkpointer, no
+quick_check; full-text search is PostgreSQL's (recall.py). A database that cannot
+be reached at open raises `LedgerUnreachable` naming the address without its
+password (the daemon exits 69).
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from ledger.port.protocols import WriterStats
 from ledger.port.records import LedgerReport
 from ledger.postgres.connection import PgConnection
 from ledger.postgres.schema import load_migrations, migrate, schema_version
-from ledger.sqlite.reads import ReaderPool
+from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.store import Ledger
 from ledger.writer.group_commit import ThreadLink
 from ledger.writer.transactor import Transactor
@@ -61,7 +59,7 @@ class PgLedger(Ledger):
     backend = "postgres"
 
     async def check(self, stuck_before: int) -> LedgerReport:
-        """What `brokerctl doctor` reports: no file to check here (Rule 2), the rest alike."""
+        """What `brokerctl doctor` reports: no file to check here, the rest alike."""
 
         def run(c: Any) -> LedgerReport:
             return inspect.activity(c, stuck_before, schema_version(c), len(load_migrations()))
@@ -69,7 +67,7 @@ class PgLedger(Ledger):
         return await self.readers.run(run)
 
     def wal_bytes(self) -> int:
-        return 0  # Rule 2: PostgreSQL's WAL is the server's business
+        return 0  # PostgreSQL's WAL is the server's business
 
     def writer_stats(self) -> WriterStats:
         w = self.writer

@@ -1,13 +1,12 @@
 """The recall hint's one read (core/recall_hint.py decides what to ask): which
 of a few terms the session's archived messages hold.
 
-Rule 1: one indexed probe a term: the newest PROBE messages that match it anywhere,
-        joined to their turns' session. A term so common that none of its newest
-        PROBE matches is this session's counts as absent: it names nothing
-        particular enough to recall, and the bound keeps the check within its
-        2 ms (docs/performance.md, `bench.recall_hint`).
-Rule 2: messages of the turn's own inputs (by msg_id: an aborted turn's inputs run
-        again) do not count: they are the message, not an older turn.
+One indexed probe a term: the newest PROBE messages that match it anywhere, joined to
+their turns' session. A term so common that none of its newest PROBE matches is this
+session's counts as absent: it names nothing particular enough to recall, and the
+bound keeps the check cheap (docs/performance.md). Messages of the turn's own inputs
+(by msg_id: an aborted turn's inputs run again) do not count: they are the message,
+not an older turn.
 """
 
 from __future__ import annotations

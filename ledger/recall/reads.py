@@ -1,12 +1,10 @@
 """Conversation recall's reads over the verbatim history, beside its search
 (`ledger/recall/search.py`): a run of a session's turns, its tool calls, its summary.
 
-Sync functions over a sqlite3 connection (`ledger/sqlite/store.py` runs them on a
-reader); they only read. Times are integer milliseconds (UTC), as stored.
-
-Rule 1: recall.py Rule 2 holds here too: a session's history is every turn
-        with its label, on every thread (after `/new`, after a lost head
-        race), aborted turns included: nothing is hidden.
+Sync functions over a sqlite3 connection (the ledger runs them on a reader); they
+only read. Times are integer milliseconds (UTC), as stored. As in the search, a
+session's history is every turn with its label, on every thread (after `/new`, after
+a lost head race), aborted turns included: nothing is hidden.
 """
 
 from __future__ import annotations
@@ -161,7 +159,7 @@ def tool_calls(
 
 def summary(conn: sqlite3.Connection, session: str, also: tuple[str, ...] = ()) -> Summary:
     """The latest compaction summary, the counts, the running totals and the current
-    thread's state record of a session; the turns of each of `also` (Rule 2)."""
+    thread's state record of a session; the turns of each of `also`."""
     cols = ", ".join(f"total_{t}" for t in TOTALS)
     row = conn.execute(
         f"SELECT kind, status, created_at, head_turn_id, {cols} FROM sessions WHERE label = ?",

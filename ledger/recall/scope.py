@@ -1,12 +1,12 @@
 """Which sessions a recall covers by default: the calling session and every other DM
-session of the same canonical entity (seed 002: after a merge, memory bridges the
-histories that turn trees never merge).
+session of the same canonical entity (after a merge, memory bridges the histories
+that turn trees never merge).
 
-Rule 1: the scope follows the union-find to the canonical root, then takes the DM
-        sessions of every entity of that set, merged ones included: their turns
-        stay where they were. It never reaches a session of another entity; a
-        session with no entity (a group, a worker, a fork) covers itself only.
-Rule 2: the calling session comes first; the others follow in label order.
+The scope follows the union-find to the canonical root, then takes the DM sessions of
+every entity of that set, merged ones included, as their turns stay where they were.
+It never reaches a session of another entity; a session with no entity (a group, a
+worker, a fork) covers itself only. The calling session comes first; the others
+follow in label order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ledger.merge import set_members
 
 
 def entity_sessions(conn: sqlite3.Connection, label: str) -> list[str]:
-    """The labels a recall from `label` covers by default (Rules 1 and 2)."""
+    """The labels a recall from `label` covers by default."""
     row = conn.execute("SELECT entity_id FROM sessions WHERE label = ?", (label,)).fetchone()
     if row is None or row[0] is None:
         return [label]

@@ -2,31 +2,25 @@
 reads of the recall tool (a run of turns, tool calls, a session's summary) are
 `ledger/recall/reads.py`.
 
-Sync functions over a sqlite3 connection (`ledger/sqlite/store.py` runs them on a
-reader); they only read. Times are integer milliseconds (UTC), as stored.
+Sync functions over a sqlite3 connection (the ledger runs them on a reader); they
+only read. Times are integer milliseconds (UTC), as stored.
 
-Rule 1: user text never reaches FTS5 as syntax. `terms` turns it into
-        quoted strings only: each word, or "a phrase" in double quotes, with a
-        trailing `*` for a prefix; operators (AND, NEAR, `:`, `(`, `^`) are
-        plain words. Text with nothing to search raises ValueError, so a MATCH
-        can never fail with an FTS5 syntax error. All terms must match
-        (`match="any"`: one is enough); bare stopwords are left out when other
-        terms remain ("what did we decide about auth" is `decide auth`).
-Rule 2: a session's history is every turn with its label, on every thread
-        (after `/new`, after a lost head race), aborted turns included:
-        nothing is hidden. A search may cover several sessions at once (the
-        sessions of one person: ledger/recall/scope.py).
-Rule 3: ranking is FTS5's bm25 over the newest matching messages: the newest
-        CANDIDATES of all, or the newest FILTERED that pass a filter (a
-        session, times, roles); all of them when there are fewer. So a very
-        common word costs little more than a rare one, and among very common
-        matches recent history wins. Scores are -bm25: higher is better.
-Rule 4: the schema indexes message text only: the session is reached through
-        messages -> turns, so a session filter is applied to matches (or the
-        matches to the session's message ids, for a small session); see
-        `_rank`. bm25 itself reads the whole doclist of every term once per
-        query (document frequency), which is what a word found in most
-        messages costs.
+User text never reaches FTS5 as syntax: `terms` turns it into quoted strings only
+(each word, or "a phrase" in double quotes, with a trailing `*` for a prefix;
+operators such as AND, NEAR, `:`, `(`, `^` are plain words), and text with nothing to
+search raises ValueError, so a MATCH never fails with an FTS5 syntax error. All terms
+must match (`match="any"`: one is enough); bare stopwords are left out when other
+terms remain ("what did we decide about auth" is `decide auth`).
+
+A session's history is every turn with its label, on every thread (after `/new`,
+after a lost head race), aborted turns included: nothing is hidden; a search may
+cover several sessions at once (one person's: ledger/recall/scope.py). Ranking is
+FTS5's bm25 over the newest matching messages (the newest CANDIDATES of all, or the
+newest FILTERED that pass a filter: a session, times, roles), so a very common word
+costs little more than a rare one and among very common matches recent history wins;
+scores are -bm25, higher is better. The schema indexes message text only: a session
+filter is applied to the matches, or the matches to a small session's message ids
+(`_rank`).
 """
 
 from __future__ import annotations
@@ -66,12 +60,12 @@ _WORD = re.compile(r"[^\W_]+")  # what the unicode61 tokenizer keeps, near enoug
 
 
 def joined(fts_terms: list[str], match: Match) -> str:
-    """The FTS5 query of `terms`' strings: all of them, or any (Rule 1)."""
+    """The FTS5 query of `terms`' strings: all of them, or any."""
     return (" OR " if match == "any" else " ").join(fts_terms)
 
 
 def terms(text: str) -> list[str]:
-    """The FTS5 strings of the terms of `text`, stopwords left out (Rule 1)."""
+    """The FTS5 strings of the terms of `text`, stopwords left out."""
     found: list[tuple[str, bool]] = []  # (FTS5 string, a stopword that may go)
     for m in _TERM.finditer(text):
         quoted = m[1] is not None
@@ -132,7 +126,7 @@ def search(
     try:
         ranked = _rank(conn, fts, flt, limit)[:limit]
         return _hits(conn, fts, ranked)
-    except sqlite3.OperationalError as exc:  # Rule 1 says never; keep the promise anyway
+    except sqlite3.OperationalError as exc:  # `terms` rules it out; keep the promise anyway
         if "fts5" not in str(exc):
             raise
         raise ValueError(f"the query could not be searched: {exc}") from exc
@@ -166,7 +160,7 @@ def _filter(
 
 
 def _rank(conn: sqlite3.Connection, fts: str, flt: _Filter, limit: int) -> list[tuple[int, float]]:
-    """(rowid, -bm25) of the candidates (Rule 3), best first."""
+    """(rowid, -bm25) of the candidates, best first."""
     if not flt.where:
         rows = conn.execute(
             "SELECT rowid, rank FROM messages_fts WHERE messages_fts MATCH ?"
@@ -198,10 +192,10 @@ def _probe(conn: sqlite3.Connection, fts: str, flt: _Filter) -> list[int] | None
 
 
 def _small(conn: sqlite3.Connection, flt: _Filter, k: int) -> bool:
-    """Whether listing the session's M messages (about 2 µs each) beats walking the
-    matches through the join (about 3 µs each) until k of them are the session's:
-    about k * N / M matches of a common word when the session has M of N messages.
-    Listing wins when M * M < 1.4 * k * N (M = 2 per turn; at N = 1e6, k = 50: 8,000)."""
+    """Whether listing the session's M messages beats walking the matches through the
+    join until k of them are the session's (about k * N / M matches of a common word
+    when the session has M of N messages): listing wins when M * M < 1.4 * k * N, by
+    their costs per row (docs/performance.md)."""
     if not flt.sessions:
         return False
     marks = ",".join("?" * len(flt.sessions))

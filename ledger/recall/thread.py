@@ -1,17 +1,15 @@
-"""Recall's reads along a thread (seed 003): the turns around a search hit, and turns
-by their number within the session's thread. Beside `ledger/recall/search.py` (search) and
+"""Recall's reads along a thread: the turns around a search hit, and turns by their
+number within the session's thread. Beside `ledger/recall/search.py` (search) and
 `ledger/recall/reads.py` (ranges by id or time, tool calls, summary).
 
 Sync functions over a sqlite3 connection; they only read.
 
-Rule 1: a thread is the chain of `parent_id` links from a head back to its root, so
-        a hit's neighbours are the turns it followed and the turn that followed it
-        in its session (a fork's turns lead back into the session it came from, and
-        its first turn's neighbour before is that session's). A turn that lost its
-        head race (reason `head_moved`) is off every thread and never a neighbour.
-Rule 2: turn numbers count from 1 at the root of the session's current thread (its
-        head's chain, `/new` starts a new one); a negative number counts back from
-        the head, -1 being the head itself.
+A thread is the chain of `parent_id` links from a head back to its root, so a hit's
+neighbours are the turns it followed and the turn that followed it in its session (a
+fork's turns lead back into the session it came from). A turn that lost its head
+race (reason `head_moved`) is off every thread and never a neighbour. Turn numbers
+count from 1 at the root of the session's current thread (`/new` starts a new one); a
+negative number counts back from the head, -1 being the head itself.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ def neighbours(
     conn: sqlite3.Connection, turn: str, session: str, before: int, after: int
 ) -> list[Neighbour]:
     """The `before` turns a turn followed and the `after` turns that followed it in
-    `session`, nearest first on each side (Rule 1)."""
+    `session`, nearest first on each side."""
     out: list[Neighbour] = []
     current: str | None = turn
     for step in range(1, before + 1):
@@ -76,8 +74,9 @@ def _short(text: str) -> str:
 def by_number(
     conn: sqlite3.Connection, session: str, start: int | None, end: int | None, limit: int
 ) -> list[Entry]:
-    """The entries of turns `start`..`end` (inclusive, Rule 2) of the session's thread,
-    oldest first, each with its `number`; at most `limit` entries."""
+    """The entries of turns `start`..`end` (inclusive; from 1 at the root, negative
+    from the head) of the session's thread, oldest first, each with its `number`; at
+    most `limit` entries."""
     require_session(conn, session)
     row = conn.execute("SELECT head_turn_id FROM sessions WHERE label = ?", (session,)).fetchone()
     chain = thread_ids(conn, row[0] if row else None)
@@ -91,5 +90,5 @@ def by_number(
 
 
 def _index(number: int, length: int) -> int:
-    """The 0-based place in the chain of turn `number` (Rule 2)."""
+    """The 0-based place in the chain of turn `number`."""
     return number - 1 if number > 0 else length + number

@@ -1,14 +1,20 @@
-"""The ledger port on SQLite: `Ledger` (store.py) with one writer and a few readers,
-and the parts of it that serve each of the port's Protocols."""
+"""The ledger port on SQLite: `Ledger` (store.py) opens the file and runs its one
+writer and its readers (connections.py); each other module implements one part of
+the port (ingest, turns, delivery, reads, ops, timers, snapshots, routes, threads,
+titles, library)."""
 
 __all__ = [
-    "admission",
-    "events",
+    "connections",
+    "delivery",
+    "ingest",
     "library",
-    "outbox",
+    "ops",
     "reads",
     "routes",
+    "snapshots",
     "store",
     "threads",
     "timers",
+    "titles",
+    "turns",
 ]

@@ -1,24 +1,19 @@
-"""The library face's calls through the daemon (`ledger/port/protocols.py` LibraryPort), beside
-`ledger/sqlite/store.py` so that the `Ledger` class stays small: `ledger/api/served.py` plans
-each call as a write on the writer or a read on the reader pool, and shapes its answer.
+"""The SQLite ledger's `LibraryPort`: the library face's calls through the daemon.
+
+`ledger/api/served.py` plans each call as a write on the writer or a read on a
+reader, and shapes its answer: the same jobs and reads as the in-process `Store`,
+so a daemon's sessions and a library's share one serial order per session.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from ledger.api import served
-from ledger.sqlite.reads import ReaderPool
-from ledger.writer.group_commit import LedgerWriter
-
-T = TypeVar("T")
+from ledger.sqlite.connections import Connected
 
 
-class LibraryMethods:
-    writer: LedgerWriter
-
-    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
-
+class SqliteLibrary(Connected):
     async def library_call(self, call: str, args: dict[str, Any], now: int) -> Any:
         kind, what = served.plan(call, args, now)
         if kind == "write":

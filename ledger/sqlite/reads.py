@@ -1,104 +1,29 @@
-"""The read side of the SQLite ledger: the port's reads, each one hop to a reader.
+"""The SQLite ledger's `ReadPort`: the reads of the operator ops and of the recall
+tool, each one function of a `ledger/` module run on a reader in one hop.
 
-Rule 1: a read runs one function of a `ledger/` module on a reader connection,
-        in a thread, so the event loop never waits on SQLite; what needs more
-        than one query (an actor's start, an export) is read in one hop.
-Rule 2: the readers never write: each has its own connection, used by one
-        thread at a time.
+These never write, and nothing here holds a connection past its call: what a read
+needs of several tables (a session's `show`, recall's neighbours) is read together
+on the one reader it was given.
 """
 
 from __future__ import annotations
 
-import functools
 import sqlite3
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-import anyio
+from typing import Any
 
 from core.session_state import SessionState
-from ledger import (
-    events,
-    inspect,
-    queries,
-    reads,
-    sessions,
-    state_reads,
-    state_records,
-    turns,
-    workers,
-)
-from ledger.bridges import pending_bridges
-from ledger.port.protocols import OutboxRow, SessionStart
-from ledger.port.records import Found, Hit, ItemInfo, LedgerReport, Neighbour, OutboxKey, Request
+from ledger import events, queries, state_reads, state_records, workers
+from ledger.port.records import Found, Hit, Neighbour, Request
 from ledger.recall import answer as recall_answer
 from ledger.recall import hint as recall_hint
 from ledger.recall import search as recall
 from ledger.recall import thread as recall_thread
-
-T = TypeVar("T")
-
-
-class ReaderPool:
-    """A fixed set of read connections, each used by one thread at a time."""
-
-    def __init__(self, conns: list[sqlite3.Connection]) -> None:
-        self._free = list(conns)
-        self._all = list(conns)
-        self._slots = anyio.Semaphore(len(conns))
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._slots:
-            conn = self._free.pop()
-            try:
-                return await anyio.to_thread.run_sync(fn, conn)
-            finally:
-                self._free.append(conn)
-
-    def close(self) -> None:
-        for conn in self._all:
-            conn.close()
+from ledger.sqlite.connections import Connected
 
 
-class SqliteReads:
-    """The port's reads (`ledger/port/protocols.py` ReadPort and the reads of TurnPort and
-    DeliveryPort) over a `ReaderPool`; `Ledger` adds the writes."""
-
-    def __init__(self, readers: ReaderPool) -> None:
-        self.readers = readers
-
-    async def check(self, stuck_before: int) -> LedgerReport:
-        """What `brokerctl doctor` reports of the file (ledger/inspect.py)."""
-        return await self.readers.run(lambda c: inspect.report(c, stuck_before))
-
-    async def open_items(self, session: str | None = None) -> list[ItemInfo]:
-        return await self.readers.run(functools.partial(turns.load_open_items, session=session))
-
-    async def session_start(self, label: str, known_head: str | None = None) -> SessionStart:
-        def both(c: sqlite3.Connection) -> SessionStart:
-            start = turns.actor_start(c, label)
-            if known_head is not None and start.head == known_head:
-                return SessionStart(start, None, pending_bridges(c, label), known=True)
-            thread = reads.load_thread(c, start.head) if start.head is not None else None
-            seed = state_records.thread_seed(c, label) if thread is None else None
-            return SessionStart(start, thread, pending_bridges(c, label), seed)
-
-        # One hop to a reader thread, not two: actors start by the thousand.
-        return await self.readers.run(both)
-
-    async def queue_override(self, label: str) -> str | None:
-        return await self.readers.run(lambda c: queries.queue_override(c, label))
-
-    async def pending_outbox(
-        self, channel: str, limit: int, after: OutboxKey | None = None
-    ) -> list[OutboxRow]:
-        rows = await self.readers.run(
-            functools.partial(turns.pending_outbox, channel=channel, limit=limit, after=after)
-        )
-        return [OutboxRow(*row) for row in rows]
-
-    async def export_session(self, label: str, now: int) -> list[dict[str, Any]]:
-        return await self.readers.run(lambda c: sessions.export_snapshot(c, label, now))
+class SqliteReads(Connected):
+    async def counts(self) -> dict[str, int]:
+        return await self.readers.run(queries.counts)
 
     async def health_reads(
         self, untouched_since: int
@@ -114,14 +39,8 @@ class SqliteReads:
             return {}, [], f"the ledger cannot be read: {exc}"
         return counts, rows, None
 
-    async def counts(self) -> dict[str, int]:
-        return await self.readers.run(queries.counts)
-
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.readers.run(lambda c: queries.sessions_list(c, status, limit))
-
-    async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
-        return await self.readers.run(lambda c: workers.list_workers(c, session, turn))
 
     async def resolve_session(self, name: str) -> str:
         return await self.readers.run(lambda c: queries.resolve_for_show(c, name))
@@ -153,6 +72,9 @@ class SqliteReads:
 
     async def session_state(self, session: str) -> dict[str, Any]:
         return await self.readers.run(lambda c: state_reads.session_state_json(c, session))
+
+    async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
+        return await self.readers.run(lambda c: workers.list_workers(c, session, turn))
 
     async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:
         def run(c: sqlite3.Connection) -> list[Hit]:

@@ -1,27 +1,22 @@
-"""The route-binding methods of the SQLite ledger (`ledger/port/protocols.py` RoutePort), beside
-`ledger/sqlite/store.py` so that the `Ledger` class stays small: each runs one job of
-`ledger/binding_jobs.py` on the writer, or one read of `ledger/bindings.py`.
+"""The SQLite ledger's `RoutePort`: route bindings made, removed and listed.
+
+Each write is one job of `ledger/binding_jobs.py`: a `/fork` or `/switch` writes
+its fork, its binding, its command item's end and its reply in one transaction, and
+a session of another person is refused with nothing written.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from core.bindings import Conversation
 from ledger import binding_jobs, bindings
 from ledger.port.records import BindCommand
-from ledger.sqlite.reads import ReaderPool
-from ledger.writer.group_commit import LedgerWriter
+from ledger.sqlite.connections import Connected
 from ledger.writer.jobs import Pending
 
-T = TypeVar("T")
 
-
-class RouteMethods:
-    writer: LedgerWriter
-
-    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
-
+class SqliteRoutes(Connected):
     async def route_bind(self, conversation: Conversation, session: str, now: int) -> str:
         return await self.writer.call(binding_jobs.route_bind, conversation, session, now)
 

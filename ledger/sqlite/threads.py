@@ -1,25 +1,19 @@
-"""The port's thread operations (`ledger/port/protocols.py` ThreadPort) on the SQLite ledger.
+"""The SQLite ledger's `ThreadPort`: resets, a session's threads, and cancelling a
+waiting item.
 
-A part of `Ledger` (ledger/sqlite/store.py) of its own, so the class stays small: writes go
-through its one writer, reads to a reader, as for every other operation there.
+A reset only decides a new thread (pending until the session's actor makes the
+cut: `ledger/threads.py`), so it never races a turn in flight.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from ledger import resets, threads
-from ledger.sqlite.reads import ReaderPool
-from ledger.writer.group_commit import LedgerWriter
-
-T = TypeVar("T")
+from ledger.sqlite.connections import Connected
 
 
-class SqliteThreads:
-    writer: LedgerWriter
-
-    readers: ReaderPool  # SqliteReads', earlier in Ledger's bases
-
+class SqliteThreads(Connected):
     async def reset_session(self, session: str, reason: str, now: int) -> int:
         return await self.writer.call(resets.reset, session, reason, now)
 

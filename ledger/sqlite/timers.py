@@ -1,6 +1,7 @@
-"""The timer methods of the SQLite ledger (`ledger/port/features.py` TimerPort), beside
-`ledger/sqlite/store.py` so that the `Ledger` class stays small: each runs one job of
-`ledger/timers.py` on the writer, or one read of it.
+"""The SQLite ledger's `TimerPort`: timers added, listed, cancelled and fired.
+
+Each write is one job of `ledger/timers.py` on the writer, so a timer fires with
+its queue item and its next due time in one transaction: exactly once per due time.
 """
 
 from __future__ import annotations
@@ -8,15 +9,10 @@ from __future__ import annotations
 from core.timers import TimerSpec
 from ledger import timers
 from ledger.port.records import ItemInfo, OneTimer, TimerInfo
-from ledger.sqlite.reads import ReaderPool
-from ledger.writer.group_commit import LedgerWriter
+from ledger.sqlite.connections import Connected
 
 
-class TimerMethods:
-    writer: LedgerWriter
-
-    readers: ReaderPool  # SqliteReads', beside this class in `Ledger`'s bases
-
+class SqliteTimers(Connected):
     async def add_timer(self, session: str, spec: TimerSpec, now: int) -> TimerInfo:
         return await self.writer.call(timers.add, session, spec, now)
 

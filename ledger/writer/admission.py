@@ -1,16 +1,14 @@
-"""Admission to the ledger writer's bounded queue (ledger/writer/group_commit.py Rule 9).
+"""Admission to the ledger writer's bounded queue (ledger/writer/group_commit.py).
 
-Rule 1: a submitter that can wait asks `admit(wait_s)` before it queues a job.
-        While the queue is under its bound, `admit` returns at once and without
-        yielding, so the `submit` that follows it (without yielding) is taken.
-        Else it waits for the writer to take a batch from the queue, at most
-        `wait_s`, and then raises `WriterOverloaded`: a stalled writer is answered
-        `overloaded`, never by a silent drop.
-Rule 2: the event waiters sleep on is made only while someone waits, so a batch
-        taken with nobody waiting costs one attribute read.
-Rule 3: the writer's `has_room` is the test `admit` makes, without the wait, for a
-        submitter that cannot await where it writes: it writes at once with room,
-        else awaits `admit` first (broker/mailbox/actor.py Rule 5).
+A submitter that can wait asks `admit(wait_s)` before it queues a job. While the
+queue is under its bound, `admit` returns at once and without yielding, so the
+`submit` that follows it (without yielding) is taken; else it waits for the writer
+to take a batch from the queue, at most `wait_s`, and then raises `WriterOverloaded`:
+a stalled writer is answered `overloaded`, never by a silent drop. The writer's
+`has_room` is the same test without the wait, for a submitter that cannot await
+where it writes: it writes at once with room, else awaits `admit` first
+(broker/mailbox/write_room.py). The event waiters sleep on is made only while someone
+waits, so a batch taken with nobody waiting costs one attribute read.
 """
 
 from __future__ import annotations
@@ -26,10 +24,10 @@ class Admission:
     def __init__(self, has_room: Callable[[], bool], closed: Callable[[], bool]) -> None:
         self._has_room = has_room  # the queue is under its bound and the writer takes jobs
         self._closed = closed
-        self._room: anyio.Event | None = None  # Rule 2
+        self._room: anyio.Event | None = None  # only while someone waits
 
     async def admit(self, wait_s: float) -> None:
-        """Return once the queue takes another job (Rule 1); WriterOverloaded after
+        """Return once the queue takes another job; WriterOverloaded after
         `wait_s`, WriterClosed once the writer has stopped."""
         if self._has_room():
             return  # no checkpoint: the common case costs the caller no loop turn

@@ -1,37 +1,26 @@
 """WAL checkpoints beside the ledger writer, off its commit path.
 
-Why: by default SQLite checkpoints inside the COMMIT that takes the WAL past
-`wal_autocheckpoint` pages (1,000). A checkpoint copies pages into the
-database file and syncs both files; with synchronous=NORMAL that sync is the
-only one the WAL ever gets, so it flushes everything written since the last
-one. The batch whose commit ran it, and every batch queued behind, waited
-for all of that. A turn writes about 40 frames, so at 250 messages/s that
-was ten stalls a second, and the bulk of the p99 latency of bench.turns.
+By default SQLite checkpoints inside the COMMIT that takes the WAL past
+`wal_autocheckpoint` pages, and with synchronous=NORMAL that checkpoint's sync is the
+only one the WAL gets: the batch whose commit ran it, and every batch queued behind,
+waited for all of it (docs/performance.md). So the writer's connection never
+checkpoints (`wal_autocheckpoint = 0`), and a thread with a connection of its own
+runs PASSIVE checkpoints, which copy committed frames into the database while the
+writer goes on committing; a pass runs only after commits, at most every
+`interval_s`, and the thread is stopped and joined before the writer's connection
+closes.
 
-Rule 1: the writer's connection never checkpoints (`wal_autocheckpoint = 0`).
-        A thread with a connection of its own runs PASSIVE checkpoints, which
-        copy committed frames into the database while the writer goes on
-        committing.
-Rule 2: SQLite starts the WAL over from its beginning only when a write
-        transaction begins with every frame already copied, and under steady
-        writes the background pass never catches up with that moment. So
-        once the WAL holds `restart_frames`, the thread takes the writer's
-        lock between two transactions and copies the few frames written during
-        its pass; the next transaction then starts the WAL over.
-Rule 3: a pass runs only after commits, at most every `interval_s`. The
-        thread is stopped and joined before the writer's connection closes.
-Rule 4: a failing checkpoint (I/O error, disk full) fails no write. It is
-        counted and kept as `last_error`, and the next pass tries again; the
-        WAL grows meanwhile, as it would if SQLite's own checkpoints failed.
-Rule 5: a WAL that starts over is written over in place, not cut short. The
-        first commit after a restart truncates the file to `journal_size_limit`
-        when it is longer, and under steady writes it always was: the restart
-        comes a little past `restart_frames`. That ftruncate ran in the
-        writer's commit path and took 0.9-3.4 ms, 1.6 on average (ext4;
-        bench.turns at 1,000 messages/s, 3.7 restarts a second). So the limit
-        is `WAL_KEEP` times the restart size, above the file's usual length: it
-        trims only a WAL that grew far past it (a reader that held an old
-        snapshot, failing checkpoints).
+SQLite starts the WAL over only when a write transaction begins with every frame
+already copied, which under steady writes the background pass never catches. So once
+the WAL holds `restart_frames`, the thread takes the writer's lock between two
+transactions and copies the few frames written during its pass, and the next
+transaction starts the WAL over, in place: `journal_size_limit` is `WAL_KEEP` times
+the restart size, above the file's usual length, so the writer's commit path does not
+truncate the file at every restart; only a WAL that grew far past it is trimmed.
+
+A failing checkpoint (I/O error, disk full) fails no write: it is counted and kept as
+`last_error`, the next pass tries again, and the WAL grows meanwhile, as it would if
+SQLite's own checkpoints failed.
 """
 
 from __future__ import annotations
@@ -44,7 +33,7 @@ from plumbing import logs
 
 INTERVAL_S = 0.05
 RESTART_FRAMES = 4096  # 16 MiB of 4 KiB pages
-WAL_KEEP = 2  # the WAL file may stay this many times the restart size (Rule 5)
+WAL_KEEP = 2  # the WAL file may stay this many times the restart size
 WAL_HEADER = 32  # bytes at the start of the WAL file
 FRAME_HEADER = 24  # bytes ahead of each page in it
 CATCH_UP_FRAMES = 64  # few enough to copy under the writer's lock
@@ -66,7 +55,7 @@ class WalCheckpointer:
         self.interval_s = interval_s
         self.restart_frames = restart_frames
         # Held by the writer for each whole transaction, and by the thread for
-        # the copy that lets the WAL start over (Rule 2).
+        # the copy that lets the WAL start over.
         self.writing = threading.Lock()
         self.passes = 0
         self.restarts = 0  # catch-ups under the writer's lock
@@ -80,12 +69,12 @@ class WalCheckpointer:
         self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
 
     def attach(self, writer: sqlite3.Connection) -> None:
-        """Take checkpoints away from `writer` (Rule 1) and bound its WAL file (Rules 2, 5)."""
+        """Take checkpoints away from `writer` and bound its WAL file."""
         writer.execute("PRAGMA wal_autocheckpoint = 0")
         writer.execute(f"PRAGMA journal_size_limit = {self.wal_limit_bytes(writer)}")
 
     def wal_limit_bytes(self, conn: sqlite3.Connection) -> int:
-        """The length past which a WAL that starts over is truncated (Rule 5)."""
+        """The length past which a WAL that starts over is truncated."""
         page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
         return WAL_KEEP * (WAL_HEADER + self.restart_frames * (page_size + FRAME_HEADER))
 
@@ -120,7 +109,7 @@ class WalCheckpointer:
                 return
 
     def run_pass(self) -> None:
-        """One PASSIVE checkpoint; then, if the WAL is long, the catch-up of Rule 2."""
+        """One PASSIVE checkpoint; then, if the WAL is long, the catch-up to start over."""
         try:
             frames = self._checkpoint()
             if frames >= self.restart_frames:

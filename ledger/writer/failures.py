@@ -1,12 +1,10 @@
-"""The writer's bookkeeping while the storage fails (writer.py Rule 7): since
-when and why, the jobs held back behind a failed batch, when that batch may
-run again, and how long the writer may wait for it.
+"""The writer's bookkeeping while the storage fails: since when and why, the jobs held
+back behind a failed batch, when that batch may run again, and how long the writer
+may wait for it.
 
-Rule 1: one line is logged when writes start failing and one when they
-        recover, not one per failed batch.
-Rule 2: a failed batch runs again after a back-off of RETRY_FIRST_S, doubled
-        at each failure up to RETRY_MAX_S; the first batch that commits
-        resets it.
+One line is logged when writes start failing and one when they recover, not one per
+failed batch. A failed batch runs again after a back-off of RETRY_FIRST_S, doubled at
+each failure up to RETRY_MAX_S; the first batch that commits resets it.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ class WriteFailure(NamedTuple):
 
 
 class StorageFailures:
-    """Rule 7's state of one `LedgerWriter`, which holds it and keeps the queue."""
+    """The storage-failure state of one `LedgerWriter`, which holds it and keeps the queue."""
 
     def __init__(self, fail_exit_s: float) -> None:
         self.failure: WriteFailure | None = None

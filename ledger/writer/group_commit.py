@@ -1,48 +1,39 @@
 """The ledger's one writer, with group commit.
 
-Rule 1: one connection writes, and only the writer touches it. Each batch of
-        jobs is one transaction, run whole in one hop to where the connection
-        lives (a child process, or a worker thread), so no statement waits on
-        the event loop and many callers share one commit.
-Rule 2: a job that raises is rolled back alone and its caller gets the
-        exception; the other jobs of its batch commit (transactor.py Rule 1
-        says how).
-Rule 3: a caller learns its job's result only after the COMMIT that holds it
-        returned. If the COMMIT fails, nothing of the batch is kept. A failure
-        of the storage (disk full, I/O error: `storage_error`) is not the
-        jobs' fault: the batch is run again after a back-off, ahead of every
-        later job, until it commits, and its callers wait meanwhile (Rule 7).
-        Any other failure fails every job of the batch with `LedgerWriteFailed`.
-Rule 4: a batch, once handed over, finishes even if the writer is cancelled;
-        on cancellation the writer also finishes every job already queued,
-        then refuses new ones. A cancelled caller's write may still
-        have happened; jobs are idempotent by id, so a retry is harmless.
-Rule 5: a job is a function and its arguments, not a closure, so that it
-        can run in another process: jobs.py Rule 1.
-Rule 6: a lazy job (`submit_lazy`) waits up to `lazy_s` for a batch to join,
-        so a write nobody waits on (a delivery confirmation) does not cost a
-        transaction of its own when the writer is otherwise quiet. It goes at
-        the head of the batch it joins, so it may commit before jobs submitted
-        ahead of it: only jobs that commute with every other job may be lazy.
-Rule 7: while the storage fails, `failure` says since when and why, and the
-        writes keep their order: the executor runs no batch after a failed
-        one (`HeldBack`) until the writer sends the failed one again, led by
-        `resume_writes`. The first batch that commits clears `failure`; one
-        line is logged when writes start failing and one when they recover.
-        Storage that stays unwritable for `fail_exit_s` ends the writer with
-        `WriterStuck`, which stops the daemon (crash-only: a restart recovers).
-        When the writer is cancelled (a shutdown) it stops retrying: what
-        fails then fails its callers, for crash recovery at the next start.
-        (storage_failures.py keeps that state, with the back-off's timing.)
-Rule 8: the writer only resolves outcomes (`Pending`, in submission order) and
-        wakes the tasks that await them; what follows from a commit (an ack, a
-        reply, an item's hand-off) runs in those tasks, never in the writer's.
-Rule 9: backpressure waits: every submitter that can flood the queue (the
-        ingress, the actors, replies and their confirmations) is admitted first
-        (`admit(wait_s)`, ledger/writer/admission.py), which waits while `max_queue`
-        jobs wait; `submit` itself never refuses a job for a full queue. The
-        others (an operator's op, the timer sweep, a reload) await each write
-        they make, one at a time, so they cannot flood it.
+One connection writes, and only the writer touches it. Each batch of jobs is one
+transaction, run whole in one hop to where the connection lives (a child process, or
+a worker thread), so no statement waits on the event loop and many callers share one
+commit. A job is a function and its arguments, not a closure, so that it can run in
+another process (jobs.py). A job that raises is rolled back alone and its caller gets
+the exception; the other jobs of its batch commit (transactor.py). The writer only
+resolves outcomes (`Pending`, in submission order) and wakes the tasks that await
+them: what follows from a commit (an ack, a reply, an item's hand-off) runs in those
+tasks, never in the writer's.
+
+A caller learns its job's result only after the COMMIT that holds it returned; if
+the COMMIT fails, nothing of the batch is kept. A failure of the storage (disk full,
+I/O error: `storage_error`) is not the jobs' fault: while it lasts `failure` says
+since when and why, the batch is run again after a back-off, ahead of every later
+job, until it commits, and the executor runs no batch after a failed one (`HeldBack`)
+until the failed one comes again, led by `resume_writes`, so the writes keep their
+order; failures.py keeps that state. Storage that stays unwritable for `fail_exit_s`
+ends the writer with `WriterStuck`, which stops the daemon (crash-only: a restart
+recovers). Any other failure fails every job of the batch with `LedgerWriteFailed`.
+
+A batch, once handed over, finishes even if the writer is cancelled; on cancellation
+the writer also finishes every job already queued, then refuses new ones, and stops
+retrying storage failures (what fails then fails its callers, for crash recovery at
+the next start). A cancelled caller's write may still have happened; jobs are
+idempotent by id, so a retry is harmless.
+
+Backpressure waits: every submitter that can flood the queue (the ingress, the
+actors, replies and their confirmations) is admitted first (`admit(wait_s)`,
+admission.py), which waits while `max_queue` jobs wait; `submit` itself never refuses
+a job for a full queue, and the others (an operator's op, the timer sweep, a reload)
+await each write they make, one at a time. A lazy job (`submit_lazy`) waits up to
+`lazy_s` for a batch to join, so a write nobody waits on (a delivery confirmation)
+does not cost a transaction of its own; it goes at the head of the batch it joins, so
+only jobs that commute with every other job may be lazy.
 """
 
 from __future__ import annotations
@@ -120,7 +111,7 @@ class LedgerWriter:
 
     Two tasks: the sender hands over the next batch when the link is idle;
     the receiver takes the outcomes in order, hands over the next batch
-    itself when jobs wait, and then resolves the callers' outcomes (Rule 8). So
+    itself when jobs wait, and then resolves the callers' outcomes. So
     under load the link carries the next batch while the callers act on theirs,
     and a batch costs the event loop one task switch, not three.
     """
@@ -141,9 +132,9 @@ class LedgerWriter:
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._admission = Admission(self.has_room, lambda: self._closed)
-        self.admit = self._admission.admit  # Rule 9
+        self.admit = self._admission.admit  # backpressure
         self._queue: deque[Pending[Any]] = deque()
-        self._lazy: deque[Pending[Any]] = deque()  # Rule 6
+        self._lazy: deque[Pending[Any]] = deque()  # jobs waiting for a batch to join
         self._lazy_s = lazy_s
         self._lazy_since = 0.0  # when the oldest waiting lazy job was submitted
         self._last: Pending[Any] | None = None  # the newest job of `submit` (for `settled`)
@@ -160,7 +151,7 @@ class LedgerWriter:
         self._dead: WriterDied | None = None
         self.commits = 0
         self.jobs = 0
-        self._failures = StorageFailures(fail_exit_s)  # Rule 7
+        self._failures = StorageFailures(fail_exit_s)  # while the storage fails
         self._resume = False  # the next batch is led by `resume_writes`
 
     @property
@@ -168,12 +159,12 @@ class LedgerWriter:
         return len(self._queue) + len(self._lazy)
 
     def has_room(self) -> bool:
-        """Would `admit` return at once? (ledger/writer/admission.py Rule 3)"""
+        """Would `admit` return at once? (ledger/writer/admission.py)"""
         return len(self._queue) + len(self._lazy) < self._max_queue and not self._closed
 
     @property
     def failure(self) -> WriteFailure | None:
-        """Since when and why writes fail on the storage (Rule 7); None while they commit."""
+        """Since when and why writes fail on the storage; None while they commit."""
         return self._failures.failure
 
     @property
@@ -185,7 +176,7 @@ class LedgerWriter:
         return self._next_batch_done
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
-        """Queue `fn(conn, *args, **kwargs)` without waiting (room first: Rule 9).
+        """Queue `fn(conn, *args, **kwargs)` without waiting (room first: `admit`).
 
         Raises WriterClosed.
         """
@@ -196,7 +187,7 @@ class LedgerWriter:
         return pending
 
     def submit_lazy(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
-        """Like `submit`, for a job that may wait a little for company (Rule 6)."""
+        """Like `submit`, for a job that may wait a little for company."""
         pending = self._pending(fn, args, kwargs)
         if not self._lazy:
             self._lazy_since = anyio.current_time()
@@ -215,9 +206,9 @@ class LedgerWriter:
     async def settled(self) -> None:
         """Return once every job submitted so far with `submit` is resolved, committed
         or failed (at once when none is open), so a read from here on sees them.
-        Lazy jobs are not waited for: they commute with everything (Rule 6)."""
+        Lazy jobs are not waited for: they commute with everything."""
         if self._last is not None:
-            # Jobs resolve in submission order (Rule 3 and `_resolve_committed`).
+            # Jobs resolve in submission order, after their COMMIT (`_resolve_committed`).
             await self._last.wait()
 
     async def run(
@@ -245,7 +236,7 @@ class LedgerWriter:
                             continue
                     await self._room()
                     if self._failures.holding():
-                        # Rule 7: failed jobs are coming back, or wait out their back-off.
+                        # failed jobs are coming back, or wait out their back-off.
                         self._wake = anyio.Event()
                         with anyio.move_on_after(self._failures.hold_off_s()):
                             await self._wake.wait()
@@ -297,7 +288,7 @@ class LedgerWriter:
         if self._dead is not None or self._sending or not self._waiting():
             return
         if self._failures.holding():
-            return  # Rule 7: the failed jobs go first, after the back-off
+            return  # the failed jobs go first, after the back-off
         lazy, queue = self._lazy, self._queue
         batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
         batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
@@ -338,7 +329,7 @@ class LedgerWriter:
             outcomes: list[Outcome] = [(None, self._dead)] * len(batch)
         else:
             # Not shielded: a cancelled receive takes nothing (BatchLink), and
-            # `run` takes the batch back itself, shielded (Rule 4).
+            # `run` takes the batch back itself, shielded.
             try:
                 outcomes = await self._link.receive()
             except WriterDied as exc:
@@ -366,7 +357,7 @@ class LedgerWriter:
         if batch:
             self._committed.append((batch, outcomes))
 
-    # -- Rule 7: storage failures (storage_failures.py keeps the state) --------
+    # -- storage failures (storage_failures.py keeps the state) --------
 
     def _put_back(self) -> None:
         self._queue.extendleft(reversed(self._failures.take_back()))

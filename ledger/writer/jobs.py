@@ -1,14 +1,12 @@
 """What the ledger writer runs and what its callers get back: a job, its
 outcome, the ways a write fails, and the `Pending` a caller awaits.
 
-Rule 1: a job is a function and its arguments, `fn(conn, *args, **kwargs)`, not
-        a closure: the transaction may run in another process (see
-        writer_process.py), so both go there by pickle. A job that cannot be
-        pickled fails alone, with an error saying so.
-Rule 2: jobs are pure functions of the database: they may run twice (a batch
-        is run again with savepoints when one of its jobs fails, see
-        transactor.py Rule 1; or after a storage failure, writer.py Rule 7),
-        and only the committed run counts.
+A job is a function and its arguments, `fn(conn, *args, **kwargs)`, not a closure:
+the transaction may run in another process (process.py), so both go there by pickle,
+and a job that cannot be pickled fails alone, with an error saying so. Jobs are pure
+functions of the database: they may run twice (a batch is run again with savepoints
+when one of its jobs fails, or after a storage failure), and only the committed run
+counts.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ class JobSpec(NamedTuple):
 
 
 def resume_writes(conn: sqlite3.Connection) -> None:
-    """A job that leads a batch sent again after a storage failure (writer.py Rule 7)."""
+    """A job that leads a batch sent again after a storage failure (group_commit.py)."""
 
 
 class Pending(Generic[T]):

@@ -1,32 +1,28 @@
 """The ledger's writer connection in a process of its own.
 
-Why a process: the writer's transactions are mostly SQLite's C code, which
-runs without the GIL, but every statement takes the GIL back when it returns.
-In the daemon's process the event loop holds the GIL whenever it has work, so
-under load each statement of the writer waited up to a switch interval (5 ms)
-to get it back: a convoy in which the writer spent most of its time waiting,
-not writing. In its own process the writer has its own GIL; the daemon's
-event loop only pickles a batch, writes it to the socket and later reads the
-outcomes back, with no thread of its own in between.
+The writer's transactions are mostly SQLite's C code, which runs without the GIL, but
+every statement takes the GIL back when it returns; in the daemon's process the event
+loop holds the GIL whenever it has work, so under load the writer mostly waited for
+it (docs/performance.md). In its own process the writer has its own GIL; the daemon's
+event loop only pickles a batch, writes it to the socket and later reads the outcomes
+back, with no thread of its own in between. Frames on the socket are an 8-byte length
+and a pickle: the parent sends a list of jobs, the child answers with a list of
+outcomes in the same order.
 
-Rule 1: the child runs the same `Transactor` as the thread writer: one batch
-        is one transaction, jobs fail alone, and outcomes come back only after
-        the COMMIT. The child keeps the writer-side caches with its connection.
-Rule 2: the child never outlives the daemon: it asks the kernel for SIGKILL
-        when its parent dies, and it stops when the socket to it closes. It
-        ignores SIGINT, SIGTERM and SIGHUP, which are the daemon's to handle;
-        the daemon stops it by closing the socket after its last batch.
-Rule 3: if the child dies, every waiting and later job fails with `WriterDied`
-        and the writer stops, which stops the daemon: a batch in flight may or
-        may not have committed, and only a restart (with its recovery) can
-        tell. Nothing was acked for it, so nothing acked is lost.
-Rule 4: the child's death is seen when it happens, not when a batch comes
-        back: `exited` waits on a pidfd (opened at spawn, before anything can
-        reap the child and free its pid), so an idle daemon stops too.
-        `problem` tells `health` whether the child runs, on every call.
+The child runs the same `Transactor` as the thread writer (one batch is one
+transaction, jobs fail alone, outcomes come back only after the COMMIT) and keeps the
+writer-side caches with its connection. It never outlives the daemon: it asks the
+kernel for SIGKILL when its parent dies and stops when the socket to it closes; it
+ignores SIGINT, SIGTERM and SIGHUP, which are the daemon's to handle, and the daemon
+stops it by closing the socket after its last batch.
 
-Frames on the socket are an 8-byte length and a pickle: the parent sends a
-list of jobs, the child answers with a list of outcomes in the same order.
+If the child dies, every waiting and later job fails with `WriterDied` and the writer
+stops, which stops the daemon: a batch in flight may or may not have committed, and
+only a restart (with its recovery) can tell; nothing was acked for it, so nothing
+acked is lost. The death is seen when it happens, not when a batch comes back:
+`exited` waits on a pidfd (opened at spawn, before anything can reap the child and
+free its pid), so an idle daemon stops too, and `problem` tells `health` whether the
+child runs, on every call.
 """
 
 from __future__ import annotations
@@ -58,7 +54,7 @@ _HEADER = struct.Struct("!Q")
 _PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
-LOST_WAIT_S = 0.5  # for a child whose socket broke to be seen ending (Rule 4)
+LOST_WAIT_S = 0.5  # for a child whose socket broke to be seen ending
 EXIT_POLL_S = 0.1  # how often `exited` looks without a pidfd (not Linux 5.3+)
 # A batch unanswered this long: the child is wedged (a stuck disk, a debugger).
 # A healthy child answers in milliseconds; a full batch with FULL sync in well under 1 s.
@@ -115,7 +111,7 @@ class ProcessLink:
         # Per batch sent and not answered: its size and the jobs pickle refused.
         self._sent: deque[tuple[int, dict[int, BaseException]]] = deque()
         self._sent_at: deque[float] = deque()  # when each of those was sent (`problem`)
-        self._pidfd = _pidfd(proc.pid)  # Rule 4: now, while the pid is surely the child's
+        self._pidfd = _pidfd(proc.pid)  # now, while the pid is surely the child's
 
     @property
     def pid(self) -> int:
@@ -244,7 +240,7 @@ class ProcessLink:
         return WriterDied(f"the ledger writer process is unreachable: {exc!r}")
 
     async def exited(self) -> str:
-        """Return once the child has ended, with how it ended (Rule 4)."""
+        """Return once the child has ended, with how it ended."""
         while self.proc.poll() is None:
             if self._pidfd is None:
                 await anyio.sleep(EXIT_POLL_S)
@@ -253,7 +249,7 @@ class ProcessLink:
         return _ending(self.proc.returncode)
 
     def problem(self) -> str | None:
-        """Why the child cannot write now, or None when it runs and answers (Rule 4).
+        """Why the child cannot write now, or None when it runs and answers.
 
         A child stopped by SIGSTOP is alive but answers nothing until SIGCONT;
         so is one stuck in the kernel. Both are problems, not deaths: nothing
@@ -290,7 +286,7 @@ class ProcessLink:
 
     async def _close_socket(self) -> None:
         if self._reader is not None:
-            self._reader.close()  # before the socket (rawsock Rule 1)
+            self._reader.close()  # before the socket (plumbing/rawsock.py)
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -333,7 +329,7 @@ _GONE = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.En
 
 
 def _dump_separately(jobs: list[JobSpec]) -> tuple[bytes, dict[int, BaseException]]:
-    """Pickle the jobs that can be; the others fail alone (jobs.py Rule 1)."""
+    """Pickle the jobs that can be; the others fail alone (jobs.py)."""
     ok: list[JobSpec] = []
     refused: dict[int, BaseException] = {}
     for i, job in enumerate(jobs):

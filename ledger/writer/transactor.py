@@ -4,29 +4,24 @@ connection assembled with its identity caches, the full-text index brought up
 to date before each COMMIT (fts.py), and the WAL checkpointer beside it
 (checkpoint.py).
 
-Rule 1: a job that raises is rolled back alone and its caller gets the
-        exception; the other jobs of its batch commit. (The batch first runs
-        without savepoints; only when a job fails is it rolled back and run
-        again with one savepoint per job: jobs.py Rule 2.)
-Rule 2: if the COMMIT fails, nothing of the batch is kept and every job of it
-        fails: with `StorageFailed` when the storage refused it
-        (`storage_error`: it may commit later, writer.py Rule 7), else with
-        `LedgerWriteFailed`. After a storage failure no batch runs
-        (`HeldBack`) until the failed one comes again, led by `resume_writes`.
-Rule 3: a COMMIT that got no answer (the server lost with it, on PostgreSQL)
-        may have committed. A connection that can tell (`commit_verdict`,
-        ledger/postgres/connection.py Rule 5) is asked before the failed batch
-        runs again: if it committed, its jobs get the outcomes of the run that
-        committed and are not run again (a second run would see its own
-        writes: an inbound message as a duplicate, a turn as a lost head
-        race); if not, they run again as after any storage failure. Settled
-        jobs stay settled until they come again, even when the batch that
-        brings them back is in doubt in its turn. A doubt that can never be
-        settled fails its jobs' callers (they may have committed: an ingest
-        sent again is then a duplicate), but not those of jobs settled before:
-        they committed, and a caller told otherwise would act on a failure
-        (a turn so told abandons its reply).
-        SQLite's COMMIT is local: it leaves no doubt.
+A job that raises is rolled back alone and its caller gets the exception; the other
+jobs of its batch commit (the batch first runs without savepoints; only when a job
+fails is it rolled back and run again with one savepoint per job). If the COMMIT
+fails, nothing of the batch is kept and every job of it fails: with `StorageFailed`
+when the storage refused it (`storage_error`: it may commit later), else with
+`LedgerWriteFailed`. After a storage failure no batch runs (`HeldBack`) until the
+failed one comes again, led by `resume_writes`.
+
+A COMMIT that got no answer (the server lost with it, on PostgreSQL) may have
+committed. A connection that can tell (`commit_verdict`,
+ledger/postgres/connection.py) is asked before the failed batch runs again: if it
+committed, its jobs get the outcomes of the run that committed and are not run again
+(a second run would see its own writes: an inbound message as a duplicate, a turn as
+a lost head race); if not, they run again as after any storage failure. Settled jobs
+stay settled until they come again, even when the batch that brings them back is in
+doubt in its turn. A doubt that can never be settled fails its jobs' callers (they
+may have committed: an ingest sent again is then a duplicate), but not those of jobs
+settled before, which committed. SQLite's COMMIT is local: it leaves no doubt.
 """
 
 from __future__ import annotations
@@ -58,7 +53,7 @@ class _JobFailed(Exception):
 
 
 class Transactor:
-    """Runs batches of jobs on one connection, one transaction per batch (Rules 1, 2).
+    """Runs batches of jobs on one connection, one transaction per batch.
 
     Used in a worker thread (`ThreadLink`), or in the writer process (writer_process.py).
     """
@@ -80,8 +75,8 @@ class Transactor:
         self._writing: AbstractContextManager[Any] = (
             checkpointer.writing if checkpointer else nullcontext()
         )
-        self._held: HeldBack | None = None  # set by a storage failure (Rule 2)
-        # The jobs of a batch whose COMMIT got no answer, with their outcomes (Rule 3).
+        self._held: HeldBack | None = None  # set by a storage failure
+        # The jobs of a batch whose COMMIT got no answer, with their outcomes.
         self._unanswered: list[tuple[JobSpec, Outcome]] = []
         # Those of them that committed after all, by id(job), until they come again.
         self._settled: dict[int, tuple[JobSpec, Outcome]] = {}
@@ -92,14 +87,14 @@ class Transactor:
     def execute(self, jobs: list[JobSpec]) -> list[Outcome]:
         if self._held is not None:
             if not (jobs and jobs[0].fn is resume_writes):
-                return [(None, self._held)] * len(jobs)  # Rule 2: the failed batch first
+                return [(None, self._held)] * len(jobs)  # the failed batch first
             if self._unanswered:
                 try:
                     self._settle_unanswered()
                 except sqlite3.Error as exc:
                     if storage_error(exc):  # not known yet: the batch comes again
                         return self._failed(jobs, exc)
-                    self._unanswered, self._held = [], None  # never to be known (Rule 3)
+                    self._unanswered, self._held = [], None  # never to be known
                     failure = self._failed(jobs, exc)[0]
                     return [self._settled.pop(id(job), (job, failure))[1] for job in jobs]
             self._held = None
@@ -131,7 +126,7 @@ class Transactor:
         return [(None, failure)] * len(jobs)
 
     def _settle_unanswered(self) -> None:
-        """Rule 3: did the unanswered COMMIT commit? (Raises while that cannot be known.)"""
+        """Did the unanswered COMMIT commit? (Raises while that cannot be known.)"""
         verdict = getattr(self._conn, "commit_verdict", None)
         if verdict is not None and verdict():
             # Added to those settled before, not in their place: a batch that carried
@@ -140,7 +135,7 @@ class Transactor:
         self._unanswered = []
 
     def _with_settled(self, jobs: list[JobSpec]) -> list[Outcome]:
-        """The outcomes of jobs that committed already (Rule 3); the others run now."""
+        """The outcomes of jobs that committed already; the others run now."""
         settled = {
             i: self._settled.pop(id(job)) for i, job in enumerate(jobs) if id(job) in self._settled
         }
@@ -179,12 +174,12 @@ class Transactor:
                     value = job.run(conn)
                 except Exception as exc:  # the job's own failure, for its caller
                     if storage_error(exc):
-                        raise  # the storage's, not the job's: the whole batch (Rule 2)
+                        raise  # the storage's, not the job's: the whole batch
                     if not savepoints:
                         raise _JobFailed from exc
                     conn.execute("ROLLBACK TO job")
                     # Now, not after the batch: a later job of it must not find what
-                    # this one put in the caches (ingest.py Rule 3).
+                    # this one put in the caches (ingest.py).
                     self._rolled_back()
                     outcomes.append((None, exc))
                 else:
@@ -206,7 +201,7 @@ class Transactor:
             self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if storage_error(exc) and getattr(self._conn, "in_doubt", None) is not None:
-                self._unanswered = list(zip(jobs, outcomes, strict=True))  # Rule 3
+                self._unanswered = list(zip(jobs, outcomes, strict=True))  # in doubt
             raise
 
     def _rolled_back(self) -> None:

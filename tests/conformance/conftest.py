@@ -61,7 +61,7 @@ async def port(
 async def small_queue_port(
     ledger_backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[LedgerPort]:
-    """A port whose queue of writes holds SMALL_QUEUE (ledger/port/protocols.py Rule 2)."""
+    """A port whose queue of writes holds SMALL_QUEUE (ledger/port/protocols.py)."""
     async with open_port(
         ledger_backend,
         tmp_path,

@@ -1,4 +1,4 @@
-"""Backpressure that waits, through the port (ledger/port/protocols.py Rule 2): a submitter
+"""Backpressure that waits, through the port (ledger/port/protocols.py): a submitter
 finding the queue of writes full waits in `admit` for room, then its write is taken."""
 
 from __future__ import annotations

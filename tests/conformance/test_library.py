@@ -37,7 +37,7 @@ async def test_items_in_and_out(port: LedgerPort) -> None:
 
 
 async def test_a_pop_of_a_summary_copies_the_compaction(port: LedgerPort) -> None:
-    # ledger/api/writes.py Rule 2a: the thread starts at the compaction, before and after.
+    # ledger/api/writes.py: the thread starts at the compaction, before and after.
     await port.library_call("append", {"session": "lib", "items": ["a", "b"]}, tick())
     head = (await port.library_call("get", {"session": "lib"}, tick()))["head_turn"]
     compact = {"session": "lib", "head": head, "summary": ["one", "two"], "turns": 1}
@@ -126,7 +126,7 @@ async def test_adk_calls_keep_a_session_record_beside_its_turns(port: LedgerPort
 async def test_a_daemon_compaction_keeping_turns_reads_exports_and_pops_alike(
     port: LedgerPort,
 ) -> None:
-    # ledger/api/reads.py Rule 1a, writes.py Rule 2b, ledger/sessions.py Rule 5.
+    # ledger/api/reads.py, writes.py, ledger/sessions.py.
     acc = await ingest(port, inbound("m1", text="q1"))
     parent = None
     turns = []
@@ -178,7 +178,7 @@ async def test_a_daemon_compaction_keeping_turns_reads_exports_and_pops_alike(
 async def test_an_aborted_turn_reads_exports_and_pops_as_the_context_loads_it(
     port: LedgerPort,
 ) -> None:
-    # ledger/api/reads.py Rule 1b, writes.py Rule 2c, ledger/sessions.py Rule 6.
+    # ledger/api/reads.py, writes.py, ledger/sessions.py.
     acc = await ingest(port, inbound("m1", text="q1"))
     first = turn(acc.session, None, await port.open_items(acc.session), "a1")
     await port.submit_turn(first).result()

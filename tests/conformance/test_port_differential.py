@@ -64,7 +64,7 @@ from plumbing.ids import new_id
 
 EXAMPLES = int(os.environ.get("PORT_DIFF_EXAMPLES", "30"))
 STEPS = int(os.environ.get("PORT_DIFF_STEPS", "25"))
-# A longer hunt (Rule 4) gets time in proportion: about 0.05 s a step when loaded.
+# A longer hunt gets time in proportion: about 0.05 s a step when loaded.
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(max(120, EXAMPLES * STEPS // 5))]
 LIMITS = Limits(max_depth=2, max_children=4, timeout_ms=60_000)
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
@@ -96,7 +96,7 @@ SPECS = [
 
 
 class Ids:
-    """One backend's ids and their normalized names (Rule 2)."""
+    """One backend's ids and their normalized names."""
 
     def __init__(self) -> None:
         self.to_name: dict[str, str] = {}
@@ -177,7 +177,7 @@ Step = Callable[[LedgerPort, Ids], Awaitable[Any]]
 
 
 class Twin:
-    """The two ports, stepped together (Rule 1)."""
+    """The two ports, stepped together."""
 
     def __init__(self, sqlite: LedgerPort, pg: LedgerPort) -> None:
         self.sides = [(sqlite, Ids()), (pg, Ids())]
@@ -777,7 +777,7 @@ def searching(word: str | None, session: str | None) -> Step:
 
 
 async def hit_set(hits: Awaitable[list[Any]]) -> list[tuple[str, str, str, str]]:
-    """Rule 3: which messages were found and their snippets, not their rank or score."""
+    """Which messages were found and their snippets, not their rank or score."""
     return sorted((h.session, h.turn, h.role, h.snippet) for h in await hits)
 
 

@@ -72,7 +72,7 @@ async def test_latin_diacritics_are_dropped_and_others_kept(port: LedgerPort) ->
 async def test_a_word_found_through_a_fold_is_marked_in_its_snippet(port: LedgerPort) -> None:
     """The snippet marks what the search matched, folds included, on both ports:
     PostgreSQL's `ts_headline` read the text with its own parser and left "Héron"
-    unmarked for "heron" (postgres/recall.py Rule 3)."""
+    unmarked for "heron" (postgres/recall.py)."""
     session, _ = await _thread(port, ["Le Héron gris", "ÉTÉ chaud", "cafe\u0301 noir"])
     [heron] = await port.recall_search("heron", session, 5)
     assert heron.snippet == "Le **Héron** gris"

@@ -1,5 +1,5 @@
 """Workers through the port: links, `workers.list`, the handoff, a worker that waits
-and reports with `worker_done` (ledger/dispatch.py Rules 2 to 4)."""
+and reports with `worker_done` (ledger/dispatch.py)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ async def test_a_waiting_worker_reports_once_with_worker_done(port: LedgerPort) 
     assert reported.dispatches == (done.dispatch,)
     [result] = reported.items
     assert result.session == parent and "found it" in result.content
-    with pytest.raises(Conflict) as again:  # Rule 2: one result per dispatch
+    with pytest.raises(Conflict) as again:  # one result per dispatch
         await port.report_worker_done(done.session, "found it", tick())
     assert "already ended (completed)" in str(again.value)
     last = turn(done.session, later.turn_id, [], "bye")  # waits for nothing: settles none

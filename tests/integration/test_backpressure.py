@@ -1,4 +1,4 @@
-"""Backpressure that waits (ledger/writer/group_commit.py Rule 9), against the real daemon.
+"""Backpressure that waits (ledger/writer/group_commit.py), against the real daemon.
 
 The ledger writer process is stopped (SIGSTOP) so nothing commits, and the
 writer's queue is made tiny (`ledger.writer_queue`), so many senders at once
@@ -7,7 +7,7 @@ fill it. Those past the queue wait for room instead of being refused: within
 it they are answered `overloaded` and store nothing. No message is ever
 dropped without an answer. A session's actor waits for room too before its own
 writes: a turn due meanwhile begins (its items marked running) only once the
-queue takes its record (broker/mailbox/actor.py Rule 5).
+queue takes its record (broker/mailbox/actor.py).
 """
 
 from __future__ import annotations

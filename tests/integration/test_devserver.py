@@ -14,7 +14,7 @@ from broker.runtime.temporal.devserver import DevServer
 
 
 def test_a_start_whose_port_was_taken_meanwhile_is_tried_again_on_new_ports() -> None:
-    # Rule 5: a port found free and then taken before the server binds it (what
+    # a port found free and then taken before the server binds it (what
     # failed a whole CI run's Temporal tests once) costs one more attempt, not the run.
     server = DevServer(Path(tempfile.mkdtemp(prefix="tmprl-", dir="/tmp")))
     taken = server.http_port

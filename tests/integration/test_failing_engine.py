@@ -68,7 +68,7 @@ async def test_a_failing_engine_fails_each_turn_once_and_the_session_goes_on(
 async def test_a_turn_activity_that_fails_every_attempt_is_failed_once_on_temporal(
     temporal_server: DevServer, make_daemon: DaemonFactory
 ) -> None:
-    """workflow.py Rule 5 on a real node: every attempt of the turn's activity runs out
+    """workflow.py on a real node: every attempt of the turn's activity runs out
     of its time (a run started by the test with a 1 s turn bound, against an engine
     that takes 8 s); then `fail_items` records the turn failed (reason `runtime`),
     tells the person, consumes the item, and the session takes its next message."""

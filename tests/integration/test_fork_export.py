@@ -98,8 +98,8 @@ async def test_export_then_import(daemon: DaemonProcess, tmp_path: Path) -> None
 
 
 async def test_import_goes_through_the_ledger_writer(daemon: DaemonProcess, tmp_path: Path) -> None:
-    # The writer indexes the messages of each transaction before COMMIT (ledger/fts.py
-    # Rule 1); an import that went around it left its messages out of the search index
+    # The writer indexes the messages of each transaction before COMMIT (ledger/fts.py);
+    # an import that went around it left its messages out of the search index
     # until the daemon's next write.
     session = await converse(daemon, ["xylophone"])
     out = tmp_path / "thread.jsonl"

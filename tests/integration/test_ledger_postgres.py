@@ -8,6 +8,7 @@ protocol tests on PostgreSQL as a second configuration.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,7 +179,11 @@ async def kill_postgres_and_restart(cluster: Any, d: DaemonProcess) -> None:
         refused.append(late)
 
         await anyio.to_thread.run_sync(cluster.start)
+        back = time.monotonic()
         await storage_back(adapter, operator, held, refused, acked)
+        resumed = time.monotonic() - back
+        print(f"PostgreSQL back: the daemon served again after {resumed:.2f} s")
+        assert resumed <= 10, f"service resumed {resumed:.1f} s after PostgreSQL came back"
 
     # Every acked message is in the ledger once, and was answered by exactly one turn.
     answered = await all_answered(d, set(acked))

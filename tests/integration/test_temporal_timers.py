@@ -110,7 +110,7 @@ async def test_a_timer_due_while_its_node_is_down_fires_once_after_it_is_back(
 async def test_a_node_clock_behind_the_workflow_s_is_asked_again_not_in_a_busy_loop(
     temporal_server: DevServer,
 ) -> None:
-    """timer_workflow.py Rule 3, with a fake firing activity that says "not yet"
+    """timer_workflow.py, with a fake firing activity that says "not yet"
     twice (a node whose clock is behind), then fires, then ends the timer."""
     answers = [Fired(0, 0), Fired(0, 0), Fired(1, 0), Fired(0, None)]
     asked: list[float] = []

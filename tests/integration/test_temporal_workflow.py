@@ -279,7 +279,7 @@ async def test_a_run_ends_after_idle_s_quiet_on_one_timer_not_one_a_turn(
         handle = await arrive(client, queue, label, record(f"i{n}", n + 1), "followup", 1.0)
         await until(lambda n=n: len(fake.turns) == n + 1, f"turn {n + 1}")  # type: ignore[misc]
     with anyio.fail_after(WAIT):
-        await handle.result()  # Rule 4: the run ends by itself once quiet
+        await handle.result()  # the run ends by itself once quiet
     events = [e async for e in handle.fetch_history_events()]
     kinds = [EventType.Name(e.event_type) for e in events]
     assert kinds.count("EVENT_TYPE_ACTIVITY_TASK_COMPLETED") == 4
@@ -305,7 +305,7 @@ def replayer(runner: Callable[[], WorkflowRunner] = sandboxed) -> Replayer:
 async def test_a_run_an_older_node_began_replays_on_this_code(
     runner: Callable[[], WorkflowRunner],
 ) -> None:
-    """workflow.py Rule 6: the history of a run of five turns that ended for quiet,
+    """workflow.py: the history of a run of five turns that ended for quiet,
     made by the code before the local short steps, the single idle timer and the
     pushed news (`2822096`), replays here without a non-determinism error, in the
     sandbox or not, its payloads (the SDK's own JSON) read by the node's converter."""
@@ -318,7 +318,7 @@ async def test_a_run_an_older_node_began_replays_on_this_code(
 async def test_a_history_longer_than_the_bound_made_before_it_replays(
     runner: Callable[[], WorkflowRunner],
 ) -> None:
-    """workflow.py Rule 7: a run of twelve turns (116 events, past the default bound of
+    """workflow.py: a run of twelve turns (116 events, past the default bound of
     `history_max_events`) made by the code before the bound (`c7188e5`) replays here
     as it was: its input names no bound, and the cut is behind a patch."""
     saved = Path(__file__).parent / "histories" / "session_before_bound.json"
@@ -344,7 +344,7 @@ async def test_a_steer_reaches_the_running_turn_through_the_query(
         return await steered() == ["b"]
 
     await wait_until(steered_b, "b steered into turn 1", WAIT)
-    # Pushed to the turn's node too (workflow.py Rule 3), with no query asked.
+    # Pushed to the turn's node too (workflow.py), with no query asked.
     pushed = [(p.turn_no, [str(r[0]) for r in p.control.steer]) for p in fake.pushed]
     assert (1, ["b"]) in pushed
     fake.release.set()
@@ -355,7 +355,7 @@ async def test_a_steer_reaches_the_running_turn_through_the_query(
 async def test_a_turn_that_fails_every_attempt_is_failed_once_and_the_next_runs(
     client: Client, node: tuple[Node, str]
 ) -> None:
-    """workflow.py Rule 5: the failed turn's items go to `fail_items` once (which
+    """workflow.py: the failed turn's items go to `fail_items` once (which
     records the turn failed and tells the person), not back into the queue; the
     session goes on with its next message."""
     fake, queue = node
@@ -377,7 +377,7 @@ async def test_a_turn_that_fails_every_attempt_is_failed_once_and_the_next_runs(
 async def test_a_failed_turn_that_cannot_be_recorded_drops_its_items(
     client: Client, node: tuple[Node, str]
 ) -> None:
-    """workflow.py Rule 5: when `fail_items` fails too, the items are dropped (reason
+    """workflow.py: when `fail_items` fails too, the items are dropped (reason
     `failed`), not handed over again, and the session goes on."""
     fake, queue = node
     fake.failing, fake.fail_breaks = "RuntimeError", True
@@ -395,7 +395,7 @@ async def test_a_failed_turn_that_cannot_be_recorded_drops_its_items(
 async def test_chat_commands_that_fail_every_attempt_are_dropped_and_the_session_goes_on(
     client: Client, node: tuple[Node, str]
 ) -> None:
-    """workflow.py Rule 5: `run_commands` failing its last attempt drops the commands
+    """workflow.py: `run_commands` failing its last attempt drops the commands
     (reason `failed`); it does not fail the run, which would strand what waits behind
     them (their signals landed: no node hands them over again) until a restart."""
     fake, queue = node
@@ -468,7 +468,7 @@ async def test_a_busy_session_continues_as_new_between_turns_losing_nothing(
 async def test_a_run_goes_on_as_new_past_its_history_bound_and_replays(
     client: Client, node: tuple[Node, str]
 ) -> None:
-    """workflow.py Rule 7: a session answered turn by turn (quiet between them, never
+    """workflow.py: a session answered turn by turn (quiet between them, never
     long enough to end) goes on as a new run once its history holds the spec's
     bound, losing nothing and running nothing twice; each run's history replays."""
     fake, queue = node
@@ -498,7 +498,7 @@ async def test_a_run_goes_on_as_new_past_its_history_bound_and_replays(
 async def test_a_carried_item_sent_again_before_the_new_run_starts_is_a_repeat(
     client: Client, node: tuple[Node, str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """workflow.py Rule 7: the new run counts its carried items as seen before the
+    """workflow.py: the new run counts its carried items as seen before the
     signals of its first workflow task, which the SDK applies before the run starts
     (a restarted node hands every open item over again, at any moment)."""
     fake, queue = node

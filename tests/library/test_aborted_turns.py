@@ -1,7 +1,7 @@
 """The library face on a thread holding a turn the daemon aborted (an interrupt, or a
 crash `recover_crashed` cleans up): its inputs run again in a later turn, so the
-daemon's context load leaves them out and keeps the partial reply (ledger/reads.py
-Rule 1); the library reads, pops, compacts and exports that thread as the daemon's
+daemon's context load leaves them out and keeps the partial reply (ledger/reads.py);
+the library reads, pops, compacts and exports that thread as the daemon's
 context loads it (issue 22: items round-trip exactly)."""
 
 from __future__ import annotations

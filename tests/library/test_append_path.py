@@ -1,5 +1,5 @@
-"""The append's own path: three statements a turn (writes.py Rule 1b) and the
-full-text index asked about only when it may be due (engine.py Rule 5a)."""
+"""The append's own path: three statements a turn (writes.py) and the
+full-text index asked about only when it may be due (engine.py)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ async def test_a_turn_of_any_size_keeps_its_items_in_order(tmp_path: Path, count
 
 
 async def test_usage_is_stored_and_its_absence_is_null(tmp_path: Path) -> None:
-    # writes.py Rule 1c: without usage the statement says NULL, with it binds the ints.
+    # writes.py: without usage the statement says NULL, with it binds the ints.
     path = tmp_path / "ledger.db"
     async with await Store.open(path) as store:
         bare = await store.append("s", ["a"])
@@ -157,7 +157,7 @@ async def test_one_pass_of_appends_is_one_transaction_committed_by_its_first_tas
 async def test_appends_one_after_another_let_the_pass_run_once_in_alone_passes(
     tmp_path: Path,
 ) -> None:
-    # engine.py Rule 6a: alone, an append commits without a pass of the loop, and
+    # engine.py: alone, an append commits without a pass of the loop, and
     # every ALONE_PASSES-th lets it run; a callback waiting for the loop gets it.
     import asyncio
 
@@ -209,7 +209,7 @@ async def test_a_first_task_cancelled_while_the_pass_gathers_commits_the_others(
                 await leader
         assert (await store.get("follow")).head_turn == turn
         # Cancelled while it waited, the leader's own append committed all the same
-        # (waiting.py Rule 2): nothing handed to the writer is taken back.
+        # (waiting.py): nothing handed to the writer is taken back.
         assert await store.items("lead") == ["first"]
 
 
@@ -253,13 +253,13 @@ async def test_a_first_task_whose_batch_goes_to_the_writer_thread_waits_for_its_
     tmp_path: Path,
 ) -> None:
     # Its ticket is not done when the lead returns, so it makes its future then
-    # (waiting.py Rule 5) and the writer thread's delivery wakes it.
+    # (waiting.py) and the writer thread's delivery wakes it.
     import asyncio
 
     async with await Store.open(tmp_path / "ledger.db") as store:
         writer = store._live().writer
         catching_up = writer._checkpoint_lock
-        catching_up.acquire()  # as a checkpoint catching up holds it (engine.py Rule 6)
+        catching_up.acquire()  # as a checkpoint catching up holds it (engine.py)
         try:
             append = asyncio.ensure_future(store.append("s", ["x"]))
             await asyncio.sleep(0.05)

@@ -226,7 +226,7 @@ async def test_brokerctl_export_and_import_of_a_compacted_session(
 
 
 def test_an_export_without_compaction_rows_still_imports(tmp_path: Path) -> None:
-    """An export made before lines carried `compaction` (ledger/sessions.py Rule 5)."""
+    """An export made before lines carried `compaction` (ledger/sessions.py)."""
     path = tmp_path / "ledger.db"
     kept_thread(path)
     with SyncStore.open(path) as store:

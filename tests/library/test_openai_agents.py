@@ -134,7 +134,7 @@ async def test_a_closed_session_refuses_every_call(path: Path) -> None:
         await session.add_items([])
     with pytest.raises(RuntimeError):
         await session.get_items()
-    # The calls that go to the local Store directly (Rule 5) refuse as well.
+    # The calls that go to the local Store directly refuse as well.
     with pytest.raises(StoreClosed):
         await session.add_items([USER])
     with pytest.raises(StoreClosed):

@@ -1,4 +1,4 @@
-"""The last N items (reads.py Rules 2, 2a) against the whole thread, over threads of
+"""The last N items (reads.py) against the whole thread, over threads of
 every shape: turns of zero to three items, pops, clears, compactions, and turns a
 daemon wrote (plain messages; empty turns) between the library's."""
 

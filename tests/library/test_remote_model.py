@@ -192,7 +192,7 @@ class RemoteMachine(RuleBasedStateMachine):
     )
     def daemon_aborts_a_turn(self, name: str, inputs: list[str], output: str) -> None:
         """A turn the daemon aborted, written into each ledger as the daemon writes
-        one: both must leave its inputs out alike (ledger/api/reads.py Rule 1b)."""
+        one: both must leave its inputs out alike (ledger/api/reads.py)."""
         label = self.label(name)
         if label not in self.labels:
             return

@@ -152,7 +152,7 @@ TestLedgerSessionAgainstSQLiteSession.settings = SETTINGS
 # -- Google ADK: LedgerSessionService against InMemorySessionService -----------
 
 APP = "app"
-USERS = ["ada", "b:o%2F b"]  # the label quotes each part (adk_rows.py Rule 1)
+USERS = ["ada", "b:o%2F b"]  # the label quotes each part (adk_rows.py)
 SIDS = ["s1", "s 2", " s1 "]  # ADK reads a padded id as its stripped form
 STATE_KEYS = ["k", "n", "app:k", "app:n", "user:k", "user:n", "temp:k"]
 STATE = st.dictionaries(st.sampled_from(STATE_KEYS), JSON, max_size=3)

@@ -333,7 +333,7 @@ async def test_closing_while_tasks_append_keeps_every_append_that_returned(
     for session, turns in returned.items():
         stored = await again.items(session)
         # Every append that returned is there, in order; one that raised may be
-        # there too (a job handed over runs: waiting.py Rule 2), never another.
+        # there too (a job handed over runs: waiting.py), never another.
         assert stored[: len(turns)] == turns
         assert stored == list(range(len(stored)))
     await again.aclose()
@@ -359,7 +359,7 @@ def test_a_session_a_route_binding_points_at_is_not_deleted(tmp_path: Path) -> N
 
 def test_delete_handles_every_table_that_refers_to_a_session_or_a_turn(tmp_path: Path) -> None:
     """Each table with a foreign key to `sessions` or `turns` is either cleared by a
-    library delete or makes it refuse (writes.py Rule 2): a table added later and
+    library delete or makes it refuse (writes.py): a table added later and
     forgotten there would fail a delete on its foreign key instead."""
     path = tmp_path / "ledger.db"
     with SyncStore.open(path):

@@ -8,7 +8,7 @@ The model keeps the turn tree (a turn's parent, type, items and writer), since
 `fork` takes any turn, on the thread or off it; a session reads as its head's
 chain back to the latest compaction. The same machine drives a `SyncStore` and
 an async `Store` (through a blocking portal, so its appends take the event
-loop's path: ledger/api/engine.py Rule 6).
+loop's path: ledger/api/engine.py).
 
 `SessionInfo.turns` is the length of the session's chain (every turn back to the
 root), except after a fork, which starts counting at 0 (ledger/sessions.py Rule
@@ -87,7 +87,7 @@ class Turn:
     @property
     def shown(self) -> list[Any]:
         """The items the reads show: an aborted turn's inputs run again in a later
-        turn and are left out (ledger/api/reads.py Rule 1b)."""
+        turn and are left out (ledger/api/reads.py)."""
         return [i for i in self.items if not (self.aborted and i["role"] == "user")]
 
     def last_shown(self) -> int:
@@ -117,7 +117,7 @@ class Model:
     def thread(self, head: str | None) -> list[str]:
         """The turn ids a session with this head reads, oldest first: from the latest
         compaction, then the turns it kept but for compactions, then the turns since
-        (ledger/api/reads.py Rule 1a)."""
+        (ledger/api/reads.py)."""
         out: list[str] = []
         while head is not None:
             turn = self.turns[head]
@@ -291,7 +291,7 @@ class StoreMachine(RuleBasedStateMachine):
         self, kind: str | None, title_contains: str | None, updated_after: int | None, limit: int
     ) -> None:
         def matches(s: Session) -> bool:
-            # SQLite's lower() folds ASCII letters only (ledger/api/reads.py Rule 3).
+            # SQLite's lower() folds ASCII letters only (ledger/api/reads.py).
             title = _ascii_lower(s.title or "")
             return (
                 (kind is None or s.kind == kind)
@@ -501,7 +501,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert same(self.model.items(label), before[:-1])
 
     def model_pop(self, label: str, new_head: str | None) -> None:
-        """The head moves back past the last item (ledger/api/writes.py Rule 2): to
+        """The head moves back past the last item (ledger/api/writes.py): to
         the parent of the turn that held it alone, else to a copy of that turn
         without it."""
         session = self.model.sessions[label]
@@ -520,7 +520,7 @@ class StoreMachine(RuleBasedStateMachine):
             delta = 1 + skipped
         else:
             assert new_head is not None and new_head not in self.model.turns
-            # The copy keeps what the reads do not show (ledger/api/writes.py Rule 2c).
+            # The copy keeps what the reads do not show (ledger/api/writes.py).
             rest = turn.items[:]
             del rest[turn.last_shown()]
             self.model.turns[new_head] = replace(turn, owner=label, items=rest, at=self.now)

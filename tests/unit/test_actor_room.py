@@ -1,5 +1,5 @@
-"""The actor's writes wait for room in the ledger's queue of writes (actor.py Rule 5,
-chat.py Rule 4, running_turn.py Rules 2 and 4), on virtual time: the fake ports of
+"""The actor's writes wait for room in the ledger's queue of writes (actor.py,
+chat.py, running_turn.py), on virtual time: the fake ports of
 test_actor.py have a queue of writes that a test fills (`make_room(False)`) and empties,
 and an `admit` that waits at most `ledger.writer_wait_s` (virtual) seconds for room."""
 

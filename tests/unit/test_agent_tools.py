@@ -1,5 +1,5 @@
 """The pure parts of the agent's tools: the scratchpad's renderings and their place in
-the context (packing Rule 7), the compaction model, and the broker's tool-call ids."""
+the context (packing), the compaction model, and the broker's tool-call ids."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_the_pad_goes_in_only_where_it_fits(base: ContextInput, sizes: list[int]
     without = assemble(base)
     plan = assemble(replace(base, scratchpad=pad(*sizes)))
     assert plan.over_budget == without.over_budget  # the pad never tips a plan over
-    # What the pad finds taken: the fixed parts and the state that went in (Rule 2a);
+    # What the pad finds taken: the fixed parts and the state that went in;
     # the bridge note takes its room after the pad.
     bridge = without.bridge.tokens if without.bridge is not None else 0
     fixed = without.tokens - sum(m.tokens for m in without.history) - bridge

@@ -82,7 +82,7 @@ def chains(path: Path) -> list[Chain]:
 @pytest.mark.parametrize(
     ("batched", "per_txn"),
     # 7 turns a transaction over 3 sessions: a session's later turns in one batch
-    # take the one before them as their parent, not the head (schema_floor Rule 1).
+    # take the one before them as their parent, not the head (schema_floor).
     [(False, 2), (True, 2), (True, 7)],
 )
 def test_the_floor_writes_what_the_store_writes(

@@ -146,7 +146,7 @@ def test_a_wal_that_starts_over_is_written_over_in_place(db: Path) -> None:
         checkpointer.run_pass()
         assert checkpointer.restarts == restarts + 1
         _commit_pages(conn, 1)  # starts the WAL over
-        # Rule 5: the file keeps its length (an ftruncate here cost the writer 0.9-3.4 ms).
+        # the file keeps its length (an ftruncate here cost the writer 0.9-3.4 ms).
         assert _wal_bytes(db) == longest
     assert conn.execute("SELECT count(*) FROM t").fetchone() == (3 * (18 * 4 + 1),)
     conn.close()

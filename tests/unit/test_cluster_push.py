@@ -1,4 +1,4 @@
-"""The outbox follower's round (broker/cluster_push.py Rule 4) over a fake ledger: more
+"""The outbox follower's round (broker/cluster_push.py) over a fake ledger: more
 replies sent and waiting for their confirmation than a page do not hide the newer
 ones behind them."""
 

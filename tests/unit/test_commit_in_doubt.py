@@ -1,4 +1,4 @@
-"""Commits that got no answer (ledger/writer/transactor.py Rule 3), on a connection that
+"""Commits that got no answer (ledger/writer/transactor.py), on a connection that
 plays the part of PostgreSQL's: its COMMIT commits and then raises as a lost server
 does, and its verdict says what happened, or that it can never be known.
 

@@ -85,7 +85,7 @@ async def test_posts_of_one_loop_turn_leave_in_one_write(anyio_backend_name: str
         assert conn.post(frame)
     await anyio.lowlevel.checkpoint()
     assert await _read(peer, sum(map(len, frames))) == b"".join(frames)
-    # asyncio coalesces (Rule 1 of Connection); trio writes each post at once.
+    # asyncio coalesces (broker/connection.py); trio writes each post at once.
     assert counting.sends == (1 if anyio_backend_name == "asyncio" else len(frames))
     await conn.stream.aclose()
     await peer.aclose()

@@ -125,7 +125,7 @@ def fixed_parts(c: ContextInput, p: ContextPlan) -> tuple[tuple[Msg, ...], tuple
 
 
 def check_state_and_bridge_never_forced(c: ContextInput, p: ContextPlan) -> None:
-    """Rule 2a: the state (whole, else short) and the bridge go in exactly when they
+    """The state (whole, else short) and the bridge go in exactly when they
     fit beside the fixed parts, and never make a plan over budget."""
     forced = sum(m.tokens for m in (c.system, c.summary, *c.notes, *c.inputs) if m is not None)
     assert p.over_budget == (forced > p.budget)
@@ -158,7 +158,7 @@ def test_assemble_properties(c: ContextInput) -> None:
     check_order_budget_and_suffix(c, p)
     check_groups_whole(c, p)
     check_greedy_and_compaction(c, p)
-    # Rule 6: the same plan when the caller hands over the whole history
+    # the same plan when the caller hands over the whole history
     whole = WholeHistory(flatten(c.history), sum(t.tokens for t in c.history))
     assert assemble(dataclasses.replace(c, whole=whole)) == p
     # and when it hands over its own list of turns rather than a tuple
@@ -301,8 +301,8 @@ def test_newest_turn_with_nothing_that_fits_keeps_no_history() -> None:
 def test_a_session_packs_a_history_that_fits_whole_without_walking_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Packing Rule 6 as the session keeps it: through appends, a compaction, a `/new`
-    and a change to `blocks` made some other way, the plan is the one a walk makes."""
+    """Packing from `whole` as the session keeps it: through appends, a compaction, a
+    `/new` and a change to `blocks` made some other way, the plan is the one a walk makes."""
     session = SessionContext(TokenCounter())
     inputs = (Msg("user", "now", 5),)
 
@@ -619,7 +619,7 @@ def test_a_context_from_the_loaded_thread_keeps_stored_counts_and_counts_the_res
     ctx = from_thread(thread, counter)
     assert [b.turn_id for b in ctx.blocks] == ["t1", "t2"]
     [hello, hi], [bye] = (b.messages for b in ctx.blocks)
-    assert (hello.tokens, bye.tokens) == (7, 3)  # stored: never counted again (Rule 1)
+    assert (hello.tokens, bye.tokens) == (7, 3)  # stored: never counted again
     assert hi.tokens == counter.count_message("assistant", "hi there")
     assert ctx.summary == "they met"
     assert ctx.summary_tokens == counter.count_message("system", summary_text("they met"))

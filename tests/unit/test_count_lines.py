@@ -1,5 +1,5 @@
-"""Counting a text line by line (broker/context/tokens.py Rule 5) and the state record's
-message counted that way (broker/context/session.py Rule 3): always the whole's count."""
+"""Counting a text line by line (broker/context/tokens.py) and the state record's
+message counted that way (broker/context/session.py): always the whole's count."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_lines_counted_joined_count_as_their_text(first: str, rest: list[str]) -
     assert COUNTER.count_joined([first], known) == COUNTER.count(first)
 
 
-# Rule 6: digit runs of every length beside everything the pre-tokenizer treats apart.
+# digit runs of every length beside everything the pre-tokenizer treats apart.
 digit_texts = st.lists(
     st.one_of(st.sampled_from(pieces), st.from_regex(r"[0-9]{1,12}", fullmatch=True)),
     max_size=30,

@@ -1,4 +1,4 @@
-"""The ingress's completion task (ingress.py Rule 2): filed messages are answered in
+"""The ingress's completion task (ingress.py): filed messages are answered in
 the order they were written, from the ingress's own task once the writer resolves
 them; a full channel makes the next reader wait before it writes anything."""
 

@@ -1,4 +1,4 @@
-"""ledger/state_records.py Rule 5: the writer takes a turn's parent record from what it
+"""ledger/state_records.py: the writer takes a turn's parent record from what it
 stored last, never from a write that rolled back."""
 
 from __future__ import annotations

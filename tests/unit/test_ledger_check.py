@@ -1,4 +1,4 @@
-"""The integrity check at start (ledger/db.py Rule 3): bounded in time, damage is a finding."""
+"""The integrity check at start (ledger/db.py): bounded in time, damage is a finding."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ def test_a_turn_opens_plans_begins_calls_and_commits() -> None:
 def test_the_next_turn_opens_only_once_the_last_is_committed() -> None:
     state, _ = feed(opened(), m.Arrived(item(2)), lc.Planned(False, False))
     state, actions = feed(state, lc.EngineDone(False))
-    assert actions == [lc.Commit()]  # item 2 waits for the commit (Rule 3)
+    assert actions == [lc.Commit()]  # item 2 waits for the commit
     state, actions = feed(state, lc.TurnCommitted("completed"))
     assert actions == [lc.OpenTurn(m.StartTurn(2, (item(2),), "turn"))]
 
@@ -70,7 +70,7 @@ def test_a_turn_over_budget_begins_and_fails_without_the_engine() -> None:
     assert actions == [lc.Begin(), lc.Refuse(), lc.Commit()]
 
 
-# Rule 2: compactions come first
+# compactions come first
 
 
 def test_a_proactive_compaction_runs_before_the_turn_begins() -> None:
@@ -112,7 +112,7 @@ def test_the_second_attempt_may_compact_proactively_again() -> None:
     assert actions == [lc.Compact("proactive")]
 
 
-# Rule 1: manual compactions between turns
+# manual compactions between turns
 
 
 def test_a_manual_compaction_while_idle_starts_at_once_and_defers_a_turn() -> None:
@@ -143,7 +143,7 @@ def test_a_request_made_during_a_manual_compaction_runs_right_after_it() -> None
     assert actions == [] and state.quiet
 
 
-# Rule 5: /new
+# /new
 
 
 def test_new_between_turns_applies_at_once() -> None:
@@ -160,7 +160,7 @@ def test_new_during_a_turn_applies_before_the_next_turn_opens() -> None:
     assert not state.pending_new
 
 
-# Rule 4: draining
+# draining
 
 
 def test_no_turn_opens_while_draining() -> None:
@@ -168,7 +168,7 @@ def test_no_turn_opens_while_draining() -> None:
     assert actions == [] and state.turn is None
 
 
-# Rule 7: waking and retiring, on a fake clock
+# waking and retiring, on a fake clock
 
 
 def test_an_idle_actor_retires_after_idle_s_and_not_before() -> None:
@@ -296,7 +296,7 @@ class Shell:
 
     def check(self) -> None:
         state = self.state
-        assert not (state.turn is not None and state.compacting), "Rule 1"
+        assert not (state.turn is not None and state.compacting), "one thing at a time"
         if state.turn is not None:
             assert state.queue.running is not None
             assert state.queue.running.turn_no == state.turn.start.turn_no
@@ -387,7 +387,7 @@ def test_an_actor_left_alone_finishes_its_work_and_retires() -> None:
     assert shell.committed == {1}  # the three collect items ran as one turn
 
 
-# Rule 6: progress saves
+# progress saves
 
 
 def test_a_save_is_due_at_the_first_delta_of_each_period() -> None:

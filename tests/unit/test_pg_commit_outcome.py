@@ -1,5 +1,5 @@
 """A COMMIT whose answer is lost on PostgreSQL: the batch committed, or it did not,
-and the writer cannot see which (ledger/writer/transactor.py Rule 3, connection.py Rule 5).
+and the writer cannot see which (ledger/writer/transactor.py, connection.py).
 
 The writer's connection is cut at its COMMIT, as a server dying under it would
 cut it: after the server committed (only the answer is lost) or before the
@@ -240,7 +240,7 @@ def test_an_async_commit_is_lost_by_a_server_crash_and_the_writers_is_not() -> N
     """What the author's lost turn was: with `synchronous_commit = off` a COMMIT
     returns before its WAL leaves the server's memory, and `pg_ctl stop -m
     immediate` loses it, while later commits (retried by the writer after the
-    restart) are kept. The writer's session commits synchronously (Rule 6)."""
+    restart) are kept. The writer's session commits synchronously."""
     from ledger.postgres import devcluster
 
     # The WAL writer would flush the async commit within its delay: make that long.
@@ -274,7 +274,7 @@ def test_an_async_commit_is_lost_by_a_server_crash_and_the_writers_is_not() -> N
 def test_a_transaction_still_running_in_a_lost_session_is_ended_and_did_not_commit(
     dsn: str,
 ) -> None:
-    """Rule 8 (c): the COMMIT never left, the server never heard of the loss; the
+    """The COMMIT never left, the server never heard of the loss; the
     verdict ends that session (and no other) instead of waiting for it for hours."""
     writer = WriterPgConnection(dsn)
     bystander = psycopg.connect(dsn, autocommit=True)
@@ -304,7 +304,7 @@ def test_a_transaction_still_running_in_a_lost_session_is_ended_and_did_not_comm
 def test_the_writers_session_is_ended_by_the_server_when_left_inside_a_transaction(
     dsn: str,
 ) -> None:
-    """Rule 8 (b): a node that vanished mid-batch does not hold its row locks for the
+    """A node that vanished mid-batch does not hold its row locks for the
     server's TCP keepalive time. A reader's session keeps the server's default."""
     from ledger.postgres.connection import WRITER_IDLE_IN_TRANSACTION
 
@@ -319,7 +319,7 @@ def test_the_writers_session_is_ended_by_the_server_when_left_inside_a_transacti
 
 
 def test_connections_bound_a_silent_server_unless_the_dsn_says_otherwise(dsn: str) -> None:
-    """Rule 8 (a): keepalives and a TCP user timeout by default; the DSN's own win."""
+    """Keepalives and a TCP user timeout by default; the DSN's own win."""
     from ledger.postgres.connection import TCP_BOUNDS, connect_pg
 
     with connect_pg(dsn) as conn:

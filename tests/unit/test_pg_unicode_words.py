@@ -42,7 +42,7 @@ def _database(cluster: Any, name: str, locale: str) -> Any:
 
 
 def _migrate(conn: Any, through: int | None = None) -> None:
-    """schema.migrate's steps (Rule 1 there), stopping after `through` when given."""
+    """schema.migrate's steps (each in one transaction), stopping after `through` when given."""
     from ledger.postgres import schema
 
     if through is None:

@@ -63,7 +63,7 @@ def busy(limits: Limits | None = None, first: Item | None = None) -> State:
     return state
 
 
-# Rule 1: idle + followup/queue/steer/interrupt starts a turn now
+# idle + followup/queue/steer/interrupt starts a turn now
 
 
 @pytest.mark.parametrize("mode", ["followup", "queue", "steer", "interrupt"])
@@ -105,7 +105,7 @@ def test_idle_arrival_flushes_waiting_collect_items_first(mode: QueueMode) -> No
     assert actions == [StartTurn(2, (it(3, mode),), "turn")]
 
 
-# Rule 2: idle + collect debounces
+# idle + collect debounces
 
 
 def test_collect_waits_for_a_quiet_period_pushed_out_by_each_arrival() -> None:
@@ -136,7 +136,7 @@ def test_tick_with_nothing_due_is_ignored() -> None:
     assert feed(running, Tick(), now=100) == (running, [])
 
 
-# Rule 3: busy + followup/queue/collect waits
+# busy + followup/queue/collect waits
 
 
 @pytest.mark.parametrize("mode", ["followup", "queue", "collect"])
@@ -147,7 +147,7 @@ def test_busy_arrival_waits_in_the_backlog(mode: QueueMode) -> None:
     assert state.collect_deadline is None  # no quiet period while a turn runs
 
 
-# Rule 4: busy + interrupt aborts; while aborting everything waits
+# busy + interrupt aborts; while aborting everything waits
 
 
 def test_busy_interrupt_aborts_the_turn_and_waits() -> None:
@@ -166,7 +166,7 @@ def test_while_aborting_every_arrival_just_waits(mode: QueueMode) -> None:
     assert state.backlog == (it(2, "interrupt"), it(3, mode))
 
 
-# Rule 5: steer
+# steer
 
 
 def test_steer_goes_to_a_steerable_turn_with_an_empty_backlog() -> None:
@@ -190,7 +190,7 @@ def test_steer_behind_waiting_items_acts_as_interrupt() -> None:
     assert state.backlog == (it(2), it(3, "steer"))
 
 
-# Rule 6: what runs when a turn ends
+# what runs when a turn ends
 
 
 def test_interrupted_turn_reruns_with_steered_items_and_the_backlog() -> None:
@@ -251,7 +251,7 @@ def test_backlog_dispatch_runs_collect_runs_together_and_others_alone() -> None:
     assert state.backlog == ()
 
 
-# Rule 7: stop
+# stop
 
 
 def test_stop_cancels_the_turn_and_its_steered_items_then_dispatches() -> None:
@@ -290,7 +290,7 @@ def test_stopped_turn_that_completes_anyway_is_done() -> None:
     assert actions == [StartTurn(2, (it(2),), "turn")]
 
 
-# Rule 8: an abort nobody asked for counts as a failure
+# an abort nobody asked for counts as a failure
 
 
 def test_unrequested_abort_counts_as_failed() -> None:
@@ -300,7 +300,7 @@ def test_unrequested_abort_counts_as_failed() -> None:
     assert state.backlog == (it(3),)
 
 
-# Rule 9: the cap
+# the cap
 
 
 def test_cap_old_drops_the_oldest_waiting_item() -> None:
@@ -386,7 +386,7 @@ def test_an_item_that_arrives_twice_is_illegal() -> None:
         handle(state, Arrived(it(3)), 0)
 
 
-# Rule 2a: an item committed with a later one but handed over after it
+# an item committed with a later one but handed over after it
 
 
 @pytest.mark.parametrize("mode", QUEUE_MODES)
@@ -433,7 +433,7 @@ def test_rehydrated_backlog_runs_in_seq_order_after_resume() -> None:
     assert actions == [StartTurn(11, (it(7),), "turn")]
     with pytest.raises(IllegalTransition):  # a rehydrated item cannot arrive again
         handle(state, Arrived(it(7)), 0)
-    state, actions = feed(state, Arrived(it(6)))  # late (Rule 2a): it waits its turn
+    state, actions = feed(state, Arrived(it(6)))  # late: it waits its turn
     assert actions == [] and [i.seq for i in state.backlog] == [6]
 
 

@@ -77,7 +77,7 @@ async def test_a_closed_reader_refuses_and_unregisters(
     with pytest.raises(anyio.ClosedResourceError):
         await reader.receive()
     if anyio_backend_name == "asyncio":
-        # Nothing left registered with the loop for this socket (Rule 1).
+        # Nothing left registered with the loop for this socket.
         assert not asyncio.get_running_loop().remove_reader(ours.fileno())
 
 

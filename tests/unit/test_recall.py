@@ -275,7 +275,7 @@ def test_filtered_search_past_the_probe(
 def test_filtered_search_ranks_the_newest_candidates(
     conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rule 3: the older messages rank better, but only the newest FILTERED are ranked."""
+    """The older messages rank better, but only the newest FILTERED are ranked."""
     monkeypatch.setattr(recall, "PROBE", 2)
     monkeypatch.setattr(recall, "FILTERED", 4)
     add_session(conn, "s")

@@ -34,7 +34,7 @@ def test_a_record_keeps_its_post_init_and_computed_fields() -> None:
 
 
 def test_mypy_rejects_an_assignment_to_a_record_field(tmp_path: Path) -> None:
-    """The immutability that run time does not enforce is a type error (Rule 1)."""
+    """The immutability that run time does not enforce is a type error."""
     source = tmp_path / "mutates.py"
     source.write_text(
         textwrap.dedent(

@@ -81,7 +81,7 @@ async def test_overdue_workers_are_swept_every_quarter_of_their_timeout(
 
 
 def unreachable() -> sqlite3.OperationalError:
-    """What a read raises while PostgreSQL restarts (ledger/postgres/connection.py Rule 2)."""
+    """What a read raises while PostgreSQL restarts (ledger/postgres/connection.py)."""
     exc = sqlite3.OperationalError("PostgreSQL unreachable: connection refused")
     exc.sqlite_errorcode = sqlite3.SQLITE_IOERR
     return exc

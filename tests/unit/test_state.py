@@ -269,7 +269,7 @@ def test_any_thread_keeps_the_records_invariants(turns: list[TurnFacts]) -> None
 def test_a_fork_at_turn_k_has_exactly_the_first_k_turns_record(
     turns: list[TurnFacts], k: int
 ) -> None:
-    """Rule 1: the record is a fold over the thread, so a fork continues from the
+    """The record is a fold over the thread, so a fork continues from the
     record after its fork point, whatever the original thread did afterwards."""
     at_k = EMPTY
     for t in turns[:k]:

@@ -1,5 +1,5 @@
 """ledger/state_records.py on SQLite: the record stored at each commit equals the one
-worked out from the turn's stored rows (Rules 2 and 3), and a ledger whose turns
+worked out from the turn's stored rows, and a ledger whose turns
 predate the table gets rows again from the next commit on."""
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ async def test_a_ledger_without_rows_gets_them_again_from_its_next_turn(tmp_path
 
 
 async def test_a_rollover_seed_starts_the_next_thread_and_only_that_one(tmp_path: Path) -> None:
-    """Rule 4: what an automatic rollover carries over is the new thread's starting
+    """What an automatic rollover carries over is the new thread's starting
     record; its first turn takes it, and a later new thread starts empty again."""
     async with Ledger.open(tmp_path / "l.db", writer="thread", check_s=0) as ledger:
         label, done = await a_thread(ledger)

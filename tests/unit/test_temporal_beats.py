@@ -1,5 +1,5 @@
 """An activity that waits on its busy node heartbeats meanwhile
-(broker/runtime/temporal/activities.py Rule 4a)."""
+(broker/runtime/temporal/activities.py)."""
 
 from __future__ import annotations
 

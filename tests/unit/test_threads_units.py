@@ -84,7 +84,7 @@ def test_the_lifecycle_passes_cancel_through() -> None:
     assert not state.queue.backlog
 
 
-# -- a cut decided by a message waits for that message's turn (lifecycle Rule 5) ----------
+# -- a cut decided by a message waits for that message's turn (lifecycle) ----------
 
 
 def lc_feed(state: lc.State, *events: lc.Event) -> tuple[lc.State, list[lc.Action]]:

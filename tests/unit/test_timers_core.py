@@ -48,7 +48,7 @@ def run_timer(next_at: int, every_ms: int | None, wakes: list[int]) -> list[tupl
     return out
 
 
-# -- specs (Rule 1) ------------------------------------------------------------
+# -- specs ------------------------------------------------------------
 
 
 def test_in_s_and_every_s_make_a_spec() -> None:
@@ -96,7 +96,7 @@ def test_a_bad_spec_names_its_field(
     assert caught.value.field == field
 
 
-# -- due times (Rule 2) ----------------------------------------------------------
+# -- due times ----------------------------------------------------------
 
 
 def test_a_one_shot_fires_once_at_its_time_and_not_before() -> None:

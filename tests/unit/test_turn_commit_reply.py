@@ -41,7 +41,7 @@ class FakeWriter:
         return pending
 
     async def admit(self) -> None:
-        # Room, unless the test says the queue stays full for some bounds (Rule 5).
+        # Room, unless the test says the queue stays full for some bounds.
         if self.refusals:
             error = self.refusals.pop(0)
             self.admits_refused += 1
@@ -167,7 +167,7 @@ async def test_a_failed_commit_sends_nothing_and_gives_the_reply_up() -> None:
 
 
 async def test_a_commit_that_finds_no_room_for_a_while_waits_again_and_commits() -> None:
-    """Rule 5: a full queue for three bounds does not cost the turn its record (it
+    """A full queue for three bounds does not cost the turn its record (it
     used to: its items stayed running until the next start)."""
 
     async def writer_side(writer: FakeWriter, log: list[str]) -> None:

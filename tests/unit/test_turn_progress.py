@@ -1,5 +1,5 @@
-"""A running turn's partial output, saved while it streams (ledger/turns.py Rule 4,
-broker/mailbox/running_turn.py Rule 2)."""
+"""A running turn's partial output, saved while it streams (ledger/turns.py,
+broker/mailbox/running_turn.py)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_a_turn_cut_off_after_a_compaction_it_waited_for_starts_after_it(
     conn: sqlite3.Connection,
 ) -> None:
     """Marked running, then a reactive compaction committed, then a crash: the
-    recorded turn does not overlap the compaction (ledger/turns.py Rule 4)."""
+    recorded turn does not overlap the compaction (ledger/turns.py)."""
     session, _ = running_turn(conn)
     compacted = SAVED
     rec = TurnRecord(

@@ -15,7 +15,7 @@ def test_a_kept_context_is_taken_once() -> None:
     warm, kept = WarmThreads(), ctx()
     warm.keep("s", "h1", kept)
     assert warm.take("s") == ("h1", kept)
-    assert warm.take("s") is None  # Rule 2: one actor holds it at a time
+    assert warm.take("s") is None  # one actor holds it at a time
 
 
 def test_the_next_turn_replaces_the_kept_head() -> None:

@@ -106,7 +106,7 @@ async def test_a_waiting_submitter_learns_that_the_writer_stopped() -> None:
     async def open_once_told() -> None:
         with anyio.fail_after(5):
             await told.wait()
-        link.open_up()  # the shutdown finishes what was queued (writer Rule 4)
+        link.open_up()  # the shutdown finishes what was queued (writer)
 
     async with anyio.create_task_group() as outer, anyio.create_task_group() as tg:
         await tg.start(writer.run)
@@ -120,6 +120,6 @@ async def test_a_waiting_submitter_learns_that_the_writer_stopped() -> None:
 
 async def test_a_submit_is_never_refused_for_a_full_queue_only_admit_waits() -> None:
     writer = LedgerWriter(GatedLink(), max_queue=BOUND)
-    for n in range(3 * BOUND):  # past the bound: room is `admit`'s business (Rule 9)
+    for n in range(3 * BOUND):  # past the bound: room is `admit`'s business
         writer.submit(_echo, n)
     assert writer.queued == 3 * BOUND and not writer.has_room()

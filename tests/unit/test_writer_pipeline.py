@@ -26,7 +26,7 @@ def _echo(conn: Any, value: int) -> int:
 @contextlib.asynccontextmanager
 async def running(writer: LedgerWriter) -> AsyncIterator[None]:
     """The writer runs for the block; leaving it cancels the writer, which then
-    finishes what was queued (writer Rule 4)."""
+    finishes what was queued (writer)."""
     async with anyio.create_task_group() as tg:
         await tg.start(writer.run)
         yield
@@ -61,7 +61,7 @@ class ScriptedLink:
     def _run(job: JobSpec) -> Outcome:
         try:
             return job.fn(None, *job.args, **job.kwargs), None
-        except Exception as exc:  # the job fails alone (writer Rule 2)
+        except Exception as exc:  # the job fails alone (writer)
             return None, exc
 
     async def aclose(self) -> None:
@@ -142,7 +142,7 @@ async def test_settled_returns_once_every_job_submitted_before_it_is_resolved() 
         jobs = [writer.submit(_echo, i) for i in range(3)]
         await anyio.lowlevel.checkpoint()  # (asyncio: the first batch is handed over)
         jobs += [writer.submit(_echo, 3), writer.submit(_fail, 4)]
-        lazy = writer.submit_lazy(_echo, 5)  # not waited for (Rule 6)
+        lazy = writer.submit_lazy(_echo, 5)  # not waited for
         with anyio.fail_after(5):
             await writer.settled()  # does not raise the failed job's error
         assert all(p.done for p in jobs), [p.done for p in jobs]

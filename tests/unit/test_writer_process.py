@@ -332,7 +332,7 @@ async def _stop_continue_kill(path: Path) -> None:
         _block_until_reapable(pid)
         assert ledger.writer.dead is None, "the writer task has not run since"
         assert ledger.writer_problems() == ["the ledger writer process was killed by SIGKILL"]
-        await anyio.sleep(10)  # the ledger stops by itself at once (writer_process Rule 4)
+        await anyio.sleep(10)  # the ledger stops by itself at once (writer_process)
 
 
 async def test_writer_problems_see_a_dead_process_before_the_writer_does(tmp_path: Path) -> None:

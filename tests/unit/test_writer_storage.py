@@ -1,4 +1,4 @@
-"""The writer when the storage fails (ledger/writer/group_commit.py Rule 7): the failed batch
+"""The writer when the storage fails (ledger/writer/group_commit.py): the failed batch
 and every batch behind it run again, in order, until they commit; `failure`
 says so meanwhile; a shutdown fails them instead; a failure that lasts ends
 the writer with WriterStuck.

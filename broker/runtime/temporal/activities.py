@@ -7,35 +7,23 @@ turn-lifecycle machine (`core.lifecycle`) decides the turn's own steps
 (compaction first, a reactive compaction, progress saves) as it does locally;
 the queue decisions between turns are the workflow's.
 
-Rule 1: the ledger decides what may run: items it no longer holds open (done,
-        dropped, cancelled) are skipped, so a retried activity or a signal sent
-        twice never runs a finished item again. A retry after a node died first
-        records that node's cut-off turn as aborted (crash), as a restart does.
-Rule 2: the activity heartbeats every `POLL_S` while the turn runs, from the end of
-        its first `POLL_S`. The workflow's news for the turn (items steered into
-        it, an abort, chat commands, which the turn's actor answers: `/stop`
-        aborts the turn there, after the command's policy check) is pushed to it
-        when the turn runs on the workflow's node (live_turns.py), and asked for
-        with the `control` query every `QUERY_EVERY_S` otherwise. Steering goes
-        through the workflow, not the ledger: the query reaches the workflow
-        wherever it runs and writes nothing.
-Rule 3: an interrupt aborts the turn with the workflow's reason, pushed or seen at
-        the next query (sooner than the activity's cancellation, which the SDK
-        delivers with a throttled heartbeat) or on that cancellation; either way the
-        activity returns only once the abort is committed, so the next turn cannot
-        overlap it (workflow.py Rule 1).
-Rule 4: a turn that failed every attempt (workflow.py Rule 5) runs its items once
-        more through the same actor with an engine that fails at once
-        (failed_turn.py): the turn is recorded failed, the person is told, and the
-        items are consumed, as when a local turn's engine fails.
-Rule 4a: chat commands run between turns heartbeat too, every `POLL_S`: their
-        activity waits on its node (room in the ledger's queue of writes, that
-        queue settled), and a busy node is slow, not dead. Without the beats such
-        a wait longer than `heartbeat_timeout_s` timed the activity out, and after
-        its attempts the acked commands were dropped.
-Rule 5: a turn that ended without an error leaves its actor's context to the node
-        (broker/mailbox/warm_threads.py): the session's next turn here loads the
-        thread again only if the head moved meanwhile.
+The ledger decides what may run: items it no longer holds open (done, dropped,
+cancelled) are skipped, so a retried activity or a signal sent twice never runs a
+finished item again, and a retry after a node died first records that node's cut-off
+turn as aborted (crash), as a restart does. An interrupt aborts the turn with the
+workflow's reason, and the activity returns only once the abort is committed, so the
+next turn cannot overlap it. A turn that failed every attempt runs its items once more
+through the same actor with an engine that fails at once (failed_turn.py): recorded
+failed, the person told, the items consumed, as when a local turn's engine fails.
+
+The activity heartbeats every `POLL_S` while the turn runs, and so do chat commands
+run between turns, whose waits on a busy node (room in the ledger's queue of writes)
+are slow, not dead. The workflow's news for the turn (steered items, an abort, chat
+commands the turn's actor answers) is pushed to it when it runs on the workflow's node
+(live_turns.py), and asked for with the `control` query every `QUERY_EVERY_S`
+otherwise; steering goes through the workflow, not the ledger. A turn that ended
+without an error leaves its actor's context to the node
+(broker/mailbox/warm_threads.py).
 """
 
 from __future__ import annotations
@@ -159,7 +147,7 @@ class Activities:
         self, order: TurnOrder, after_a_failure: bool = False
     ) -> list[ItemInfo]:
         ledger = self.mailboxes.ledger
-        if after_a_failure or activity.info().attempt > 1:  # Rule 1: the cut-off turn first
+        if after_a_failure or activity.info().attempt > 1:  # the cut-off turn first
             recovered = await ledger.recover_crashed(now_ms(), session=order.label)
             if recovered:
                 log.warning(
@@ -178,7 +166,7 @@ class Activities:
 
     @activity.defn(name=FAIL_ITEMS)
     async def fail_items(self, failed: FailedTurn) -> TurnResult:
-        """Rule 4: the turn whose activity failed every attempt, run once more with an
+        """The turn whose activity failed every attempt, run once more with an
         engine that fails at once: recorded failed, the person told, items consumed."""
         ports = failing_ports(self.mailboxes.ports, failure_text(failed.kind))
         return await self._run_turn(failed.order, ports, after_a_failure=True)
@@ -190,7 +178,7 @@ class Activities:
             raise ApplicationError("the node is stopping", type=NODE_STOPPING)
         items = await self._open_records(order, after_a_failure)
         if not items:
-            return TurnResult("completed")  # all done already (Rule 1)
+            return TurnResult("completed")  # all done already
         if len(items) > 1:  # one turn of them all, as the workflow's machine decided
             items = [i._replace(mode="collect") for i in items]
         noted = [item_from_record(r) for r in order.noted]
@@ -210,7 +198,7 @@ class Activities:
 
     @activity.defn(name=PUSH_CONTROL)
     async def push_control(self, push: ControlPush) -> bool:
-        """Rule 2, a local activity: the workflow's news, to its turn if it runs here."""
+        """A local activity: the workflow's news, to its turn if it runs here."""
         return self.live.push(push.label, push.turn_no, push.control)
 
     async def _run(
@@ -294,7 +282,7 @@ class Activities:
     async def _abort(
         self, actor: OneTurnActor, handle: Any, turn_no: int, pushed: Control | None
     ) -> None:
-        """Rule 3: abort with the workflow's reason, and wait for the commit."""
+        """Abort with the workflow's reason, and wait for the commit."""
         control = pushed if pushed is not None and pushed.abort else None
         if control is None:
             control = await self._control(handle, turn_no)
@@ -313,7 +301,7 @@ class Activities:
             return await self.session_queue(order.label)
         actor = OneTurnActor(order.label, self.mailboxes.ports, [])
         async with anyio.create_task_group() as tg:
-            tg.start_soon(heartbeat_every, POLL_S)  # Rule 4a
+            tg.start_soon(heartbeat_every, POLL_S)  # a busy node is slow, not dead
             tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
             await actor.looping.wait()
             await self.mailboxes.ledger.settled()
@@ -324,13 +312,13 @@ class Activities:
     async def drop_items(self, drops: Drops) -> None:
         ports = self.mailboxes.ports
         for item_id, reason in drops.drops:
-            await ports.admit()  # room first (actor.py Rule 5); overloaded: Temporal retries
+            await ports.admit()  # room first (actor.py); overloaded: Temporal retries
             ports.drop_item(drops.label, item_id, reason, None)
         await self.mailboxes.ledger.settled()
 
 
 async def heartbeat_every(every_s: float) -> None:
-    """Rule 4a, until cancelled; not at once, as a turn's beats (Rule 2)."""
+    """Heartbeats every `every_s`, until cancelled; not at once, as a turn's beats."""
     while True:
         await anyio.sleep(every_s)
         activity.heartbeat()

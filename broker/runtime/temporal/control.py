@@ -1,5 +1,6 @@
 """What a running turn learns from its session's workflow while it runs: the
-control state (workflow.py Rule 3), asked for by query or pushed to its node."""
+control state (workflow.py), asked for by query or pushed to its node.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class Control:
 
 @dataclass
 class ControlPush:
-    """Rule 3: the running turn's control state, pushed to its node."""
+    """The running turn's control state, pushed to its node."""
 
     label: str
     turn_no: int

@@ -2,20 +2,15 @@
 
 For the tests and `scripts/cluster`, never for production (docs/cluster.md).
 
-Rule 1: its state is one SQLite file in the given directory, so a `kill` and a
-        `start` again (same ports, same file) is a restart with nothing lost.
-Rule 2: the file is in WAL mode with `synchronous=normal`: it survives a kill of the
-        server (not a power loss, which a dev server need not), and a commit does not
-        wait for an fsync. With the dev server's default the file's fsyncs made new
-        workflow runs about 7 times slower on a busy machine (docs/cluster.md).
-Rule 3: `start` returns only when the frontend answers its health check, bounded by
-        `timeout`; a server that cannot start raises with the tail of its log.
-Rule 4: eager activity dispatch is on (a production cluster should set it too:
-        docs/cluster.md).
-Rule 5: a port found free can be taken before the server binds it (by any process's
-        outgoing connection, the server's own among them): a start that fails with
-        "address already in use" is tried again, up to START_ATTEMPTS times, on new
-        ports. The frontend's port is kept once a start has used it: clients know it.
+Its state is one SQLite file in the given directory, in WAL mode with
+`synchronous=normal`, so a `kill` and a `start` again (same ports, same file) is a
+restart with nothing lost, and a commit does not wait for an fsync (docs/cluster.md).
+`start` returns only when the frontend answers its health check, bounded by
+`timeout`, and a server that cannot start raises with the tail of its log. A port
+found free can be taken before the server binds it, so a start that fails with
+"address already in use" is tried again, up to START_ATTEMPTS times, on new ports; the
+frontend's port is kept once a start has used it, as clients know it. Eager activity
+dispatch is on (a production cluster should set it too: docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -31,11 +26,11 @@ import time
 from pathlib import Path
 
 NAMESPACE = "default"
-# Rule 4: an activity a workflow task schedules goes back in that task's answer to
+# an activity a workflow task schedules goes back in that task's answer to
 # the worker that completed it, when it has a free slot, instead of through the
 # task queue's matching: one poll and one dispatch less a turn.
 EAGER = {"system.enableActivityEagerExecution": "true"}
-START_ATTEMPTS = 3  # Rule 5
+START_ATTEMPTS = 3  # starts on new ports after "address already in use"
 
 
 def temporal_cli() -> str:
@@ -62,7 +57,7 @@ class DevServer:
         self.workdir = workdir
         self.dynamic_config = EAGER | (dynamic_config or {})
         self.port = port or free_port()
-        self._port_known = port is not None  # Rule 5: then never changed
+        self._port_known = port is not None  # then never changed
         self.http_port = self.ui_port = self.metrics_port = 0
         self._other_ports()
         self.db = workdir / "temporal.db"
@@ -94,7 +89,7 @@ class DevServer:
     def _start_once(self, timeout: float) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
-            log_from = log.tell()  # this start's lines only (Rule 5)
+            log_from = log.tell()  # this start's lines only
             self.proc = subprocess.Popen(
                 [
                     temporal_cli(),
@@ -198,4 +193,4 @@ class DevServer:
 
 
 class _PortTaken(RuntimeError):
-    """The dev server exited at start because a port it was given was taken (Rule 5)."""
+    """The dev server exited at start because a port it was given was taken."""

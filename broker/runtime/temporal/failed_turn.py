@@ -1,13 +1,12 @@
 """A turn whose activity failed every attempt, ended as a local actor ends a failing
 turn.
 
-Rule 1: the same code path as the local runtime: the turn's items run once more in
-        a turn actor whose engine fails at once with the runtime's reason, so the
-        turn is recorded failed with that reason, the person is told as for an
-        engine that fails, and the items are consumed by that turn. Nothing of it
-        is written twice or differently.
-Rule 2: the engine is the only thing changed: the actor's other ports (ledger,
-        deliveries, deltas) are the node's own, reached through the proxy.
+The same code path as the local runtime: the turn's items run once more in a turn
+actor whose engine fails at once with the runtime's reason, so the turn is recorded
+failed with that reason, the person is told as for an engine that fails, and the
+items are consumed by that turn; nothing of it is written twice or differently. The
+engine is the only thing changed: the actor's other ports (ledger, deliveries,
+deltas) are the node's own, reached through the proxy.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ def failure_text(kind: str) -> str:
 
 
 class FailingEngine:
-    """The session's engine, as far as the turn sees it, failing at once (Rule 1)."""
+    """The session's engine, as far as the turn sees it, failing at once."""
 
     def __init__(self, engine: Engine, error: str) -> None:
         self.name = engine.name
@@ -45,7 +44,7 @@ class FailingEngine:
 
 
 class FailingPorts:
-    """The node's ports but for the engine (Rule 2)."""
+    """The node's ports but for the engine."""
 
     def __init__(self, ports: ActorPorts, error: str) -> None:
         self._ports = ports

@@ -1,4 +1,4 @@
-"""When a session workflow's run ends for quiet (workflow.py Rule 4).
+"""When a session workflow's run ends for quiet (workflow.py).
 
 Workflow code: deterministic, its time the workflow's clock, its timer durable.
 """
@@ -12,7 +12,7 @@ from temporalio import workflow
 
 
 class IdleTimer:
-    """Rule 4: one durable timer serves many quiet spells of a run. One started
+    """One durable timer serves many quiet spells of a run. One started
     after every turn and cancelled by the next arrival cost two history events and
     a timer task of the server a turn."""
 

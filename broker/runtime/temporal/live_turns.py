@@ -1,16 +1,13 @@
 """The turns running on this node, for the workflow's news to reach them at once.
 
-Rule 1: the workflow pushes its news for a running turn (a steer, an abort, a chat
-        command) through a local activity (`push_control`), which runs on the
-        workflow's node. With eager activity dispatch a turn's activity runs on the
-        node whose workflow task scheduled it, so the push finds the turn here and
-        wakes it: nothing is polled while no news is pending.
-Rule 2: a push that finds no such turn here (the turn's activity runs elsewhere, or
-        has not begun) is lost, and harmless: the turn asks the workflow itself
-        every `QUERY_EVERY_S` (the `control` query), so the news reaches it that
-        much later.
-Rule 3: a push carries the whole control state of the turn (not a change), so the
-        latest one replaces the earlier ones and nothing is applied twice.
+The workflow pushes its news for a running turn (a steer, an abort, a chat command)
+through a local activity (`push_control`), which runs on the workflow's node; with
+eager activity dispatch a turn's activity runs on the node whose workflow task
+scheduled it, so the push finds the turn here and wakes it, and nothing is polled
+while no news is pending. A push that finds no such turn here is lost, and harmless:
+the turn asks the workflow itself every `QUERY_EVERY_S` (the `control` query). A push
+carries the whole control state of the turn, not a change, so the latest replaces the
+earlier ones and nothing is applied twice.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import anyio
 
 from broker.runtime.temporal.control import Control
 
-QUERY_EVERY_S = 2.0  # Rule 2: the bound on news that missed this node
+QUERY_EVERY_S = 2.0  # the bound on news that missed this node
 
 
 @dataclass
@@ -54,7 +51,7 @@ class LiveTurns:
                 del self._turns[label]
 
     def push(self, label: str, turn_no: int, control: Control) -> bool:
-        """Rule 1: True when the turn runs here and was woken."""
+        """True when the turn runs here and was woken."""
         turn = self._turns.get(label)
         if turn is None or turn.turn_no != turn_no:
             return False

@@ -1,22 +1,15 @@
 """How the node's client turns what a session's workflow and its activities hand each
 other into Temporal payloads (session_records.py), and back.
 
-Rule 1: the same "json/plain" payloads as the SDK's default converter, made with
-        orjson rather than the standard library's encoder (which walks a dataclass
-        with `dataclasses.asdict`, in Python): every signal, activity input and
-        result, query answer and workflow input of a turn passes here on the node.
-        A value orjson does not know (a named tuple, an object with a `dict()`)
-        goes to the default encoder, so anything the SDK encodes is still encoded.
-Rule 2: the payloads are JSON either way: the default converter reads ours and ours
-        reads its (a node of an older version, a history made before this), and
-        nothing in a workflow's history depends on the bytes: a replay compares
-        commands, not payloads.
-Rule 3: decoding keeps the SDK's type-driven rebuild (`value_to_type`), but a
-        dataclass's field types are resolved once per class, not at every payload:
-        the SDK calls `typing.get_type_hints` for each, which evaluates every
-        annotation's text again (`from __future__ import annotations`). The rebuild
-        is the SDK's own otherwise: unknown keys ignored, a missing field left to
-        its default, each field's value converted by its type.
+The same "json/plain" payloads as the SDK's default converter, made with orjson
+rather than the standard library's encoder (docs/performance.md); a value orjson does
+not know (a named tuple, an object with a `dict()`) goes to the default encoder, so
+anything the SDK encodes is still encoded. The payloads are JSON either way: the
+default converter reads ours and ours reads its, and nothing in a workflow's history
+depends on the bytes, as a replay compares commands, not payloads. Decoding keeps the
+SDK's type-driven rebuild (`value_to_type`: unknown keys ignored, a missing field left
+to its default, each field converted by its type), but resolves a dataclass's field
+types once per class rather than at every payload.
 """
 
 from __future__ import annotations
@@ -40,13 +33,13 @@ from temporalio.converter import value_to_type as _value_to_type
 ENCODING = b"json/plain"
 
 
-# Rule 3: by class, for the process (the SDK makes a converter for every workflow run);
+# by class, for the process (the SDK makes a converter for every workflow run);
 # weakly, as a sandboxed run imports its own copies of the classes it does not pass through.
 _FIELDS: weakref.WeakKeyDictionary[type, dict[str, Any] | None] = weakref.WeakKeyDictionary()
 
 
 class DataclassFields(JSONTypeConverter):
-    """Rule 3: a dataclass rebuilt with its field types resolved once."""
+    """A dataclass rebuilt with its field types resolved once."""
 
     def to_typed_value(self, hint: type, value: Any) -> Any:
         fields = _FIELDS.get(hint, ...) if isinstance(hint, type) else None
@@ -77,7 +70,7 @@ def _init_fields(hint: type) -> dict[str, Any] | None:
 
 
 class OrjsonPlainPayloadConverter(JSONPlainPayloadConverter):
-    """Rules 1 and 3: "json/plain" by orjson, the SDK's encoder for what orjson
+    """The "json/plain" payloads by orjson, the SDK's encoder for what orjson
     refuses; decoded with the dataclasses' field types cached."""
 
     def __init__(self) -> None:
@@ -102,7 +95,7 @@ class OrjsonPlainPayloadConverter(JSONPlainPayloadConverter):
 
 
 class PayloadConverter(CompositePayloadConverter):
-    """The SDK's default converters, its JSON one replaced (Rule 1)."""
+    """The SDK's default converters, its JSON one replaced."""
 
     def __init__(self) -> None:
         super().__init__(

@@ -3,11 +3,10 @@ metrics (`[runtime] metrics_address`): a run that is not in the node's cache (an
 node died, this one restarted, the cache evicted it) is replayed event by event
 before its new task runs, and a takeover's cost grows with the history's length.
 
-Rule 1: recorded once a replay has caught up, from the run's first activation to the
-        first that is not a replay: the number of history events replayed and the
-        host's wall time it took (other sessions' tasks on the node included).
-Rule 2: the figures are only recorded, never decided on: the host's clock read here
-        changes no command of the workflow, so its determinism is untouched.
+Recorded once a replay has caught up, from the run's first activation to the first
+that is not a replay: the number of history events replayed and the host's wall time
+it took. The figures are only recorded, never decided on: the host's clock read here
+changes no command of the workflow, so its determinism is untouched.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ class ReplayNote:
     started: float | None = field(default_factory=lambda: _began_replaying())
 
     def caught_up(self) -> None:
-        """Rule 1: call at every wake of the run; records the replay once it ends."""
+        """Call at every wake of the run; records the replay once it ends."""
         if self.started is None or workflow.unsafe.is_replaying():
             return
         seconds, self.started = time.perf_counter() - self.started, None

@@ -1,23 +1,25 @@
 """The node's side of the Temporal runtime: its client, its worker, and the hand-off
 of every committed item to its session's workflow.
 
-Rule 1: an item is handed over only after the ledger committed it (and, for a
-        message, after its ack): the ledger is the truth, the workflow a mailbox.
-        The hand-off is a signal-with-start of the workflow whose id is the session
-        label, carrying the item's record.
-Rule 2: nothing is dropped. A hand-off that fails is tried again, with back-off,
-        until it lands; while the last one failed the node answers new inbound
-        messages `overloaded` (`failure`). The item waits in the ledger meanwhile;
-        a restart hands every open item over again (registry.py rehydration).
-        Every `stuck_after_s` the node hands over again the items open since its
-        last look that it has not itself landed (core/rescan.py): an item
-        acked by a node that died before its hand-off is taken within twice
-        `stuck_after_s`.
-Rule 3: one session's items are handed over in order, one at a time: the
-        workflow's queue machine sees them in seq order. Sessions go in parallel,
-        up to `MAX_SIGNALS_IN_FLIGHT`.
-Rule 4: Temporal unreachable at start is a start-up failure naming the address
-        (exit 69); the client is asyncio's, so the runtime needs the asyncio backend.
+An item is handed over only after the ledger committed it (and, for a message, after
+its ack): the ledger is the truth, the workflow a mailbox. The hand-off is a
+signal-with-start of the workflow whose id is the session label, carrying the item's
+record. One session's items are handed over in order, one at a time, each after the
+session's earlier items that no node recorded as handed over, so the workflow's queue
+machine sees them in seq order whichever nodes acked them; sessions go in parallel,
+up to `MAX_SIGNALS_IN_FLIGHT`.
+
+Nothing is dropped. A hand-off that fails is tried again, with back-off, until it
+lands; while the last one failed the node answers new inbound messages `overloaded`
+(`failure`). The item waits in the ledger meanwhile, and a restart hands every open
+item over again. A landed hand-off is recorded in the ledger (lazily:
+ledger/handoffs.py), and every `HANDOFF_CHECK_S` the node hands over the queued items
+older than `HANDOFF_GRACE_S` that nobody recorded: an item acked by a node that died
+before its hand-off landed is taken within their sum. Every `stuck_after_s`, as a
+backstop, the node hands over again the items open since its last look that it has
+not itself landed (core/rescan.py). Temporal unreachable at start is a start-up
+failure naming the address (exit 69); the client is asyncio's, so the runtime needs
+the asyncio backend.
 """
 
 from __future__ import annotations
@@ -46,14 +48,23 @@ from broker.runtime.temporal.workflow import SessionWorkflow
 from core import rescan
 from ledger.port.records import ItemInfo
 from plumbing import logs
+from plumbing.ids import now_ms
 
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64
 RETRY_MAX_S = 2.0
 # One hand-off's bound: it takes milliseconds when Temporal answers, and past this the
-# node says `overloaded` (Rule 2) rather than ack messages it cannot hand over.
+# node says `overloaded` rather than ack messages it cannot hand over.
 SIGNAL_TIMEOUT_S = 1.0
 TURN_MARGIN_S = 60.0  # a turn's activity may also compact: beyond the engine's own bound
+# How often a node looks for items whose hand-off nobody recorded, and how old such an
+# item must be: longer than a live node takes to land a hand-off and record it (a
+# signal's bound, its retries under load, and the lazy write), so that a live node's
+# item is seldom signalled twice. Their sum bounds the hand-over of a dead node's items
+# (docs/cluster.md, "Failover").
+HANDOFF_CHECK_S = 0.5
+HANDOFF_GRACE_S = 2.0
+HANDOFF_PAGE = 500
 
 
 class TemporalUnreachable(RuntimeUnreachable):
@@ -63,7 +74,7 @@ class TemporalUnreachable(RuntimeUnreachable):
 
 
 async def connect(rt: RuntimeSettings) -> Client:
-    """Rule 4: the client, or `TemporalUnreachable` naming the address."""
+    """The client, or `TemporalUnreachable` naming the address."""
     try:
         with anyio.fail_after(rt.connect_timeout_s):
             return await Client.connect(
@@ -108,12 +119,12 @@ class TemporalRuntime:
         self._limit = anyio.CapacityLimiter(MAX_SIGNALS_IN_FLIGHT)
         self._tg: anyio.abc.TaskGroup | None = None
         self._failing: str | None = None
-        self._landed: set[str] = set()  # open items this node's signal landed (Rule 2)
-        self._open_before: frozenset[str] = frozenset()  # open at the last look (Rule 2)
+        self._landed: set[str] = set()  # open items this node's signal landed
+        self._open_before: frozenset[str] = frozenset()  # open at the last look
         self.handed_over = 0
 
     def failure(self) -> str | None:
-        """Why the node cannot hand messages over now (Rule 2), or None."""
+        """Why the node cannot hand messages over now, or None."""
         return self._failing
 
     def timers(self) -> TemporalTimers:
@@ -147,13 +158,14 @@ class TemporalRuntime:
             self._tg = tg
             tg.start_soon(worker.run)
             tg.start_soon(self._hand_over_open_items_forever)
+            tg.start_soon(self._hand_over_unrecorded_forever)
             task_status.started()
 
     async def _hand_over_open_items_forever(self) -> None:
-        """Rule 2: every `stuck_after_s`, hand over again the ledger's items open since
+        """Every `stuck_after_s`, hand over again the ledger's items open since
         the last look, but those this node landed. An item acked by a node that died
         before its hand-off landed is then taken by the others; one its workflow holds
-        already is ignored there (workflow.py Rule 2)."""
+        already is ignored there (workflow.py)."""
         while True:
             await anyio.sleep(self.settings.queue.stuck_after_s)
             try:
@@ -167,12 +179,35 @@ class TemporalRuntime:
                 if item.id in found.again and item.session not in self._waiting:
                     self.hand_over(item)
 
-    # -- hand-off (Rules 1-3) ---------------------------------------------------
+    async def _hand_over_unrecorded_forever(self) -> None:
+        """Hand over the queued items whose hand-off nobody recorded in time
+        (their acking node died first), but those this node is handing over."""
+        while True:
+            await anyio.sleep(HANDOFF_CHECK_S)
+            before = now_ms() - int(HANDOFF_GRACE_S * 1000)
+            try:
+                items = await self.mailboxes.ledger.unhanded_items(before, HANDOFF_PAGE)
+            except Exception as exc:  # a ledger that fails to read now: next round
+                log.warning("could not read items not handed over", error=str(exc))
+                continue
+            for item in items:
+                if item.id not in self._landed and item.session not in self._waiting:
+                    self.hand_over(item)
+
+    def _record_landed(self, item: ItemInfo) -> None:
+        """Note in the ledger that this item reached its workflow. Best effort: a record
+        lost costs one redundant signal by some node, which the workflow ignores."""
+        try:
+            self.mailboxes.ledger.submit_items_handed([item.id], now_ms())
+        except Exception as exc:  # the writer closing, or overloaded
+            log.debug("could not record a hand-off", item=item.id, error=str(exc))
+
+    # -- hand-off ---------------------------------------------------
 
     def hand_over(self, item: ItemInfo) -> None:
         queue = self._waiting.get(item.session)
         if queue is not None:
-            queue.append(item)  # its session's task takes it next (Rule 3)
+            queue.append(item)  # its session's task takes it next
             return
         assert self._tg is not None, "the runtime is not running"
         self._waiting[item.session] = deque([item])
@@ -183,10 +218,24 @@ class TemporalRuntime:
         try:
             async with self._limit:
                 while queue:
+                    await self._earlier_first(label, queue)
                     await self._signal_until_landed(queue[0])
                     queue.popleft()
         finally:
             del self._waiting[label]
+
+    async def _earlier_first(self, label: str, queue: deque[ItemInfo]) -> None:
+        """Put ahead of `queue` the session's earlier items that no node recorded as
+        handed over (another node acked them and died, or is landing them now), so
+        the workflow sees the session's items in the ledger's order."""
+        try:
+            earlier = await self.mailboxes.ledger.unhanded_before(label, queue[0].seq)
+        except Exception as exc:  # the look-up is an ordering aid: the loop is the backstop
+            log.warning("could not read a session's earlier items", session=label, error=str(exc))
+            return
+        ours = {item.id for item in queue}
+        missing = [i for i in earlier if i.id not in self._landed and i.id not in ours]
+        queue.extendleft(reversed(missing))
 
     async def _signal_until_landed(self, item: ItemInfo) -> None:
         delay = 0.05
@@ -209,6 +258,7 @@ class TemporalRuntime:
                 log.info("Temporal answers again", address=self.settings.runtime.address)
                 self._failing = None
             self._landed.add(item.id)
+            self._record_landed(item)
             self.handed_over += 1
             return
 

@@ -19,9 +19,9 @@ NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not 
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
 PUSH_CONTROL = "push_control"
-# Rule 6: the patch that brought local short steps, one idle timer and pushed news.
+# the patch that brought local short steps, one idle timer and pushed news.
 LEAN = "fewer-round-trips"
-# Rule 7: the patch that bounds a run's history (`SessionSpec.history_max_events`).
+# the patch that bounds a run's history (`SessionSpec.history_max_events`).
 BOUNDED = "bounded-history"
 
 
@@ -31,12 +31,12 @@ class SessionSpec:
 
     label: str
     idle_s: float
-    steerable: bool  # the engine takes steering (engines/base.py Rule 3)
+    steerable: bool  # the engine takes steering (engines/base.py)
     turn_timeout_s: float
     heartbeat_timeout_s: float
     # What a run that continued as new carried over: its waiting items and commands.
     carried: list[Arrival] = field(default_factory=list)
-    # workflow.py Rule 7: a run goes on as a new one past this many history events (0:
+    # workflow.py: a run goes on as a new one past this many history events (0:
     # at Temporal's suggestion only, as a run an older node began).
     history_max_events: int = 0
 
@@ -71,7 +71,7 @@ class TurnOrder:
 
 @dataclass
 class FailedTurn:
-    """Rule 5: the turn whose activity failed every attempt, and why (the failure's
+    """The turn whose activity failed every attempt, and why (the failure's
     kind: its error type, or Temporal's timeout)."""
 
     order: TurnOrder

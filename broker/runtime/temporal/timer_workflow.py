@@ -3,19 +3,16 @@
 Deterministic and free of I/O, like the session workflow: it sleeps and asks an
 activity (timers.py) to fire.
 
-Rule 1: the wait is Temporal's durable timer: the due time lives in Temporal's
-        history, not in a node, so it fires while any node runs, and a node's
-        death or a clock stepped on one node changes nothing.
-Rule 2: the firing is the ledger's (ledger/timers.py Rule 4), in the activity: it
-        fires the timer only when it is live and due by the ledger's clock, and
-        answers when the timer is next due. A cancelled or finished timer
-        answers None and the run ends; an activity retried after its commit
-        fires nothing twice (the firing's name is its primary key).
-Rule 3: a node's clock behind the workflow's makes the activity answer "not yet";
-        the run then sleeps at least `MIN_WAIT_MS` before asking again, never a
-        busy loop.
-Rule 4: a run continues as new after `FIRINGS_PER_RUN` firings, so a timer that
-        ticks every second for a year keeps a short history.
+The wait is Temporal's durable timer: the due time lives in Temporal's history, not in
+a node, so it fires while any node runs, and a node's death or a clock stepped on one
+node changes nothing. The firing is the ledger's (ledger/timers.py), in the activity:
+it fires the timer only when it is live and due by the ledger's clock and answers when
+it is next due; a cancelled or finished timer answers None and the run ends, and an
+activity retried after its commit fires nothing twice (the firing's name is its
+primary key). A node's clock behind the workflow's makes the activity answer "not
+yet", and the run sleeps at least `MIN_WAIT_MS` before asking again, never a busy
+loop. A run continues as new after `FIRINGS_PER_RUN` firings, so its history stays
+short.
 """
 
 from __future__ import annotations
@@ -62,7 +59,7 @@ class TimerWorkflow:
     @workflow.run
     async def run(self, spec: TimerRun) -> None:
         next_at = spec.next_at
-        idle = False  # the last answer was "not yet" (Rule 3)
+        idle = False  # the last answer was "not yet"
         for _ in range(FIRINGS_PER_RUN):
             wait_ms = next_at - int(workflow.now().timestamp() * 1000)
             if idle:

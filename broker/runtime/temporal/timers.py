@@ -1,20 +1,16 @@
 """Timers under the Temporal runtime: one timer workflow per live timer
 (timer_workflow.py), in place of the node's timer wheel (broker/timers.py).
 
-Rule 1: the ledger says which timers are live; Temporal keeps their sleeps. A node
-        starts the workflow of every live timer it has not started yet, at start,
-        after each add or cancel made through it (`changed`), and every
-        `RECONCILE_S` for the timers other nodes added. A start names the
-        workflow id `timer:<id>` and uses the run that exists, so nodes that
-        start the same timer together make one workflow.
-Rule 2: a timer that is no longer live (cancelled, or its last firing done) has its
-        workflow cancelled by the nodes that know it. A node that does not know
-        it leaves it: the workflow ends by itself at its due time, because the
-        ledger fires only live timers (timer_workflow.py Rule 2).
-Rule 3: the firing activity hands the items it queued to their sessions' workflows
-        like any committed item (runtime.py Rule 1). If the node dies between
-        the commit and the hand-off, the item waits in the ledger, and the
-        nodes' periodic hand-off of open items takes it (runtime.py Rule 2).
+The ledger says which timers are live; Temporal keeps their sleeps. A node starts the
+workflow of every live timer it has not started yet, at start, after each add or
+cancel made through it (`changed`), and every `RECONCILE_S` for the timers other nodes
+added; a start names the workflow id `timer:<id>` and uses the run that exists, so
+nodes that start the same timer together make one workflow. A timer no longer live
+has its workflow cancelled by the nodes that know it; one that does not know it leaves
+it, as the workflow ends by itself at its due time (the ledger fires only live
+timers). The firing activity hands the items it queued to their sessions' workflows
+like any committed item (runtime.py); if the node dies between the commit and the
+hand-off, the nodes' periodic hand-off of open items takes it.
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ from plumbing.ids import now_ms
 
 log = logs.get("broker.runtime.temporal.timers")
 RECONCILE_S = 30.0
-FIRE_TIMEOUT_S = 30.0  # one firing: a ledger write, and the writer's own retries
 START_TIMEOUT_S = 5.0  # one start or cancel call to Temporal
 RETRY_S = 1.0
 
@@ -49,7 +44,7 @@ class TimerActivities:
 
     @activity.defn(name=FIRE_TIMER)
     async def fire_timer(self, timer: str) -> Fired:
-        """Rules 2 and 3 of timer_workflow.py and this module."""
+        """Fire in the ledger if live and due (timer_workflow.py); hand the items over."""
         fired = await self.mailboxes.ledger.fire_timer(timer, now_ms())
         for item in fired.items:
             self.mailboxes.post(item)
@@ -95,6 +90,12 @@ class TemporalTimers:
                 with anyio.move_on_after(RECONCILE_S):
                     await self._changed.wait()
 
+    def _fire_timeout_s(self) -> float:
+        """One firing's bound: a ledger write, idempotent by the firing's msg_id. A node
+        that died firing is noticed as soon as one that died in a turn
+        (`heartbeat_timeout_s`), and the retry elsewhere files nothing twice."""
+        return self.mailboxes.settings.runtime.heartbeat_timeout_s
+
     async def _reconcile(self) -> None:
         live = {t.timer: t for t in await self.mailboxes.ledger.list_timers(None)}
         for timer, info in live.items():
@@ -103,7 +104,7 @@ class TemporalTimers:
             with anyio.fail_after(START_TIMEOUT_S):
                 await self.client.start_workflow(
                     TimerWorkflow.run,
-                    TimerRun(timer, info.next_at, FIRE_TIMEOUT_S),
+                    TimerRun(timer, info.next_at, self._fire_timeout_s()),
                     id=workflow_id(timer),
                     task_queue=self.task_queue,
                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

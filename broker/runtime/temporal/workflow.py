@@ -8,44 +8,31 @@ activities: they run on this workflow's worker inside its task, with no activity
 task, no round trip through the server and no workflow task for their result.
 A turn stays a regular activity: it heartbeats, and another node takes it over.
 
-Rule 1: one turn at a time. Temporal keeps one live run per workflow id across
-        the cluster, and a run starts a turn activity only on the machine's
-        `StartTurn`, after the last turn's activity has finished (an aborted one
-        included: it is cancelled with WAIT_CANCELLATION_COMPLETED, so its commit
-        is done before the next turn starts).
-Rule 2: an arrival is taken once: a signal sent again (a node retried after an
-        ambiguous failure) carries an item id already seen and is ignored. The
-        activity skips items the ledger no longer holds open, so even a new run
-        of the workflow cannot run a finished item twice.
-Rule 3: an interrupt cancels the running turn's activity; the reason, the items
-        steered into the turn and the chat commands that came while it runs
-        (`/stop`, `/status`: the turn's actor answers them, as a local actor does)
-        are pushed, as they come, to the turn on this workflow's node (a
-        `push_control` local activity; activities.py Rule 2), and the `control`
-        query answers a turn that runs elsewhere.
-Rule 4: a run ends when quiet (no turn, nothing waiting) for `idle_s`, told by
-        one timer that outlives the turns between (not one a turn); the next
-        arrival's signal-with-start begins a new run. The history stays short; a
-        session never quiet that long continues as a new run between two turns
-        when Temporal suggests it, carrying what waits.
-Rule 5: a turn activity that failed every attempt ends as a local turn that fails:
-        a `fail_items` activity records it failed with the runtime's reason and
-        tells the person, consuming its items, before the next turn starts.
-        Without it the items stay open in the ledger, are handed over again and
-        fail again, for ever. If that too fails, the items are dropped (reason
-        `failed`), as are chat commands whose activity failed every attempt: raised,
-        the error would fail the run, stranding what waits (its signals landed) until
-        a restart. A node that stops is not a failure: its turn starts again, on
-        another node or after the restart.
-Rule 6: what cut the round trips (local short steps, one idle timer a run, pushed
-        news) is behind `workflow.patched(LEAN)`, first asked at a run's start: a
-        run an older node began replays on a newer one as its history has it.
-Rule 7: a run goes on as a new one (continue-as-new between two turns, carrying what
-        waits, as in Rule 4) once its history holds `history_max_events`: a node that
-        takes the session over (another died, this one restarted) rebuilds the run
-        by replaying its history, and that costs in proportion to its length. Behind
-        `workflow.patched(BOUNDED)`, asked only where the bound cuts, so a history
-        made before it replays as it was.
+One turn at a time: Temporal keeps one live run per workflow id across the cluster,
+and a run starts a turn activity only on the machine's `StartTurn`, after the last
+turn's activity has finished (an aborted one is cancelled with
+WAIT_CANCELLATION_COMPLETED, so its commit is done before the next turn starts). An
+arrival is taken once: a signal sent again carries an item id already seen and is
+ignored, and the activity skips items the ledger no longer holds open, so even a new
+run cannot run a finished item twice. An interrupt cancels the running turn's
+activity; the reason, steered items and chat commands are pushed to the turn on this
+node (`push_control`), and the `control` query answers a turn that runs elsewhere.
+
+A turn activity that failed every attempt ends as a local turn that fails: a
+`fail_items` activity records it failed with the runtime's reason and tells the
+person, consuming its items, before the next turn starts (else they would be handed
+over and fail again, for ever); if that too fails, the items are dropped (reason
+`failed`), as are chat commands whose activity failed every attempt, since an error
+raised would fail the run and strand what waits. A node that stops is not a failure:
+its turn starts again, on another node or after the restart.
+
+A run ends when quiet (no turn, nothing waiting) for `idle_s`, told by one timer that
+outlives the turns between; the next arrival's signal-with-start begins a new run. A
+run goes on as a new one (continue-as-new between two turns, carrying what waits) when
+Temporal suggests it or once its history holds `history_max_events`, as a takeover
+replays the whole history. What changed the commands a run makes is behind
+`workflow.patched` markers (`LEAN`, `BOUNDED`), so a run an older node began replays
+on a newer one as its history has it.
 """
 
 from __future__ import annotations
@@ -115,7 +102,7 @@ class SessionWorkflow:
     def __init__(self, spec: SessionSpec) -> None:
         self._arrivals: list[Arrival] = []
         self._seen: set[str] = set()
-        if spec.history_max_events:  # Rule 7, a run this version began: a carried item
+        if spec.history_max_events:  # bounded runs, of this version: a carried item
             self._seen.update(str(a.record[0]) for a in spec.carried)  # sent again: a repeat
         self._records: dict[str, list[Any]] = {}
         self._commands: list[list[Any]] = []
@@ -124,12 +111,12 @@ class SessionWorkflow:
         self._turn_commands: dict[int, list[list[Any]]] = {}
         self._pending: m.StartTurn | None = None
         self._turn: tuple[int, workflow.ActivityHandle[TurnResult]] | None = None
-        self._order: TurnOrder | None = None  # the running turn's, for Rule 5
+        self._order: TurnOrder | None = None  # the running turn's, for `fail_items`
         self._ended_unstarted: int | None = None
         self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
         self._mode: str | None = None
         self._idle = IdleTimer()
-        self._news = False  # Rule 3: the running turn's control changed, not pushed yet
+        self._news = False  # the running turn's control changed, not pushed yet
 
     @workflow.signal(name=ITEM_SIGNAL)
     def arrive(self, arrival: Arrival) -> None:
@@ -173,7 +160,7 @@ class SessionWorkflow:
             self._start_turn()
             if self._quiet():
                 if not await self._wait_quiet(spec.idle_s):
-                    return  # Rule 4
+                    return  # quiet for `idle_s`: the run ends
                 continue
             self._idle.since = None
             deadline = self.state.collect_deadline
@@ -182,13 +169,13 @@ class SessionWorkflow:
                 await self._handle(m.Tick())
 
     async def _wait_quiet(self, idle_s: float) -> bool:
-        """Rule 4: False once quiet for `idle_s`."""
+        """False once quiet for `idle_s`."""
         if workflow.patched(LEAN):
             return await self._idle.wait(self._now(), idle_s, self._due)
-        return await self._wait(idle_s) or not self._quiet()  # Rule 6: a timer a spell
+        return await self._wait(idle_s) or not self._quiet()  # a timer a spell
 
     def _history_full(self) -> bool:
-        """Rules 4 and 7: past Temporal's suggested history size, or past the spec's
+        """Past Temporal's suggested history size, or past the spec's
         bound, go on as a new run, between turns."""
         if self._turn is not None or self._ended_unstarted is not None:
             return False
@@ -198,7 +185,7 @@ class SessionWorkflow:
         bound = self.spec.history_max_events
         if not 0 < bound <= info.get_current_history_length() or self._noted:
             return False  # a note of dropped items waits for its turn: it is not carried
-        return workflow.patched(BOUNDED)  # Rule 7: asked only where the bound cuts
+        return workflow.patched(BOUNDED)  # asked only where the bound cuts
 
     def _carry_over(self) -> SessionSpec:
         records, s = self._records, self.state
@@ -310,7 +297,7 @@ class SessionWorkflow:
             await quick_step(DROP_ITEMS, Drops(self.spec.label, drops), self.spec)
 
     async def _push_news(self) -> None:
-        """Rule 3: the running turn's control state, to its node if it runs here."""
+        """The running turn's control state, to its node if it runs here."""
         news, self._news, turn = self._news, False, self._turn
         if not news or turn is None or not workflow.patched(LEAN):
             return
@@ -368,7 +355,7 @@ class SessionWorkflow:
             if isinstance(exc.cause, CancelledError):
                 result = TurnResult("aborted")
             elif _node_stopped(exc) and order is not None:
-                self._run_turn(order)  # Rule 5: not a failure; it runs again
+                self._run_turn(order)  # not a failure; it runs again
                 return
             else:
                 result = await fail_turn(self.spec, order, exc)
@@ -410,7 +397,7 @@ async def quick_step(
     retry: RetryPolicy = QUICK_RETRY,
 ) -> Any:
     """A short ledger step: a local activity, or a regular one in a run an older node
-    began (Rule 6). Retried until it lands unless told otherwise: reads and idempotent
+    began. Retried until it lands unless told otherwise: reads and idempotent
     writes."""
     bound = quick_activity_bound(spec)
     if workflow.patched(LEAN):
@@ -424,7 +411,7 @@ async def quick_step(
 
 async def run_commands(spec: SessionSpec, commands: list[list[Any]]) -> QueueSetup | None:
     """The queue's limits after the commands; None when their activity failed every
-    attempt: they are dropped (Rule 5), the error not raised, which would fail the run."""
+    attempt: they are dropped, the error not raised, which would fail the run."""
     try:
         setup: QueueSetup = await workflow.execute_activity(
             RUN_COMMANDS,
@@ -442,7 +429,8 @@ async def run_commands(spec: SessionSpec, commands: list[list[Any]]) -> QueueSet
 
 
 async def push_control(spec: SessionSpec, push: ControlPush) -> None:
-    """Rule 3, best effort: a push that fails or misses leaves it to the query."""
+    """The news pushed to the turn, best effort: a push that fails or misses leaves it
+    to the query."""
     try:
         await workflow.execute_local_activity(
             PUSH_CONTROL,
@@ -456,7 +444,7 @@ async def push_control(spec: SessionSpec, push: ControlPush) -> None:
 
 
 async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityError) -> TurnResult:
-    """Rule 5. `fail_items` runs the items through the turn actor once more, so it
+    """`fail_items` runs the items through the turn actor once more, so it
     may fail as the turn did (a bug on that path); then, after its attempts, the
     items are dropped with reason `failed`, a plain write retried until it lands:
     the session is never held for ever, and no item is handed over again."""
@@ -483,7 +471,8 @@ async def fail_turn(spec: SessionSpec, order: TurnOrder | None, exc: ActivityErr
 
 
 async def drop_failed(spec: SessionSpec, label: str, records: list[list[Any]]) -> None:
-    """Rule 5's last resort: the items dropped (`failed`), a write retried until it lands."""
+    """The last resort after `fail_items` failed: the items dropped (`failed`), a write
+    retried until it lands."""
     drops = [(str(record[0]), FAILED_DROP) for record in records]
     retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
     await quick_step(DROP_ITEMS, Drops(label, drops), spec, retry=retry)

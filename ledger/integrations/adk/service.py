@@ -5,28 +5,26 @@
     runner = Runner(agent=agent, app_name="app", session_service=service)
     service = LedgerSessionService(socket="/run/agent-broker/broker.sock")  # via a daemon
 
-Rule 1: `append_event` never refuses a session for being behind: ADK's own
-        services raise `StaleSessionError` when another writer appended since
-        the caller read the session; here every append goes on the session's
-        head at its commit (storage.py Rule 2), so two concurrent appends are
-        both kept, in commit order, and neither caller has to retry.
-Rule 2: state follows ADK's prefixes: `app:` keys are the app's, shared by all
-        its sessions; `user:` keys are the user's in that app; `temp:` keys are
-        applied to the caller's Session object and never stored; the rest are
-        the session's own.
-Rule 3: a call that raises stored nothing and left the caller's Session as it
-        was: state and the event are made JSON before anything is queued, a
-        value that cannot be raises `TypeError` naming it. Rich values (dates,
-        pydantic models) become JSON the way ADK's own stores make them.
-Rule 4: events come back equal to what was appended: each is stored as its
-        JSON (`model_dump(mode="json", exclude_none=True)`, bytes as base64),
-        as ADK's SqliteSessionService stores it, and read back in append order.
-Rule 5: every call is one of the library's `adk.*` calls (ledger/api/served.py,
-        ledger/api/adk_rows.py), run on the file's own writer and a read
-        connection of this thread (`path=`), or sent to a running daemon that
-        runs the same jobs and reads (`socket=`, as `Store.connect` does). A
-        daemon connection belongs to the event loop it was made in; another
-        loop makes its own.
+`append_event` never refuses a session for being behind: ADK's own services raise
+`StaleSessionError` when another writer appended since the caller read the session;
+here every append goes on the session's head at its commit (ledger/api/adk_rows.py),
+so two concurrent appends are both kept, in commit order, and neither caller retries.
+Events come back equal to what was appended: each is stored as its JSON
+(`model_dump(mode="json", exclude_none=True)`, bytes as base64), as ADK's
+SqliteSessionService stores it, and read back in append order.
+
+State follows ADK's prefixes: `app:` keys are the app's, shared by all its sessions;
+`user:` keys are the user's in that app; `temp:` keys are applied to the caller's
+Session object and never stored; the rest are the session's own. A call that raises
+stored nothing and left the caller's Session as it was: state and the event are made
+JSON (the way ADK's own stores make rich values JSON) before anything is queued, and
+a value that cannot be raises `TypeError` naming it.
+
+Every call is one of the library's `adk.*` calls (ledger/api/served.py), run on the
+file's own writer and a read connection of this thread (`path=`), or sent to a
+running daemon that runs the same jobs and reads (`socket=`, as `Store.connect`
+does). A daemon connection belongs to the event loop it was made in; another loop
+makes its own.
 """
 
 from __future__ import annotations
@@ -64,7 +62,7 @@ Deltas = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]  # app, user, ses
 
 
 def split_state(state: dict[str, Any] | None, what: str) -> Deltas:
-    """The app, user and session parts of `state`, as JSON (Rules 2, 3)."""
+    """The app, user and session parts of `state`, as JSON."""
     app: dict[str, Any] = {}
     user: dict[str, Any] = {}
     own: dict[str, Any] = {}
@@ -100,7 +98,7 @@ def merged_state(app: dict[str, Any], user: dict[str, Any], own: dict[str, Any])
 
 
 def event_json(event: Event) -> dict[str, Any]:
-    """The event as stored (Rule 4), without its `temp:` state (Rule 2)."""
+    """The event as stored, without its `temp:` state."""
     try:
         data: dict[str, Any] = event.model_dump(mode="json", exclude_none=True)
     except PydanticSerializationError as exc:
@@ -152,7 +150,7 @@ class LedgerSessionService(BaseSessionService):
         return self._local
 
     async def remote(self) -> RemoteStore:
-        """The daemon's Store calls, on a connection of this event loop (Rule 5)."""
+        """The daemon's Store calls, on a connection of this event loop."""
         if self._socket is None:
             raise StoreClosed("the LedgerSessionService is closed, or has no daemon")
         loop = current_loop()
@@ -170,7 +168,7 @@ class LedgerSessionService(BaseSessionService):
         self._socket = None
 
     async def _call(self, call: str, **args: Any) -> Any:
-        """One `adk.*` call (Rule 5): its JSON answer."""
+        """One `adk.*` call: its JSON answer."""
         if self._local is None:
             return await (await self.remote())._call(call, **args)
         kind, what = served.plan(call, args, now_ms())
@@ -278,7 +276,7 @@ class LedgerSessionService(BaseSessionService):
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
             return event
-        # Rule 3: everything that can refuse the call runs before anything changes.
+        # everything that can refuse the call runs before anything changes.
         delta = event.actions.state_delta if event.actions else None
         app_delta, user_delta, own_delta = split_state(delta, "state_delta")
         try:
