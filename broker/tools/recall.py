@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from broker.engines.base import EngineError
 from core.engine_types import ToolSpec
+from core.reach import REFUSED
 from core.session_state import render
 from ledger.port.errors import LedgerLookupError, NotReachable
 from ledger.port.records import (
@@ -230,8 +231,8 @@ def _session(given: Mapping[str, Any], action: str, own: str, cross_session: boo
     value = _str(given, "session", 256)
     if value is None or value == own:
         return own
-    if not cross_session:
-        raise _bad("this session may only recall its own history; leave out 'session'")
+    if not cross_session:  # another session is past this turn's reach: refused, audited
+        raise NotReachable(REFUSED, field="session")
     if value == ALL_SESSIONS:
         if action != "search":
             raise _bad("session '*' (all sessions) is for search only")

@@ -36,3 +36,39 @@ async def test_a_tool_with_no_reach_rule_is_not_run() -> None:
         await tools.call(
             cast(Any, SimpleNamespace(mcp=None)), "dm:a", "t1", "delete_everything", {}
         )
+
+
+async def test_recall_of_another_session_without_cross_session_is_refused_and_audited() -> None:
+    """With `recall.cross_session` off (the default), naming any other session gets the
+    one refusal sentence and an audit row, as any call past the turn's reach does."""
+    from core.reach import REFUSED
+
+    audited: list[dict[str, Any]] = []
+
+    async def audit(**row: Any) -> None:
+        audited.append(row)
+
+    hub = SimpleNamespace(
+        mcp=None,
+        settings=SimpleNamespace(
+            recall=SimpleNamespace(
+                cross_session=False, budget_tokens=1000, neighbours_before=0, neighbours_after=0
+            )
+        ),
+        ledger=SimpleNamespace(audit=audit),
+        counter=SimpleNamespace(count=len),
+        wide=False,
+    )
+    for other in ("dm:bob", "*"):
+        with pytest.raises(EngineError) as refused:
+            await tools.call(
+                cast(Any, hub),
+                "dm:alice",
+                "t1",
+                "conversation_recall",
+                {"action": "search", "query": "x", "session": other},
+            )
+        assert str(refused.value) == REFUSED
+    assert [(r["op"], r["target"], r["outcome"]) for r in audited] == [
+        ("conversation_recall", "dm:alice", "refused")
+    ] * 2

@@ -13,7 +13,7 @@ from broker.engines.base import EngineError
 from broker.ops.table import Ops
 from broker.tools.recall import RECALL_TOOL, conversation_recall, fit, parse_arguments
 from ledger.fts import index_new_messages
-from ledger.port.errors import NotFound
+from ledger.port.errors import NotFound, NotReachable
 from ledger.port.records import Found, Hit, Request
 from ledger.recall import answer as recall_answer
 from ledger.recall import reads as recall_reads
@@ -410,8 +410,9 @@ def test_bad_arguments_are_engine_errors(args: dict[str, Any], message: str) -> 
 def test_other_sessions_only_when_allowed() -> None:
     assert parse_arguments({"action": "summary"}, "alice", False).session == "alice"
     assert parse_arguments({"action": "summary", "session": "alice"}, "alice", False)
-    with pytest.raises(EngineError, match="only recall its own"):
-        parse_arguments({"action": "search", "query": "x", "session": "*"}, "alice", False)
+    for other in ("*", "bob"):  # refused as past the turn's reach (core/reach.py)
+        with pytest.raises(NotReachable):
+            parse_arguments({"action": "search", "query": "x", "session": other}, "alice", False)
     req = parse_arguments({"action": "search", "query": "x", "session": "*"}, "alice", True)
     assert req.session is None
     req = parse_arguments({"action": "search", "query": "x", "since": "2024-05-01"}, "a", True)
