@@ -20,6 +20,7 @@ import orjson
 import typer
 
 from brokerctl import (  # noqa: F401 - their commands register on `app`
+    close,
     context,
     erase,
     files,

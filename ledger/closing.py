@@ -1,0 +1,105 @@
+"""Closing a session (`session.close`, the library's `end`): one writer job.
+
+A session closes only when nothing is pending in it: no queued or running item and
+no live timer; otherwise the job answers `Conflict` naming what waits and writes
+nothing, so a turn in flight always commits into an open session. Closing sets the
+status `closed`, `ended_at` and the closing summary (the one given, else a
+mechanical one of the thread's turn titles: core/closing.py) in one statement. It
+clears the writer's resolution caches, so the next message for the session's key
+resolves afresh and opens the successor (ledger/ingest.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from core.closing import Held, close_refusal, mechanical_summary
+from ledger.port.errors import Conflict, NotFound
+
+TITLES_READ = 200  # the latest turns whose titles a mechanical summary is made of
+
+
+def resolve(conn: sqlite3.Connection, name: str) -> str:
+    """A session's label from its label or an alias; `NotFound` otherwise."""
+    if conn.execute("SELECT 1 FROM sessions WHERE label = ?", (name,)).fetchone():
+        return name
+    row = conn.execute(
+        "SELECT session_label FROM session_aliases WHERE alias = ?", (name,)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"no session or alias {name!r}", field="session")
+    return str(row[0])
+
+
+def close_session(
+    conn: sqlite3.Connection, name: str, summary: str | None, now: int
+) -> dict[str, Any]:
+    """The writer job: close session `name` (a label or an alias)."""
+    label = resolve(conn, name)
+    status, merged_into, ended_at, head = conn.execute(
+        "SELECT status, merged_into, ended_at, head_turn_id FROM sessions WHERE label = ?",
+        (label,),
+    ).fetchone()
+    if status == "closed":
+        raise Conflict(f"{label} is already closed (at {ended_at} ms)", field="session")
+    if status != "active":
+        where = f" into {merged_into}" if merged_into else ""
+        raise Conflict(
+            f"{label} is {status}{where}: only an active session closes", field="session"
+        )
+    refusal = close_refusal(*pending(conn, label))
+    if refusal is not None:
+        raise Conflict(f"{label}: {refusal}", field="session")
+    source = "given"
+    if summary is None or not summary.strip():
+        summary, source = mechanical_summary(*thread_titles(conn, head)), "mechanical"
+    conn.execute(
+        "UPDATE sessions SET status = 'closed', ended_at = ?, closing_summary = ?,"
+        " updated_at = ? WHERE label = ?",
+        (now, summary, now, label),
+    )
+    cache = getattr(conn, "identity", None)
+    if cache is not None:  # the writer's key -> label caches now lead elsewhere
+        cache.clear_resolution()
+    return {"session": label, "ended_at": now, "closing_summary": summary, "source": source}
+
+
+def pending(conn: sqlite3.Connection, label: str) -> tuple[int, int, int]:
+    """(queued items, running items, live timers) of the session."""
+    queued, running = conn.execute(
+        "SELECT coalesce(sum(CASE WHEN status = 'queued' THEN 1 ELSE 0 END), 0),"
+        " coalesce(sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END), 0)"
+        " FROM queue_items WHERE session_label = ? AND status IN ('queued', 'running')",
+        (label,),
+    ).fetchone()
+    timers = conn.execute(
+        "SELECT count(*) FROM timers WHERE session_label = ? AND status = 'live'", (label,)
+    ).fetchone()[0]
+    return int(queued), int(running), int(timers)
+
+
+def thread_titles(conn: sqlite3.Connection, head: str | None) -> tuple[list[str | None], int]:
+    """The titles of the thread's latest TITLES_READ turns (not compactions), oldest
+    first, and how many turns the thread has."""
+    if head is None:
+        return [], 0
+    rows = conn.execute(
+        "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
+        " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
+        " WHERE t.parent_id IS NOT NULL)"
+        " SELECT t.title FROM chain c JOIN turns t ON t.id = c.id"
+        " WHERE t.type = 'turn' ORDER BY c.depth DESC",
+        (head,),
+    ).fetchall()
+    return [r[0] for r in rows[-TITLES_READ:]], len(rows)
+
+
+def held(conn: sqlite3.Connection, label: str) -> Held | None:
+    """What holds `label`, for the successor walk (core/closing.py)."""
+    row = conn.execute("SELECT status, extends FROM sessions WHERE label = ?", (label,)).fetchone()
+    if row is not None:
+        return Held(str(row[0]), row[1])
+    if conn.execute("SELECT 1 FROM session_aliases WHERE alias = ?", (label,)).fetchone():
+        return Held("alias", None)
+    return None
