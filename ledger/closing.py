@@ -6,7 +6,8 @@ nothing, so a turn in flight always commits into an open session. Closing sets t
 status `closed`, `ended_at` and the closing summary (the one given, else a
 mechanical one of the thread's turn titles: core/closing.py) in one statement. It
 clears the writer's resolution caches, so the next message for the session's key
-resolves afresh and opens the successor (ledger/ingest.py).
+resolves afresh and opens the successor (ledger/ingest.py). Nothing else brings a
+closed session work: a timer or a dispatch to it is refused (`refuse_closed`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,16 @@ def close_session(
     if cache is not None:  # the writer's key -> label caches now lead elsewhere
         cache.clear_resolution()
     return {"session": label, "ended_at": now, "closing_summary": summary, "source": source}
+
+
+def refuse_closed(conn: sqlite3.Connection, label: str, field: str) -> None:
+    """`Conflict` if session `label` is closed: a timer or a dispatch that would bring
+    it a new item is refused, as a close with pending work is."""
+    row = conn.execute(
+        "SELECT 1 FROM sessions WHERE label = ? AND status = 'closed'", (label,)
+    ).fetchone()
+    if row is not None:
+        raise Conflict(f"{label} is closed: it takes no more work", field=field)
 
 
 def pending(conn: sqlite3.Connection, label: str) -> tuple[int, int, int]:

@@ -10,6 +10,7 @@ import pytest
 from core.timers import parse_spec
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.protocols import LedgerPort
+from ledger.port.records import Limits
 from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
@@ -102,3 +103,19 @@ async def test_a_label_taken_by_a_fork_is_stepped_over(port: LedgerPort) -> None
     assert (await port.session_show(successor, 10))["extends"] == first
     fork = await port.session_show(f"{first}~2", 10)
     assert fork["queued"] == [] and len(fork["turns"]) == 1  # nothing of the new message
+
+
+async def test_nothing_brings_a_closed_session_work(port: LedgerPort) -> None:
+    session = await answered(port, "w1", "hello")
+    await port.close_session(session, None, tick())
+    now = tick()
+    with pytest.raises(Conflict, match="is closed"):
+        await port.add_timer(session, parse_spec("later", 30, None, None, now), now)
+    with pytest.raises(Conflict, match="is closed"):
+        await port.dispatch(
+            parent=None, parent_turn=None, tool_call=None,
+            target={"kind": "session", "session": session}, task="more", persona=None,
+            limits=Limits(max_depth=2, max_children=8, timeout_ms=60_000), now=tick(),
+        )  # fmt: skip
+    assert await port.list_timers(session) == []
+    assert await port.open_items(session) == []
