@@ -7,7 +7,9 @@ status `closed`, `ended_at` and the closing summary (the one given, else a
 mechanical one of the thread's turn titles: core/closing.py) in one statement. It
 clears the writer's resolution caches, so the next message for the session's key
 resolves afresh and opens the successor (ledger/ingest.py). Nothing else brings a
-closed session work: a timer or a dispatch to it is refused (`refuse_closed`).
+closed session work: a timer or a dispatch to it is refused (`refuse_closed`). The
+words a session row keeps of its messages (title, slug, closing summary) go when
+those messages are erased or expire (`forget_session_words`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,25 @@ def refuse_closed(conn: sqlite3.Connection, label: str, field: str) -> None:
     ).fetchone()
     if row is not None:
         raise Conflict(f"{label} is closed: it takes no more work", field=field)
+
+
+def forget_session_words(conn: sqlite3.Connection, labels: list[str], marker: str) -> None:
+    """A message of these sessions was erased or expired: the words a session row may
+    hold of it go too: the title and slug a daemon session took from its first
+    message, and its closing summary (made of turn titles, or given), now `marker`."""
+    if not labels:
+        return
+    marks = ",".join("?" * len(labels))
+    conn.execute(
+        "UPDATE sessions SET title = NULL, slug = NULL WHERE origin = 'inbound'"
+        f" AND (title IS NOT NULL OR slug IS NOT NULL) AND label IN ({marks})",
+        labels,
+    )
+    conn.execute(
+        f"UPDATE sessions SET closing_summary = ? WHERE closing_summary IS NOT NULL"
+        f" AND label IN ({marks})",
+        [marker, *labels],
+    )
 
 
 def pending(conn: sqlite3.Connection, label: str) -> tuple[int, int, int]:

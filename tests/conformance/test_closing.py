@@ -12,6 +12,7 @@ from ledger.port.errors import Conflict, NotFound
 from ledger.port.protocols import LedgerPort
 from ledger.port.records import Limits
 from tests.conformance.records import inbound, ingest, tick, turn
+from tests.conformance.test_erasure import GROUP, group_message, say
 
 pytestmark = pytest.mark.anyio
 
@@ -119,3 +120,16 @@ async def test_nothing_brings_a_closed_session_work(port: LedgerPort) -> None:
         )  # fmt: skip
     assert await port.list_timers(session) == []
     assert await port.open_items(session) == []
+
+
+async def test_an_erasure_takes_the_words_a_group_session_row_kept(port: LedgerPort) -> None:
+    group, _, alice = await say(port, group_message("g1", "alice", "Alice's secret plan"), GROUP)
+    await say(port, group_message("g2", "bob", "bob agrees"), GROUP)
+    shown = await port.session_show(group, 10)
+    assert (shown["title"], shown["slug"]) == ("Alice's secret plan", "alice-s-secret-plan")
+    closed = await port.close_session(group, None, tick())
+    assert "Alice's secret plan" in closed["closing_summary"]
+    assert alice is not None
+    await port.erase_entity(alice, alice, tick())
+    shown = await port.session_show(group, 10)
+    assert (shown["title"], shown["slug"], shown["closing_summary"]) == (None, None, "[erased]")
