@@ -47,7 +47,10 @@ class ThreadOps:
         if self.mailboxes is None:
             raise ProtocolError("internal", "the mailboxes are not running", req=req)
         label = await self.ledger.resolve_session(a["session"])
-        thread = await self.ledger.reset_session(label, "operator", now_ms())
+        try:
+            thread = await self.ledger.reset_session(label, "operator", now_ms())
+        except Conflict as exc:  # a closed session
+            raise ProtocolError("conflict", str(exc), field="session", req=req) from exc
         self.mailboxes.begin_thread(label, thread, "operator")
         log.info(
             "thread reset",

@@ -115,3 +115,13 @@ async def test_brokerctl_close_and_bad_closes(make_daemon: DaemonFactory) -> Non
     assert (shown["status"], shown["closing_summary"]) == ("closed", "Said hello.")
     listed = ctl(d, "--json", "sessions", "--status", "closed")
     assert session in listed.stdout
+    for name, args in (
+        ("session.reset", {}),
+        ("session.compact", {}),
+        ("timer.add", {"text": "later", "in_s": 60}),
+    ):
+        with pytest.raises(BrokerError, match="is closed"):
+            await op(d, name, session=session, **args)
+    after = await op(d, "session.show", session=session)
+    assert (after["turns"], after["queued"]) == (shown["turns"], shown["queued"])
+    assert await op(d, "timer.list", session=session) == []
