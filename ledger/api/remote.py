@@ -22,7 +22,7 @@ import anyio.abc
 import orjson
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ledger.api.errors import DaemonUnreachable
+from ledger.api.errors import DaemonUnreachable, SessionEnded
 from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items
 from ledger.port.errors import Conflict, LedgerError, NotFound
 from plumbing.ids import new_id
@@ -96,6 +96,8 @@ class RemoteStore:
                 raise NotFound(message, field=field)
             if frame.get("code") == "invalid":
                 raise Conflict(message, field=field)
+            if frame.get("code") == "conflict":  # the one library call answering it
+                raise SessionEnded(message, field=field)
             raise LedgerError(f"{frame.get('code')}: {message}")
         return frame.get("data")
 
@@ -145,6 +147,11 @@ class RemoteStore:
         self, session_id: str, title: str | None, *, metadata: dict[str, Any] | None = None
     ) -> None:
         await self._call("set_title", session=session_id, title=title, metadata=metadata)
+
+    async def end(self, session_id: str, summary: str | None = None) -> SessionInfo:
+        """Close the session: its later writes raise `SessionEnded` (store.py)."""
+        await self._call("end", session=session_id, summary=summary)
+        return await self.get(session_id)
 
     async def delete(self, session_id: str) -> None:
         await self._call("delete", session=session_id)

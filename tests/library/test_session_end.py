@@ -1,6 +1,6 @@
 """Sessions that end, in the library: `end` closes a session with its summary, and
 every later write to it raises `SessionEnded` and stores nothing, for `Store` (on
-asyncio and trio) and `SyncStore`."""
+asyncio and trio), `SyncStore` and `Store.connect` (a real daemon)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from ledger.api import Conflict, NotFound, SessionEnded, Store, SyncStore
+from tests.harness import DaemonProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -78,3 +79,17 @@ async def test_the_summary_is_kept(tmp_path: Path) -> None:
             ).fetchone()
 
     assert await anyio.to_thread.run_sync(read) == ("closed", "all done", 1)
+
+
+async def test_through_a_daemon_an_ended_session_refuses_too(daemon: DaemonProcess) -> None:
+    async with await Store.connect(daemon.socket) as store:
+        await store.append("chat", ["hi"])
+        ended = await store.end("chat", "said hi")
+        assert ended.status == "closed"
+        with pytest.raises(SessionEnded, match="ended"):
+            await store.append("chat", ["more"])
+        with pytest.raises(SessionEnded):
+            await store.end("chat")
+        with pytest.raises(NotFound):
+            await store.end("ghost")
+        assert await store.items("chat") == ["hi"]
