@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.bindings import Conversation
 from core.timers import parse_spec
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.protocols import LedgerPort
@@ -133,3 +134,11 @@ async def test_an_erasure_takes_the_words_a_group_session_row_kept(port: LedgerP
     await port.erase_entity(alice, alice, tick())
     shown = await port.session_show(group, 10)
     assert (shown["title"], shown["slug"], shown["closing_summary"]) == (None, None, "[erased]")
+
+
+async def test_a_closed_session_is_bound_to_by_no_one(port: LedgerPort) -> None:
+    session = await answered(port, "r1", "hello")
+    await port.close_session(session, None, tick())
+    with pytest.raises(Conflict, match="is closed"):
+        await port.route_bind(Conversation("chat", "dm", "alice", None), session, tick())
+    assert await port.route_list(session) == []

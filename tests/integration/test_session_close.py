@@ -69,6 +69,10 @@ async def test_a_closed_dm_goes_on_in_a_session_extending_it(
         )
         again, _ = await say(a, "+1", "still here")
         assert again["session"] == new
+        _, refused = await say(a, "+1", f"/switch {old}")  # no going back into it
+        assert refused["text"] == f"{old} is closed: it takes no more work."
+        again, _ = await say(a, "+1", "and on")
+        assert again["session"] == new
         other, _ = await say(a, "+2", "hello")  # someone else's session is their own
         assert other["session"] not in (old, new)
 
