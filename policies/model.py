@@ -8,7 +8,9 @@ mode, which modes the sender may choose and which chat commands it may use.
 Rules are tried in order and the first match wins; the built-in defaults after the
 configured rules make sure every message matches something. A rule is validated
 when loaded: an unknown placeholder in a key template or an unknown mode is an error
-that names the rule.
+that names the rule, and so is `reach = "any"` on a rule that could match anyone but
+an owner. A turn's broker tools reach its own owner's sessions (core/reach.py); only
+the owners whose rule says `reach = "any"` reach every session (`wide_contacts`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.identity import TEMPLATE_FIELDS, SessionSpec
 from core.queue_machine import QueueMode
@@ -38,19 +40,37 @@ ALL_COMMANDS: tuple[ChatCommand, ...] = (
 
 
 class Match(BaseModel):
+    """What a rule matches; a key left unset matches anything."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    principal: list[PrincipalKind] | None = None
-    channel: list[str] | None = None
-    peer_kind: list[Literal["dm", "group"]] | None = None
-    sender: list[str] | None = None
+    principal: list[PrincipalKind] | None = Field(
+        None,
+        description="`owner` (a sender in `[[owners]]`), `known` (any other sender) or"
+        " `unknown` (no sender id).",
+    )
+    channel: list[str] | None = Field(None, description="Channel names, as adapters give them.")
+    peer_kind: list[Literal["dm", "group"]] | None = Field(
+        None, description="A direct message or a group conversation."
+    )
+    sender: list[str] | None = Field(None, description="Sender ids on the channel.")
 
 
 class SessionRule(BaseModel):
+    """Which session a matched message goes to, and who answers it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str | None = None  # None: the default template for the peer kind
-    persona: str | None = None
+    key: str | None = Field(
+        None,
+        description="The session-key template, from the placeholders `{entity}` (the"
+        " sender's canonical entity), `{channel}`, `{peer}`, `{thread}` and `{sender}`;"
+        " unset: `dm:{entity}`, or `group:{channel}:{peer}` (plus `:thread:{thread}` in a"
+        " thread).",
+    )
+    persona: str | None = Field(
+        None, description="A persona in `[personas]`; unset: the default `[engine]`."
+    )
 
     @field_validator("key")
     @classmethod
@@ -72,10 +92,18 @@ class SessionRule(BaseModel):
 
 
 class QueueRule(BaseModel):
+    """The queue modes of a matched message."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: QueueMode | None = None  # the route's default mode
-    allowed: list[QueueMode] | None = None  # None: the sender may choose any mode
+    mode: QueueMode | None = Field(
+        None,
+        description="The route's default mode, after the message's own and the session's"
+        " `/queue` override; unset: `[queue]`'s by source.",
+    )
+    allowed: list[QueueMode] | None = Field(
+        None, description="Modes the sender may choose; unset: any."
+    )
 
 
 class ResetRule(BaseModel):
@@ -83,10 +111,12 @@ class ResetRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    idle_s: float | None = Field(None, ge=0)
-    daily_at: str | None = None
-    timezone: str | None = None  # checked against the zone database by broker/config.py
-    max_turns: int | None = Field(None, ge=0)
+    idle_s: float | None = Field(None, ge=0, description="As `[reset] idle_s`.")
+    daily_at: str | None = Field(None, description="As `[reset] daily_at`.")
+    timezone: str | None = Field(
+        None, description="As `[reset] timezone` (checked by `broker/config.py`)."
+    )
+    max_turns: int | None = Field(None, ge=0, description="As `[reset] max_turns`.")
 
     @field_validator("daily_at")
     @classmethod
@@ -101,23 +131,47 @@ class ResetRule(BaseModel):
 
 
 class RateRule(BaseModel):
+    """A rate limit per sender, as a token bucket."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    per_minute: float = Field(gt=0)
-    burst: int = Field(1, ge=1)
+    per_minute: float = Field(gt=0, description="Messages a minute, on average.")
+    burst: int = Field(1, ge=1, description="Messages that may come at once.")
 
 
 class Rule(BaseModel):
+    """A route rule: what it matches, and what it decides for the messages it matches."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, description="Named in logs and errors.")
     match: Match = Match()
     session: SessionRule = SessionRule()
     queue: QueueRule = QueueRule()
-    commands: list[ChatCommand] | None = None  # None: every chat command
-    rate: RateRule | None = None  # per sender; None: no limit
-    reset: ResetRule | None = None  # None: the `[reset]` policy
-    mcp: list[str] | None = None  # names in [[mcp.servers]] offered; None: every one
+    commands: list[ChatCommand] | None = Field(
+        None, description="Chat commands the sender may use; unset: every one."
+    )
+    rate: RateRule | None = Field(None, description="Unset: no limit.")
+    reset: ResetRule | None = Field(None, description="Unset: the `[reset]` policy.")
+    reach: Literal["own", "any"] = Field(
+        "own",
+        description="What the turns' broker tools may touch: `own`, the sessions of the"
+        " sender's owner; `any`, every session (only on a rule that matches principal ="
+        ' ["owner"] alone).',
+    )
+
+    @model_validator(mode="after")
+    def _any_for_owners_alone(self) -> Rule:
+        if self.reach == "any" and self.match.principal != ["owner"]:
+            raise ValueError(
+                f'rule {self.name!r}: reach = "any" is only for a rule that matches'
+                ' principal = ["owner"] alone'
+            )
+        return self
+
+    mcp: list[str] | None = Field(
+        None, description="Names in `[[mcp.servers]]` whose tools its turns get; unset: all."
+    )
 
 
 class RulesFile(BaseModel):
@@ -125,14 +179,16 @@ class RulesFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rules: list[Rule] = Field(default_factory=list)
+    rules: list[Rule] = Field(default_factory=list, description="The route rules.")
 
 
 class Owner(BaseModel):
+    """One person, by channel and sender id."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    channel: str
-    sender_id: str
+    channel: str = Field(description="The channel name.")
+    sender_id: str = Field(description="Their sender id on that channel.")
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (Rule(name="default"),)
@@ -156,6 +212,7 @@ class Decision:
     commands: frozenset[str]
     rate: Rate | None = None
     reset: ResetPolicy = NO_RESETS
+    reach: Literal["own", "any"] = "own"
     mcp: frozenset[str] | None = None  # the MCP servers whose tools its turns get; None: all
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
@@ -200,6 +257,21 @@ def decide(
                 commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
                 rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
                 reset=resets if rule.reset is None else rule.reset.over(resets),
+                reach=rule.reach,
                 mcp=None if rule.mcp is None else frozenset(rule.mcp),
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover
+
+
+def wide_contacts(
+    rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """The owners (channel, sender id) whose direct messages' rule grants reach "any":
+    their turns' tools may touch every session."""
+    return tuple(
+        sorted(
+            (channel, sender)
+            for channel, sender in owners
+            if decide(rules, Delivery(channel, "dm", sender), owners).reach == "any"
+        )
+    )

@@ -10,11 +10,7 @@ closed session raises `SessionEnded`, a `Conflict`.
 from __future__ import annotations
 
 from ledger.port.errors import Conflict, LedgerError
-
-
-class NotALedger(LedgerError):
-    """The file exists but is not an agent-broker ledger (another program's database,
-    or not a database at all)."""
+from ledger.port.errors import NotALedger as NotALedger  # its home is the port's errors
 
 
 class SchemaTooNew(LedgerError):

@@ -27,14 +27,17 @@ import anyio
 import anyio.abc
 
 from ledger.db import Synchronous, connect, damaged, is_damage, migrate, quick_check
+from ledger.foreign import schema_of
 from ledger.port.errors import LedgerNotWritable, WriterDied
 from ledger.port.protocols import WriterStats
+from ledger.sqlite.audit import SqliteAudit
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.delivery import SqliteDelivery
 from ledger.sqlite.erasure import SqliteErasure
 from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
+from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
 from ledger.sqlite.reads import SqliteReads
 from ledger.sqlite.retention import SqliteRetention
@@ -83,8 +86,10 @@ class Ledger(
     SqliteTitles,
     SqliteLibrary,
     SqliteErasure,
+    SqliteNames,
     SqliteRetention,
     SqliteHandoffs,
+    SqliteAudit,
 ):
     """The port on one SQLite file: the sum of its parts, opened by `Ledger.open`."""
 
@@ -156,6 +161,7 @@ class Ledger(
 
         def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
+            schema_of(path)  # another program's database is refused untouched (NotALedger)
             try:
                 conn = connect(path, synchronous)
                 try:
