@@ -129,3 +129,5 @@ async def test_brokerctl_close_and_bad_closes(make_daemon: DaemonFactory) -> Non
     after = await op(d, "session.show", session=session)
     assert (after["turns"], after["queued"]) == (shown["turns"], shown["queued"])
     assert await op(d, "timer.list", session=session) == []
+    audited = [(r["op"], r["target"], r["outcome"]) for r in await op(d, "audit.list")]
+    assert audited.count(("session.close", session, "ok")) == 1  # the refused ones: none kept
