@@ -53,13 +53,18 @@ def successor(closed: str, held: Callable[[str], Held | None]) -> Successor:
     raise ValueError(f"more than {MAX_WALK} closed successors of {closed!r}")
 
 
-def mechanical_summary(titles: Sequence[str | None], turns: int) -> str:
-    """A closing summary from the thread's turn titles, oldest first."""
+def mechanical_summary(titles: Sequence[str | None], turns: int, more: bool = False) -> str:
+    """A closing summary from the thread's turn titles, oldest first; `more`: the
+    thread has older turns than these."""
     named = [t.strip() for t in titles if t and t.strip()]
+    count = f"more than {turns}" if more else str(turns)
     if turns == 0 or not named:
-        return "Closed with no turns." if turns == 0 else f"Closed after {turns} turn(s)."
-    head = f"Closed after {turns} turn(s): "
-    out = head
+        return "Closed with no turns." if turns == 0 else f"Closed after {count} turn(s)."
+    out = (
+        f"Closed after {count} turn(s): "
+        if not more
+        else f"Closed after {count} turn(s), the latest: "
+    )
     for number, title in enumerate(named):
         piece = title if number == 0 else f"; {title}"
         if len(out) + len(piece) + 1 > MAX_SUMMARY:

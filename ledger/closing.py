@@ -20,7 +20,7 @@ from typing import Any
 from core.closing import Held, close_refusal, mechanical_summary
 from ledger.port.errors import Conflict, NotFound
 
-TITLES_READ = 200  # the latest turns whose titles a mechanical summary is made of
+TITLES_READ = 200  # the latest turns a mechanical summary is made of: a bounded walk
 
 
 def resolve(conn: sqlite3.Connection, name: str) -> str:
@@ -111,20 +111,23 @@ def pending(conn: sqlite3.Connection, label: str) -> tuple[int, int, int]:
     return int(queued), int(running), int(timers)
 
 
-def thread_titles(conn: sqlite3.Connection, head: str | None) -> tuple[list[str | None], int]:
-    """The titles of the thread's latest TITLES_READ turns (not compactions), oldest
-    first, and how many turns the thread has."""
+def thread_titles(conn: sqlite3.Connection, head: str | None) -> tuple[list[str | None], int, bool]:
+    """The titles of the thread's latest turns (not compactions), oldest first; how
+    many; and whether older ones were left unread (the walk stops after TITLES_READ
+    turns, so a close holds the writer for a bounded time)."""
     if head is None:
-        return [], 0
+        return [], 0, False
     rows = conn.execute(
         "WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION ALL"
         " SELECT t.parent_id, c.depth + 1 FROM turns t JOIN chain c ON t.id = c.id"
-        " WHERE t.parent_id IS NOT NULL)"
-        " SELECT t.title FROM chain c JOIN turns t ON t.id = c.id"
-        " WHERE t.type = 'turn' ORDER BY c.depth DESC",
-        (head,),
+        " WHERE t.parent_id IS NOT NULL AND c.depth < ?)"
+        " SELECT t.title, t.type, t.parent_id FROM chain c JOIN turns t ON t.id = c.id"
+        " ORDER BY c.depth DESC",
+        (head, TITLES_READ - 1),
     ).fetchall()
-    return [r[0] for r in rows[-TITLES_READ:]], len(rows)
+    more = len(rows) == TITLES_READ and rows[0][2] is not None
+    titles = [r[0] for r in rows if r[1] == "turn"]
+    return titles, len(titles), more
 
 
 def held(conn: sqlite3.Connection, label: str) -> Held | None:

@@ -142,3 +142,18 @@ async def test_a_closed_session_is_bound_to_by_no_one(port: LedgerPort) -> None:
     with pytest.raises(Conflict, match="is closed"):
         await port.route_bind(Conversation("chat", "dm", "alice", None), session, tick())
     assert await port.route_list(session) == []
+
+
+async def test_a_long_thread_is_summed_up_by_its_latest_turns(port: LedgerPort) -> None:
+    from ledger.closing import TITLES_READ
+
+    acc = await ingest(port, inbound("l0", text="turn 0"))
+    head = None
+    for n in range(TITLES_READ + 5):
+        rec = turn(acc.session, head, await port.open_items(acc.session) if n == 0 else [])
+        await port.submit_turn(rec).result()
+        head = rec.turn_id
+    closed = await port.close_session(acc.session, None, tick())
+    assert closed["closing_summary"].startswith(
+        f"Closed after more than {TITLES_READ} turn(s), the latest: "
+    )

@@ -39,6 +39,8 @@ def test_the_mechanical_summary_names_the_titles_within_its_bound() -> None:
     assert mechanical_summary(["Plan", None, "Book"], 3) == "Closed after 3 turn(s): Plan; Book."
     long = mechanical_summary([f"title number {n}" for n in range(1000)], 1000)
     assert len(long) <= MAX_SUMMARY and long.endswith("; …")
+    older = mechanical_summary(["Plan", "Book"], 2, more=True)
+    assert older == "Closed after more than 2 turn(s), the latest: Plan; Book."
 
 
 def test_close_refusal_names_what_is_pending() -> None:
