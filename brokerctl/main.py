@@ -21,6 +21,7 @@ import typer
 
 from brokerctl import (  # noqa: F401 - their commands register on `app`
     audit,
+    close,
     context,
     erase,
     files,

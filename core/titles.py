@@ -8,16 +8,24 @@ turn, the latest such event winning over the mechanical title; a model's title,
 written after the turn (broker/titler.py), wins over both. An outcome says the
 status, and for an aborted or failed turn its reason and, when known, the error in a
 few words: `completed`, `aborted (interrupt)`, `failed (timeout): the agent took too
-long…`.
+long…`. A session's title is the first line of its first message, and its slug that
+message in kebab case (ASCII, at most `MAX_SLUG` characters, cut at a word), or
+`session-<8 hex digits of its label>` when the message gives fewer than 4 characters.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 MAX_TITLE = 80
 MAX_OUTCOME = 160
+MAX_SLUG = 30
+MIN_SLUG = 4
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
 COMPACTION = "Compaction of earlier turns"
 TitleSource = Literal["mechanical", "engine", "model"]
 
@@ -90,3 +98,29 @@ def outcome_line(status: str, reason: str | None, error: str | None) -> str:
     line = f"{status} ({reason})" if reason else status
     detail = one_line(error or "", MAX_OUTCOME - len(line) - 2)
     return f"{line}: {detail}" if detail else line
+
+
+def slugify(text: str, limit: int = MAX_SLUG) -> str:
+    """`text` in kebab case: ASCII letters and digits, words joined by `-`, at most
+    `limit` characters, cut at a word boundary where one is near."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    slug = _NOT_SLUG.sub("-", ascii_text.lower()).strip("-")
+    if len(slug) <= limit:
+        return slug
+    cut = slug[: limit + 1]
+    dash = cut.rfind("-")
+    return (cut[:dash] if dash >= limit // 2 else slug[:limit]).strip("-")
+
+
+def session_title(first_message: str) -> str | None:
+    """A session's title: the first line of its first message; None when it has none."""
+    return one_line(first_message, MAX_TITLE) or None
+
+
+def session_slug(first_message: str, label: str) -> str:
+    """A session's slug (seed 000): its first message in kebab case, else a fallback
+    stable for the label."""
+    slug = slugify(first_message)
+    if len(slug) >= MIN_SLUG:
+        return slug
+    return "session-" + hashlib.blake2b(label.encode(), digest_size=4).hexdigest()

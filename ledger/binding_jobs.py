@@ -5,7 +5,8 @@ Each is one transaction. For a chat command that is the fork (if any), the bindi
 the command item marked done and its reply's outbox row: a crash leaves all of them
 or none, so a command recovered at the next start runs once, never forks twice. A
 refusal changes nothing but the command item and its reply; an op that is refused
-raises (`NotFound`, `Conflict`) and writes nothing.
+raises (`NotFound`, `Conflict`) and writes nothing. A closed session is bound to by
+neither (ledger/closing.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from core import bindings as rules
 from core.bindings import Conversation, Owner
 from core.identity import Route, build_session_key, resolve_label
 from ledger import bindings, sessions
+from ledger.closing import refuse_closed
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import BindCommand
 from ledger.turns import command_done
@@ -67,6 +69,7 @@ def route_bind(conn: sqlite3.Connection, conversation: Conversation, name: str, 
     refused = rules.refusal(owner, target, bindings.session_owner(conn, target))
     if refused is not None:
         raise Conflict(f"{refused} It belongs to another person.", field="session")
+    refuse_closed(conn, target, "session")
     bindings.store(conn, conversation, target, "operator", now)
     return target
 
@@ -107,5 +110,9 @@ def _apply(conn: sqlite3.Connection, cmd: BindCommand, now: int) -> tuple[str, s
     refused = rules.refusal(bindings.session_owner(conn, cmd.session), cmd.target, target_owner)
     if refused is not None or target is None:
         return refused or rules.SWITCH_USAGE, "command:refused"
+    try:
+        refuse_closed(conn, target, "session")
+    except Conflict as exc:
+        return f"{exc}.", "command:refused"
     bindings.store(conn, cmd.conversation, target, "switch", now)
     return rules.switched_reply(target, cmd.session), "command:switch"

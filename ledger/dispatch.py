@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from ledger import audit, reach
+from ledger.closing import refuse_closed
 from ledger.items import load_item
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import Dispatched, Handoff, ItemInfo, Limits, Reaching, Reported
@@ -193,6 +194,7 @@ def _target_session(
             if alias is None:
                 raise NotFound(f"no session {label!r}", field="target")
             label = str(alias[0])
+        refuse_closed(conn, label, "target")
         return label
     if kind == "fork":
         return _fork_target(conn, target, now)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import audit
+from ledger.closing import forget_session_words
 from ledger.db import connect
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.ingest import find_root, identity_of
@@ -361,6 +362,7 @@ def _messages(conn: sqlite3.Connection, plan: Plan, where: str, params: list[Any
         turn_ids,
     ).fetchall()
     forget_records(conn, [(str(s), int(at)) for s, at in since])
+    forget_session_words(conn, [str(s) for s, _ in since], ERASED)
     cur = conn.execute(
         f"UPDATE messages SET content = ? WHERE {mine}", [ERASED, *params, *who_params, ERASED]
     )

@@ -8,7 +8,8 @@ item) and writes nothing. First contact creates the entity and the contact in th
 same transaction as the message, so an acked message always has both. A
 conversation bound to a session (ledger/bindings.py) files its messages there,
 before any session key is built, and whether the message starts a new thread first
-(the reset policies: ledger/resets.py) is decided in this same transaction.
+(the reset policies: ledger/resets.py) is decided in this same transaction. A key
+that leads to a closed session opens its successor instead (ledger/closing.py).
 
 The caches only mirror committed-or-about-to-commit rows: the writer clears them
 whenever anything rolls back, a merge clears the resolution caches because it changes
@@ -19,9 +20,11 @@ first message pays for the lookup.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from core.bindings import Conversation
+from core.closing import successor
 from core.identity import (
     Route,
     SessionRef,
@@ -30,7 +33,9 @@ from core.identity import (
     chain_to_root,
     resolve_label,
 )
+from core.titles import session_slug, session_title
 from ledger.bindings import bound_session
+from ledger.closing import held
 from ledger.port.records import Accepted, InboundRecord
 from ledger.resets import on_person_message
 from ledger.state_records import LastRecords
@@ -126,6 +131,7 @@ def ingest(
             root,
             spec.persona,
             now,
+            rec.text,
         )
         cache.routes[route_key] = (entity, root, session)
     else:
@@ -261,21 +267,64 @@ def ensure_session(
     entity: str,
     persona: str | None,
     now: int,
+    text: str | None = None,
 ) -> str:
-    """Resolve a session key to a label (direct, alias, then create)."""
+    """Resolve a session key to a label (direct, alias, then create). A session
+    created here takes its title and slug from `text`, its first message."""
     label = cache.sessions.get(key)
     if label is not None:
         return label
     resolved = resolve_label(key, lambda k: get_session_ref(conn, k), lambda a: get_alias(conn, a))
+    new = _NewSession(peer_kind, entity, persona, now, text or "")
     if resolved.label is None:
-        kind = "dm" if peer_kind == "dm" else "group"
-        conn.execute(
-            "INSERT INTO sessions (label, kind, entity_id, persona, origin, status, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, 'inbound', 'active', ?, ?)",
-            (key, kind, entity if kind == "dm" else None, persona, now, now),
-        )
-        label = key
+        label = new.create(conn, key, None)
     else:
-        label = resolved.label
+        label = _open_successor(conn, resolved.label, new)
     cache.sessions[key] = label
     return label
+
+
+@dataclass(frozen=True, slots=True)
+class _NewSession:
+    """What a session created by a message is made of."""
+
+    peer_kind: str
+    entity: str
+    persona: str | None
+    now: int
+    text: str
+
+    def create(self, conn: sqlite3.Connection, label: str, extends: str | None) -> str:
+        kind = "dm" if self.peer_kind == "dm" else "group"
+        conn.execute(
+            "INSERT INTO sessions (label, kind, entity_id, persona, origin, status, extends,"
+            " title, slug, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, 'inbound', 'active', ?, ?, ?, ?, ?)",
+            (
+                label,
+                kind,
+                self.entity if kind == "dm" else None,
+                self.persona,
+                extends,
+                session_title(self.text),
+                session_slug(self.text, label),
+                self.now,
+                self.now,
+            ),
+        )
+        return label
+
+
+def _open_successor(conn: sqlite3.Connection, label: str, new: _NewSession) -> str:
+    """`label`, or for a closed session the successor its messages go to now,
+    created here extending the last closed one (core/closing.py)."""
+    ref = get_session_ref(conn, label)
+    if ref is None or ref.status != "closed":
+        return label
+    nxt = successor(label, lambda candidate: held(conn, candidate))
+    if not nxt.create:  # an open successor, or one merged since: follow it
+        found = resolve_label(
+            nxt.label, lambda k: get_session_ref(conn, k), lambda a: get_alias(conn, a)
+        )
+        return found.label or nxt.label
+    return new.create(conn, nxt.label, nxt.extends)

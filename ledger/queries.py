@@ -81,6 +81,11 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
         "parent": row["parent_session"],
         "parent_turn": row["parent_turn_id"],
         "origin": row["origin"],
+        "title": row["title"],  # from the first message (core/titles.py), or the library's
+        "slug": row["slug"],
+        "extends": row["extends"],  # the closed session this one follows (ledger/closing.py)
+        "ended_at": row["ended_at"],
+        "closing_summary": row["closing_summary"],
         "aliases": aliases_of(conn, label),
         "person": person(conn, label),
         "head": row["head_turn_id"],

@@ -15,6 +15,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from core.resets import ResetPolicy, decide
+from ledger.closing import refuse_closed
 from ledger.port.errors import NotFound
 
 
@@ -75,7 +76,9 @@ def decide_thread(
 
 
 def reset(conn: sqlite3.Connection, session: str, reason: str, now: int) -> int:
-    """`session.reset`: decide a new thread for the actor to begin; its number."""
+    """`session.reset`: decide a new thread for the actor to begin; its number. A
+    closed session takes none (`Conflict`)."""
+    refuse_closed(conn, session, "session")
     return decide_thread(conn, session, reason, None, now)
 
 

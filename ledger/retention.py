@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import sqlite3
 
+from ledger.closing import forget_session_words
 from ledger.erasure import SWEEP_A_STEP, digests_where, drop_unnamed_blobs, forget_records, marks
 from ledger.fts import forget_deleted, index_new_messages
 
+EXPIRED = "[expired]"  # a closing summary that quoted an expired turn
 TURNS_A_BATCH = 50  # turns looked at a batch
 BY_TURN = ("messages", "tool_calls", "turn_events", "turn_progress", "turn_state",
            "file_snapshots", "compactions")  # fmt: skip
@@ -98,6 +100,7 @@ def _expire(conn: sqlite3.Connection, ids: list[str], now: int) -> None:
     ).fetchall()
     # The records of the turns after them may quote them; they are worked out again.
     forget_records(conn, [(str(s), int(at)) for s, at in since])
+    forget_session_words(conn, [str(s) for s, _ in since], EXPIRED)
     for table in BY_TURN:
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({t})", ids)
     conn.execute(

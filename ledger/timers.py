@@ -22,6 +22,7 @@ import sqlite3
 import orjson
 
 from core import timers as core
+from ledger.closing import refuse_closed
 from ledger.items import load_item
 from ledger.port.errors import NotFound
 from ledger.port.records import ItemInfo, OneTimer, TimerInfo
@@ -61,6 +62,7 @@ def _owner(conn: sqlite3.Connection, name: str, now: int) -> str:
 
 def add(conn: sqlite3.Connection, session: str, spec: core.TimerSpec, now: int) -> TimerInfo:
     label = _owner(conn, session, now)
+    refuse_closed(conn, label, "session")
     timer = f"tmr_{new_id()}"
     conn.execute(
         "INSERT INTO timers (id, session_label, text, first_at, every_ms, next_at, fired,"

@@ -54,6 +54,7 @@ ROLES: dict[str, Role] = {
     "store.call": "operate",  # its reads need only `read` (STORE_READS)
     "entity.name": "operate",
     "entity.alias": "operate",
+    "session.close": "operate",
     # admin: removes data, or copies all of it
     "snapshots.gc": "admin",
     "entity.erase": "admin",

@@ -242,6 +242,8 @@ class Ops:
         label = await self.ledger.resolve_session(a["session"])
         if self.mailboxes is None:
             raise ProtocolError("internal", "the mailboxes are not running", req=req)
+        if (await self.ledger.session_show(label, 1))["status"] == "closed":
+            raise ProtocolError("conflict", f"{label} is closed", field="session", req=req)
         turn = await self.mailboxes.compact(label, a.get("instructions"))
         if turn is None:
             raise ProtocolError(

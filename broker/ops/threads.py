@@ -1,5 +1,6 @@
-"""Operator ops for threads and waiting items: `session.reset`, `session.threads`,
-`item.cancel` (one small async function per op, see broker/ops/table.py).
+"""Operator ops for threads, waiting items and sessions that end: `session.reset`,
+`session.threads`, `item.cancel`, `session.close` (one small async function per op,
+see broker/ops/table.py).
 
 `session.reset` decides the new thread in the ledger first, then hands it to the
 session's actor, which begins it before its next turn: never under a turn.
@@ -7,6 +8,9 @@ session's actor, which begins it before its next turn: never under a turn.
 the actor took into a turn answers `conflict`; one it held waiting has left its queue
 and can no longer run. The ledger then records it `cancelled` (or answers `not_found`
 / `conflict` from what it holds).
+`session.close` is decided by the ledger alone, in one transaction: a session with
+anything pending (a running or queued item, a live timer) answers `conflict` naming
+it and stays open, so no turn ever commits into a closed session.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class ThreadOps:
             "session.reset": self.session_reset,
             "session.threads": self.session_threads,
             "item.cancel": self.item_cancel,
+            "session.close": self.session_close,
         }
 
     async def session_reset(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
@@ -42,7 +47,10 @@ class ThreadOps:
         if self.mailboxes is None:
             raise ProtocolError("internal", "the mailboxes are not running", req=req)
         label = await self.ledger.resolve_session(a["session"])
-        thread = await self.ledger.reset_session(label, "operator", now_ms())
+        try:
+            thread = await self.ledger.reset_session(label, "operator", now_ms())
+        except Conflict as exc:  # a closed session
+            raise ProtocolError("conflict", str(exc), field="session", req=req) from exc
         self.mailboxes.begin_thread(label, thread, "operator")
         log.info(
             "thread reset",
@@ -74,3 +82,14 @@ class ThreadOps:
             raise ProtocolError("conflict", str(exc), field="item", req=req) from exc
         log.info("item cancelled", session=label, item=item)
         return {"item": item, "status": "cancelled"}
+
+    async def session_close(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
+        a = check_args(
+            args, (ArgSpec("session", str, True), ArgSpec("summary", str, False, 20_000)), req
+        )
+        try:
+            closed = await self.ledger.close_session(a["session"], a.get("summary"), now_ms())
+        except Conflict as exc:
+            raise ProtocolError("conflict", str(exc), field="session", req=req) from exc
+        log.info("session closed", session=closed["session"], summary_source=closed["source"])
+        return closed

@@ -4,7 +4,14 @@ in this process (`Store`, `SyncStore`) or through a running daemon
 
 from __future__ import annotations
 
-from ledger.api.errors import DaemonUnreachable, LedgerInUse, NotALedger, SchemaTooNew, StoreClosed
+from ledger.api.errors import (
+    DaemonUnreachable,
+    LedgerInUse,
+    NotALedger,
+    SchemaTooNew,
+    SessionEnded,
+    StoreClosed,
+)
 from ledger.api.records import Page, SessionInfo, TurnInfo
 from ledger.api.store import Store
 from ledger.api.sync import SyncStore
@@ -21,6 +28,7 @@ __all__ = [
     "NotFound",
     "Page",
     "SchemaTooNew",
+    "SessionEnded",
     "SessionInfo",
     "Store",
     "StoreClosed",

@@ -3,12 +3,13 @@
 Every one is a `LedgerError` (ledger/db.py), so code that already catches the
 daemon's ledger errors catches these; each message names the file and what to do.
 A lookup that misses raises the ledger's own `NotFound` or `Conflict`
-(ledger/port/errors.py), with the argument it blames in `field`.
+(ledger/port/errors.py), with the argument it blames in `field`; a write to a
+closed session raises `SessionEnded`, a `Conflict`.
 """
 
 from __future__ import annotations
 
-from ledger.port.errors import LedgerError
+from ledger.port.errors import Conflict, LedgerError
 from ledger.port.errors import NotALedger as NotALedger  # its home is the port's errors
 
 
@@ -33,3 +34,10 @@ class StoreClosed(LedgerError, RuntimeError):
 class DaemonUnreachable(LedgerError, ConnectionError):
     """`Store.connect` found no daemon on the socket it was given (no such file,
     not a socket, nobody listening); an OSError still, as it was before."""
+
+
+class SessionEnded(Conflict):
+    """The session was closed (`Store.end`, the daemon's `session.close`): it takes
+    no more turns. Nothing of the call was stored."""
+
+    code = "conflict"

@@ -103,6 +103,9 @@ class Face:
             writes.set_title, _label(session_id), title, encode_metadata(metadata), self._clock()
         )
 
+    def _end_job(self, session_id: str, summary: str | None) -> JobSpec:
+        return _job(writes.end_session, _label(session_id), summary, self._clock())
+
     def _pop_job(self, session_id: str) -> JobSpec:
         return _job(writes.pop_item, _label(session_id), self._clock())
 

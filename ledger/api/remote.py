@@ -20,7 +20,7 @@ from typing import Any, Self
 
 import anyio
 
-from ledger.api.errors import DaemonUnreachable
+from ledger.api.errors import DaemonUnreachable, SessionEnded
 from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items
 from ledger.port.errors import Conflict, LedgerError, NotFound
 from plumbing.ids import new_id
@@ -71,6 +71,8 @@ class RemoteStore:
                     raise NotFound(message, field=field) from None
                 if exc.code == "invalid":
                     raise Conflict(message, field=field) from None
+                if exc.code == "conflict":  # the one library call answering it
+                    raise SessionEnded(message, field=field) from None
                 raise LedgerError(f"{exc.code}: {message}") from None
 
     async def _call(self, call: str, **args: Any) -> Any:
@@ -119,6 +121,11 @@ class RemoteStore:
         self, session_id: str, title: str | None, *, metadata: dict[str, Any] | None = None
     ) -> None:
         await self._call("set_title", session=session_id, title=title, metadata=metadata)
+
+    async def end(self, session_id: str, summary: str | None = None) -> SessionInfo:
+        """Close the session: its later writes raise `SessionEnded` (store.py)."""
+        await self._call("end", session=session_id, summary=summary)
+        return await self.get(session_id)
 
     async def delete(self, session_id: str) -> None:
         await self._call("delete", session=session_id)

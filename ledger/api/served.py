@@ -88,6 +88,8 @@ def plan(call: LibraryCall, args: dict[str, Any], now: int) -> tuple[str, Any]: 
         return _job(writes_.pop_item, s("session", str), now)
     if call == "clear":
         return _job(writes_.clear, s("session", str), now)
+    if call == "end":
+        return _job(writes_.end_session, s("session", str), s("summary", str, None), now)
     if call == "compact":
         rows = _items(s("summary", list), "summary")
         return _job(

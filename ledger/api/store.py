@@ -120,6 +120,12 @@ class Store(Face):
         """Remove the session and its turns; `Conflict` if a fork builds on them."""
         await wait_async(self._delete_job(session_id), self._submit)
 
+    async def end(self, session_id: str, summary: str | None = None) -> SessionInfo:
+        """Close the session: its later writes raise `SessionEnded`. `summary` is its
+        closing summary, else one made of its turns' titles."""
+        await wait_async(self._end_job(session_id, summary), self._submit)
+        return self._read_get_session(session_id)
+
     async def expire(self, keep_days: float) -> int:
         """Turn the turns that ended more than `keep_days` ago into stubs, but those a
         session goes on from (ledger/retention.py); how many. Their text leaves the

@@ -67,6 +67,11 @@ class SyncStore(Face):
     ) -> None:
         wait_blocking(self._title_job(session_id, title, metadata), self._submit)
 
+    def end(self, session_id: str, summary: str | None = None) -> SessionInfo:
+        """Close the session: its later writes raise `SessionEnded` (store.py)."""
+        wait_blocking(self._end_job(session_id, summary), self._submit)
+        return self._read_get_session(session_id)
+
     def delete(self, session_id: str) -> None:
         wait_blocking(self._delete_job(session_id), self._submit)
 

@@ -24,6 +24,9 @@ looked past like an empty one.
 
 A compaction is a turn of type 'compaction' holding the summary items, committed only
 if the head is still the one that was summarized.
+
+A closed session (`end`: ledger/closing.py) takes no more writes: an append, pop,
+clear, put or compaction raises `SessionEnded` and stores nothing.
 """
 
 from __future__ import annotations
@@ -32,11 +35,31 @@ import sqlite3
 
 import orjson
 
+from ledger.api.errors import SessionEnded
 from ledger.api.records import LIBRARY, Row
+from ledger.closing import close_session
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.port.errors import Conflict, NotFound
 from ledger.reads import hidden
 from plumbing.ids import new_id
+
+
+def refuse_ended(conn: sqlite3.Connection, label: str) -> None:
+    """Raise `SessionEnded` if session `label` was closed."""
+    row = conn.execute(
+        "SELECT ended_at FROM sessions WHERE label = ? AND status = 'closed'", (label,)
+    ).fetchone()
+    if row is not None:
+        raise SessionEnded(f"session {label!r} ended (at {row[0]} ms)", field="session")
+
+
+def end_session(conn: sqlite3.Connection, label: str, summary: str | None, now: int) -> None:
+    """`Store.end`: close the session (ledger/closing.py)."""
+    try:
+        close_session(conn, label, summary, now)
+    except Conflict:
+        refuse_ended(conn, label)  # already closed: say so as an append would
+        raise
 
 
 def _head(conn: sqlite3.Connection, label: str) -> tuple[str | None] | None:
@@ -157,10 +180,12 @@ def append_turn(
         [(turn_id, seq, role, content, now) for seq, (role, content) in enumerate(rows)],
     )
     moved = conn.execute(
-        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ? WHERE label = ?",
+        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
+        " WHERE label = ? AND status <> 'closed'",
         (turn_id, now, label),
     ).rowcount
     if moved == 0:  # no such session: the turn above has no parent, as a first turn
+        refuse_ended(conn, label)  # or a closed one: the job rolls back
         if not create:
             raise NotFound(f"no session {label!r}", field="session")  # the job rolls back
         create_session(conn, label, None, None, now)
@@ -175,6 +200,7 @@ def pop_item(conn: sqlite3.Connection, label: str, now: int) -> tuple[str | None
     head = _head(conn, label)
     if head is None:
         raise NotFound(f"no session {label!r}", field="session")
+    refuse_ended(conn, label)
     turn, skipped = head[0], 0
     while turn is not None:
         parent, engine, kind, status = conn.execute(
@@ -305,6 +331,7 @@ def clear(conn: sqlite3.Connection, label: str, now: int) -> None:
     head = _head(conn, label)
     if head is None:
         raise NotFound(f"no session {label!r}", field="session")
+    refuse_ended(conn, label)
     if head[0] is not None:
         _move_head(conn, label, None, head[0], None, "clear", now)
 
@@ -322,8 +349,10 @@ def put(
     if head is None:
         create_session(conn, label, title, metadata, now)
         head = (None,)
-    elif title is not None or metadata is not None:
-        set_title(conn, label, title, metadata, now)
+    else:
+        refuse_ended(conn, label)
+        if title is not None or metadata is not None:
+            set_title(conn, label, title, metadata, now)
     parent: str | None = None
     for rows in turns:
         parent = _insert_turn(conn, label, parent, rows, now)
@@ -355,6 +384,7 @@ def compact(
     head = _head(conn, label)
     if head is None:
         raise NotFound(f"no session {label!r}", field="session")
+    refuse_ended(conn, label)
     if head[0] != summarized_head:
         raise Conflict(
             f"the session {label!r} moved on while it was being compacted; compact again",

@@ -44,8 +44,8 @@ class TimerPort(Protocol):
 
 
 class ThreadPort(Protocol):
-    """Threads and resets (ledger/threads.py, ledger/resets.py) and cancelling a
-    waiting item, as the ops ask for them."""
+    """Threads and resets (ledger/threads.py, ledger/resets.py), cancelling a
+    waiting item and closing a session (ledger/closing.py), as the ops ask for them."""
 
     async def reset_session(self, session: str, reason: str, now: int) -> int:
         """Decide a new thread of `session` (a label), pending until its actor's cut;
@@ -60,6 +60,13 @@ class ThreadPort(Protocol):
     async def cancel_item(self, session: str, item: str, now: int) -> None:
         """Mark a waiting item `cancelled` (reason `cancelled`): `NotFound` for an item
         not of `session`, `Conflict` for one that is not waiting."""
+        ...
+
+    async def close_session(self, session: str, summary: str | None, now: int) -> dict[str, Any]:
+        """Close `session` (a label or an alias): `{"session","ended_at","closing_summary",
+        "source"}` (`source`: `given` or `mechanical`). `NotFound` for an unknown session,
+        `Conflict` for one not active or with queued or running items or live timers;
+        either way nothing is written."""
         ...
 
 

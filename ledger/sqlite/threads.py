@@ -1,5 +1,5 @@
-"""The SQLite ledger's `ThreadPort`: resets, a session's threads, and cancelling a
-waiting item.
+"""The SQLite ledger's `ThreadPort`: resets, a session's threads, cancelling a
+waiting item and closing a session.
 
 A reset only decides a new thread (pending until the session's actor makes the
 cut: `ledger/threads.py`), so it never races a turn in flight.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger import resets, threads
+from ledger import closing, resets, threads
 from ledger.sqlite.connections import Connected
 
 
@@ -22,3 +22,6 @@ class SqliteThreads(Connected):
 
     async def cancel_item(self, session: str, item: str, now: int) -> None:
         await self.writer.call(threads.cancel_item, session, item, now)
+
+    async def close_session(self, session: str, summary: str | None, now: int) -> dict[str, Any]:
+        return await self.writer.call(closing.close_session, session, summary, now)

@@ -1,0 +1,92 @@
+"""Sessions that end: the closing summary and where a closed session's next message goes.
+
+Pure code, no I/O. A closed session takes no more turns; the next message its
+key leads to opens a successor, labelled by the key and a number (`dm:ent_x~2`,
+then `~3`), that names the closed one in `extends`. The label is stable: the walk
+from the key always reaches the same successor, and a label that is taken by
+anything not extending the chain (a fork so named, an alias) is stepped over, so
+one person's messages never land in a session that is not theirs. A mechanical
+closing summary is made of the thread's turn titles alone, never of their text,
+and is bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+MAX_SUMMARY = 2000
+SEPARATOR = "~"
+MAX_WALK = 100_000  # a bound on the successors walked: a chain longer than this is a bug
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What holds a candidate label: a session (its status and the session it
+    extends) or an alias (`status` "alias", `extends` None)."""
+
+    status: str
+    extends: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Successor:
+    label: str
+    extends: str  # the closed session it follows
+    create: bool  # True: no such session yet, the caller creates it
+
+
+def successor(closed: str, held: Callable[[str], Held | None]) -> Successor:
+    """Where a message for the closed session `closed` goes: the first successor of
+    the chain that is not closed, or a new one after the last closed one."""
+    previous = closed
+    for number in range(2, MAX_WALK):
+        candidate = f"{closed}{SEPARATOR}{number}"
+        found = held(candidate)
+        if found is None:
+            return Successor(candidate, previous, True)
+        if found.extends != previous:  # someone else's label: step over it
+            continue
+        if found.status != "closed":
+            return Successor(candidate, previous, False)
+        previous = candidate
+    raise ValueError(f"more than {MAX_WALK} closed successors of {closed!r}")
+
+
+def mechanical_summary(titles: Sequence[str | None], turns: int, more: bool = False) -> str:
+    """A closing summary from the thread's turn titles, oldest first; `more`: the
+    thread has older turns than these."""
+    named = [t.strip() for t in titles if t and t.strip()]
+    count = f"more than {turns}" if more else str(turns)
+    if turns == 0 or not named:
+        return "Closed with no turns." if turns == 0 else f"Closed after {count} turn(s)."
+    out = (
+        f"Closed after {count} turn(s): "
+        if not more
+        else f"Closed after {count} turn(s), the latest: "
+    )
+    for number, title in enumerate(named):
+        piece = title if number == 0 else f"; {title}"
+        if len(out) + len(piece) + 1 > MAX_SUMMARY:
+            return out + "; …"
+        out += piece
+    return out + "."
+
+
+def close_refusal(queued: int, running: int, timers: int) -> str | None:
+    """Why a session may not close now (what is pending), or None."""
+    pending = [
+        f"{n} {what}"
+        for n, what in (
+            (running, "running item(s)"),
+            (queued, "queued item(s)"),
+            (timers, "live timer(s)"),
+        )
+        if n
+    ]
+    if not pending:
+        return None
+    return (
+        f"the session has {', '.join(pending)}; close it once they are done"
+        " (or cancel them: item.cancel, timer.cancel)"
+    )
