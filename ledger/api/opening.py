@@ -31,8 +31,11 @@ from ledger.db import (
     is_damage,
     load_migrations,
     migrate,
+    open_keyed,
     readonly_uri,
 )
+from ledger.port import cipher as driver
+from ledger.port.cipher import Key
 from ledger.port.errors import LedgerError, LedgerNotWritable
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -46,11 +49,11 @@ def _not_writable(path: Path, what: str) -> LedgerNotWritable:
     )
 
 
-def _look(path: Path) -> bool:
+def _look(path: Path, key: Key | None = None) -> bool:
     """The read-only look, refusing what is no ledger: True when there is a ledger to
     open, False when one is to be made."""
     try:
-        return _look_at(path)
+        return _look_at(path, key)
     except PermissionError as exc:
         raise LedgerNotWritable(
             f"the ledger {path} cannot be reached by uid {os.getuid()}: {exc.strerror}"
@@ -58,7 +61,7 @@ def _look(path: Path) -> bool:
         ) from None
 
 
-def _look_at(path: Path) -> bool:
+def _look_at(path: Path, key: Key | None) -> bool:
     if path.is_dir():
         raise LedgerError(f"the ledger path {path} is a directory; give the path of a file")
     if not path.parent.is_dir():
@@ -74,28 +77,35 @@ def _look_at(path: Path) -> bool:
             header = f.read(len(SQLITE_HEADER))
     except PermissionError:
         raise _not_writable(path, "the file (not even readable)") from None
-    if header != SQLITE_HEADER:
-        raise NotALedger(f"the file {path} is not a ledger: it is not an SQLite database")
+    if header != SQLITE_HEADER and key is None:  # an encrypted file's header is not
+        raise NotALedger(
+            f"the file {path} is not a ledger: it is not an SQLite database (if it is an"
+            " encrypted ledger, open it with its key_file)"
+        )
     # Before looking inside: reading a WAL file creates its -shm, which needs the
     # same rights as writing.
     if not os.access(path, os.W_OK):
         raise _not_writable(path, "the file")
     if not os.access(path.parent, os.W_OK):
         raise _not_writable(path, f"its directory {path.parent}")
-    _look_inside(path)
+    _look_inside(path, key)
     return True
 
 
-def _look_inside(path: Path) -> None:
+def _look_inside(path: Path, key: Key | None) -> None:
     latest = len(load_migrations())
     try:
-        conn = sqlite3.connect(readonly_uri(path), uri=True)
+        conn = (
+            sqlite3.connect(readonly_uri(path), uri=True)
+            if key is None
+            else open_keyed(path, readonly_uri(path), True, key, sqlite3.Connection)
+        )
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:
+    except driver.DatabaseError as exc:
         if is_damage(exc):
             raise damaged(path, [str(exc)]) from exc
         raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
@@ -114,19 +124,21 @@ def _look_inside(path: Path) -> None:
         )
 
 
-def open_checked(path: Path, synchronous: Synchronous) -> Callable[[], None]:
+def open_checked(
+    path: Path, synchronous: Synchronous, key: Key | None = None
+) -> Callable[[], None]:
     """Check, claim and migrate the ledger; returns what drops the claim."""
-    _look(path)
+    _look(path, key)
     stack = ExitStack()
     stack.enter_context(claim(path))
     try:
         try:
-            conn = connect(path, synchronous)
+            conn = connect(path, synchronous, key=key)
             try:
                 migrate(conn)
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
+        except driver.DatabaseError as exc:
             if is_damage(exc):
                 raise damaged(path, [str(exc)]) from exc
             raise
