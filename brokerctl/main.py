@@ -21,6 +21,7 @@ import typer
 
 from brokerctl import (  # noqa: F401 - their commands register on `app`
     context,
+    encryption,
     erase,
     files,
     routes,

@@ -172,6 +172,7 @@ def open_keyed(
         factory=_cipher_class(factory),
     )
     try:
+        conn.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is our error to tell
         conn.execute(f"PRAGMA key = {key.pragma_value()}")
         conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
     except DatabaseError as exc:

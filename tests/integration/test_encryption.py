@@ -125,3 +125,61 @@ def test_a_bad_key_file_exits_78_naming_it(
     done = brokerd_once(d.config_path)
     assert done.returncode == EX_CONFIG, done.stderr
     assert str(key) in done.stderr and says in done.stderr
+
+
+def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "brokerctl", "--config", str(d.config_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def every_file(directory: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+async def test_encrypt_in_place_keeps_no_plain_copy_and_rekey_changes_the_key(
+    make_daemon: DaemonFactory, short_tmp: Path
+) -> None:
+    keys = short_tmp / "keys"
+    keys.mkdir()
+    first = key_file(keys)
+    d = make_daemon(name="d")
+    marker = (await write_marker(d)).encode()
+    refused = ctl(d, "encrypt", "--key-file", str(first))
+    assert refused.returncode == 69 and "stop the daemon first" in refused.stderr
+    assert d.ledger.read_bytes().startswith(b"SQLite format 3")  # untouched
+    d.terminate()
+    assert any(marker in data for data in every_file(d.ledger.parent).values())
+
+    done = ctl(d, "encrypt", "--key-file", str(first))
+    assert done.returncode == 0, done.stderr
+    found = [name for name, data in every_file(short_tmp).items() if marker in data]
+    assert found == [], f"plain copies remain: {found}"
+    again = ctl(d, "encrypt", "--key-file", str(first))
+    assert again.returncode == EX_DATAERR and "not a plain SQLite file" in again.stderr
+
+    d.config["ledger"]["key_file"] = str(first)
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await operator(d) as o:
+        assert await op(o, "recall.search", query=marker.decode())  # all still there
+    d.terminate()
+
+    second = keys / "second.key"
+    second.write_text("a new passphrase for the ledger\n")
+    second.chmod(0o400)
+    done = ctl(d, "rekey", "--key-file", str(first), "--new-key-file", str(second))
+    assert done.returncode == 0, done.stderr
+    done = brokerd_once(d.config_path)  # the config still names the old key
+    assert done.returncode == EX_DATAERR and "the key does not open" in done.stderr
+    d.config["ledger"]["key_file"] = str(second)
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await operator(d) as o:
+        assert await op(o, "recall.search", query=marker.decode())
+    d.terminate()
+    assert not any(marker in data for data in every_file(short_tmp).values())
