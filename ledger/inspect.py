@@ -79,6 +79,9 @@ def inspect_file(path: Path, stuck_before: int, key: Key | None = None) -> Ledge
     except LedgerError as exc:  # a wrong key, or a key for a plain file
         return LedgerReport(unreadable=str(exc))
     except driver.Error as exc:
+        if is_damage(exc) and key is None and path.exists() and not driver.is_plain(path):
+            hint = "if it is an encrypted ledger, set [ledger] key_file"
+            return LedgerReport(damage=[f"{exc}; {hint}"])
         if is_damage(exc):
             return LedgerReport(damage=[str(exc)])
         return LedgerReport(unreadable=str(exc))

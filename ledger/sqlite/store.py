@@ -175,7 +175,10 @@ class Ledger(
                 )
             except driver.DatabaseError as exc:
                 if is_damage(exc):
-                    raise damaged(path, [str(exc)]) from exc
+                    problem = str(exc)
+                    if key is None and not driver.is_plain(path):
+                        problem += "; if it is an encrypted ledger, set [ledger] key_file"
+                    raise damaged(path, [problem]) from exc
                 raise
 
         applied, checked, read_conns = await anyio.to_thread.run_sync(opener)

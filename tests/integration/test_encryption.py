@@ -99,6 +99,12 @@ def test_a_wrong_key_or_a_key_for_a_plain_ledger_exits_65_saying_which(
     assert done.returncode == EX_DATAERR, done.stderr
     assert "the key does not open the ledger" in done.stderr and "wrong key" in done.stderr
     assert raw_files(d.ledger) == before, "a refused start must not touch the files"
+    del d.config["ledger"]["key_file"]  # and no key at all: it says what may be the cause
+    write_config(d.config_path, d.config)
+    done = brokerd_once(d.config_path)
+    assert done.returncode == EX_DATAERR, done.stderr
+    assert "if it is an encrypted ledger, set [ledger] key_file" in done.stderr
+    assert raw_files(d.ledger) == before
 
     plain = make_daemon(name="plain")
     plain.terminate()
