@@ -11,6 +11,11 @@ At end of input it waits (at most `--wait` seconds) for the replies to what
 it sent, then exits; Ctrl-C or SIGTERM exits at once. Either way what was
 received is confirmed before the connection closes.
 
+A terminal speaks for one person, while one channel may have many terminals:
+it shows and confirms only the replies to its own person (a DM with its sender,
+and the deltas of the sessions its messages went to), and leaves any other in
+the ledger for that person's terminal.
+
 stdin is read by a daemon thread with `os.read` (no buffer lock to hold at interpreter
 exit), which hands lines to the event loop: a blocking read cannot be cancelled, and a
 daemon thread does not keep the process alive.
@@ -114,6 +119,7 @@ class Chat:
     cfg: ChatConfig
     out: ChatOutput
     waiting: set[str] = field(default_factory=set)  # msg_ids sent, not yet answered
+    sessions: set[str] = field(default_factory=set)  # where this person's messages went
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     async def send_lines(self, lines: anyio.abc.ObjectReceiveStream[str]) -> None:
@@ -126,9 +132,10 @@ class Chat:
         msg_id = new_id()
         self.waiting.add(msg_id)  # before the send: a reply may beat the ack
         try:
-            await self.adapter.send(
+            ack = await self.adapter.send(
                 msg_id, self.cfg.sender, text, sender_name=self.cfg.name, queue_mode=self.cfg.mode
             )
+            self.sessions.add(ack.session)
         except MessageRejected as exc:
             self.waiting.discard(msg_id)
             self.out.note(f"not sent: {exc}")
@@ -136,8 +143,11 @@ class Chat:
     async def show_replies(self) -> None:
         async for reply in self.adapter.replies():
             if isinstance(reply, Delta):
-                self.out.delta(reply)
+                if reply.session in self.sessions:
+                    self.out.delta(reply)
                 continue
+            if reply.peer_kind != "dm" or reply.peer_id != self.cfg.sender:
+                continue  # another person's: left unconfirmed for their terminal
             self.out.deliver(reply)
             await self.adapter.confirm(reply.out_id)
             if self.cfg.status:

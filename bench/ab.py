@@ -3,24 +3,20 @@
     .venv/bin/python -m bench.ab --base /path/to/other/checkout [--pairs 3]
                                  [--grep 'turns/s|p99'] -- bench.turns --parts tput
 
-`--base-args` and `--new-args` add arguments to one side's command only, so one
-checkout can be compared with itself under two settings (`--base .`):
-
-    .venv/bin/python -m bench.ab --base . --new-args '--key-file /tmp/k' -- bench.ingest
-
 This VM's speed drifts by up to 2x over minutes, so two versions are compared
 in pairs run back to back (base, new, base, new, ...), never as two blocks. Each
 run is `<checkout>/.venv/bin/python -m <module> <args>` with the checkout as its
 working directory, so each side runs its own code with its own environment.
 Lines of the benchmark's output that match `--grep` are printed per run, and
-for every number on them, the median per side.
+for every number on them, the median per side. `--base-args` and `--new-args`
+add arguments to one side's command, so with `--base .` one checkout is
+compared with itself under two settings (metrics off and on, say).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -50,8 +46,8 @@ def main() -> None:
     parser.add_argument("--base", type=Path, required=True, help="the other checkout")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--grep", default=".", help="regex: the output lines to compare")
-    parser.add_argument("--base-args", default="", help="more arguments for the base side")
-    parser.add_argument("--new-args", default="", help="more arguments for the new side")
+    parser.add_argument("--base-args", default="", help="arguments added on the base side")
+    parser.add_argument("--new-args", default="", help="arguments added on the new side")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- module and its args")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -59,13 +55,11 @@ def main() -> None:
         parser.error("name the benchmark module after --")
     pattern = re.compile(args.grep)
     sides = {"base": args.base.resolve(), "new": Path.cwd()}
-    extra = {"base": shlex.split(args.base_args), "new": shlex.split(args.new_args)}
     picked: dict[str, list[list[str]]] = {side: [] for side in sides}
     for pair in range(1, args.pairs + 1):
         for side, checkout in sides.items():
-            lines = [
-                line for line in run(checkout, [*command, *extra[side]]) if pattern.search(line)
-            ]
+            extra = (args.base_args if side == "base" else args.new_args).split()
+            lines = [line for line in run(checkout, command + extra) if pattern.search(line)]
             picked[side].append(lines)
             print(f"pair {pair} {side}:")
             for line in lines:
@@ -74,9 +68,12 @@ def main() -> None:
     print("medians (base -> new), line by line:")
     for index, line in enumerate(picked["new"][0]):
         label = NUMBER.sub("#", line.strip())
-        columns = []
+        columns: list[list[float]] = []
         for side in sides:
             runs = [numbers(lines[index]) for lines in picked[side] if index < len(lines)]
+            if not runs:  # a line one side prints and the other does not
+                columns.append([])
+                continue
             width = min(len(r) for r in runs)
             columns.append([statistics.median(r[i] for r in runs) for i in range(width)])
         pairs = ", ".join(f"{b:g} -> {n:g}" for b, n in zip(*columns, strict=False))

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.realistic [--sessions 1000] [--chunks 8] [--chunk-ms 4]
                                         [--rate 500] [--seconds 10] [--parts closed,rate]
+                                        [--observe off|metrics|tracing]
 
 The echo engine streams each reply in `--chunks` deltas with `--chunk-ms` between
 them (8 x 4 ms: about 32 ms a turn, inside the 20-50 ms a hosted model's short
@@ -22,7 +23,9 @@ A speed trick in the code stays only where it moves these numbers by 2% or more
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,11 +33,19 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from bench.turns import Adapters, cpu_s, pct, with_daemon
 from tests.harness import DaemonProcess
+from tests.integration.observe_servers import free_port, otlp_receiver
 from wire.client import BrokerClient
 
 
-def config(args: argparse.Namespace) -> dict[str, Any]:
+def config(args: argparse.Namespace, otlp: str | None = None) -> dict[str, Any]:
+    observe: dict[str, Any] = {}
+    if args.observe == "metrics":
+        observe["metrics"] = {"address": f"127.0.0.1:{free_port()}"}
+    elif args.observe == "tracing":
+        assert otlp is not None
+        observe["tracing"] = {"otlp_endpoint": otlp}
     return {
+        **observe,
         "log_level": "warning",
         "max_inflight": 4096,
         "engine": {"kind": "echo", "chunks": args.chunks, "delay_ms": args.chunk_ms},
@@ -49,9 +60,24 @@ async def writer_pid(daemon: DaemonProcess) -> int | None:
     return int(pid) if pid else None
 
 
-def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float]:
+def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float, float]:
+    """CPU seconds of the daemon, its writer, and its trace exporter (0 when none)."""
     assert daemon.proc is not None
-    return cpu_s(daemon.proc.pid), cpu_s(writer) if writer else 0.0
+    exporter = exporter_pid(daemon.proc.pid)
+    return (
+        cpu_s(daemon.proc.pid),
+        cpu_s(writer) if writer else 0.0,
+        cpu_s(exporter) if exporter else 0.0,
+    )
+
+
+def exporter_pid(daemon: int) -> int | None:
+    """The daemon's trace exporter child (broker/observe/trace_export.py), if it has one."""
+    for task in Path(f"/proc/{daemon}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if b"trace_export" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+    return None
 
 
 async def warm_up(ads: Adapters, sessions: int) -> None:
@@ -115,6 +141,7 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
         "p99": pct(deliver, 99),
         "daemon_us": (cpu1[0] - cpu0[0]) / max(1, turns) * 1e6,
         "writer_us": (cpu1[1] - cpu0[1]) / max(1, turns) * 1e6,
+        "exporter_us": (cpu1[2] - cpu0[2]) / max(1, turns) * 1e6,
         "errors": len(ads.errors),
     }
 
@@ -166,25 +193,40 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--parts", default="closed,rate")
     parser.add_argument("--key-file", default="", help="ledger.key_file: an encrypted ledger")
+    parser.add_argument(
+        "--observe",
+        choices=("off", "metrics", "tracing"),
+        default="off",
+        help="serve [metrics], or send [tracing] to a local OTLP receiver",
+    )
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        otlp = stack.enter_context(otlp_receiver()).url if args.observe == "tracing" else None
+        run(args, otlp)
+
+
+def run(args: argparse.Namespace, otlp: str | None) -> None:
     parts = {p.strip() for p in args.parts.split(",")}
     engine_ms = args.chunks * args.chunk_ms
     print(
         f"echo engine: {args.chunks} deltas, {args.chunk_ms} ms apart (~{engine_ms} ms a turn);"
-        f" {args.sessions} sessions; {args.connections} adapter connections"
+        f" {args.sessions} sessions; {args.connections} adapter connections;"
+        f" observe: {args.observe}"
     )
     if "closed" in parts:
-        c = with_daemon(config(args), lambda d: closed_loop(d, args))
+        c = with_daemon(config(args, otlp), lambda d: closed_loop(d, args))
         print(f"closed loop, one message outstanding per session, {args.seconds:g} s")
         print(f"    turns/s                         {c['tps']:>10.0f}   ({c['turns']} turns)")
         print(f"    send->deliver p50 / p99 (ms)    {c['p50']:>10.1f} / {c['p99']:.1f}")
         print(
             f"    CPU per turn: daemon / writer   {c['daemon_us']:>10.0f} / {c['writer_us']:.0f} µs"
         )
+        if args.observe == "tracing":
+            print(f"    CPU per turn: trace exporter    {c['exporter_us']:>10.0f} µs")
         if c["errors"]:
             print(f"    errors: {c['errors']}")
     if "rate" in parts:
-        r = with_daemon(config(args), lambda d: at_rate(d, args))
+        r = with_daemon(config(args, otlp), lambda d: at_rate(d, args))
         print(f"offered {args.rate} msg/s for {args.seconds:g} s (achieved {r['offered']:.0f})")
         print(f"    send->deliver p50 / p99 (ms)    {r['p50']:>10.1f} / {r['p99']:.1f}")
         print(f"    added to the engine's time, p50 {r['added_p50']:>10.1f} ms")

@@ -19,6 +19,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from core.queue_machine import QueueMode
 from core.resets import ResetPolicy, parse_daily_at
 from ledger.port import cipher
+from plumbing import redact
+from plumbing.redact import check_pattern
 from policies.model import Owner, Rule, RulesFile
 
 EX_CONFIG = 78
@@ -132,6 +134,23 @@ class EngineSettings(_Section):
             )
         return self
 
+    @field_validator("api_key")
+    @classmethod
+    def _api_key_fits_a_header(cls, value: str | None) -> str | None:
+        # It goes into an HTTP header: printable ASCII, else every turn would fail.
+        if value is not None and not all(" " < ch <= "~" for ch in value):
+            raise ValueError(
+                "the key must be printable ASCII without spaces (it goes into an HTTP"
+                " header); was a placeholder such as 'sk-…' copied?"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _subprocess_has_a_command(self) -> EngineSettings:
+        if self.kind == "subprocess" and not self.command:
+            raise ValueError('kind = "subprocess" needs command = ["program", "arg", ...]')
+        return self
+
 
 class McpServerSettings(_Section):
     """One MCP server whose tools engines are offered (docs/mcp.md)."""
@@ -183,6 +202,37 @@ class AuthSettings(_Section):
             if not re.fullmatch(CHANNEL_PATTERN, name):
                 raise ValueError(f"channel name {name!r} must match {CHANNEL_PATTERN}")
         return value
+
+
+class LoggingSettings(_Section):
+    # Patterns (Python regular expressions) of the operator's secrets, replaced by
+    # "[redacted]" in log lines and error messages beside the built-in ones
+    # (plumbing/redact.py).
+    redact: list[str] = Field(default_factory=list)
+
+    @field_validator("redact")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        return [check_pattern(p) for p in value]
+
+
+OperatorRole = Literal["read", "operate", "admin"]
+
+
+class OperatorUid(_Section):
+    uid: int = Field(ge=0)
+    role: OperatorRole
+
+
+class OperatorSettings(_Section):
+    """`[operators]`: the role of each peer uid (broker/ops/roles.py); uid 0 and the
+    daemon's own uid are `admin` whatever this says."""
+
+    default_role: OperatorRole = "operate"
+    uids: list[OperatorUid] = Field(default_factory=list)
+
+    def roles(self) -> dict[int, OperatorRole]:
+        return {u.uid: u.role for u in self.uids}
 
 
 class QueueSettings(_Section):
@@ -319,6 +369,39 @@ class ClusterSettings(_Section):
     claim_lease_ms: int = Field(5_000, ge=100, le=3_600_000)
 
 
+class MetricsSettings(_Section):
+    """`[metrics]`: Prometheus text at GET /metrics (broker/observe/metrics.py)."""
+
+    address: str = ""  # "127.0.0.1:9108", or a Unix socket path; "": off
+
+
+class TracingSettings(_Section):
+    """`[tracing]`: OpenTelemetry traces over OTLP/HTTP (broker/observe/tracing.py)."""
+
+    otlp_endpoint: str = ""  # "http://127.0.0.1:4318"; "": off
+    capture_content: bool = False  # message text in the spans
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError('expected an http(s) URL, as "http://127.0.0.1:4318"')
+        return value
+
+
+class ConsoleSettings(_Section):
+    """`[console]`: the web console (broker/console/)."""
+
+    address: str = ""  # "127.0.0.1:8765", or a Unix socket path; "": off
+    token_file: Path | None = None  # required with `address`: "<role> <token>" lines
+
+    @model_validator(mode="after")
+    def _tokens_when_served(self) -> ConsoleSettings:
+        if self.address and self.token_file is None:
+            raise ValueError("console.address needs console.token_file")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -343,6 +426,8 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = LedgerSettings()
     engine: EngineSettings = EngineSettings()
     auth: AuthSettings = AuthSettings()
+    operators: OperatorSettings = OperatorSettings()
+    logging: LoggingSettings = LoggingSettings()
     queue: QueueSettings = QueueSettings()
     owners: list[Owner] = Field(default_factory=list)
     routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
@@ -359,6 +444,9 @@ class Settings(BaseSettings):
     node_id: str = Field("", max_length=64)  # unique per node of a cluster; shown in `health`
     runtime: RuntimeSettings = RuntimeSettings()
     cluster: ClusterSettings = ClusterSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
+    console: ConsoleSettings = ConsoleSettings()
     mcp: McpSettings = McpSettings()  # [[mcp.servers]]: tools for engines
 
     @field_validator("socket_path")
@@ -402,6 +490,17 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment overrides the file, which arrives as init values.
         return (env_settings, init_settings)
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """The secrets the configuration holds, for the redactor: channel tokens, engine keys."""
+    keys = [settings.engine.api_key, *(e.api_key for e in settings.engines.values())]
+    return [*settings.auth.channel_tokens.values(), *(k for k in keys if k)]
+
+
+def configure_redaction(settings: Settings) -> None:
+    """Have log lines and error messages redact this configuration's secrets."""
+    redact.configure(secrets_of(settings), settings.logging.redact)
 
 
 class ConfigError(Exception):

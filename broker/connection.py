@@ -44,6 +44,7 @@ class Connection:
         self.id = conn_id
         self.role: str | None = None
         self.channel: str | None = None
+        self.uid: int | None = None  # the peer's uid (SO_PEERCRED): its operator role
         self._send_lock = anyio.Lock()
         self.closed = False
         self.tg: anyio.abc.TaskGroup | None = None  # the connection's own tasks

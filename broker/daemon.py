@@ -23,13 +23,15 @@ import anyio.abc
 
 from broker import systemd
 from broker.cluster_push import follower_for
-from broker.config import ConfigError, Settings, load_rules, load_settings
+from broker.config import ConfigError, Settings, configure_redaction, load_rules, load_settings
 from broker.connection import Connection
 from broker.deliveries import Deliveries
+from broker.endpoints import Endpoints
 from broker.engines.factory import build_engine
 from broker.ingress import Ingress
 from broker.mailbox.registry import Mailboxes
 from broker.mcp.tools import McpTools
+from broker.observe.http import EndpointError
 from broker.ops.table import Ops
 from broker.retention import Retention
 from broker.router import Router
@@ -68,7 +70,7 @@ EX_CANTCREAT = 73  # a file or directory cannot be created
 EX_IOERR = 74  # another I/O error
 EX_DATAERR = 65  # the ledger is damaged or too new
 EX_NOPERM = 77  # not allowed to read or write the ledger or the socket
-EX_CONFIG = 78  # an engine the config names that cannot be made
+EX_CONFIG = 78  # a configured address, file or engine that cannot be used
 
 
 class StartupError(Exception):
@@ -125,6 +127,7 @@ class Daemon:
             self.ingress.settings = merged
         if self.mailboxes is not None:
             self.mailboxes.reconfigure(merged)
+        configure_redaction(merged)
         logs.configure(merged.log_level, merged.log_format)
         if self.ledger is not None:
             self._configure_writer_logging(self.ledger, merged)
@@ -225,6 +228,7 @@ class Daemon:
             ingress = Ingress(s, ledger, router, mailboxes.on_committed)
             self.ingress = ingress
             ingress.frame_handlers["delivered"] = deliveries.on_delivered
+            ingress.heard_from = deliveries.heard_from
             runtime = await _sessions_runtime(s, mailboxes, ingress)
             timers: Timers = (
                 TimerWheel(ledger, mailboxes.post) if runtime is None else runtime.timers()
@@ -249,8 +253,15 @@ class Daemon:
 
             server = Server(s, ingress.handle, ops.handle, on_hello, on_close)
             self.server = server
-            listener = await server.open_listener()
-            async with anyio.create_task_group() as tg:
+            # Before the socket: an endpoint that cannot start leaves nothing behind.
+            endpoints = await Endpoints.open(self, ledger, mailboxes, ops)
+            try:
+                listener = await server.open_listener()
+            except BaseException:
+                await endpoints.aclose()
+                raise
+            async with anyio.create_task_group() as tg, endpoints:
+                await endpoints.start(tg)
                 if s.mcp.servers:  # the servers connect in the background
                     mcp = McpTools(s, self.config_path.parent if self.config_path else None)
                     mailboxes.mcp = mcp
@@ -322,6 +333,9 @@ RESTART_ONLY = (
     "policies_file",
     "runtime",
     "node_id",
+    "metrics",
+    "tracing",
+    "console",
 )
 ENGINE_LIVE = frozenset({"timeout_s"})
 
@@ -467,6 +481,8 @@ def exit_status(exc: BaseException) -> int:
         return _STORAGE_STATUS[kind]
     if isinstance(exc, AlreadyRunning | RuntimeUnreachable):
         return EX_UNAVAILABLE
+    if isinstance(exc, EndpointError):
+        return EX_CONFIG
     if isinstance(exc, OSError):
         return _ERRNO_STATUS.get(exc.errno or 0, EX_IOERR)
     return EX_SOFTWARE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -10,12 +11,20 @@ from typing import Annotated, Literal
 import anyio
 import typer
 
-from broker.config import EX_CONFIG, ConfigError, Settings, config_path, load_rules, load_settings
+from broker.config import (
+    EX_CONFIG,
+    ConfigError,
+    Settings,
+    config_path,
+    configure_redaction,
+    load_rules,
+    load_settings,
+)
 from broker.daemon import LedgerLost, StartupError, backend_options, run_until_signalled
 from broker.engines.factory import check_engines
 from broker.mcp.tools import check_mcp
 from broker.tools.table import WORKER_SPECS
-from plumbing import gc_policy, logs
+from plumbing import gc_policy, logs, redact
 
 app = typer.Typer(
     pretty_exceptions_enable=False, add_completion=False, help="The agent session broker daemon."
@@ -51,6 +60,9 @@ def run(
         if backend != "asyncio":
             print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
             raise typer.Exit(EX_CONFIG)
+    if (bad_key := unusable_env_key(settings)) is not None:
+        print(f"brokerd: {bad_key}", file=sys.stderr)
+        raise typer.Exit(EX_CONFIG)
     if (missing := missing_extra(settings)) is not None:
         print(f"brokerd: {missing}", file=sys.stderr)
         raise typer.Exit(EX_CONFIG)
@@ -63,6 +75,7 @@ def run(
     if check:
         print("brokerd: configuration is valid")
         return
+    configure_redaction(settings)
     logs.configure(settings.log_level, settings.log_format)
     chosen: Literal["asyncio", "trio"] = "trio" if backend == "trio" else "asyncio"
     gc_policy.tune()
@@ -75,10 +88,10 @@ def run(
             backend_options=backend_options(chosen),
         )
     except StartupError as exc:
-        print(f"brokerd: cannot start: {exc}", file=sys.stderr)
+        print(f"brokerd: cannot start: {redact.text(str(exc))}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
     except LedgerLost as exc:
-        print(f"brokerd: stopped: {exc}", file=sys.stderr)
+        print(f"brokerd: stopped: {redact.text(str(exc))}", file=sys.stderr)
         raise typer.Exit(exc.status) from exc
 
 
@@ -111,7 +124,38 @@ def missing_extra(settings: Settings) -> str | None:
                 f'{section}.kind = "{kind}" needs the optional package {module}, which is'
                 f" not installed ({exc}): pip install 'agent-broker[{extra}]'"
             )
+    for key, value, modules, extra in (
+        ("tracing.otlp_endpoint", settings.tracing.otlp_endpoint, TRACING, "tracing"),
+        ("console.address", settings.console.address, CONSOLE, "console"),
+    ):
+        for module in modules if value else ():
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                return (
+                    f"{key} needs the optional package {module}, which is not installed"
+                    f" ({exc}): pip install 'agent-broker[{extra}]'"
+                )
     return None
+
+
+def unusable_env_key(settings: Settings) -> str | None:
+    """The sentence for an OPENAI_API_KEY an `openai` engine without `api_key` would
+    send and that cannot go into an HTTP header (config.py checks `api_key` itself)."""
+    engines = [settings.engine, *settings.engines.values()]
+    if not any(e.kind == "openai" and e.api_key is None for e in engines):
+        return None
+    key = os.environ.get("OPENAI_API_KEY")
+    if key is None or all(" " < ch <= "~" for ch in key):
+        return None
+    return (
+        "OPENAI_API_KEY (the key of an openai engine without engine.api_key) must be"
+        " printable ASCII without spaces: it goes into an HTTP header"
+    )
+
+
+TRACING = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+CONSOLE = ("starlette", "jinja2", "hypercorn")
 
 
 def main() -> None:

@@ -10,16 +10,17 @@ writer jobs, one in flight at a time, whose outcome `record_confirmations` await
 acts on in its own task; until the record commits the confirmed ids are kept here and
 not sent again, and after a restart before it commits they are (at least once).
 
-A session's replies go to one adapter of the channel, chosen by the session label, so
-its deltas and its deliver arrive in order on one connection; sending never waits on
-a client (Connection.post). A connecting adapter gets the whole pending backlog of its
-channel, oldest first, a page at a time, each page only once the socket took the one
-before, and live replies for it are held until the backlog is out, so none overtakes
-an older one; a reply no adapter can take now is not kept in memory, as the ledger
-holds it for the next connect. On a cluster (`wake_follower` set) a reply is sent
-neither from its commit nor with the backlog at a connect, since another node may hold
-an adapter of the channel: this node sends what it claimed (broker/cluster_push.py),
-by the same rules.
+A session's replies go to one adapter of the channel, so its deltas and its deliver
+arrive in order on one connection: the one its latest message came from while that one
+is connected (an adapter may serve one person only, as a terminal does), else one chosen
+by the session label; sending never waits on a client (Connection.post). A connecting
+adapter gets the whole pending backlog of its channel, oldest first, a page at a time,
+each page only once the socket took the one before, and live replies for it are held
+until the backlog is out, so none overtakes an older one; a reply no adapter can take
+now is not kept in memory, as the ledger holds it for the next connect. On a cluster
+(`wake_follower` set) a reply is sent neither from its commit nor with the backlog at a
+connect, since another node may hold an adapter of the channel: this node sends what it
+claimed (broker/cluster_push.py), by the same rules.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class Deliveries:
         # channel -> session -> the adapter `pick` chose; forgotten whenever an
         # adapter of the channel comes or goes, since the choice may change.
         self._picked: dict[str, dict[str, Connection]] = {}
+        # channel -> session -> the adapter its latest message came from; kept while
+        # others come and go, dropped when that one goes.
+        self._heard: dict[str, dict[str, Connection]] = {}
         # out_ids whose outbox row is being committed; `deliver` or `abandon` follows.
         self._committing: set[str] = set()
         # conn id -> live replies held for that adapter until its backlog is out
@@ -82,6 +86,11 @@ class Deliveries:
         self._recorded_meanwhile: set[str] = set()
 
     def pick(self, channel: str, session: str) -> Connection | None:
+        heard = self._heard.get(channel)
+        if heard is not None:
+            conn = heard.get(session)
+            if conn is not None and not conn.closed:
+                return conn
         picked = self._picked.get(channel)
         if picked is None:
             picked = self._picked[channel] = {}
@@ -99,6 +108,15 @@ class Deliveries:
             picked.clear()
         picked[session] = conn
         return conn
+
+    def heard_from(self, conn: Connection, session: str) -> None:
+        """`session`'s latest message came from `conn`: its replies go there."""
+        if conn.channel is None or conn.closed:
+            return
+        heard = self._heard.setdefault(conn.channel, {})
+        if len(heard) >= PICKS_KEPT:
+            heard.clear()
+        heard[session] = conn
 
     def delta(self, channel: str, session: str, frame: dict[str, Any]) -> None:
         conn = self.pick(channel, session)
@@ -244,6 +262,10 @@ class Deliveries:
         if conn in conns:
             conns.remove(conn)
         self._picked.pop(conn.channel, None)
+        heard = self._heard.get(conn.channel)
+        if heard is not None:
+            for session in [s for s, c in heard.items() if c is conn]:
+                del heard[session]
         for out_id, (channel, session, data, sent_to) in list(self.unconfirmed.items()):
             if sent_to == conn.id:
                 self._send(out_id, channel, session, data)

@@ -29,6 +29,7 @@ import anyio.abc
 
 from broker.config import Settings
 from broker.connection import Connection
+from broker.observe import hub
 from broker.reactions import submit_reaction
 from broker.router import Router
 from ledger.port.errors import LedgerWriteFailed, WriterClosed, WriterDied, WriterOverloaded
@@ -61,6 +62,7 @@ class Filed:
     msg_id: str
     req: str | None
     record: InboundRecord
+    at: float  # when it was handed to the writer (the event loop's clock)
 
 
 class Ingress:
@@ -80,6 +82,8 @@ class Ingress:
         self.accepting = True  # False while the daemon shuts down
         # Why the sessions' runtime cannot take work now (Temporal unreachable), or None.
         self.runtime_failure: Callable[[], str | None] = lambda: None
+        # Told of each message acked, so its session's replies go back the way it came.
+        self.heard_from: Callable[[Connection, str], None] = lambda _conn, _session: None
         self.pending_bytes = 0  # within `max_pending_bytes`, over all connections
         self._filed, self._to_answer = anyio.create_memory_object_stream[Filed](FILED_BUFFER)
         self._unanswered = 0  # in the channel's buffer (read here without its statistics)
@@ -120,7 +124,11 @@ class Ingress:
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
         kind = frame["type"]
         if kind == "inbound":
-            await self._inbound(conn, frame)
+            try:
+                await self._inbound(conn, frame)
+            except ProtocolError:
+                hub.observer.inbound("refused")
+                raise
             return
         handler = self.frame_handlers.get(kind)
         if handler is None:
@@ -177,7 +185,9 @@ class Ingress:
         state.inflight += 1
         self.pending_bytes += size
         # Cannot block: the room was there above, and nothing yielded since.
-        self._filed.send_nowait(Filed(pending, state, size, msg.msg_id, req, routed.record))
+        self._filed.send_nowait(
+            Filed(pending, state, size, msg.msg_id, req, routed.record, anyio.current_time())
+        )
         self._unanswered += 1
         if self._filing is not None:
             self._filing.set()
@@ -211,6 +221,7 @@ class Ingress:
         try:
             acc = filed.pending.get()
         except Exception as exc:
+            hub.observer.inbound("refused")
             conn.post(encode(self._refusal(exc, req, filed.msg_id, conn)))
             return
         frame: dict[str, Any] = {
@@ -223,6 +234,11 @@ class Ingress:
         if req is not None:
             frame["req"] = req
         conn.post(encode(frame))
+        self.heard_from(conn, acc.session)
+        observer = hub.observer
+        observer.inbound("duplicate" if acc.duplicate else "acked")
+        if observer is not hub.SILENT:
+            observer.acked(filed.at, anyio.current_time(), acc.session, acc.item)
         if not acc.duplicate:
             self.on_committed(acc, filed.record)
 

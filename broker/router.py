@@ -17,7 +17,7 @@ from core.identity import SessionSpec
 from core.queue_machine import QueueMode
 from core.resets import NO_RESETS, ResetPolicy
 from ledger.port.records import InboundRecord
-from policies.model import Decision, Delivery, Rule, decide
+from policies.model import Decision, Delivery, Rule, decide, wide_contacts
 from policies.ratelimit import RateLimiter
 from wire.frames import InboundMessage
 from wire.framing import ProtocolError
@@ -47,6 +47,7 @@ class Router:
         self.limiter = RateLimiter()
         # Decisions depend only on (channel, peer kind, sender) and the rules.
         self._decisions: dict[tuple[str, str, str], Decision] = {}
+        self.wide = wide_contacts(rules, owners)  # whose turns reach every session
 
     def update(
         self,
@@ -56,6 +57,7 @@ class Router:
     ) -> None:
         """New rules (a reload): forget cached decisions and rate buckets."""
         self.rules, self.owners, self.resets = rules, owners, resets
+        self.wide = wide_contacts(rules, owners)
         self._decisions.clear()
         self.limiter.clear()
 

@@ -192,6 +192,7 @@ class Server:
         cred = peer_credentials(conn.stream)
         if cred is None:
             return
+        conn.uid = cred.uid
         if cred.uid not in self._uids and cred.gid not in self._gids:
             raise ProtocolError(
                 "unauthorized", f"uid {cred.uid} / gid {cred.gid} may not connect to this broker"

@@ -229,13 +229,21 @@ def _stuck(report: LedgerReport, now: int, limit_ms: int) -> list[Finding]:
     return out
 
 
-async def run_checks(config: Path | None) -> list[Finding]:
+async def run_checks(config: Path | None, socket: Path | None = None) -> list[Finding]:
+    """Every check; `socket` (brokerctl's `-s`) wins over the config's, and the ledger
+    checked is the one the daemon there says it serves, whatever the folder."""
     settings, findings = check_config(config)
     if settings is None:
         return findings
+    if socket is not None:
+        settings = settings.model_copy(update={"socket_path": socket})
     findings += check_socket(settings)
     health, said = await check_daemon(settings)
     findings += said
+    served = health.get("ledger_path") if health is not None else None
+    if isinstance(served, str):
+        ledger = settings.ledger.model_copy(update={"path": Path(served)})
+        settings = settings.model_copy(update={"ledger": ledger})
     findings += await anyio.to_thread.run_sync(check_ledger, settings)
     if settings.ledger.path.exists():
         findings += await anyio.to_thread.run_sync(check_stuck_items, settings, health)

@@ -20,17 +20,20 @@ import orjson
 import typer
 
 from brokerctl import (  # noqa: F401 - their commands register on `app`
+    audit,
     context,
     encryption,
     erase,
     files,
+    messaging,
     routes,
     state,
     threads,
     timers,
+    top,
     workers,
 )
-from brokerctl.app import app, call, console, current_socket, opts, print_table
+from brokerctl.app import app, call, console, current_socket, hoist_globals, opts, print_table
 from core.queue_machine import QueueMode
 from wire.client import BrokerClient, BrokerError
 
@@ -49,6 +52,15 @@ def health() -> None:
     call("health", render)
 
 
+def who(person: dict[str, Any] | None) -> str:
+    """A session's person, for a table: `Ann Lee (terminal:ann, mail:ann@x.org)`."""
+    if not person:
+        return ""
+    channels = ", ".join(person.get("channels") or ())
+    name = person.get("name") or person.get("entity") or ""
+    return f"{name} ({channels})" if channels else name
+
+
 @app.command()
 def sessions(
     status: Annotated[str | None, typer.Option(help="Only sessions with this status.")] = None,
@@ -59,10 +71,11 @@ def sessions(
     def render(rows: list[dict[str, Any]]) -> None:
         print_table(
             "sessions",
-            ["label", "status", "state", "thread", "turns", "queued", "parent"],
+            ["label", "person", "status", "state", "thread", "turns", "queued", "parent"],
             [
                 [
                     r["label"],
+                    who(r.get("person")),
                     r["status"],
                     r["state"],
                     r.get("thread"),
@@ -87,8 +100,11 @@ def show(
     def render(d: dict[str, Any]) -> None:
         console.print(
             f"[bold]{d['label']}[/bold]  status={d['status']} state={d['state']} "
-            f"head={d['head']} aliases={', '.join(d['aliases']) or '-'}"
+            f"head={d['head']} aliases={', '.join(d['aliases']) or '-'}",
+            highlight=False,
         )
+        if d.get("person"):
+            console.print(f"with {who(d['person'])}", highlight=False, markup=False)
         if d.get("merged_into"):
             console.print(f"merged into {d['merged_into']}")
         print_table(
@@ -321,6 +337,7 @@ def backup(
 ) -> None:
     """Copy the ledger consistently while the daemon runs (SQLite online backup)."""
     from broker.config import ConfigError, load_settings
+    from brokerctl.served import served_ledger
     from ledger.port.errors import LedgerError
     from ledger.transfer import backup as backup_ledger  # here: a fast start
 
@@ -329,7 +346,10 @@ def backup(
     except ConfigError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(78) from exc
-    ledger = settings.path
+    ledger = served_ledger(opts["socket"], settings.path)
+    if not ledger.is_file():
+        print(f"brokerctl: no ledger at {ledger}", file=sys.stderr)
+        raise typer.Exit(1)
     if target.exists():
         print(f"brokerctl: {target} exists; choose a new file", file=sys.stderr)
         raise typer.Exit(1)
@@ -360,7 +380,7 @@ def doctor() -> None:
     """Check the config, socket, daemon, ledger and stuck sessions; say what to fix."""
     from brokerctl.doctor import run_checks
 
-    findings = anyio.run(run_checks, opts["config"])
+    findings = anyio.run(run_checks, opts["config"], opts["socket"])
     if opts["json"]:
         rows = [
             {"level": f.level, "check": f.check, "message": f.message, "fix": f.fix}
@@ -379,4 +399,4 @@ def doctor() -> None:
 
 def main() -> None:
     os.environ.setdefault("COLUMNS", "160")
-    app()
+    app(args=hoist_globals(sys.argv[1:]), prog_name="brokerctl")

@@ -21,6 +21,11 @@ So a worker that never calls `worker_done` (a single-turn engine) reports the re
 of its first turn that waits for nothing; one that waits runs on, turn after turn,
 until it reports, stops waiting, or times out. A task queued on a session that is not
 a worker ends with the turn that took it.
+
+A dispatch by a broker tool (`reaching`) first checks, in its own transaction, that
+its turn reaches the target session or the turn to fork at (ledger/reach.py); past
+that it writes only the refusal's audit row and returns None, whether the target is
+another person's or does not exist.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from typing import Any
 
 import orjson
 
+from ledger import audit, reach
 from ledger.items import load_item
 from ledger.port.errors import Conflict, NotFound
-from ledger.port.records import Dispatched, Handoff, ItemInfo, Limits, Reported
+from ledger.port.records import Dispatched, Handoff, ItemInfo, Limits, Reaching, Reported
 from ledger.sessions import fork, label_free
 from plumbing.ids import new_id
 
@@ -60,7 +66,11 @@ def dispatch(
     limits: Limits,
     now: int,
     handoff: Handoff | None = None,
-) -> Dispatched:
+    reaching: Reaching | None = None,
+) -> Dispatched | None:
+    if reaching is not None and not _reaches(conn, reaching, target):
+        audit.append(conn, at=now, op=reaching.tool, target=reaching.session, outcome="refused")
+        return None
     depth = (depth_of(conn, parent) + 1) if parent else 1
     if parent is not None:
         _check_parent(conn, parent, depth, limits)
@@ -92,6 +102,30 @@ def dispatch(
         (item_id, session, payload, dispatch_id, now, now),
     )
     return Dispatched(dispatch_id, session, load_item(conn, item_id))
+
+
+def _reaches(conn: sqlite3.Connection, by: Reaching, target: dict[str, Any]) -> bool:
+    """Whether the turn of `by` reaches the session or turn `target` names ; a
+    malformed target is left to `_target_session`, which says what is wrong with it."""
+    kind = target.get("kind")
+    if kind == "session":
+        label = target.get("session")
+        if not isinstance(label, str) or not label:
+            return False
+        alias = conn.execute(
+            "SELECT session_label FROM session_aliases WHERE alias = ?", (label,)
+        ).fetchone()
+        if alias is not None and reach.session_owner(conn, label) is None:
+            label = str(alias[0])
+        return reach.reaches(conn, by.session, label, by.wide)
+    if kind == "fork":
+        turn = target.get("turn")
+        return (
+            isinstance(turn, str)
+            and bool(turn)
+            and reach.turn_reaches(conn, by.session, turn, by.wide)
+        )
+    return True
 
 
 def _with_handoff(conn: sqlite3.Connection, task: str, parent: str, handoff: Handoff) -> str:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger import audit
 from ledger.db import connect
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.ingest import find_root, identity_of
@@ -137,6 +138,8 @@ def begin(conn: sqlite3.Connection, entity: str, confirm: str, now: int) -> Plan
          json.dumps(counts), now),
     )  # fmt: skip
     _cut_off(conn, entities, sessions, senders, now)
+    audit.forget_turns_of(conn, sessions)  # the audit trail keeps no id of theirs
+    audit.forget(conn, [*entities, *sessions])
     cache.clear()
     forget = getattr(conn, "last_records", None)
     if forget is not None:

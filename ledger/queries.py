@@ -9,15 +9,25 @@ from core.identity import DM_TEMPLATE, chain_to_root, resolve_label
 from ledger.events import session_totals
 from ledger.ingest import get_alias, get_session_ref
 from ledger.live_turns import running_turn
+from ledger.people import person
 from ledger.port.errors import NotFound
 
 OPEN = "('queued', 'running')"
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Sessions, open items (`queued`, and by status `items_<status>`) and replies not
+    yet confirmed by their adapter (`unconfirmed`)."""
     sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-    queued = conn.execute(f"SELECT count(*) FROM queue_items WHERE status IN {OPEN}").fetchone()[0]
-    return {"sessions": int(sessions), "queued": int(queued)}
+    out = {"sessions": int(sessions), "items_queued": 0, "items_running": 0}
+    for status, n in conn.execute(
+        f"SELECT status, count(*) FROM queue_items WHERE status IN {OPEN} GROUP BY status"
+    ):
+        out[f"items_{status}"] = int(n)
+    out["queued"] = out["items_queued"] + out["items_running"]
+    pending = conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
+    out["unconfirmed"] = int(pending)
+    return out
 
 
 def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> list[dict[str, Any]]:
@@ -42,8 +52,9 @@ def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> l
             "kind": r[4],
             "queued": r[5],
             "thread": r[6],  # the current thread's number (ledger/threads.py)
+            "person": person(conn, r[0]),  # who it is with (ledger/people.py)
         }
-        for r in conn.execute(sql, args)
+        for r in conn.execute(sql, args).fetchall()
     ]
 
 
@@ -71,6 +82,7 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
         "parent_turn": row["parent_turn_id"],
         "origin": row["origin"],
         "aliases": aliases_of(conn, label),
+        "person": person(conn, label),
         "head": row["head_turn_id"],
         "queued": queued_items(conn, label, limit),
         "turns": [

@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from ledger import snapshots
+from ledger import audit, snapshots
 from ledger.port import cipher as driver
 from ledger.port.errors import Conflict, NotFound
 from plumbing.ids import new_id
@@ -72,8 +72,12 @@ def fork(conn: sqlite3.Connection, turn_id: str, label: str | None, now: int) ->
     return label
 
 
-def export_lines(conn: sqlite3.Connection, label: str, now: int) -> Iterator[dict[str, Any]]:
-    """A header, then each turn of the session's thread from its root, with messages."""
+def export_lines(
+    conn: sqlite3.Connection, label: str, now: int, *, with_audit: bool = False
+) -> Iterator[dict[str, Any]]:
+    """A header, then each turn of the session's thread from its root, with messages;
+    `with_audit` (the operator's export): then the audit rows of the session and its
+    turns, one `audit` line each (ledger/audit.py)."""
     row = conn.execute(
         "SELECT head_turn_id, persona, kind, origin FROM sessions WHERE label = ?", (label,)
     ).fetchone()
@@ -100,6 +104,9 @@ def export_lines(conn: sqlite3.Connection, label: str, now: int) -> Iterator[dic
                 sent.add(f["sha256"])
                 yield snapshots.blob_line(conn, f["sha256"])
         yield line
+    if with_audit:
+        for row in audit.rows_about(conn, [label, *chain]):
+            yield {"type": "audit", **row}
 
 
 def export_snapshot(conn: sqlite3.Connection, label: str, now: int) -> list[dict[str, Any]]:
@@ -241,6 +248,12 @@ def import_lines(
     made: list[str] = []  # the new turns' ids, in the order of their lines
     for number, raw in enumerate(it, start=2):
         turn = _parse(raw, number)
+        if turn.get("type") == "audit":  # the history of the session where it was
+            try:
+                audit.load_line(conn, turn, number)
+            except ValueError as exc:
+                raise ImportError_(str(exc)) from exc
+            continue
         if turn.get("type") == "blob":
             try:
                 snapshots.load_blob_line(conn, turn, now)

@@ -43,7 +43,7 @@ def export_session(
     conn = connect(path, synchronous, readonly=True, key=key)
     try:
         conn.execute("BEGIN")
-        for line in export_lines(conn, label, now):
+        for line in export_lines(conn, label, now, with_audit=True):
             write(orjson.dumps(line) + b"\n")
     finally:
         conn.close()

@@ -26,6 +26,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import replace
 
+import orjson
+
 from core import titles
 from core.session_state import totals_of
 from core.turn_events import intent_payload, model_calls
@@ -209,7 +211,7 @@ def _write_turn(
             n,
             "user",
             it.channel,
-            it.msg_id,
+            input_msg_id(it),
             it.id,
             it.sender_id,
             it.content,
@@ -447,3 +449,16 @@ def command_done(
     if reply is not None:
         out_id, session, channel, frame = reply
         add_outbox(conn, out_id, session, channel, frame, now)
+
+
+def input_msg_id(item: ItemInfo) -> str | None:
+    """The name a turn lists its input by: its message's msg_id, or a timer firing's
+    (`timer:<timer>:<n>`, kept in the item's payload by ledger/timers.py)."""
+    if item.msg_id is not None or item.source != "timer" or not item.payload:
+        return item.msg_id
+    try:
+        value = orjson.loads(item.payload)
+    except orjson.JSONDecodeError:
+        return None
+    name = value.get("msg_id") if isinstance(value, dict) else None
+    return name if isinstance(name, str) else None

@@ -2,6 +2,8 @@
 
 Every record may carry `session`, `turn`, `msg_id`, `conn` and `channel`; the
 code binds them where they apply rather than formatting them into messages.
+Every record passes the redactor (plumbing/redact.py) before it is written or
+handed to a tap, so a secret in a message, a field or a traceback never leaves.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 
 import orjson
 import structlog
+
+from plumbing import redact
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -33,6 +37,10 @@ def add_tap(tap: Callable[[MutableMapping[str, Any]], None]) -> None:
 def remove_tap(tap: Callable[[MutableMapping[str, Any]], None]) -> None:
     if tap in _taps:
         _taps.remove(tap)
+
+
+def _redact(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    return redact.active().event(event)
 
 
 def _fan_out(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -58,6 +66,7 @@ def configure(level: str = "info", fmt: str = "json") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _redact,
             _fan_out,
             renderer,
         ],

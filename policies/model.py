@@ -8,7 +8,9 @@ mode, which modes the sender may choose and which chat commands it may use.
 Rules are tried in order and the first match wins; the built-in defaults after the
 configured rules make sure every message matches something. A rule is validated
 when loaded: an unknown placeholder in a key template or an unknown mode is an error
-that names the rule.
+that names the rule, and so is `reach = "any"` on a rule that could match anyone but
+an owner. A turn's broker tools reach its own owner's sessions (core/reach.py); only
+the owners whose rule says `reach = "any"` reach every session (`wide_contacts`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.identity import TEMPLATE_FIELDS, SessionSpec
 from core.queue_machine import QueueMode
@@ -117,6 +119,17 @@ class Rule(BaseModel):
     commands: list[ChatCommand] | None = None  # None: every chat command
     rate: RateRule | None = None  # per sender; None: no limit
     reset: ResetRule | None = None  # None: the `[reset]` policy
+    reach: Literal["own", "any"] = "own"  # what the turns' broker tools may touch
+
+    @model_validator(mode="after")
+    def _any_for_owners_alone(self) -> Rule:
+        if self.reach == "any" and self.match.principal != ["owner"]:
+            raise ValueError(
+                f'rule {self.name!r}: reach = "any" is only for a rule that matches'
+                ' principal = ["owner"] alone'
+            )
+        return self
+
     mcp: list[str] | None = None  # names in [[mcp.servers]] offered; None: every one
 
 
@@ -156,6 +169,7 @@ class Decision:
     commands: frozenset[str]
     rate: Rate | None = None
     reset: ResetPolicy = NO_RESETS
+    reach: Literal["own", "any"] = "own"
     mcp: frozenset[str] | None = None  # the MCP servers whose tools its turns get; None: all
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
@@ -200,6 +214,21 @@ def decide(
                 commands=frozenset(ALL_COMMANDS if rule.commands is None else rule.commands),
                 rate=Rate(rule.rate.per_minute, rule.rate.burst) if rule.rate else None,
                 reset=resets if rule.reset is None else rule.reset.over(resets),
+                reach=rule.reach,
                 mcp=None if rule.mcp is None else frozenset(rule.mcp),
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover
+
+
+def wide_contacts(
+    rules: tuple[Rule, ...], owners: frozenset[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """The owners (channel, sender id) whose direct messages' rule grants reach "any":
+    their turns' tools may touch every session."""
+    return tuple(
+        sorted(
+            (channel, sender)
+            for channel, sender in owners
+            if decide(rules, Delivery(channel, "dm", sender), owners).reach == "any"
+        )
+    )

@@ -1,10 +1,12 @@
-"""A minimal async client for the wire protocol (operators, tests, benchmarks).
+"""The one async client of the wire protocol: operators (brokerctl), the library's
+`Store.connect` (ledger/api/remote.py), tests and benchmarks.
 
 The adapter SDK in `adapters/` builds on this; it adds resend and backoff.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -77,6 +79,14 @@ class BrokerClient:
         if self._reader is not None:
             self._reader.close()  # before the socket closes (plumbing/rawsock.py)
         await self.stream.aclose()
+
+    def close_now(self) -> None:
+        """Close from blocking code, whose event loop may be gone (a library session
+        closed after its `asyncio.run`)."""
+        if self._reader is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop's poller
+                self._reader.close()
+        self.stream.extra(SocketAttribute.raw_socket).close()
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self.stream.send(orjson.dumps(frame) + b"\n")

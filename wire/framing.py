@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 import orjson
 
+from plumbing import redact
+
 MAX_REQ = 64
 ErrorCode = Literal[
     "bad_json",
@@ -26,6 +28,7 @@ ErrorCode = Literal[
     "conflict",  # the target is in a state the op cannot act on (item.cancel of a running item)
     "overloaded",
     "internal",
+    "forbidden",  # an op above the operator's role (round 3)
 ]
 CLOSING_CODES: frozenset[str] = frozenset(
     {"frame_too_large", "bad_hello", "unauthorized", "unsupported_version"}
@@ -49,7 +52,8 @@ class ProtocolError(Exception):
         return self.code in CLOSING_CODES
 
     def frame(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "error", "code": self.code, "message": self.message}
+        message = redact.text(self.message)  # an error message carries no secret
+        out: dict[str, Any] = {"type": "error", "code": self.code, "message": message}
         if self.req is not None:
             out["req"] = self.req
         if self.field is not None:

@@ -1,5 +1,5 @@
 """Chat commands applied: `/queue`, `/stop`, `/status`, `/new`, `/compact`, `/fork`,
-`/switch` in inbound text.
+`/switch` and `/help` in inbound text.
 
 A command never reaches the engine: it is applied to its session's actor at once and
 answered with a plain sentence, or refused (not allowed by the route rule, malformed)
@@ -26,7 +26,7 @@ import anyio.abc
 import orjson
 
 from broker.deliveries import Deliveries
-from broker.mailbox.commands import BINDING, Command, CommandError, parse
+from broker.mailbox.commands import BINDING, Command, CommandError, help_text, parse
 from broker.mailbox.ports import CommandTarget
 from broker.router import Router
 from core.bindings import Conversation
@@ -54,7 +54,9 @@ class ChatCommands:
         try:
             command = parse(item.text or "")
             assert command is not None
-            if not self._allowed(item, command.name):
+            if command.name == "help":
+                text, reason = help_text(self._commands(item)), "command:help"
+            elif not self._allowed(item, command.name):
                 text, reason = f"/{command.name} is not allowed for you here.", "command:refused"
             elif command.name in BINDING:
                 self._bind(actor.label, item, command)
@@ -69,9 +71,13 @@ class ChatCommands:
         self._reply(actor.label, item, text, reason, override)
 
     def _allowed(self, item: ItemInfo, name: str) -> bool:
+        return name in self._commands(item)
+
+    def _commands(self, item: ItemInfo) -> frozenset[str]:
+        """The commands the item's route allows its sender."""
         if not (item.channel and item.peer_kind and item.sender_id):
-            return False
-        return name in self.router.decision(item.channel, item.peer_kind, item.sender_id).commands
+            return frozenset()
+        return self.router.decision(item.channel, item.peer_kind, item.sender_id).commands
 
     def _answer(self, actor: CommandTarget, command: Command) -> str:
         if command.name == "stop":

@@ -2,7 +2,8 @@
 
 `/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]`, `/queue reset`,
 `/stop`, `/status`, `/new` (and its alias `/reset`), `/compact [instructions]`,
-`/fork`, `/switch <label>`.
+`/fork`, `/switch <label>`, `/help` (always allowed: it lists the commands the
+route allows, and changes nothing).
 """
 
 from __future__ import annotations
@@ -15,10 +16,27 @@ import anyio
 from core.queue_machine import QUEUE_MODES
 from ledger.port.records import ItemInfo
 
-COMMANDS = ("queue", "stop", "status", "new", "reset", "compact", "fork", "switch")
+COMMANDS = ("queue", "stop", "status", "new", "reset", "compact", "fork", "switch", "help")
 ALIASES = {"reset": "new"}  # allowed, answered and applied as the command it names
 BINDING = frozenset({"fork", "switch"})  # answered from their transaction (chat.py)
 DROPS = ("old", "new", "summarize")
+USAGE = {  # what /help says of each command, in this order
+    "status": "/status: what the session is doing, what waits, tokens used",
+    "stop": "/stop: stop the reply being written",
+    "queue": "/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize], /queue reset:"
+    " how your messages queue while a reply is written",
+    "new": "/new (or /reset): start a new conversation thread",
+    "compact": "/compact [instructions]: summarize older turns now",
+    "fork": "/fork: branch this conversation into a new session and go on there",
+    "switch": "/switch <label>: go on in another of your sessions",
+}
+
+
+def help_text(allowed: frozenset[str]) -> str:
+    """/help's answer: the commands `allowed` (a route's), one a line."""
+    lines = [USAGE[name] for name in USAGE if name in allowed]
+    lines.append("/help: this list")
+    return "Commands here:\n" + "\n".join(lines)
 
 
 class CommandError(ValueError):

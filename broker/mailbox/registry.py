@@ -34,7 +34,15 @@ from broker.router import Router
 from core import queue_machine as m
 from ledger.port.errors import LedgerWriteFailed, WriterClosed
 from ledger.port.protocols import LedgerPort
-from ledger.port.records import Accepted, Dispatched, Handoff, InboundRecord, ItemInfo, Limits
+from ledger.port.records import (
+    Accepted,
+    Dispatched,
+    Handoff,
+    InboundRecord,
+    ItemInfo,
+    Limits,
+    Reaching,
+)
 from plumbing import logs
 from plumbing.ids import now_ms
 
@@ -108,8 +116,10 @@ class Mailboxes:
         target: dict[str, Any],
         task: str,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched:
-        """agent_send(op="dispatch"): queue a task on a session or a new worker session."""
+        """agent_send(op="dispatch"): queue a task on a session or a new worker session;
+        `reaching`: a broker tool's call, checked against its turn's reach."""
         w = self.settings.workers
         limits = Limits(w.max_depth, w.max_children, int(w.timeout_s * 1000))
         now = now_ms()
@@ -123,6 +133,7 @@ class Mailboxes:
             limits=limits,
             now=now,
             handoff=handoff,
+            reaching=reaching,
         )
         self.post(done.item)
         log.info("dispatched", session=parent, worker=done.session, dispatch=done.dispatch)
@@ -323,6 +334,10 @@ class Mailboxes:
         return request.turn
 
     # -- what the tools see besides `dispatch` (broker/tools/table.py ToolContext) ------------
+
+    @property
+    def wide(self) -> tuple[tuple[str, str], ...]:
+        return self.ports.router.wide
 
     def compact_later(self, label: str, focus: str | None) -> None:
         """`session_compact`: a manual compaction of `label` after its running turn."""

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 
 from broker.engines.base import Engine, EngineError
+from broker.observe import hub
 from core import queue_machine as m
 from core import turn_events as te
 from core.engine_types import ChatMessage, EngineResult, TurnRequest
@@ -37,7 +38,7 @@ from core.snapshots import bad_file_event
 from ledger.port.errors import WriterClosed, WriterOverloaded
 from ledger.port.protocols import Committing
 from ledger.port.records import ItemInfo
-from plumbing import logs
+from plumbing import logs, redact
 from plumbing.ids import new_id, now_ms
 
 log = logs.get("broker.actor")
@@ -101,11 +102,16 @@ class RunningTurn:
     events_first: int = 0
     events_follow_up: bool = False
     spawn: Spawn | None = None
+    call_began: float | None = None  # the engine call's start, until its first chunk
 
     def __post_init__(self) -> None:
         self.save_due = self.clock() + self.save_every_s
 
     async def delta(self, text: str) -> None:
+        if self.call_began is not None:  # the call's first chunk
+            hub.observer.first_chunk(self.clock() - self.call_began)
+            self.call_began = None
+        hub.observer.delta(self.session, self.id, text)
         self.parts.append(text)
         if self.channel is not None:
             self.send_delta(
@@ -183,7 +189,7 @@ class RunningTurn:
     async def call_tool(
         self, name: str, arguments: dict[str, Any], call_id: str | None = None
     ) -> str:
-        started = self.clock()
+        started, began_ms = self.clock(), now_ms()
         status, error = "ok", None
         try:
             if self.tools is None:
@@ -200,6 +206,7 @@ class RunningTurn:
         finally:
             ms = round((self.clock() - started) * 1000)
             self.event("action", te.action_payload(name, status, ms, error))
+            hub.observer.tool_call(self.id, name, began_ms, began_ms + ms, status)
 
     def abort(self, reason: str) -> None:
         self.abort_reason = reason
@@ -211,14 +218,15 @@ class RunningTurn:
         before any output (a reactive compaction may help)?"""
         self.result, self.error, self.reason = None, None, None
         began, calls_before = now_ms(), self.events.engine_calls
+        self.call_began = self.clock()
         # One scope for both the timeout and an abort: cheaper than nesting fail_after.
         with self.engine_scope(deadline) as scope:
             try:
                 self.result = await engine.run(request, self)
             except TimeoutError:  # the engine's own (say, an HTTP client's)
                 self.error, self.reason = TIMEOUT, "timeout"
-            except EngineError as exc:
-                self.error, self.reason = str(exc), exc.reason
+            except EngineError as exc:  # an engine's message may quote its key or URL
+                self.error, self.reason = redact.text(str(exc)), exc.reason
             except Exception as exc:
                 log.exception("engine crashed", session=self.session, turn=self.id)
                 self.error, self.reason = f"the agent failed ({type(exc).__name__})", "engine"
@@ -235,6 +243,8 @@ class RunningTurn:
             self.error = f"The agent reported a file change the broker cannot record: {problem}"
             self.reason = "bad_event"
         ended = now_ms()
+        self.call_began = None
+        hub.observer.engine_call(self.id, began, ended)
         if self.reason != "context_overflow" or self.parts:
             if self.events.engine_calls == calls_before:  # the broker's record of it
                 self.events.events.append(("llm", self._call_payload(ended - began)))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from broker.deliveries import Deliveries
+from broker.observe import hub
 from ledger.port.errors import HeadMoved, LedgerWriteFailed, WriterClosed, WriterOverloaded
 from ledger.port.protocols import Committing, TurnPort
 from ledger.port.records import ItemInfo, TurnRecord
@@ -50,6 +51,7 @@ class TurnCommits:
         finally:
             if out_id is not None and written == "lost":
                 self.deliveries.abandon(out_id)
+            hub.observer.turn(rec, written)
         if written != "lost" and self.on_written is not None:
             self.on_written(rec)
         return written

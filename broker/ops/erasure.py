@@ -31,9 +31,9 @@ STOP_GRACE_S = 10.0  # how long an aborted turn of an erased session may take to
 
 
 def audit(op: str, target: str, outcome: str, counts: dict[str, int]) -> None:
-    """AUDIT CALL SITE: the one row `entity.erase` leaves in the audit trail (the
-    entity id and the counts, never text). The audit table is built apart; until it
-    is wired here, the row goes to the log."""
+    """The counts beside the erasure's audit row, in the log. The row itself (the
+    entity id, never text) rides in the erasure's first write (broker/ops/audit.py),
+    which also replaces the person's other ids in the audit trail by '[erased]'."""
     log.info("audit", op=op, target=target, outcome=outcome, **counts)
 
 

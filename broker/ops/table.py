@@ -1,7 +1,9 @@
 """Operator ops: one small async function per op, looked up by name.
 
 Each op validates its arguments (`invalid`), maps ledger lookups that miss to
-`not_found`, and returns plain JSON data.
+`not_found`, and returns plain JSON data. Before that, the peer's role is checked
+against the op's (broker/ops/roles.py): one above it answers `forbidden` and is
+audited; an op that changes something is audited by its first write (ledger/audit.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from broker.connection import Connection
 from broker.logfollow import LEVEL_ORDER, Follower
 from broker.mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
+from broker.ops.audit import Audited, AuditOps
 from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
 from broker.ops.routes import RouteOps
@@ -73,8 +76,10 @@ class Ops:
             **StateOps(ledger).table,
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,
+            **AuditOps(ledger).table,
             **self.erasure.table,
         }
+        self.audited = Audited(ledger, lambda: mailboxes.settings if mailboxes else None)
 
     async def handle(self, conn: Connection, frame: dict[str, Any]) -> None:
         req = frame.get("req")
@@ -95,7 +100,8 @@ class Ops:
                 req=req,
             )
         try:
-            data = await fn(conn, op.args, req)
+            async with self.audited.run(conn, op.op, op.args, req):
+                data = await fn(conn, op.args, req)
         except LedgerLookupError as exc:
             raise ProtocolError(exc.code, str(exc), field=exc.field, req=req) from exc  # type: ignore[arg-type]
         except ProtocolError:
@@ -138,6 +144,12 @@ class Ops:
             "sessions": counts.get("sessions"),
             "queued": counts.get("queued"),
             "ledger": self.ledger.backend,
+            # The file, for `brokerctl doctor -s` and `backup -s` run from any folder.
+            "ledger_path": (
+                str(settings.ledger.path.resolve())
+                if settings is not None and settings.ledger.kind == "sqlite"
+                else None
+            ),
             "node_id": settings.node_id if settings is not None else "",
             "runtime": settings.runtime.kind if settings is not None else "local",
             "actors": len(self.mailboxes.actors) if self.mailboxes is not None else 0,

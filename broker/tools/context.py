@@ -12,7 +12,7 @@ from broker.config import Settings
 from broker.context import TokenCounter
 from broker.mcp.tools import McpTools
 from ledger.port.protocols import LedgerPort
-from ledger.port.records import Dispatched, Handoff, ItemInfo
+from ledger.port.records import Dispatched, Handoff, ItemInfo, Reaching
 
 
 class ToolContext(Protocol):
@@ -36,7 +36,12 @@ class ToolContext(Protocol):
         target: dict[str, Any],
         task: str,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched: ...
+
+    @property
+    def wide(self) -> tuple[tuple[str, str], ...]:
+        """The owner contacts whose route grants reach "any" (policies/model.py)."""
 
     def post(self, item: ItemInfo) -> None:
         """Hand a committed item (a worker's result) to its session's actor."""

@@ -6,8 +6,9 @@ not JSON: one line a search hit, one block a message.
 
 The default scope is the calling session and the other DM sessions of the same person
 (its canonical entity, after merges: ledger/recall/scope.py), never another person's;
-`session: "*"` searches all sessions and another label reads that session, both only
-when the broker allows it (`cross_session=True`, the default). The answer fits
+`session: "*"` searches all the sessions the turn reaches (core/reach.py) and another
+label reads that session if the turn reaches it, both only when the broker allows it
+(`cross_session=True`). The answer fits
 `budget_tokens` as measured by `count_tokens`: long tool results are cut first
 (longest first), then messages (oldest, or for search the lowest ranked, first), then
 whole entries are left out, and the answer says what was cut. Bad arguments raise
@@ -25,8 +26,18 @@ from typing import Any, Protocol
 from broker.engines.base import EngineError
 from core.engine_types import ToolSpec
 from core.session_state import render
-from ledger.port.errors import LedgerLookupError
-from ledger.port.records import ROLES, Entry, Found, Hit, Neighbour, Request, Searched, Summary
+from ledger.port.errors import LedgerLookupError, NotReachable
+from ledger.port.records import (
+    ROLES,
+    Entry,
+    Found,
+    Hit,
+    Neighbour,
+    Reaching,
+    Request,
+    Searched,
+    Summary,
+)
 
 ACTIONS = ("search", "range", "tool_calls", "summary")
 ALL_SESSIONS = "*"
@@ -148,14 +159,20 @@ async def conversation_recall(
     *,
     cross_session: bool = True,
     neighbours: tuple[int, int] = (1, 1),
+    reaching: Reaching | None = None,
 ) -> str:
     """Run one call of the tool for the session `session_label` (see the Rules);
-    `neighbours`: the turns shown before and after each search hit."""
+    `neighbours`: the turns shown before and after each search hit; `reaching`: the
+    reach of the calling turn (a session past it raises `NotReachable`)."""
     req = parse_arguments(arguments, session_label, cross_session)
     if req.action == "search":
         req = replace(req, before=neighbours[0], after=neighbours[1])
+    if reaching is not None:
+        req = replace(req, reaching=reaching)
     try:
         found = await ledger.recall(req)
+    except NotReachable:
+        raise
     except (ValueError, LedgerLookupError) as exc:
         raise EngineError(f"conversation_recall {req.action}: {exc}") from exc
     return fit(_answer(req, found), count_tokens, budget_tokens)

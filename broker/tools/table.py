@@ -9,6 +9,11 @@ compaction and timer tools are `broker/tools/session.py`; `worker_done` is
 A tool call the broker runs has the broker's own id (a ULID, made by the running
 turn): a dispatch records it as its `tool_call`, and the turn's commit stores the call
 under it, so a worker links back to the call that spawned it.
+
+Every tool has a reach rule (`REACH`, core/reach.py): what it may touch of another
+session and where that is checked. A call past its turn's reach, or naming a session
+or turn that does not exist, answers the one sentence `REFUSED`, changes nothing, and
+is logged and audited.
 """
 
 from __future__ import annotations
@@ -23,10 +28,21 @@ from broker.tools import workers as tools_workers
 from broker.tools.context import ToolContext
 from broker.tools.recall import RECALL_TOOL, conversation_recall
 from core.engine_types import ToolSpec
-from ledger.port.errors import LedgerLookupError
-from ledger.port.records import Handoff
+from core.reach import REFUSED
+from ledger.port.errors import (
+    LedgerLookupError,
+    LedgerWriteFailed,
+    NotReachable,
+    WriterClosed,
+    WriterOverloaded,
+)
+from ledger.port.records import Handoff, Reaching
+from plumbing import logs
+from plumbing.ids import now_ms
 
-__all__ = ["SPECS", "WORKER_SPECS", "ToolContext", "call", "offered", "specs_for"]
+__all__ = ["REACH", "SPECS", "WORKER_SPECS", "ToolContext", "call", "offered", "specs_for"]
+
+log = logs.get("broker.tools")
 
 
 MAX_HANDOFF_KEYS = 50
@@ -96,7 +112,11 @@ async def agent_send(
             target=target,
             task=task,
             handoff=handoff,
+            reaching=Reaching(session, AGENT_SEND.name, hub.wide),
         )
+    except NotReachable:  # audited by the dispatch's own transaction
+        _refused(session, turn, AGENT_SEND.name, target.get("kind"))
+        raise EngineError(REFUSED) from None
     except LedgerLookupError as exc:
         raise EngineError(f"agent_send refused: {exc}") from exc
     return orjson.dumps(
@@ -114,19 +134,39 @@ async def call(
 ) -> str:
     """Run the tool `name` for `session`'s running `turn`; `call_id` is the broker's id
     of the call."""
+    external = hub.mcp is not None and name not in REACH and hub.mcp.has(name)
+    if name not in REACH and not external:  # a broker tool with no reach rule is not run
+        raise EngineError(f"the broker offers no tool named {name!r}")
     if name == "agent_send":
         return await agent_send(hub, session, turn, arguments, call_id)
     if name == RECALL_TOOL.name:
         cfg = hub.settings.recall
-        return await conversation_recall(
-            hub.ledger,
-            session,
-            arguments,
-            hub.counter.count,
-            cfg.budget_tokens,
-            cross_session=cfg.cross_session,
-            neighbours=(cfg.neighbours_before, cfg.neighbours_after),
-        )
+        try:
+            return await conversation_recall(
+                hub.ledger,
+                session,
+                arguments,
+                hub.counter.count,
+                cfg.budget_tokens,
+                cross_session=cfg.cross_session,
+                neighbours=(cfg.neighbours_before, cfg.neighbours_after),
+                reaching=Reaching(session, RECALL_TOOL.name, hub.wide),
+            )
+        except NotReachable:  # a read: its refusal is audited in a write of its own
+            _refused(session, turn, RECALL_TOOL.name, arguments.get("action"))
+            try:
+                await hub.ledger.audit(
+                    op=RECALL_TOOL.name,
+                    target=session,
+                    outcome="refused",
+                    uid=None,
+                    role=None,
+                    now=now_ms(),
+                )
+            except (WriterOverloaded, WriterClosed, LedgerWriteFailed) as exc:
+                # Refused all the same; the log line above is its record then.
+                log.error("refusal not audited", session=session, turn=turn, error=str(exc))
+            raise EngineError(REFUSED) from None
     try:
         if name in tools_session.BY_NAME:
             return await tools_session.BY_NAME[name](hub, session, arguments)
@@ -139,7 +179,30 @@ async def call(
     raise EngineError(f"the broker offers no tool named {name!r}")
 
 
+def _refused(session: str, turn: str, tool: str, kind: object) -> None:
+    log.warning(
+        "tool call refused: past its turn's reach",
+        session=session,
+        turn=turn,
+        tool=tool,
+        kind=kind if isinstance(kind, str) else None,
+    )
+
+
 SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL, *tools_session.SPECS)
+
+# What each tool may touch beyond its own session, and where that is checked.
+# A tool marked "own" is given its calling session by the broker and takes no argument
+# naming another (tests/unit/test_reach_tools.py checks both, for every tool offered).
+# An MCP server's tool reaches no session of the broker: it runs in its server.
+REACH: dict[str, str] = {
+    AGENT_SEND.name: "a session target or a fork's turn: checked in the dispatch's"
+    " transaction (ledger/dispatch.py)",
+    RECALL_TOOL.name: "a session, a turn or all sessions: checked in the recall's read"
+    " (ledger/recall/answer.py); all sessions are those the turn reaches",
+    **{spec.name: "own" for spec in tools_session.SPECS},
+    tools_workers.WORKER_DONE.name: "own",
+}
 WORKER_SPECS: tuple[ToolSpec, ...] = (*SPECS, tools_workers.WORKER_DONE)
 
 

@@ -9,11 +9,7 @@ A lookup that misses raises the ledger's own `NotFound` or `Conflict`
 from __future__ import annotations
 
 from ledger.port.errors import LedgerError
-
-
-class NotALedger(LedgerError):
-    """The file exists but is not an agent-broker ledger (another program's database,
-    or not a database at all)."""
+from ledger.port.errors import NotALedger as NotALedger  # its home is the port's errors
 
 
 class SchemaTooNew(LedgerError):

@@ -17,29 +17,17 @@ directory must exist); an empty file counts as missing.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 from ledger.api.errors import NotALedger, SchemaTooNew
 from ledger.api.owner import claim
-from ledger.db import (
-    Synchronous,
-    connect,
-    damaged,
-    is_damage,
-    load_migrations,
-    migrate,
-    open_keyed,
-    readonly_uri,
-)
+from ledger.db import Synchronous, connect, damaged, is_damage, load_migrations, migrate
+from ledger.foreign import SQLITE_HEADER, schema_of
 from ledger.port import cipher as driver
 from ledger.port.cipher import Key
 from ledger.port.errors import LedgerError, LedgerNotWritable
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-LEDGER_TABLES = frozenset({"sessions", "turns", "messages"})
 
 
 def _not_writable(path: Path, what: str) -> LedgerNotWritable:
@@ -94,33 +82,11 @@ def _look_at(path: Path, key: Key | None) -> bool:
 
 def _look_inside(path: Path, key: Key | None) -> None:
     latest = len(load_migrations())
-    try:
-        conn = (
-            sqlite3.connect(readonly_uri(path), uri=True)
-            if key is None
-            else open_keyed(path, readonly_uri(path), True, key, sqlite3.Connection)
-        )
-        try:
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-        finally:
-            conn.close()
-    except driver.DatabaseError as exc:
-        if is_damage(exc):
-            raise damaged(path, [str(exc)]) from exc
-        raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc
+    version = schema_of(path, key) or 0  # another program's database raises NotALedger
     if version > latest:
         raise SchemaTooNew(
             f"the ledger {path} has schema version {version}, newer than this agent-broker"
             f" knows ({latest}); upgrade agent-broker to open it. The file was not touched"
-        )
-    named = sorted(t for t in tables if not t.startswith("sqlite_"))
-    # a ledger's first migration sets the version with its tables.
-    if (version == 0 and named) or (version > 0 and not tables >= LEDGER_TABLES):
-        shown = ", ".join(named[:5])
-        raise NotALedger(
-            f"the file {path} is an SQLite database but not a ledger"
-            f" (its tables: {shown or 'none'}). The file was not touched"
         )
 
 

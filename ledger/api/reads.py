@@ -36,7 +36,7 @@ from ledger.port.errors import NotFound
 
 SESSION_COLUMNS = (
     "label, title, kind, origin, status, turns, head_turn_id, metadata, created_at,"
-    " updated_at, parent_session, parent_turn_id"
+    " updated_at, parent_session, parent_turn_id, total_prompt_tokens, total_completion_tokens"
 )
 
 
@@ -54,6 +54,8 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
         updated_at=int(row[9]),
         parent_session=row[10],
         parent_turn=row[11],
+        prompt_tokens=int(row[12]),
+        completion_tokens=int(row[13]),
     )
 
 
@@ -189,7 +191,8 @@ def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnI
     head, and a compaction must know what it summarized (writes.py)."""
     rows = conn.execute(
         f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
-        f" m.content, c.depth FROM chain c JOIN turns t ON t.id = c.id"
+        f" m.content, c.depth, t.prompt_tokens, t.completion_tokens FROM chain c"
+        " JOIN turns t ON t.id = c.id"
         f" LEFT JOIN messages m ON {_SHOWN} WHERE c.part != 1 OR c.type != 'compaction'"
         " ORDER BY c.part DESC, c.depth DESC, m.seq",
         (label, WHOLE),
@@ -198,9 +201,9 @@ def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnI
         raise NotFound(f"no session {label!r}", field="session")
     out: list[TurnInfo] = []
     head = None
-    for turn_id, session, kind, at, engine, role, content, depth in rows:
+    for turn_id, session, kind, at, engine, role, content, depth, prompt, completion in rows:
         if not out or out[-1].id != turn_id:
-            out.append(TurnInfo(turn_id, session, kind, [], int(at)))
+            out.append(TurnInfo(turn_id, session, kind, [], int(at), prompt, completion))
             head = turn_id if depth == 0 else head
         if content is not None:
             out[-1].items.append(decode_item(engine, role, content))

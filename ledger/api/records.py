@@ -36,6 +36,9 @@ class SessionInfo:
     updated_at: int
     parent_session: str | None = None
     parent_turn: str | None = None
+    # The running totals of the usage its turns reported (Store.append's `usage`).
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ class TurnInfo:
     type: str  # turn | compaction | ...
     items: list[Any]
     created_at: int
+    prompt_tokens: int | None = None  # the usage given to Store.append, if any
+    completion_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """`RemoteStore`: the Store's calls through a running daemon's socket, as an operator
-(the `store.call` op, broker/ops/store.py; ledger/api/served.py runs them).
+(the `store.call` op, broker/ops/store.py; ledger/api/served.py runs them), over the
+wire protocol's one client (`wire.client.BrokerClient`), as adapters and brokerctl.
 
 Items are encoded here first (records.py), so an item that is not JSON-serializable
 raises `TypeError` before anything is sent. One request at a time goes on the
@@ -18,52 +19,39 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-import anyio.abc
-import orjson
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ledger.api.errors import DaemonUnreachable
 from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items
 from ledger.port.errors import Conflict, LedgerError, NotFound
 from plumbing.ids import new_id
-
-MAX_FRAME = 64 << 20
+from wire.client import BrokerClient, BrokerError
 
 
 class RemoteStore:
-    def __init__(self, stream: anyio.abc.SocketStream, socket_path: str) -> None:
-        self._stream = stream
-        self._reader = BufferedByteReceiveStream(stream)
+    def __init__(self, client: BrokerClient, socket_path: str) -> None:
+        self.client = client  # the wire protocol's one client (wire/client.py)
         self._lock = anyio.Lock()
-        self._req = 0
         self.socket_path = socket_path
 
     @classmethod
     async def connect(cls, socket_path: str | Path) -> Self:
         try:
-            stream = await anyio.connect_unix(socket_path)
+            client = await BrokerClient.connect(socket_path)
         except OSError as exc:
             raise DaemonUnreachable(
                 f"no daemon answers on the socket {socket_path}: {exc.strerror or exc}"
                 " (is the daemon running, and is this its socket?)"
             ) from exc
-        store = cls(stream, str(socket_path))
-        try:
-            await store._send({"type": "hello", "v": 1, "role": "operator"})
-            welcome = await store._receive()
-            if welcome.get("type") != "welcome":
-                raise LedgerError(f"the daemon on {socket_path} refused us: {welcome}")
-        except BaseException:
-            await stream.aclose()
-            raise
-        return store
+        except BrokerError as exc:
+            raise LedgerError(f"the daemon on {socket_path} refused us: {exc.frame}") from exc
+        return cls(client, str(socket_path))
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        await self.client.aclose()
 
     def close_now(self) -> None:
         """Close the connection from blocking code (its event loop may be gone)."""
-        self._stream.extra(anyio.abc.SocketAttribute.raw_socket).close()
+        self.client.close_now()
 
     async def __aenter__(self) -> Self:
         return self
@@ -73,31 +61,17 @@ class RemoteStore:
     ) -> None:
         await self.aclose()
 
-    async def _send(self, frame: dict[str, Any]) -> None:
-        await self._stream.send(orjson.dumps(frame) + b"\n")
-
-    async def _receive(self) -> dict[str, Any]:
-        line = await self._reader.receive_until(b"\n", MAX_FRAME)
-        frame: dict[str, Any] = orjson.loads(line)
-        return frame
-
     async def _op(self, op: str, args: dict[str, Any]) -> Any:
         async with self._lock:  # one request at a time
-            self._req += 1
-            req = f"s{self._req}"
-            await self._send({"type": "op", "req": req, "op": op, "args": args})
-            while True:
-                frame = await self._receive()
-                if frame.get("req") == req:
-                    break
-        if frame.get("type") == "error":
-            field, message = frame.get("field"), str(frame.get("message"))
-            if frame.get("code") == "not_found":
-                raise NotFound(message, field=field)
-            if frame.get("code") == "invalid":
-                raise Conflict(message, field=field)
-            raise LedgerError(f"{frame.get('code')}: {message}")
-        return frame.get("data")
+            try:
+                return await self.client.op(op, **args)
+            except BrokerError as exc:
+                field, message = exc.field, str(exc.frame.get("message"))
+                if exc.code == "not_found":
+                    raise NotFound(message, field=field) from None
+                if exc.code == "invalid":
+                    raise Conflict(message, field=field) from None
+                raise LedgerError(f"{exc.code}: {message}") from None
 
     async def _call(self, call: str, **args: Any) -> Any:
         return await self._op("store.call", {"call": call, "args": args})

@@ -132,6 +132,10 @@ _APPEND_TURN = (
 )
 _APPEND_TURN_SQL = _APPEND_TURN + "NULL, NULL)"
 _APPEND_TURN_WITH_USAGE_SQL = _APPEND_TURN + "?4, ?5)"
+_ADD_USAGE_SQL = (
+    "UPDATE sessions SET total_prompt_tokens = total_prompt_tokens + ?,"
+    " total_completion_tokens = total_completion_tokens + ? WHERE label = ?"
+)
 
 
 def append_turn(
@@ -161,6 +165,8 @@ def append_turn(
             raise NotFound(f"no session {label!r}", field="session")  # the job rolls back
         create_session(conn, label, None, None, now)
         _move_head(conn, label, turn_id, None, 1, None, now)
+    if usage != (None, None):  # the session's running totals, as the daemon's turns keep
+        conn.execute(_ADD_USAGE_SQL, (usage[0] or 0, usage[1] or 0, label))
     return turn_id
 
 

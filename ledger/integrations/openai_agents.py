@@ -71,23 +71,35 @@ class LedgerSession(SessionABC):
         # Opening is blocking, as the SDK's own SQLiteSession's is.
         self._local = None if path is None else Store(acquire(Path(path), synchronous), now_ms)
 
-    async def store(self) -> Store | RemoteStore:
+    @property
+    def store(self) -> Store:
         """The Store underneath, for what the Session protocol has no word for (fork,
-        compact, export); a `RemoteStore` through a daemon."""
-        if self._local is not None:
-            self._local.path  # noqa: B018 - raises StoreClosed once closed
-            return self._local
+        compact, export), as ADK's `service.store`; with `socket=`, `await
+        session.remote()` is its counterpart."""
+        if self._local is None:
+            if self._socket is None:
+                raise StoreClosed("the LedgerSession is closed")
+            raise StoreClosed("this session reaches a daemon: use `await session.remote()`")
+        self._local.path  # noqa: B018 - raises StoreClosed once closed
+        return self._local
+
+    async def remote(self) -> RemoteStore:
+        """The daemon's Store calls, on a connection of this event loop."""
         if self._socket is None:
-            raise StoreClosed("the LedgerSession is closed")
+            raise StoreClosed("the LedgerSession is closed, or has no daemon")
         loop = current_loop()
         if self._remote is None or self._remote_loop is not loop:
-            assert self._socket is not None
             self._remote, self._remote_loop = await RemoteStore.connect(self._socket), loop
         return self._remote
 
+    async def _store(self) -> Store | RemoteStore:
+        return (
+            self.store if self._local is not None or self._socket is None else await self.remote()
+        )
+
     async def get_items(self, limit: int | None = None) -> list[Any]:
         wanted = resolve_session_limit(limit, self.session_settings)
-        store = await self.store()
+        store = await self._store()
         try:
             if wanted is None or wanted < 0:  # as SQLiteSession's LIMIT
                 return await store.items(self.session_id)
@@ -97,19 +109,19 @@ class LedgerSession(SessionABC):
 
     async def add_items(self, items: list[Any]) -> None:
         if not items:
-            await self.store()  # a closed session refuses even nothing
+            await self._store()  # a closed session refuses even nothing
             return
-        await (await self.store()).append(self.session_id, items)
+        await (await self._store()).append(self.session_id, items)
 
     async def pop_item(self) -> Any:
         try:
-            return await (await self.store()).pop(self.session_id)
+            return await (await self._store()).pop(self.session_id)
         except NotFound:
             return None
 
     async def clear_session(self) -> None:
         try:
-            await (await self.store()).clear(self.session_id)
+            await (await self._store()).clear(self.session_id)
         except NotFound:
             return
 

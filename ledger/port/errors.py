@@ -51,12 +51,24 @@ class LedgerUnreachable(LedgerError):
     """The database server holding the ledger (ledger/postgres) cannot be reached."""
 
 
+class NotALedger(LedgerError):
+    """The file exists but is not an agent-broker ledger (another program's database,
+    or not a database at all): refused untouched (ledger/foreign.py)."""
+
+
 class LedgerNotWritable(LedgerError):
     """The ledger file cannot be written (owner, mode or an immutable attribute)."""
 
 
 class Invalid(LedgerLookupError):
     code = "invalid"
+
+
+class NotReachable(LedgerLookupError):
+    """A broker tool's call named a session or turn its turn may not reach, or one that
+    does not exist: one sentence for both (core/reach.py); refused, audited."""
+
+    code = "forbidden"
 
 
 class StorageFailed(LedgerWriteFailed):

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from core.bindings import Conversation
 from core.identity import SessionSpec
 from core.session_state import SessionState
+from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
@@ -60,6 +61,7 @@ from ledger.port.records import (
     MergeResult,
     Neighbour,
     OutboxKey,
+    Reaching,
     Reported,
     Request,
     Thread,
@@ -287,9 +289,12 @@ class TurnPort(Admits, Protocol):
         limits: Limits,
         now: int,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched:
         """`agent_send`: queue `task` on a session or a new worker session, with the
-        parent's `handoff` (ledger/dispatch.py); one transaction."""
+        parent's `handoff` (ledger/dispatch.py); one transaction. With `reaching` (a
+        broker tool's call) a target past its turn's reach raises `NotReachable`,
+        having written only the refusal's audit row."""
         ...
 
     async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
@@ -376,6 +381,18 @@ class ReadPort(Protocol):
         session section (id, head, model, counts)."""
         ...
 
+    async def console_sessions(self, limit: int, offset: int) -> list[dict[str, Any]]:
+        """The web console's page of sessions, the latest changed first (ledger/console.py)."""
+        ...
+
+    async def console_session(self, label: str, limit: int) -> dict[str, Any]:
+        """A session's latest turns as a tree, its forks and open items; NotFound."""
+        ...
+
+    async def console_turn(self, label: str, turn: str) -> dict[str, Any]:
+        """One turn of `label`: messages, events, files with diffs; NotFound."""
+        ...
+
     async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
         """`workers.list`: the dispatches `session` (a label or an alias) made, of one of
         its turns if `turn`, oldest first; NotFound for an unknown session or turn."""
@@ -448,6 +465,7 @@ class OpsPort(Protocol):
 
 
 class LedgerPort(
+    AuditPort,
     IngestPort,
     TurnPort,
     DeliveryPort,

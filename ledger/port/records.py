@@ -149,6 +149,16 @@ class Thread(NamedTuple):
     state: SessionState  # the thread's state record
 
 
+class Reaching(NamedTuple):  # a named tuple: it goes to the writer process with the job
+    """Whose reach a broker tool's call acts with (core/reach.py): its turn's session,
+    the tool's name (for the audit row of a refusal) and the contacts a route granted
+    reach "any" (ledger/reach.py)."""
+
+    session: str
+    tool: str
+    wide: tuple[tuple[str, str], ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One call of the recall tool, its arguments checked."""
@@ -168,6 +178,7 @@ class Request:
     before: int = 0  # search: turns shown before and after each hit, within its thread
     after: int = 0
     person: bool = False  # cover every session of the session's entity (recall_scope.py)
+    reaching: Reaching | None = None  # a broker tool's call: only what its turn reaches
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from ledger.port.records import Found, Hit, Neighbour, Request, Searched
+from core.reach import REFUSED
+from ledger import reach
+from ledger.port.errors import NotReachable
+from ledger.port.records import Found, Hit, Neighbour, Reaching, Request, Searched
 from ledger.recall import reads as recall_reads
 from ledger.recall import search as recall
 from ledger.recall import thread as recall_thread
@@ -18,7 +21,10 @@ from ledger.recall.scope import entity_sessions
 
 
 def answer(conn: sqlite3.Connection, req: Request) -> Found:
-    """What one call of the recall tool reads (`Ledger.recall` runs it)."""
+    """What one call of the recall tool reads (`Ledger.recall` runs it); a call past
+    its turn's reach (`req.reaching`) raises `NotReachable`, checked in this read."""
+    if req.reaching is not None:
+        _check_reach(conn, req, req.reaching)
     also = tuple(entity_sessions(conn, req.session)[1:]) if req.person and req.session else ()
     if req.action == "search":
         return _searched(conn, req, also)
@@ -41,11 +47,24 @@ def answer(conn: sqlite3.Connection, req: Request) -> Found:
     return recall_reads.summary(conn, req.session, also)
 
 
+def _check_reach(conn: sqlite3.Connection, req: Request, by: Reaching) -> None:
+    if req.session is not None and not reach.reaches(conn, by.session, req.session, by.wide):
+        raise NotReachable(REFUSED, field="session")
+    if req.around_turn is not None and not reach.turn_reaches(
+        conn, by.session, req.around_turn, by.wide
+    ):
+        raise NotReachable(REFUSED, field="around_turn")
+
+
 def _searched(conn: sqlite3.Connection, req: Request, also: tuple[str, ...] = ()) -> Searched:
-    """Messages with all the words; if none has them all, those with some of them."""
+    """Messages with all the words; if none has them all, those with some of them. All
+    sessions (`req.session` None) are, for a broker tool, all those its turn reaches."""
     assert req.query is not None
     query = req.query
-    scope = None if req.session is None else (req.session, *also)
+    scope: tuple[str, ...] | None = None if req.session is None else (req.session, *also)
+    if scope is None and req.reaching is not None:
+        found = reach.reachable(conn, req.reaching.session, req.reaching.wide)
+        scope = None if found is None else tuple(found)
 
     def run(match: recall.Match) -> list[Hit]:
         return recall.search(

@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 from core.session_state import SessionState
-from ledger import events, queries, state_reads, state_records, workers
+from ledger import console, events, queries, state_reads, state_records, workers
 from ledger.port import cipher as driver
 from ledger.port.records import Found, Hit, Neighbour, Request
 from ledger.recall import answer as recall_answer
@@ -42,6 +42,15 @@ class SqliteReads(Connected):
 
     async def sessions_list(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.readers.run(lambda c: queries.sessions_list(c, status, limit))
+
+    async def console_sessions(self, limit: int, offset: int) -> list[dict[str, Any]]:
+        return await self.readers.run(lambda c: console.sessions_page(c, limit, offset))
+
+    async def console_session(self, label: str, limit: int) -> dict[str, Any]:
+        return await self.readers.run(lambda c: console.session_tree(c, label, limit))
+
+    async def console_turn(self, label: str, turn: str) -> dict[str, Any]:
+        return await self.readers.run(lambda c: console.turn_detail(c, label, turn))
 
     async def resolve_session(self, name: str) -> str:
         return await self.readers.run(lambda c: queries.resolve_for_show(c, name))

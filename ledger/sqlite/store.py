@@ -27,10 +27,12 @@ import anyio
 import anyio.abc
 
 from ledger.db import Synchronous, connect, damaged, is_damage, migrate, quick_check
+from ledger.foreign import schema_of
 from ledger.port import cipher as driver
 from ledger.port.cipher import Key
 from ledger.port.errors import LedgerNotWritable, WriterDied
 from ledger.port.protocols import WriterStats
+from ledger.sqlite.audit import SqliteAudit
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.delivery import SqliteDelivery
 from ledger.sqlite.erasure import SqliteErasure
@@ -87,6 +89,7 @@ class Ledger(
     SqliteErasure,
     SqliteRetention,
     SqliteHandoffs,
+    SqliteAudit,
 ):
     """The port on one SQLite file: the sum of its parts, opened by `Ledger.open`."""
 
@@ -161,6 +164,7 @@ class Ledger(
 
         def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
+            schema_of(path, key)  # another program's database is refused untouched (NotALedger)
             try:
                 conn = connect(path, synchronous, key=key)
                 try:

@@ -15,12 +15,23 @@ import functools
 import sqlite3
 from typing import Any
 
+from core.reach import REFUSED
 from ledger import dispatch as dispatches
 from ledger import queries, reads, state_records, threads, turns
 from ledger.bridges import pending_bridges
 from ledger.live_events import write_events
+from ledger.port.errors import NotReachable
 from ledger.port.protocols import SessionStart
-from ledger.port.records import Carry, Dispatched, Handoff, ItemInfo, Limits, Reported, TurnRecord
+from ledger.port.records import (
+    Carry,
+    Dispatched,
+    Handoff,
+    ItemInfo,
+    Limits,
+    Reaching,
+    Reported,
+    TurnRecord,
+)
 from ledger.sqlite.connections import Connected
 from ledger.writer.jobs import Pending
 
@@ -113,8 +124,9 @@ class SqliteTurns(Connected):
         limits: Limits,
         now: int,
         handoff: Handoff | None = None,
+        reaching: Reaching | None = None,
     ) -> Dispatched:
-        return await self.writer.call(
+        done = await self.writer.call(
             dispatches.dispatch,
             parent=parent,
             parent_turn=parent_turn,
@@ -125,7 +137,11 @@ class SqliteTurns(Connected):
             limits=limits,
             now=now,
             handoff=handoff,
+            reaching=reaching,
         )
+        if done is None:  # refused past its turn's reach, and audited (ledger/dispatch.py)
+            raise NotReachable(REFUSED, field="target")
+        return done
 
     async def report_worker_done(self, session: str, result: str, now: int) -> Reported:
         return await self.writer.call(dispatches.report, session, result, now)

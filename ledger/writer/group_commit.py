@@ -47,6 +47,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.abc
 
+from ledger import audit
 from ledger.port.errors import LedgerWriteFailed, StorageFailed, WriterDied
 from ledger.port.errors import WriterClosed as WriterClosed  # their old home, for importers
 from ledger.port.errors import WriterOverloaded as WriterOverloaded
@@ -142,6 +143,10 @@ class LedgerWriter:
         self._next_batch_done = anyio.Event()  # for the batch `_send_batch` forms next
         # Batches handed to the link whose outcomes have not come back yet.
         self._handed: deque[list[Pending[Any]]] = deque()
+        self._handed_at: deque[float] = deque()  # when each was handed (for `on_batch`)
+        # Told the size of each batch that committed and the seconds from its hand-over
+        # to its outcomes (the daemon's metrics); must not block.
+        self.on_batch: Callable[[int, float], None] | None = None
         self._link_has_room = anyio.Event()  # set when the receiver takes a batch back
         self._link_has_work = anyio.Event()  # set when the sender hands one over
         self._sending = False  # a `link.send` is under way (sender or receiver)
@@ -198,6 +203,12 @@ class LedgerWriter:
     def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
         if self._closed:
             raise WriterClosed("the ledger writer has stopped")
+        acting = audit.ACTING.get()
+        row = acting.take() if acting is not None else None
+        if row is not None:  # an operator op's first write carries its audit row
+            return Pending(
+                JobSpec(audit.run_audited, (row, fn, *args), kwargs), self._next_batch_event
+            )
         return Pending(JobSpec(fn, args, kwargs), self._next_batch_event)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -300,6 +311,7 @@ class LedgerWriter:
         for pending in batch:
             pending._batch_done = done
         self._handed.append(batch)
+        self._handed_at.append(anyio.current_time())
         self._link_has_work.set()
         self._sending = True
         try:
@@ -336,6 +348,7 @@ class LedgerWriter:
                 self._died(exc)
                 outcomes = [(None, exc)] * len(batch)
         self._handed.popleft()
+        handed_at = self._handed_at.popleft()
         self._link_has_room.set()
         # A storage failure fails every job that reached the transaction, so a
         # batch whose first job succeeded committed: no scan of it on that path.
@@ -346,6 +359,8 @@ class LedgerWriter:
             self.commits += 1
             self.jobs += len(batch)
             self._failures.recovered()
+            if self.on_batch is not None:
+                self.on_batch(len(batch), anyio.current_time() - handed_at)
         if failed is not None:
             self._failures.failed(failed)
             if self._failures.retrying:

@@ -53,6 +53,7 @@ def config_file(tmp: Path, extra: dict[str, Any]) -> Path:
             "temporal",
             {"runtime": {"kind": "temporal", "allow_local_ledger": True}},
         ),
+        ("opentelemetry.sdk", "tracing", {"tracing": {"otlp_endpoint": "http://127.0.0.1:9"}}),
     ],
 )
 def test_a_backend_without_its_extra_exits_78_naming_the_extra(

@@ -87,3 +87,13 @@ async def test_a_socket_no_daemon_answers_on_is_named(tmp_path: Path) -> None:
         with pytest.raises(DaemonUnreachable, match=f"socket {where}") as refused:
             await Store.connect(where)
         assert isinstance(refused.value, ConnectionError)  # an OSError, as it was
+
+
+async def test_store_connect_speaks_through_the_one_wire_client(daemon: DaemonProcess) -> None:
+    """Adapters, brokerctl and the library share `wire.client.BrokerClient`."""
+    from wire.client import BrokerClient
+
+    async with await Store.connect(daemon.socket) as store:
+        assert isinstance(store.client, BrokerClient)
+        await store.append("one-client", ["hi"])
+        assert await store.items("one-client") == ["hi"]

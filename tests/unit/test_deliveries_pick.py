@@ -85,3 +85,25 @@ def test_a_new_adapter_takes_over_the_sessions_it_wins() -> None:
     moved = [s for s in sessions if picked(deliveries, "chat", s) is second]
     assert moved and len(moved) < len(sessions)  # some, not all, move to the newcomer
     assert all(picked(deliveries, "chat", s) is expected([first, second], s) for s in sessions)
+
+
+def test_replies_go_back_to_the_adapter_a_session_was_heard_from() -> None:
+    """An adapter may serve one person only (a terminal): a session's replies go to
+    the connection its latest message came from, while it is open, whoever
+    connects meanwhile; then rendezvous hashing again."""
+    deliveries = Deliveries(cast(DeliveryPort, NoBacklog()))
+    first, second = FakeConn("conn-first", "chat"), FakeConn("conn-second", "chat")
+    for conn in (first, second):
+        anyio.run(deliveries.adapter_connected, cast(Connection, conn))
+    sessions = [f"dm:s{i}" for i in range(20)]
+    hashed_to_first = [s for s in sessions if expected([first, second], s) is first]
+    for s in hashed_to_first:
+        deliveries.heard_from(cast(Connection, second), s)
+    third = FakeConn("conn-third", "chat")
+    anyio.run(deliveries.adapter_connected, cast(Connection, third))
+    assert all(picked(deliveries, "chat", s) is second for s in hashed_to_first)
+    second.closed = True
+    deliveries.adapter_gone(cast(Connection, second))
+    assert all(
+        picked(deliveries, "chat", s) is expected([first, third], s) for s in hashed_to_first
+    )

@@ -18,11 +18,7 @@ from openai import AsyncOpenAI
 
 from broker.engines.base import Engine, EngineError
 from broker.engines.echo import EchoEngine, split_chunks
-from broker.engines.openai_engine import OpenAIEngine, SSEDecoder
-from broker.engines.subprocess_engine import SubprocessEngine
-from broker.engines.subprocess_protocol import LineReader
-from core.engine_types import ChatMessage, EngineResult, ToolSpec, TurnRequest
-from tests.fake_openai import (
+from broker.engines.fake_openai import (
     FakeOpenAI,
     Reply,
     error_reply,
@@ -30,6 +26,10 @@ from tests.fake_openai import (
     text_reply,
     tool_call_reply,
 )
+from broker.engines.openai_engine import OpenAIEngine, SSEDecoder
+from broker.engines.subprocess_engine import SubprocessEngine
+from broker.engines.subprocess_protocol import LineReader
+from core.engine_types import ChatMessage, EngineResult, ToolSpec, TurnRequest
 from tests.suspensions import counting_suspensions
 
 pytestmark = pytest.mark.anyio

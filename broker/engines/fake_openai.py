@@ -1,15 +1,27 @@
-"""A scripted chat-completions server on 127.0.0.1 for engine tests.
+"""A fake OpenAI-compatible chat-completions server on loopback, to try the
+`openai` engine offline and to test it.
 
-`FakeOpenAI` runs a `ThreadingHTTPServer` in a background thread. Each test
-queues the replies it wants, one per request, in order: a streamed text
-reply, streamed tool calls, or an HTTP error with an OpenAI-style error body.
-Every request body is recorded in `requests` for assertions.
+    python -m broker.engines.fake_openai --port 8080
+
+serves `POST /v1/chat/completions` at `http://127.0.0.1:8080/v1`, streamed
+(server-sent events) as the real API streams, answering each request with
+"You said: " and the latest user message, and the usage of the request in
+words. It takes any key, or none, and keeps nothing.
+
+`FakeOpenAI` is the same server in a background thread for tests: a test
+queues the replies it wants, one per request, in order (a streamed text reply,
+streamed tool calls, or an HTTP error with an OpenAI-style error body), and
+every request body is recorded in `requests`. Without `echo`, a request with no
+reply queued is answered with an error; with it, as the command line answers.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import signal
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -79,6 +91,20 @@ def tool_call_reply(
     return Reply(chunks=chunks)
 
 
+def echo_reply(body: Json) -> Reply:
+    """What the command-line server answers: the latest user message, said back."""
+    said = ""
+    for message in body.get("messages") or ():
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            said = content if isinstance(content, str) else json.dumps(content)
+    words = f"You said: {said}".split(" ")
+    pieces = [word if i == 0 else " " + word for i, word in enumerate(words)]
+    prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages") or ())
+    model = str(body.get("model") or "fake-model")
+    return text_reply(pieces, model=model, usage=(prompt, len(words)))
+
+
 def stream_error_reply(pieces: list[str], message: str) -> Reply:
     """A 200 stream that breaks off with an error event, as some servers do."""
     reply = text_reply(pieces)
@@ -138,13 +164,14 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     """`with FakeOpenAI() as api:` … `api.base_url`, `api.script(...)`, `api.requests`."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, echo: bool = False) -> None:
+        self.echo = echo
         self.replies: deque[Reply] = deque()
         self.requests: list[Json] = []
         self.paths: list[str] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
-        self.server = _Server(("127.0.0.1", 0), _Handler)
+        self.server = _Server((host, port), _Handler)
         self.server.fake = self
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -166,6 +193,8 @@ class FakeOpenAI:
             if path != "/v1/chat/completions":
                 return error_reply(404, f"no route {path}")
             if not self.replies:
+                if self.echo:
+                    return echo_reply(body)
                 return error_reply(500, "the fake server has no scripted reply left")
             return self.replies.popleft()
 
@@ -183,3 +212,30 @@ class FakeOpenAI:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m broker.engines.fake_openai",
+        description="A fake OpenAI-compatible chat-completions server, for trying the openai"
+        " engine offline: it says back the latest user message.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="loopback by default")
+    parser.add_argument("--port", type=int, default=8080, help="0 picks a free port")
+    args = parser.parse_args(argv)
+    try:
+        fake = FakeOpenAI(args.host, args.port, echo=True)
+    except OSError as exc:
+        print(f"fake_openai: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    with fake:
+        print(f"serving chat completions at {fake.base_url}", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""Seeing inside the daemon: the hooks' hub, Prometheus metrics, OpenTelemetry traces.
+
+The daemon's code reports what happens to `hub.observer`; `metrics` turns it
+into Prometheus figures served by `http`, and `tracing` (the `tracing` extra)
+into spans exported over OTLP/HTTP.
+"""
+
+from broker.observe.hub import Observer, install
+
+__all__ = ["Observer", "install"]

@@ -1,0 +1,105 @@
+"""Where the daemon's hooks report what happened, for metrics and traces to take.
+
+The hooks in the ingress, the writer, the running turn and the turn commit call
+`hub.observer`, a process-wide `Observer`: by default one that does nothing, so
+a daemon with metrics and tracing off pays a method call per hook and no more.
+The daemon installs the observers its configuration asks for at start and
+puts the silent one back when it stops. An observer never blocks, never raises
+into the hook that called it, and keeps nothing that grows without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from ledger.port.records import TurnRecord
+from plumbing import logs
+
+log = logs.get("broker.observe")
+InboundOutcome = Literal["acked", "duplicate", "refused"]
+
+
+class Observer:
+    """What the hooks report; each method does nothing here."""
+
+    def inbound(self, outcome: InboundOutcome) -> None:
+        """An inbound frame was answered."""
+
+    def acked(self, filed_at: float, acked_at: float, session: str, item: str) -> None:
+        """A message was acked: filed with the writer at `filed_at`, acked at `acked_at`
+        (the event loop's clock, in seconds)."""
+
+    def batch(self, jobs: int, seconds: float) -> None:
+        """The writer had a batch of `jobs` committed, `seconds` after handing it over."""
+
+    def first_chunk(self, seconds: float) -> None:
+        """An engine call's first delta came `seconds` after the call began."""
+
+    def delta(self, session: str, turn: str, text: str) -> None:
+        """A chunk of a running turn's reply, as it streams."""
+
+    def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
+        """A turn's engine call ran from `began_ms` to `ended_ms` (wall clock)."""
+
+    def tool_call(self, turn: str, name: str, began_ms: int, ended_ms: int, status: str) -> None:
+        """A turn's broker tool call."""
+
+    def turn(self, rec: TurnRecord, written: str) -> None:
+        """A turn's record was written (`thread`, `orphan`) or not (`lost`)."""
+
+
+class Fanout(Observer):
+    """Several observers as one; one that raises is logged and the others still hear."""
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        self.observers = tuple(observers)
+
+    def inbound(self, outcome: InboundOutcome) -> None:
+        for o in self.observers:
+            _safely(o.inbound, outcome)
+
+    def acked(self, filed_at: float, acked_at: float, session: str, item: str) -> None:
+        for o in self.observers:
+            _safely(o.acked, filed_at, acked_at, session, item)
+
+    def batch(self, jobs: int, seconds: float) -> None:
+        for o in self.observers:
+            _safely(o.batch, jobs, seconds)
+
+    def first_chunk(self, seconds: float) -> None:
+        for o in self.observers:
+            _safely(o.first_chunk, seconds)
+
+    def delta(self, session: str, turn: str, text: str) -> None:
+        for o in self.observers:
+            _safely(o.delta, session, turn, text)
+
+    def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
+        for o in self.observers:
+            _safely(o.engine_call, turn, began_ms, ended_ms)
+
+    def tool_call(self, turn: str, name: str, began_ms: int, ended_ms: int, status: str) -> None:
+        for o in self.observers:
+            _safely(o.tool_call, turn, name, began_ms, ended_ms, status)
+
+    def turn(self, rec: TurnRecord, written: str) -> None:
+        for o in self.observers:
+            _safely(o.turn, rec, written)
+
+
+def _safely(fn: object, *args: object) -> None:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except Exception:
+        log.exception("an observer failed; the broker goes on without its figure")
+
+
+SILENT = Observer()
+observer: Observer = SILENT
+
+
+def install(observers: Sequence[Observer]) -> None:
+    """Make these the observers every hook reports to (none: the silent one)."""
+    global observer
+    observer = Fanout(observers) if observers else SILENT

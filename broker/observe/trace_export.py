@@ -1,0 +1,160 @@
+"""Traces leave the daemon through a process of their own.
+
+Why a process: making spans with the OpenTelemetry SDK and encoding them for
+OTLP costs several times what the broker itself spends on a turn, and in the
+daemon's process that would be its event loop's time and its GIL. So the
+hooks only note what happened as small tuples (`TraceShipper`, in the daemon);
+twice a second the notes go, pickled, down a pipe to the exporter child
+(`main`), which makes the spans (tracing.py) and sends them.
+
+The daemon never waits on it: notes past `MAX_PENDING` are dropped and
+counted, a pipe that is full waits only the shipping task, and a child that
+died is logged once and traces stop, nothing else. The child stops when the
+pipe closes (the daemon stopped, or died), after sending what it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from broker.observe.hub import Observer
+from broker.observe.notes import as_facts, facts
+from ledger.port.records import TurnRecord
+from plumbing import logs
+
+if TYPE_CHECKING:
+    from broker.config import Settings
+
+log = logs.get("broker.observe")
+SHIP_EVERY_S = 0.5
+MAX_PENDING = 100_000  # notes waiting for the next shipment; past it they are dropped
+STOP_TIMEOUT_S = 5.0
+_HEADER = struct.Struct("!Q")
+
+
+class TraceShipper(Observer):
+    """The daemon's side: the hooks' notes, shipped to the exporter child."""
+
+    def __init__(self, settings: Settings) -> None:
+        t = settings.tracing
+        self.config = {
+            "endpoint": t.otlp_endpoint,
+            "capture_content": t.capture_content,
+            "service": settings.server_name,
+            "instance": settings.node_id or settings.server_name,
+        }
+        self.capture = t.capture_content
+        self.pending: list[tuple[Any, ...]] = []
+        self.dropped = 0
+
+    def _note(self, note: tuple[Any, ...]) -> None:
+        if len(self.pending) < MAX_PENDING:
+            self.pending.append(note)
+        else:
+            self.dropped += 1
+
+    def acked(self, filed_at: float, acked_at: float, session: str, item: str) -> None:
+        now = time.time_ns()
+        self._note(("ingest", now - int((acked_at - filed_at) * 1e9), now, session, item))
+
+    def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
+        self._note(("engine_call", turn, began_ms, ended_ms))
+
+    def tool_call(self, turn: str, name: str, began_ms: int, ended_ms: int, status: str) -> None:
+        self._note(("tool_call", turn, name, began_ms, ended_ms, status))
+
+    def turn(self, rec: TurnRecord, written: str) -> None:
+        self._note(("turn", facts(rec, self.capture), written))
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start the child, then ship the notes until cancelled; then the last ones."""
+        command = [sys.executable, "-m", "broker.observe.trace_export", json.dumps(self.config)]
+        process = await anyio.open_process(
+            command, stdin=subprocess.PIPE, stdout=None, stderr=None, start_new_session=True
+        )
+        task_status.started()
+        alive = True
+        try:
+            while alive:
+                await anyio.sleep(SHIP_EVERY_S)
+                alive = await self._ship(process)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_TIMEOUT_S):
+                if alive:
+                    await self._ship(process)
+                assert process.stdin is not None
+                await process.stdin.aclose()
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+
+    async def _ship(self, process: anyio.abc.Process) -> bool:
+        if self.dropped:
+            log.warning("trace notes dropped: the exporter did not keep up", dropped=self.dropped)
+            self.dropped = 0
+        if not self.pending:
+            return True
+        batch, self.pending = self.pending, []
+        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        assert process.stdin is not None
+        try:
+            await process.stdin.send(_HEADER.pack(len(data)) + data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            log.error("the trace exporter stopped; no more traces are sent", error=str(exc))
+            self.pending = []
+            return False
+        return True
+
+
+# -- the child ----------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    from broker.observe.tracing import Tracing
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's to handle; it closes the pipe
+    config = json.loads(argv[1])
+    tracing = Tracing.open(
+        config["endpoint"], config["capture_content"], config["service"], config["instance"]
+    )
+    stdin = sys.stdin.buffer
+    try:
+        while True:
+            header = stdin.read(_HEADER.size)
+            if len(header) < _HEADER.size:
+                return 0
+            (size,) = _HEADER.unpack(header)
+            for note in pickle.loads(stdin.read(size)):
+                _replay(tracing, note)
+    finally:
+        tracing.shutdown()  # sends what it holds, bounded by the exporter's timeout
+
+
+def _replay(tracing: Any, note: tuple[Any, ...]) -> None:
+    kind, *args = note
+    if kind == "ingest":
+        tracing.ingest(*args)
+    elif kind == "engine_call":
+        tracing.engine_call(*args)
+    elif kind == "tool_call":
+        tracing.tool_call(*args)
+    elif kind == "turn":
+        tracing.turn(as_facts(args[0]), args[1])
+
+
+if __name__ == "__main__":
+    os.nice(5)  # behind the daemon and its writer when the CPU is short
+    sys.exit(main(sys.argv))
