@@ -189,3 +189,21 @@ async def test_encrypt_in_place_keeps_no_plain_copy_and_rekey_changes_the_key(
         assert await op(o, "recall.search", query=marker.decode())
     d.terminate()
     assert not any(marker in data for data in every_file(short_tmp).values())
+
+
+async def test_an_erasure_on_an_encrypted_ledger_truncates_its_wal_with_the_key(
+    make_daemon: DaemonFactory, short_tmp: Path
+) -> None:
+    key = key_file(short_tmp)
+    d = make_daemon({"ledger": {"key_file": str(key)}}, name="enc")
+    channel, marker = uniq("c"), uniq("zqxerase")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        await say(a, inbound(uniq("m"), "erin", text=f"erin says {marker}"))
+        erin = (await op(o, "contact.show", channel=channel, sender_id="erin"))["entity"]
+        counts = await op(o, "entity.erase", entity=erin, confirm=erin)
+        assert counts["entity"] == erin and counts["messages"] >= 1
+        assert await op(o, "recall.search", query=marker) == []
+        # The op returns after its WAL truncation, a connection of its own that
+        # opens only with the key; the daemon goes on serving.
+        assert await op(o, "recall.search", query="erin") == []
+    assert d.proc is not None and d.proc.poll() is None
