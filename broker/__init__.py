@@ -6,6 +6,7 @@ and reaches storage only through the ledger port (`ledger.port`)."""
 __all__ = [
     "cluster_push",
     "config",
+    "config_reference",
     "connection",
     "context",
     "daemon",

@@ -32,30 +32,70 @@ class _Section(BaseModel):
 
 
 class LedgerSettings(_Section):
-    path: Path = Path("var/ledger.db")
-    synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
-    readers: int = Field(2, ge=1, le=16)
-    # process: write transactions run in a child process with its own GIL
-    # (ledger/writer/process.py); thread: in a thread of the daemon.
-    writer: Literal["process", "thread"] = "process"
-    # Writes that fail on the storage (disk full, I/O error) are run again until
-    # they commit; if none can commit for this long, the daemon exits with status
-    # 74 (EX_IOERR) for its supervisor to restart it (ledger/writer/group_commit.py).
-    write_fail_exit_s: float = Field(60.0, gt=0)
-    # The integrity check at start stops after this long (0: no check); see ledger/db.py.
-    check_s: float = Field(10.0, ge=0)
-    # Backpressure (ledger/writer/group_commit.py): writes queued for the writer at most;
-    # a message past it waits up to `writer_wait_s` for room, then is `overloaded`.
-    writer_queue: int = Field(100_000, ge=1, le=10_000_000)
-    writer_wait_s: float = Field(10.0, ge=0, le=3600)
-    # -- the ledger on PostgreSQL (ledger/postgres/, docs/cluster.md) --
-    # "postgres" keeps the ledger in the database `dsn` names; `path`, `synchronous`,
-    # `writer` and `check_s` are then SQLite's alone and unused.
-    kind: Literal["sqlite", "postgres"] = "sqlite"
-    dsn: str | None = None  # postgresql://user[:password]@host[:port]/dbname
-    # A file holding the key that encrypts the SQLite ledger, its WAL and its backups
-    # (ledger/port/cipher.py, docs/security.md); "" or unset: a plain ledger.
-    key_file: Path | None = None
+    """`[ledger]`: where messages and turns are stored. Every key is read at start only."""
+
+    path: Path = Field(Path("var/ledger.db"), description="The SQLite ledger file.")
+    synchronous: Literal["NORMAL", "FULL"] = Field(
+        "NORMAL",
+        description="SQLite's `synchronous` in WAL mode. `NORMAL` keeps every acked message"
+        " through a crash or kill of the process; `FULL` also through a power loss, at the"
+        " cost of an fsync per group commit.",
+    )
+    readers: int = Field(2, ge=1, le=16, description="Read connections beside the writer.")
+    writer: Literal["process", "thread"] = Field(
+        "process",
+        description="Where write transactions run: `process`, a child process with its own"
+        " GIL (`ledger/writer/process.py`); `thread`, a thread of the daemon (slower under"
+        " load). If the writer process dies, the daemon stops; a restart recovers everything"
+        " acked.",
+    )
+    write_fail_exit_s: float = Field(
+        60.0,
+        gt=0,
+        description="Writes the storage refuses (disk full, I/O error) wait and run again, in"
+        " order, until they commit; meanwhile new messages are `overloaded` and `health` says"
+        " why. If nothing can be written for this long, the daemon exits 74 (EX_IOERR) for"
+        " its supervisor to restart it.",
+    )
+    check_s: float = Field(
+        10.0,
+        ge=0,
+        description="SQLite's `quick_check` at start stops after this long, with a warning"
+        " that the rest is unchecked; 0 skips it.",
+    )
+    writer_queue: int = Field(
+        100_000,
+        ge=1,
+        le=10_000_000,
+        description="Writes that may wait for the writer. Past it an inbound message (or a"
+        " turn's commit, a reaction, a delivery confirmation) waits for room, and its"
+        " connection's reader stops reading meanwhile.",
+    )
+    writer_wait_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="How long a write waits for room in `writer_queue`; then the frame is"
+        " answered `overloaded` and stores nothing.",
+    )
+    kind: Literal["sqlite", "postgres"] = Field(
+        "sqlite",
+        description="`postgres` keeps the ledger in the database `dsn` names (extra"
+        " `postgres`; `docs/cluster.md`); `path`, `synchronous`, `writer` and `check_s` are"
+        " then unused.",
+    )
+    dsn: str | None = Field(
+        None,
+        description="`postgresql://user[:password]@host[:port]/dbname`; needed when `kind ="
+        ' "postgres"`.',
+    )
+    key_file: Path | None = Field(
+        None,
+        description="A file holding the key that encrypts the SQLite ledger, its WAL and its"
+        " backups (extra `encryption`; `docs/forgetting.md`): owned by the daemon's user, mode"
+        " 0600 or 0400, 64 hex digits or a passphrase of at least 16 characters. Unset or"
+        ' "": a plain ledger. Refused with `kind = "postgres"`.',
+    )
 
     @model_validator(mode="after")
     def _postgres_has_a_dsn(self) -> LedgerSettings:
@@ -97,32 +137,83 @@ CODE_ENGINES = ("python", "openai-agents", "adk", "langgraph")
 
 
 class EngineSettings(_Section):
+    """`[engine]`: what produces a reply (`docs/engines.md`). The same keys make each
+    named engine of `[engines.<name>]`. An engine of a kind that runs the operator's
+    code (`python`, `openai-agents`, `adk`, `langgraph`) may hold keys of its own,
+    which its factory receives."""
+
     model_config = ConfigDict(extra="allow")
     kind: Literal["echo", "subprocess", "openai", "python", "openai-agents", "adk", "langgraph"] = (
-        "echo"
+        Field(
+            "echo",
+            description="`echo` (built in, deterministic), `subprocess` (a program speaking"
+            " JSON lines, `command`), `openai` (an OpenAI-compatible chat-completions"
+            " server), or code the operator brings: `python` (`entry`), `openai-agents` and"
+            " `adk` (`agent`), `langgraph` (`graph`).",
+        )
     )
-    chunks: int = Field(3, ge=1, le=1000)
-    delay_ms: int = Field(0, ge=0, le=60_000)
-    timeout_s: float = Field(120.0, gt=0)
-    # A turn that streams longer than this saves its partial output this often,
-    # so a crash keeps what it had said (ledger/turns.py).
-    progress_save_s: float = Field(1.0, gt=0)
-    context_window: int = Field(8192, ge=256)
-    encoding: str = "cl100k_base"  # tiktoken encoding, bundled offline
-    reserve_reply_tokens: int = Field(1024, ge=0)  # room kept in the window for the reply
-    compaction_threshold: float = Field(0.85, gt=0, le=1)  # of the window
-    keep_recent_ratio: float = Field(0.3, ge=0, lt=1)  # of the window, kept verbatim
-    compaction_timeout_s: float = Field(60.0, gt=0)  # then the deterministic summary
-    # The model compactions ask for (a cheaper one, say); None: the turns' model.
-    # A persona's own `compaction_model` wins (broker/mailbox/turn_parts.py).
-    compaction_model: str | None = None
-    command: list[str] = Field(default_factory=list)
-    base_url: str | None = None
-    model: str = "gpt-4o-mini"
-    api_key: str | None = None
-    entry: str | None = None  # kind "python": "module:attribute"
-    agent: str | None = None  # kinds "openai-agents" and "adk": "module:attribute"
-    graph: str | None = None  # kind "langgraph": "module:attribute", a compiled graph
+    chunks: int = Field(3, ge=1, le=1000, description="`echo`: deltas a reply streams in.")
+    delay_ms: int = Field(0, ge=0, le=60_000, description="`echo`: pause between deltas.")
+    timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Bound on one engine call; past it the turn fails and the person gets a"
+        " `deliver` of status `failed`.",
+    )
+    progress_save_s: float = Field(
+        1.0,
+        gt=0,
+        description="A turn that streams longer than this saves its partial output this"
+        " often, so a crash keeps what it had said.",
+    )
+    context_window: int = Field(8192, ge=256, description="The model's window, in tokens.")
+    encoding: str = Field(
+        "cl100k_base", description="The tiktoken encoding tokens are counted in (offline)."
+    )
+    reserve_reply_tokens: int = Field(
+        1024, ge=0, description="Tokens of the window kept free for the reply."
+    )
+    compaction_threshold: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="Share of the window past which a turn is preceded by a compaction.",
+    )
+    keep_recent_ratio: float = Field(
+        0.3, ge=0, lt=1, description="Share of the window a compaction keeps verbatim."
+    )
+    compaction_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="A summarizer that fails or takes longer is replaced by a deterministic"
+        " summary.",
+    )
+    compaction_model: str | None = Field(
+        None,
+        description="The model a compaction asks for (a cheaper one, say); unset: the turns'"
+        " model. A persona's own `compaction_model` wins.",
+    )
+    command: list[str] = Field(
+        default_factory=list, description="`subprocess`: the program and its arguments."
+    )
+    base_url: str | None = Field(
+        None,
+        description="`openai`: the server's URL; unset: the OpenAI library's default (its"
+        " own API, or `OPENAI_BASE_URL`).",
+    )
+    model: str = Field("gpt-4o-mini", description="`openai`: the model asked for.")
+    api_key: str | None = Field(
+        None,
+        description="`openai`: the key sent to the server; unset: `OPENAI_API_KEY`, or a"
+        " placeholder when `base_url` names a local server.",
+    )
+    entry: str | None = Field(None, description='`python`: `"module:attribute"`.')
+    agent: str | None = Field(
+        None, description='`openai-agents` and `adk`: the agent, `"module:attribute"`.'
+    )
+    graph: str | None = Field(
+        None, description='`langgraph`: a compiled graph, `"module:attribute"`.'
+    )
 
     @model_validator(mode="after")
     def _own_keys_for_code(self) -> EngineSettings:
@@ -155,10 +246,19 @@ class EngineSettings(_Section):
 class McpServerSettings(_Section):
     """One MCP server whose tools engines are offered (docs/mcp.md)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    command: list[str] = Field(default_factory=list)  # stdio: the server's command line
-    url: str | None = None  # or streamable HTTP: "http://127.0.0.1:8000/mcp"
-    allow: list[str] = Field(default_factory=list)  # the tools offered (by the server's names)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_-]{1,64}$", description="Its name, for route rules' `mcp`."
+    )
+    command: list[str] = Field(
+        default_factory=list, description="A stdio server: its command line."
+    )
+    url: str | None = Field(
+        None,
+        description='Or a streamable HTTP server: its URL, `"http://127.0.0.1:8000/mcp"`.',
+    )
+    allow: list[str] = Field(
+        default_factory=list, description="The tools offered, by the server's names for them."
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSettings:
@@ -168,7 +268,11 @@ class McpServerSettings(_Section):
 
 
 class McpSettings(_Section):
-    servers: list[McpServerSettings] = Field(default_factory=list)
+    """`[mcp]`: tools from MCP servers, offered to engines (docs/mcp.md)."""
+
+    servers: list[McpServerSettings] = Field(
+        default_factory=list, description="The MCP servers, each with its own tools."
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> McpSettings:
@@ -187,11 +291,21 @@ class McpSettings(_Section):
 
 
 class AuthSettings(_Section):
-    # None: the broker's own uid / gid only.
-    allowed_uids: list[int] | None = None
-    allowed_gids: list[int] | None = None
-    channel_tokens: dict[str, str] = Field(default_factory=dict)
-    require_token: bool = False
+    """`[auth]`: who may connect to the socket, checked by peer credentials (SO_PEERCRED)."""
+
+    allowed_uids: list[int] | None = Field(
+        None, description="Peer uids allowed; unset: the broker's own uid only."
+    )
+    allowed_gids: list[int] | None = Field(
+        None, description="Peer gids allowed; unset: the broker's own gid only."
+    )
+    channel_tokens: dict[str, str] = Field(
+        default_factory=dict,
+        description="Channel name -> the token its adapter must present in its `hello`.",
+    )
+    require_token: bool = Field(
+        False, description="true: a channel with no entry in `channel_tokens` is refused."
+    )
 
     @field_validator("channel_tokens")
     @classmethod
@@ -205,10 +319,14 @@ class AuthSettings(_Section):
 
 
 class LoggingSettings(_Section):
-    # Patterns (Python regular expressions) of the operator's secrets, replaced by
-    # "[redacted]" in log lines and error messages beside the built-in ones
-    # (plumbing/redact.py).
-    redact: list[str] = Field(default_factory=list)
+    """`[logging]`: what log lines and error messages never show."""
+
+    redact: list[str] = Field(
+        default_factory=list,
+        description="Patterns (Python regular expressions) of the operator's secrets,"
+        ' replaced by "[redacted]" in log lines and error messages beside the built-in ones'
+        " (`plumbing/redact.py`).",
+    )
 
     @field_validator("redact")
     @classmethod
@@ -220,65 +338,131 @@ OperatorRole = Literal["read", "operate", "admin"]
 
 
 class OperatorUid(_Section):
-    uid: int = Field(ge=0)
-    role: OperatorRole
+    """One operator's uid and role."""
+
+    uid: int = Field(ge=0, description="The peer's uid on the socket.")
+    role: OperatorRole = Field(description="`read`, `operate` or `admin`.")
 
 
 class OperatorSettings(_Section):
     """`[operators]`: the role of each peer uid (broker/ops/roles.py); uid 0 and the
     daemon's own uid are `admin` whatever this says."""
 
-    default_role: OperatorRole = "operate"
-    uids: list[OperatorUid] = Field(default_factory=list)
+    default_role: OperatorRole = Field(
+        "operate", description="The role of a peer uid not in `uids`."
+    )
+    uids: list[OperatorUid] = Field(default_factory=list, description="Roles by uid.")
 
     def roles(self) -> dict[int, OperatorRole]:
         return {u.uid: u.role for u in self.uids}
 
 
 class QueueSettings(_Section):
-    debounce_ms: int = Field(1500, ge=0, le=600_000)
-    cap: int | None = Field(100, ge=1)
-    drop: Literal["old", "new", "summarize"] = "old"
-    person_mode: QueueMode = "interrupt"
-    worker_mode: QueueMode = "followup"
-    idle_stop_s: float = Field(30.0, gt=0)
-    # An open item with no live actor for this long is stuck (health, doctor).
-    stuck_after_s: float = Field(60.0, gt=0)
+    """`[queue]`: what a message does to a busy session (`docs/turns.md`)."""
+
+    debounce_ms: int = Field(
+        1500,
+        ge=0,
+        le=600_000,
+        description="`collect` mode: the quiet period after which the batch runs as one turn.",
+    )
+    cap: int | None = Field(100, ge=1, description="Waiting items a session keeps at most.")
+    drop: Literal["old", "new", "summarize"] = Field(
+        "old",
+        description="Past `cap`: drop the oldest or the newest waiting item, or summarize the"
+        " dropped ones into a note for the next turn. Dropped items keep their reason.",
+    )
+    person_mode: QueueMode = Field(
+        "interrupt", description="The mode of a person's message that names none."
+    )
+    worker_mode: QueueMode = Field(
+        "followup", description="The mode of a worker result or a timer's item."
+    )
+    idle_stop_s: float = Field(
+        30.0, gt=0, description="A session's actor retires after this long with nothing to do."
+    )
+    stuck_after_s: float = Field(
+        60.0,
+        gt=0,
+        description="A queued or running item no live actor has held for this long is stuck"
+        " (`health`, `doctor`).",
+    )
 
 
 class WorkerSettings(_Section):
-    max_depth: int = Field(2, ge=1, le=10)  # a worker's worker's ... worker
-    max_children: int = Field(8, ge=1, le=1000)  # running workers per session
-    timeout_s: float = Field(600.0, gt=0)  # a dispatch not finished by then times out
-    persona: str | None = None  # a persona for workers; None: `system_prompt` below
-    system_prompt: str = (
-        "You are a worker agent. Another agent dispatched the task below to you. Do it, "
-        "then reply with the result only: it goes back to the agent that asked. If the "
-        "task takes you several turns (you wait for workers of your own or a timer), "
-        "give the result with the worker_done tool when it is ready."
+    """`[workers]`: sessions an agent starts with `agent_send`."""
+
+    max_depth: int = Field(
+        2, ge=1, le=10, description="How deep workers may nest (a worker's worker's ...)."
+    )
+    max_children: int = Field(
+        8, ge=1, le=1000, description="Workers a session may have running at once."
+    )
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="A task not finished by then ends; its `worker_result` says it timed out.",
+    )
+    persona: str | None = Field(
+        None, description="A persona (in `[personas]`) for workers; unset: `system_prompt`."
+    )
+    system_prompt: str = Field(
+        description="A worker's system prompt when `persona` is unset.",
+        default=(
+            "You are a worker agent. Another agent dispatched the task below to you. Do it, "
+            "then reply with the result only: it goes back to the agent that asked. If the "
+            "task takes you several turns (you wait for workers of your own or a timer), "
+            "give the result with the worker_done tool when it is ready."
+        ),
     )
 
 
 class RecallSettings(_Section):
-    budget_tokens: int = Field(8000, ge=256)  # of the tool's output
-    # May an agent search every session's archive (session "*")? Off: its own only.
-    cross_session: bool = False
-    # Turns shown before and after each search hit, within its thread (seed 003).
-    neighbours_before: int = Field(1, ge=0, le=5)
-    neighbours_after: int = Field(1, ge=0, le=5)
-    # A one-line hint to a turn whose message names something only older turns hold.
-    hint: bool = True
+    """`[recall]`: the `conversation_recall` tool and the recall hint."""
+
+    budget_tokens: int = Field(
+        8000, ge=256, description="Tokens of the `conversation_recall` tool's output at most."
+    )
+    cross_session: bool = Field(
+        False,
+        description='May an agent\'s `conversation_recall` read any session (`"*"`, or another'
+        " label)? false: only its own session and its person's other DM sessions.",
+    )
+    neighbours_before: int = Field(
+        1, ge=0, le=5, description="Turns shown before each hit, on its thread."
+    )
+    neighbours_after: int = Field(
+        1, ge=0, le=5, description="Turns shown after each hit, on its thread."
+    )
+    hint: bool = Field(
+        True,
+        description="A one-line note to a turn whose message names something that only older"
+        " turns, left out of its context, hold.",
+    )
 
 
 class SnapshotSettings(_Section):
-    # A file content an engine reports over this is recorded by its hash and
-    # size only, with a note saying so (ledger/snapshots.py).
-    max_bytes: int = Field(8 << 20, ge=0, le=1 << 30)
+    """`[snapshots]`: files engines report changing."""
+
+    max_bytes: int = Field(
+        8 << 20,
+        ge=0,
+        le=1 << 30,
+        description="A file content over this is recorded by its sha256 and size only, with"
+        " a note; applies on reload.",
+    )
 
 
 class RetentionSettings(_Section):
-    # > 0: turns that ended longer ago than this many days become stubs (broker/retention.py)
-    keep_days: float = Field(0.0, ge=0)
+    """`[retention]`: how long turns keep their content (`broker/retention.py`)."""
+
+    keep_days: float = Field(
+        0.0,
+        ge=0,
+        description="Turns that ended longer ago than this many days become stubs (their"
+        " text goes, to the bytes); every session's head and latest compaction stay. Checked"
+        " at start, then hourly; 0 keeps everything (`docs/forgetting.md`).",
+    )
 
 
 # -- [reset]: when a session's thread rolls over (core/resets.py) ---------------
@@ -296,10 +480,21 @@ def check_timezone(name: str) -> str:
 
 
 class ResetSettings(_Section):
-    idle_s: float = Field(0.0, ge=0)  # > 0: a message after this much silence starts a thread
-    daily_at: str = ""  # "HH:MM": the first message after this local time each day does
-    timezone: str = "UTC"  # of `daily_at`
-    max_turns: int = Field(0, ge=0)  # > 0: a thread that reached this many turns rolls over
+    """`[reset]`: when a session's thread rolls over on its own (`/new` always does). A
+    route rule's `reset` overrides these key by key."""
+
+    idle_s: float = Field(
+        0.0, ge=0, description="A message after this much silence starts a thread; 0: never."
+    )
+    daily_at: str = Field(
+        "",
+        description='`"HH:MM"`: the first message after this local time each day starts a'
+        ' thread; "": never.',
+    )
+    timezone: str = Field("UTC", description="The IANA zone of `daily_at`.")
+    max_turns: int = Field(
+        0, ge=0, description="A thread that reached this many turns rolls over; 0: never."
+    )
 
     @field_validator("daily_at")
     @classmethod
@@ -317,69 +512,120 @@ class ResetSettings(_Section):
 
 
 class TitleSettings(_Section):
-    # A cheap model writes each turn's title after the turn, off its path
-    # (broker/titler.py): the name of an engine in [engines]. "": off, the title
-    # stays the mechanical one (or the engine's, from an `intent` event).
-    engine: str = ""
-    timeout_s: float = Field(10.0, gt=0, le=600)  # per title; past it the title stays
-    queue: int = Field(1000, ge=1, le=100_000)  # turns waiting for a title; past it, skipped
+    """`[titles]`: a cheap model titling each turn after it, never delaying the next. Read
+    at start only."""
+
+    engine: str = Field(
+        "",
+        description='An engine in `[engines]` that writes each turn\'s title; "": off, the'
+        " title stays the mechanical one (or the engine's, from an `intent` event).",
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Per title; past it the title stays as it was."
+    )
+    queue: int = Field(
+        1000, ge=1, le=100_000, description="Turns waiting for a title; past it, skipped."
+    )
 
 
 class Persona(_Section):
-    engine: str | None = None  # a name in [engines]; None: the default [engine]
-    system_prompt: str | None = None
-    model: str | None = None  # passed to the engine; None: the engine's own
-    context_window: int | None = Field(None, ge=256)
-    compaction_model: str | None = None  # None: its engine's `compaction_model`
+    """`[personas.<name>]`: who the agent is for a route rule's `session.persona`."""
+
+    engine: str | None = Field(
+        None, description="An engine in `[engines]`; unset: the default `[engine]`."
+    )
+    system_prompt: str | None = Field(None, description="The prompt every turn begins with.")
+    model: str | None = Field(None, description="The model asked for; unset: the engine's.")
+    context_window: int | None = Field(
+        None, ge=256, description="Tokens; unset: the engine's `context_window`."
+    )
+    compaction_model: str | None = Field(
+        None, description="Unset: its engine's `compaction_model`."
+    )
 
 
 class RuntimeSettings(_Section):
     """`[runtime]`: where sessions run (docs/cluster.md "Sessions on Temporal")."""
 
-    kind: Literal["local", "temporal"] = "local"  # local: in-process actors
-    address: str = "127.0.0.1:7233"
-    namespace: str = "default"
-    task_queue: str = "broker"
-    connect_timeout_s: float = Field(5.0, gt=0, le=300)
-    # A turn activity that has not heartbeat for this long is given to another worker.
-    heartbeat_timeout_s: float = Field(5.0, gt=0, le=3600)
-    # Single node only, for tests and a demo: a cluster needs a shared ledger.
-    allow_local_ledger: bool = False
-    # "host:port": the node's Temporal worker metrics (cache hits and misses, task
-    # latencies, the sessions' replays) served for Prometheus there; "" serves none.
-    metrics_address: str = ""
-    # A session's workflow run goes on as a new run, between two turns, once its history
-    # holds this many events, so that a node taking it over (another node died, this one
-    # restarted) replays a short history; 0 leaves it to Temporal's suggestion alone.
-    history_max_events: int = Field(60, ge=0, le=50_000)
-    # true runs the session workflows in Temporal's sandbox. It checks nothing of ours:
-    # the workflow modules are passed through it (they import the broker's), so no
-    # call of theirs is restricted; and it costs a fifth of a node's CPU a turn
-    # (docs/performance.md "Where a clustered turn's CPU goes").
-    workflow_sandbox: bool = False
+    kind: Literal["local", "temporal"] = Field(
+        "local",
+        description="`local`: in-process actors; `temporal`: each session a Temporal workflow"
+        ' (extra `temporal`; needs `ledger.kind = "postgres"`).',
+    )
+    address: str = Field("127.0.0.1:7233", description="The Temporal server, `host:port`.")
+    namespace: str = Field("default", description="The Temporal namespace.")
+    task_queue: str = Field("broker", description="The task queue every node serves.")
+    connect_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Bound on reaching Temporal at start; past it the daemon exits 69.",
+    )
+    heartbeat_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="A turn activity that has not heartbeat for this long is given to another"
+        " worker.",
+    )
+    allow_local_ledger: bool = Field(
+        False,
+        description="Run on a SQLite ledger: a single node only, for tests and a demo (a"
+        " cluster shares one ledger).",
+    )
+    metrics_address: str = Field(
+        "",
+        description='`"host:port"` where the node serves its Temporal worker metrics for'
+        ' Prometheus (task latencies, cache hits, the sessions\' replays); "": none.',
+    )
+    history_max_events: int = Field(
+        60,
+        ge=0,
+        le=50_000,
+        description="A session's workflow run goes on as a new run, between two turns, once"
+        " its history holds this many events, so a node taking it over replays a short"
+        " history; 0 leaves it to Temporal's suggestion.",
+    )
+    workflow_sandbox: bool = Field(
+        False,
+        description="true runs the session workflows in Temporal's sandbox, which restricts"
+        " none of the broker's calls and costs CPU a turn (`docs/performance.md`).",
+    )
 
 
 class ClusterSettings(_Section):
     """`[cluster]`: several nodes on one ledger (docs/cluster.md "Two and more nodes").
-    Used on the Temporal runtime only: a local node sends its replies itself."""
+    Used on the Temporal runtime only: a local node sends its replies itself. Read at
+    start only."""
 
-    # Pending replies of this node's adapters' channels looked for in the ledger.
-    outbox_poll_ms: int = Field(100, ge=5, le=60_000)
-    # A node's claim on a reply it sent; past it another node may send it again.
-    claim_lease_ms: int = Field(5_000, ge=100, le=3_600_000)
+    outbox_poll_ms: int = Field(
+        100,
+        ge=5,
+        le=60_000,
+        description="How often the node looks in the ledger for pending replies of its"
+        " adapters' channels.",
+    )
+    claim_lease_ms: int = Field(
+        5_000,
+        ge=100,
+        le=3_600_000,
+        description="A node's claim on a reply it sent; past it another node may send it again.",
+    )
 
 
 class MetricsSettings(_Section):
     """`[metrics]`: Prometheus text at GET /metrics (broker/observe/metrics.py)."""
 
-    address: str = ""  # "127.0.0.1:9108", or a Unix socket path; "": off
+    address: str = Field("", description='`"127.0.0.1:9108"`, or a Unix socket path; "": off.')
 
 
 class TracingSettings(_Section):
     """`[tracing]`: OpenTelemetry traces over OTLP/HTTP (broker/observe/tracing.py)."""
 
-    otlp_endpoint: str = ""  # "http://127.0.0.1:4318"; "": off
-    capture_content: bool = False  # message text in the spans
+    otlp_endpoint: str = Field(
+        "", description='Where spans go, `"http://127.0.0.1:4318"`; "": off.'
+    )
+    capture_content: bool = Field(False, description="Message text in the spans.")
 
     @field_validator("otlp_endpoint")
     @classmethod
@@ -392,8 +638,10 @@ class TracingSettings(_Section):
 class ConsoleSettings(_Section):
     """`[console]`: the web console (broker/console/)."""
 
-    address: str = ""  # "127.0.0.1:8765", or a Unix socket path; "": off
-    token_file: Path | None = None  # required with `address`: "<role> <token>" lines
+    address: str = Field("", description='`"127.0.0.1:8765"`, or a Unix socket path; "": off.')
+    token_file: Path | None = Field(
+        None, description='Needed with `address`: lines of `"<role> <token>"`.'
+    )
 
     @model_validator(mode="after")
     def _tokens_when_served(self) -> ConsoleSettings:
@@ -407,33 +655,81 @@ class Settings(BaseSettings):
         env_prefix="BROKER_", env_nested_delimiter="__", extra="forbid", validate_default=True
     )
 
-    server_name: str = "brokerd"
-    socket_path: Path = Path("var/broker.sock")
-    socket_mode: int = Field(0o660, ge=0, le=0o777)
-    max_frame_bytes: int = Field(1 << 20, ge=1024, le=64 << 20)
-    max_text_bytes: int = Field(256 << 10, ge=16, le=32 << 20)
-    max_inflight: int = Field(1024, ge=1, le=1_000_000)
-    # Bytes of inbound frames, over all connections, handed to the ledger writer
-    # and not yet committed; past it inbound frames are answered `overloaded`.
-    max_pending_bytes: int = Field(64 << 20, ge=1024, le=1 << 40)
-    # A frame begun (bytes without their newline) and not finished this long after
-    # its first byte closes its connection. A connection with nothing half sent
-    # may stay idle for as long as it likes.
-    frame_timeout_s: float = Field(30.0, gt=0, le=86_400)
-    shutdown_grace_s: float = Field(10.0, ge=0)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "console"] = "json"
+    server_name: str = Field("brokerd", description="The name the `welcome` frame gives.")
+    socket_path: Path = Field(
+        Path("var/broker.sock"), description="The Unix socket adapters and operators use."
+    )
+    socket_mode: int = Field(
+        0o660, ge=0, le=0o777, description="The socket's file mode (write it `0o660` in TOML)."
+    )
+    max_frame_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        le=64 << 20,
+        description="A longer line is answered `frame_too_large` and closes its connection;"
+        " on reload, applies to connections made after it.",
+    )
+    max_text_bytes: int = Field(
+        256 << 10, ge=16, le=32 << 20, description="Message text longer than this is `invalid`."
+    )
+    max_inflight: int = Field(
+        1024,
+        ge=1,
+        le=1_000_000,
+        description="Inbound frames of one connection awaiting their commit; past it,"
+        " `overloaded`.",
+    )
+    max_pending_bytes: int = Field(
+        64 << 20,
+        ge=1024,
+        le=1 << 40,
+        description="Bytes of inbound frames, over all connections, handed to the ledger"
+        " writer and not yet committed; a frame that would pass it is answered `overloaded`"
+        " and stores nothing. At least `max_frame_bytes`.",
+    )
+    frame_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=86_400,
+        description="A frame begun and not finished (no newline) this long after its first"
+        " byte closes its connection; a connection with nothing half sent may idle for hours.",
+    )
+    shutdown_grace_s: float = Field(
+        10.0,
+        ge=0,
+        description="On SIGTERM, running turns get this long to finish; the rest are aborted"
+        " (reason `shutdown`) and run again after the next start.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="The lowest level logged."
+    )
+    log_format: Literal["json", "console"] = Field(
+        "json",
+        description="`json`: one object a line on stderr; `console`: for a person at a terminal.",
+    )
     ledger: LedgerSettings = LedgerSettings()
     engine: EngineSettings = EngineSettings()
     auth: AuthSettings = AuthSettings()
     operators: OperatorSettings = OperatorSettings()
     logging: LoggingSettings = LoggingSettings()
     queue: QueueSettings = QueueSettings()
-    owners: list[Owner] = Field(default_factory=list)
-    routes: list[Rule] = Field(default_factory=list)  # inline rules, or:
-    policies_file: Path | None = None  # a TOML file of [[rules]]
-    personas: dict[str, Persona] = Field(default_factory=dict)
-    engines: dict[str, EngineSettings] = Field(default_factory=dict)  # for personas
+    owners: list[Owner] = Field(
+        default_factory=list,
+        description='The people whose messages match a rule\'s `principal = ["owner"]`.',
+    )
+    routes: list[Rule] = Field(
+        default_factory=list,
+        description="Route rules inline, tried first to last; or see `policies_file`.",
+    )
+    policies_file: Path | None = Field(
+        None, description="A TOML file of `[[rules]]`, each a route rule."
+    )
+    personas: dict[str, Persona] = Field(
+        default_factory=dict, description="Named personas a route rule may pick."
+    )
+    engines: dict[str, EngineSettings] = Field(
+        default_factory=dict, description="Named engines, for personas and `[titles]`."
+    )
     workers: WorkerSettings = WorkerSettings()
     recall: RecallSettings = RecallSettings()
     snapshots: SnapshotSettings = SnapshotSettings()
@@ -441,13 +737,15 @@ class Settings(BaseSettings):
     reset: ResetSettings = ResetSettings()
 
     titles: TitleSettings = TitleSettings()
-    node_id: str = Field("", max_length=64)  # unique per node of a cluster; shown in `health`
+    node_id: str = Field(
+        "", max_length=64, description="Unique per node of a cluster; shown in `health`."
+    )
     runtime: RuntimeSettings = RuntimeSettings()
     cluster: ClusterSettings = ClusterSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
     console: ConsoleSettings = ConsoleSettings()
-    mcp: McpSettings = McpSettings()  # [[mcp.servers]]: tools for engines
+    mcp: McpSettings = McpSettings()
 
     @field_validator("socket_path")
     @classmethod

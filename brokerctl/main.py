@@ -26,6 +26,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     erase,
     files,
     messaging,
+    names,
     routes,
     state,
     threads,

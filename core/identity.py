@@ -4,12 +4,16 @@ Pure code, no I/O. The union-find itself is the ledger's `entities` table
 (`merged_into` is the parent), walked by `ledger.ingest.find_root` and joined
 by `ledger.merge.merge_entities` with the two functions below.
 
-The canonical root of a merged set is its smallest entity id, which, ids being
-ULIDs, is the oldest entity; the choice does not depend on the order of merges, so
-replaying merges in any order gives the same partition and the same roots. Finding
-a root never changes which root a node reaches: path compression only shortens the
-chain. A label resolves by direct label first (following a merged session to its
-primary), then by alias, and only then is a new session created.
+A merge of `from` into `into` keeps the root of `into`'s set as the root of the
+joined set: the entity an operator names there (a person, say) stays canonical, and
+the other set's root is linked under it, so no merge can make a cycle. Merging two
+entities already in one set changes nothing. Finding a root never changes which root
+a node reaches: path compression only shortens the chain. A name and a kind belong to
+the person, so they are kept on the canonical root; a root that is a bare contact
+when a merge links a person (or an org) under it takes that one's name and kind.
+
+A label resolves by direct label first (following a merged session to its primary),
+then by alias, and only then is a new session created.
 """
 
 from __future__ import annotations
@@ -21,11 +25,47 @@ from typing import Literal, NamedTuple
 from core.resets import ResetPolicy
 
 PeerKind = Literal["dm", "group"]
+ENTITY_KINDS = ("person", "contact", "org")
+NAME_LIMIT = 200  # characters of an entity's name
+ALIAS_LIMIT = 200  # characters of a manual alias, as of a session label
 
 
-def canonical_pair(root_a: str, root_b: str) -> tuple[str, str]:
-    """Return (root, child) for two distinct roots: the smaller id wins."""
-    return (root_a, root_b) if root_a < root_b else (root_b, root_a)
+def link_roots(root_from: str, root_into: str) -> tuple[str, str] | None:
+    """The (root, child) link that joins the sets of two roots, `into`'s root staying
+    canonical; None when they are one set already."""
+    if root_from == root_into:
+        return None
+    return root_into, root_from
+
+
+def check_name(name: str) -> str:
+    """An entity's name as kept: trimmed, one line, not empty. ValueError otherwise."""
+    cleaned = name.strip()
+    if not cleaned:
+        raise ValueError("name must not be empty")
+    if len(cleaned) > NAME_LIMIT:
+        raise ValueError(f"name must be at most {NAME_LIMIT} characters")
+    if not cleaned.isprintable():
+        raise ValueError("name must be one line of printable characters")
+    return cleaned
+
+
+def check_kind(kind: str | None) -> str | None:
+    """An entity's kind, or None to keep the current one. ValueError for another."""
+    if kind is not None and kind not in ENTITY_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(ENTITY_KINDS)}")
+    return kind
+
+
+def check_alias(alias: str) -> str:
+    """A manual alias is a session key, taken as given: printable, no outer spaces."""
+    if not alias or alias != alias.strip():
+        raise ValueError("alias must not be empty nor start or end with a space")
+    if len(alias) > ALIAS_LIMIT:
+        raise ValueError(f"alias must be at most {ALIAS_LIMIT} characters")
+    if not alias.isprintable():
+        raise ValueError("alias must be printable characters")
+    return alias
 
 
 def chain_to_root(node: str, parent_of: Callable[[str], str | None]) -> list[str]:

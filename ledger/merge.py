@@ -1,8 +1,10 @@
 """Entity merge and its propagation to DM sessions, in one transaction.
 
-Merging joins two union-find sets; the canonical root is the smallest id of the
-joined set (core/identity.py), whatever the argument order, and merging two entities
-already in one set only re-asserts the aliases. Histories are never merged: among the
+Merging joins two union-find sets; the root of `into`'s set stays the canonical root
+of the joined set (core/identity.py), and merging two entities already in one set
+only re-asserts the aliases. A root that is a bare `contact` takes the name and kind
+of a person (or org) linked under it, so a person named before keeps their name.
+Histories are never merged: among the
 set's active DM sessions the one with the most turns (then the latest activity)
 becomes primary, and the others are marked `merged` into it and stop receiving
 messages, their turns staying where they are. Every entity of the set gets the alias
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from core.identity import DM_TEMPLATE, DmCandidate, canonical_pair, pick_primary
+from core.identity import DM_TEMPLATE, DmCandidate, link_roots, pick_primary
 from ledger.bridges import record_bridges
 from ledger.ingest import IdentityCache, find_root, identity_of
 from ledger.port.errors import NotFound
@@ -38,11 +40,17 @@ def merge_entities(
         if conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity,)).fetchone() is None:
             raise NotFound(f"no entity {entity!r}", field=field)
     cache.clear_resolution()
-    ra, rb = find_root(conn, cache, src), find_root(conn, cache, into)
-    root = ra
-    if ra != rb:
-        root, child = canonical_pair(ra, rb)
+    root = find_root(conn, cache, into)
+    link = link_roots(find_root(conn, cache, src), root)
+    if link is not None:
+        root, child = link
         conn.execute("UPDATE entities SET merged_into = ? WHERE id = ?", (root, child))
+        named = conn.execute("SELECT name, kind FROM entities WHERE id = ?", (child,)).fetchone()
+        if named[1] != "contact":  # a person or org joining a bare contact keeps its name
+            conn.execute(
+                "UPDATE entities SET name = ?, kind = ? WHERE id = ? AND kind = 'contact'",
+                (named[0], named[1], root),
+            )
         cache.clear_resolution()
     members = set_members(conn, root)
     primary, demoted = _propagate(conn, members, now)

@@ -40,19 +40,37 @@ ALL_COMMANDS: tuple[ChatCommand, ...] = (
 
 
 class Match(BaseModel):
+    """What a rule matches; a key left unset matches anything."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    principal: list[PrincipalKind] | None = None
-    channel: list[str] | None = None
-    peer_kind: list[Literal["dm", "group"]] | None = None
-    sender: list[str] | None = None
+    principal: list[PrincipalKind] | None = Field(
+        None,
+        description="`owner` (a sender in `[[owners]]`), `known` (any other sender) or"
+        " `unknown` (no sender id).",
+    )
+    channel: list[str] | None = Field(None, description="Channel names, as adapters give them.")
+    peer_kind: list[Literal["dm", "group"]] | None = Field(
+        None, description="A direct message or a group conversation."
+    )
+    sender: list[str] | None = Field(None, description="Sender ids on the channel.")
 
 
 class SessionRule(BaseModel):
+    """Which session a matched message goes to, and who answers it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str | None = None  # None: the default template for the peer kind
-    persona: str | None = None
+    key: str | None = Field(
+        None,
+        description="The session-key template, from the placeholders `{entity}` (the"
+        " sender's canonical entity), `{channel}`, `{peer}`, `{thread}` and `{sender}`;"
+        " unset: `dm:{entity}`, or `group:{channel}:{peer}` (plus `:thread:{thread}` in a"
+        " thread).",
+    )
+    persona: str | None = Field(
+        None, description="A persona in `[personas]`; unset: the default `[engine]`."
+    )
 
     @field_validator("key")
     @classmethod
@@ -74,10 +92,18 @@ class SessionRule(BaseModel):
 
 
 class QueueRule(BaseModel):
+    """The queue modes of a matched message."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: QueueMode | None = None  # the route's default mode
-    allowed: list[QueueMode] | None = None  # None: the sender may choose any mode
+    mode: QueueMode | None = Field(
+        None,
+        description="The route's default mode, after the message's own and the session's"
+        " `/queue` override; unset: `[queue]`'s by source.",
+    )
+    allowed: list[QueueMode] | None = Field(
+        None, description="Modes the sender may choose; unset: any."
+    )
 
 
 class ResetRule(BaseModel):
@@ -85,10 +111,12 @@ class ResetRule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    idle_s: float | None = Field(None, ge=0)
-    daily_at: str | None = None
-    timezone: str | None = None  # checked against the zone database by broker/config.py
-    max_turns: int | None = Field(None, ge=0)
+    idle_s: float | None = Field(None, ge=0, description="As `[reset] idle_s`.")
+    daily_at: str | None = Field(None, description="As `[reset] daily_at`.")
+    timezone: str | None = Field(
+        None, description="As `[reset] timezone` (checked by `broker/config.py`)."
+    )
+    max_turns: int | None = Field(None, ge=0, description="As `[reset] max_turns`.")
 
     @field_validator("daily_at")
     @classmethod
@@ -103,23 +131,34 @@ class ResetRule(BaseModel):
 
 
 class RateRule(BaseModel):
+    """A rate limit per sender, as a token bucket."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    per_minute: float = Field(gt=0)
-    burst: int = Field(1, ge=1)
+    per_minute: float = Field(gt=0, description="Messages a minute, on average.")
+    burst: int = Field(1, ge=1, description="Messages that may come at once.")
 
 
 class Rule(BaseModel):
+    """A route rule: what it matches, and what it decides for the messages it matches."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64, description="Named in logs and errors.")
     match: Match = Match()
     session: SessionRule = SessionRule()
     queue: QueueRule = QueueRule()
-    commands: list[ChatCommand] | None = None  # None: every chat command
-    rate: RateRule | None = None  # per sender; None: no limit
-    reset: ResetRule | None = None  # None: the `[reset]` policy
-    reach: Literal["own", "any"] = "own"  # what the turns' broker tools may touch
+    commands: list[ChatCommand] | None = Field(
+        None, description="Chat commands the sender may use; unset: every one."
+    )
+    rate: RateRule | None = Field(None, description="Unset: no limit.")
+    reset: ResetRule | None = Field(None, description="Unset: the `[reset]` policy.")
+    reach: Literal["own", "any"] = Field(
+        "own",
+        description="What the turns' broker tools may touch: `own`, the sessions of the"
+        " sender's owner; `any`, every session (only on a rule that matches principal ="
+        ' ["owner"] alone).',
+    )
 
     @model_validator(mode="after")
     def _any_for_owners_alone(self) -> Rule:
@@ -130,7 +169,9 @@ class Rule(BaseModel):
             )
         return self
 
-    mcp: list[str] | None = None  # names in [[mcp.servers]] offered; None: every one
+    mcp: list[str] | None = Field(
+        None, description="Names in `[[mcp.servers]]` whose tools its turns get; unset: all."
+    )
 
 
 class RulesFile(BaseModel):
@@ -138,14 +179,16 @@ class RulesFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    rules: list[Rule] = Field(default_factory=list)
+    rules: list[Rule] = Field(default_factory=list, description="The route rules.")
 
 
 class Owner(BaseModel):
+    """One person, by channel and sender id."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    channel: str
-    sender_id: str
+    channel: str = Field(description="The channel name.")
+    sender_id: str = Field(description="Their sender id on that channel.")
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (Rule(name="default"),)

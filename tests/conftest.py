@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from tests import cluster, temporal_runtime
+from tests import cluster, harness, temporal_runtime
 from tests.harness import DaemonProcess
 
 if TYPE_CHECKING:
@@ -41,6 +41,24 @@ def temporal_server() -> Iterator[DevServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def ledger_template() -> Iterator[Path]:
+    """An SQLite ledger migrated once per test process, to copy where a test needs a
+    fresh migrated one; the migrations' own tests migrate for real."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="brk-template-", dir="/tmp") as name:
+        yield harness.migrated_template(Path(name))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemons_copy_the_template(ledger_template: Path) -> Iterator[None]:
+    """Each daemon of the run starts on a copy of `ledger_template` (tests/harness.py)."""
+    harness.use_template(ledger_template)
+    yield
+    harness.use_template(None)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,12 +1,17 @@
 """Start the real daemon as a subprocess on a temporary socket and ledger.
 
-Used by the integration and crash tests and by the benchmarks.
+Used by the integration and crash tests and by the benchmarks. A daemon's first
+start finds its SQLite ledger already migrated when the test run has set a
+template (`use_template`, tests/conftest.py): a copy of one ledger migrated by the
+daemon's own code, so every start skips the migrations and nothing else changes.
+Without a template (the benchmarks, a real machine) the daemon migrates its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -23,6 +28,29 @@ from tests.temporal_runtime import default_runtime
 # A start not ready by then has failed; a start returns as soon as the daemon accepts.
 # At a load of 14 on 2 cores one was not ready within 20 s (its migrations took 16 s).
 START_S = 60.0
+
+# The migrated ledger a daemon's first start copies (see the module's docstring).
+_template: Path | None = None
+
+
+def migrated_template(directory: Path) -> Path:
+    """Migrate an empty ledger in `directory`, as the daemon would, and return it.
+    Its connection is closed, so the file is whole without its WAL."""
+    from ledger.db import connect, migrate
+
+    path = directory / "template.db"
+    conn = connect(path)
+    try:
+        migrate(conn)
+    finally:
+        conn.close()
+    return path
+
+
+def use_template(path: Path | None) -> None:
+    """Daemons started from now on copy `path` as their new ledger (None: no copy)."""
+    global _template
+    _template = path
 
 
 def _toml_value(value: Any) -> str:
@@ -148,9 +176,21 @@ class DaemonProcess:
             (workdir / "n1").mkdir(exist_ok=True)
             self.peers.append(DaemonProcess(workdir / "n1", backend=backend, peer_of=base))
 
+    def _seed_ledger(self) -> None:
+        """Copy the template where this daemon's SQLite ledger is to be created."""
+        ledger = self.config.get("ledger", {})
+        if _template is None or ledger.get("kind", "sqlite") != "sqlite" or "path" not in ledger:
+            return
+        path = Path(ledger["path"])
+        if not path.is_absolute():
+            path = self.workdir / path
+        if path.parent.is_dir() and not path.exists() and not Path(f"{path}-wal").exists():
+            shutil.copyfile(_template, path)
+
     def start(self, timeout: float = START_S) -> DaemonProcess:
         for peer in self.peers:
             peer.start(timeout)
+        self._seed_ledger()
         log = self.log_path.open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
         self.proc = subprocess.Popen(

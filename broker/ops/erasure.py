@@ -24,9 +24,6 @@ from wire.frames import ArgSpec, check_args
 
 log = logs.get("broker.ops")
 
-# The operator role each op of this module needs (PROTOCOL.md, "Operator roles"),
-# for the role check to read.
-ROLES = {"entity.erase": "admin"}
 STOP_GRACE_S = 10.0  # how long an aborted turn of an erased session may take to end
 
 

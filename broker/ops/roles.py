@@ -38,6 +38,7 @@ ROLES: dict[str, Role] = {
     "timer.list": "read",
     "workers.list": "read",
     "audit.list": "read",
+    "entity.show": "read",
     # operate: changes sessions
     "entity.merge": "operate",
     "session.fork": "operate",
@@ -51,6 +52,8 @@ ROLES: dict[str, Role] = {
     "timer.cancel": "operate",
     "item.cancel": "operate",
     "store.call": "operate",  # its reads need only `read` (STORE_READS)
+    "entity.name": "operate",
+    "entity.alias": "operate",
     # admin: removes data, or copies all of it
     "snapshots.gc": "admin",
     "entity.erase": "admin",

@@ -18,6 +18,7 @@ from broker.mailbox.registry import MAX_ACTOR_RESTARTS, Mailboxes
 from broker.ops.audit import Audited, AuditOps
 from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
+from broker.ops.names import NameOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
 from broker.ops.store import StoreOps
@@ -77,6 +78,7 @@ class Ops:
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,
             **AuditOps(ledger).table,
+            **NameOps(ledger).table,
             **self.erasure.table,
         }
         self.audited = Audited(ledger, lambda: mailboxes.settings if mailboxes else None)

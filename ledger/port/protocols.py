@@ -44,6 +44,7 @@ from ledger.port.features import (
     TimerPort,
     TitlePort,
 )
+from ledger.port.names import NamesPort
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -478,6 +479,7 @@ class LedgerPort(
     TitlePort,
     LibraryPort,
     ErasurePort,
+    NamesPort,
     RetentionPort,
     HandoffPort,
     Protocol,

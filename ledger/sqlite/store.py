@@ -39,6 +39,7 @@ from ledger.sqlite.erasure import SqliteErasure
 from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
+from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
 from ledger.sqlite.reads import SqliteReads
 from ledger.sqlite.retention import SqliteRetention
@@ -87,6 +88,7 @@ class Ledger(
     SqliteTitles,
     SqliteLibrary,
     SqliteErasure,
+    SqliteNames,
     SqliteRetention,
     SqliteHandoffs,
     SqliteAudit,

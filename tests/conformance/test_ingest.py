@@ -48,25 +48,25 @@ async def test_a_batch_ingests_in_order(port: LedgerPort) -> None:
     assert [a.seq for a in accepted] == sorted(a.seq for a in accepted)
 
 
-async def test_a_merge_unites_entities_at_the_oldest_and_aliases_the_other_session(
+async def test_a_merge_unites_entities_at_into_and_aliases_the_other_session(
     port: LedgerPort,
 ) -> None:
     old = await ingest(port, inbound("m1", sender="dave", channel="chat"))
     new = await ingest(port, inbound("m2", sender="dave@example.org", channel="mail"))
     assert old.entity is not None and new.entity is not None
-    # Merged "into" the newer one, the set's root is still the oldest entity.
+    # Merged "into" the newer one, the newer one is the set's root.
     result = await port.merge_entities(old.entity, new.entity, tick())
-    assert result.canonical == old.entity
+    assert result.canonical == new.entity
     assert result.primary in (old.session, new.session)
     other = new.session if result.primary == old.session else old.session
     assert (other, result.primary) in [(a, s) for a, s in result.aliases]
     assert await port.resolve_session(other) == other  # a label still names its own session
     shown = await port.session_show(other, 10)
     assert (shown["status"], shown["merged_into"]) == ("merged", result.primary)
-    # Merging again changes nothing; the union is already one set.
-    assert (await port.merge_entities(new.entity, old.entity, tick())).canonical == old.entity
+    # Merging again, either way round, changes nothing; the union is already one set.
+    assert (await port.merge_entities(new.entity, old.entity, tick())).canonical == new.entity
     # Both contacts now lead to the canonical entity.
-    assert (await port.contact_show("mail", "dave@example.org"))["canonical"] == old.entity
+    assert (await port.contact_show("chat", "dave"))["canonical"] == new.entity
 
 
 async def test_a_merge_of_an_unknown_entity_is_not_found_and_changes_nothing(
@@ -88,15 +88,17 @@ async def test_lookups_that_miss_are_not_found(port: LedgerPort) -> None:
         await port.contact_show("chat", "nobody")
 
 
-async def test_merges_in_any_order_end_at_the_oldest_entity(port: LedgerPort) -> None:
+async def test_a_chain_of_merges_ends_at_the_last_into(port: LedgerPort) -> None:
     made = [await ingest(port, inbound(f"m{n}", sender=f"erin{n}")) for n in range(3)]
     first, second, third = (a.entity for a in made)
     assert first is not None and second is not None and third is not None
-    await port.merge_entities(third, second, tick())
-    result = await port.merge_entities(second, first, tick())
-    assert result.canonical == first
+    await port.merge_entities(first, second, tick())
+    result = await port.merge_entities(second, third, tick())
+    assert result.canonical == third
     for n in range(3):
-        assert (await port.contact_show("chat", f"erin{n}"))["canonical"] == first
+        assert (await port.contact_show("chat", f"erin{n}"))["canonical"] == third
+    # `into` not a root: the root of its set stays canonical.
+    assert (await port.merge_entities(third, first, tick())).canonical == third
     # One DM session is primary; the others are merged into it, reachable by alias.
     statuses = [(await port.session_show(a.session, 1))["status"] for a in made]
     assert sorted(statuses) == ["active", "merged", "merged"]

@@ -268,7 +268,7 @@ async def test_merge_two_contacts_over_the_wire(shared: DaemonProcess) -> None:
         await adapter(d, ch_b) as ad_b,
         await operator(d) as o,
     ):
-        # B writes first, so B's entity is the older one and becomes canonical;
+        # A is merged into B, so B's entity becomes canonical;
         # A has more turns, so A's session becomes the primary.
         s_b = (await say(ad_b, inbound("b1", b_id)))["session"]
         s_a = (await say(ad_a, inbound("a1", a_id)))["session"]
@@ -280,7 +280,7 @@ async def test_merge_two_contacts_over_the_wire(shared: DaemonProcess) -> None:
         assert e_b < e_a and (s_a, s_b) == (f"dm:{e_a}", f"dm:{e_b}")
 
         result = await merge(o, e_a, e_b)
-        assert result["canonical"] == e_b  # the smallest id, whatever the argument order
+        assert result["canonical"] == e_b  # `into` stays canonical
         assert result["primary"] == s_a
         assert result["aliases"] == [{"alias": f"dm:{e_b}", "session": s_a}]
 
@@ -337,12 +337,13 @@ async def test_merge_chain_of_three_converges_on_one_primary(shared: DaemonProce
         ent = {k: (await contact(o, chans[k], senders[k]))["entity"] for k in "ab"}
         first = await merge(o, ent["a"], ent["b"])
         # One turn each: the latest activity (b) wins.
-        assert (first["canonical"], first["primary"]) == (ent["a"], s["b"])
+        assert (first["canonical"], first["primary"]) == (ent["b"], s["b"])
 
         s["c"] = await one_turn("c", "c1")
         ent["c"] = (await contact(o, chans["c"], senders["c"]))["entity"]
         second = await merge(o, ent["c"], ent["a"])
-        assert (second["canonical"], second["primary"]) == (ent["a"], s["c"])
+        # `into` (a) is no root now: its set's root (b) stays canonical.
+        assert (second["canonical"], second["primary"]) == (ent["b"], s["c"])
         assert second["aliases"] == [
             {"alias": f"dm:{ent['a']}", "session": s["c"]},
             {"alias": f"dm:{ent['b']}", "session": s["c"]},
@@ -355,7 +356,7 @@ async def test_merge_chain_of_three_converges_on_one_primary(shared: DaemonProce
         for k in "abc":
             assert await contact(o, chans[k], senders[k]) == {
                 "entity": ent[k],
-                "canonical": ent["a"],
+                "canonical": ent["b"],
                 "session": s["c"],
             }
             assert (await send(ads[k], inbound(f"{k}-next", senders[k])))["session"] == s["c"]

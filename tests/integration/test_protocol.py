@@ -830,7 +830,7 @@ async def test_operator_ops(broker: DaemonProcess) -> None:
         for src in (y, w):
             res = await op(operator, "entity.merge", **{"from": ent[src], "into": ent[x]})
             assert res["type"] == "result"
-        assert res["data"]["canonical"] == ent[y]
+        assert res["data"]["canonical"] == ent[x]  # `into` stays canonical
         assert res["data"]["aliases"] == [  # ordered by alias
             {"alias": f"dm:{ent[y]}", "session": dm_x},
             {"alias": f"dm:{ent[w]}", "session": dm_x},
@@ -866,7 +866,7 @@ async def test_operator_ops(broker: DaemonProcess) -> None:
         # contact.show: every contact of the set reaches the primary.
         for s in (x, y, w):
             shown = (await op(operator, "contact.show", channel=channel, sender_id=s))["data"]
-            assert shown == {"entity": ent[s], "canonical": ent[y], "session": dm_x}
+            assert shown == {"entity": ent[s], "canonical": ent[x], "session": dm_x}
 
         # sessions.list, with status and limit.
         active = (await op(operator, "sessions.list", status="active", limit=10_000))["data"]

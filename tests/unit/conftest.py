@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,11 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def conn(db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A connection to a fresh ledger with every migration applied."""
+def conn(db_path: Path, ledger_template: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to a fresh ledger with every migration applied (a copy of the
+    session's migrated template: migrating is mostly waiting on the disk)."""
+    shutil.copyfile(ledger_template, db_path)
     c = connect(db_path)
-    migrate(c)
+    assert migrate(c) == []
     yield c
     c.close()

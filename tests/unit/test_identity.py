@@ -4,7 +4,7 @@ label resolution, stepped synchronously."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +17,7 @@ from core.identity import (
     SessionRef,
     build_session_key,
     chain_to_root,
+    link_roots,
     pick_primary,
     resolve_label,
 )
@@ -103,9 +104,76 @@ def depth(parent: Mapping[str, str], n: str) -> int:
 # -- union-find (ledger/ingest.py find_root, ledger/merge.py) -----------------
 
 
+class Model:
+    """What the union-find must say: each node's root, kept as a plain map. A merge of
+    `a` into `b` moves every node of `a`'s set to `b`'s root."""
+
+    def __init__(self) -> None:
+        self.root = {n: n for n in NODES}
+
+    def merge(self, a: str, b: str) -> str:
+        ra, rb = self.root[a], self.root[b]
+        for n, r in self.root.items():
+            if r == ra:
+                self.root[n] = rb
+        return rb
+
+
+class PureUnionFind:
+    """The core's two rules alone over a parent map: `chain_to_root` to find (with the
+    path compression the ledger does), `link_roots` to join."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, n: str) -> str:
+        path = chain_to_root(n, self.parent.get)
+        for m in path[:-2]:
+            self.parent[m] = path[-1]
+        return path[-1]
+
+    def merge(self, a: str, b: str) -> str:
+        root = self.find(b)
+        link = link_roots(self.find(a), root)
+        if link is not None:
+            root, child = link
+            self.parent[child] = root
+        return root
+
+
+def assert_follows_model(
+    found: Callable[[str], str], parent: Mapping[str, str], model: Model
+) -> None:
+    for n in NODES:
+        chain_to_root(n, parent.get)  # raises on a cycle
+        assert found(n) == model.root[n]
+
+
+@settings(max_examples=80)
+@given(merges)
+def test_pure_merges_follow_the_model_and_into_wins(merge_list: list[tuple[str, str]]) -> None:
+    uf, model = PureUnionFind(), Model()
+    for a, b in merge_list:
+        into_root = model.root[b]
+        assert uf.merge(a, b) == model.merge(a, b) == into_root  # `into`'s root stays canonical
+        assert_follows_model(uf.find, uf.parent, model)
+
+
+@settings(max_examples=60)
+@given(merges)
+def test_ledger_merges_follow_the_model_and_into_wins(merge_list: list[tuple[str, str]]) -> None:
+    entities, model = Entities(), Model()
+    for a, b in merge_list:
+        into_root = model.root[b]
+        root = entities.merge(a, b)
+        assert root == model.merge(a, b) == into_root
+        assert root == entities.find(a) == entities.find(b)
+        assert_follows_model(entities.find, entities.parent(), model)
+
+
 @settings(max_examples=60)
 @given(merges, st.data())
-def test_any_order_of_merges_gives_same_partition_and_roots(
+def test_any_order_of_merges_gives_the_same_partition(
     merge_list: list[tuple[str, str]], data: st.DataObject
 ) -> None:
     reordered = data.draw(st.permutations(merge_list))
@@ -115,20 +183,21 @@ def test_any_order_of_merges_gives_same_partition_and_roots(
     first = apply(merge_list).groups()
     second = apply(reordered).groups()
 
-    assert first == second
-    assert set(first.values()) == components(merge_list)
-    for root, members in first.items():
-        assert root == min(members)  # the canonical root is the smallest id
+    assert set(first.values()) == set(second.values()) == components(merge_list)
 
 
 @settings(max_examples=60)
-@given(merges)
-def test_merge_returns_the_canonical_root(merge_list: list[tuple[str, str]]) -> None:
-    entities = Entities()
-    for a, b in merge_list:
-        root = entities.merge(a, b)
-        assert root == entities.find(a) == entities.find(b)
-        assert root == min(entities.groups()[root])
+@given(merges, node)
+def test_a_named_into_stays_canonical_whatever_came_before(
+    merge_list: list[tuple[str, str]], person: str
+) -> None:
+    """The seed's "merge the contacts into the new person entity": a root named as
+    `into` is the root of everything merged into it, in any order, from any set."""
+    entities = apply([(a, b) for a, b in merge_list if person not in (a, b)])
+    assert entities.find(person) == person
+    for n in NODES:
+        assert entities.merge(n, person) == person
+    assert entities.groups() == {person: frozenset(NODES)}
 
 
 @st.composite
@@ -179,18 +248,26 @@ def test_merge_is_idempotent(merge_list: list[tuple[str, str]], a: str, b: str) 
     assert entities.groups() == partition
 
 
+def test_link_roots_puts_from_under_into() -> None:
+    assert link_roots("ent_B", "ent_A") == ("ent_A", "ent_B")
+    assert link_roots("ent_A", "ent_B") == ("ent_B", "ent_A")  # the ids' order is no matter
+    assert link_roots("ent_A", "ent_A") is None
+
+
 def test_merge_of_an_entity_with_itself_changes_nothing() -> None:
     entities = Entities()
     assert entities.merge("n05", "n05") == "n05"
     assert entities.parent() == {}
 
 
-def test_merge_links_the_larger_root_under_the_smaller() -> None:
+def test_merge_links_from_s_root_under_into_s_root() -> None:
     entities = Entities()
-    assert entities.merge("n05", "n09") == "n05"
-    assert entities.merge("n09", "n01") == "n01"  # argument order does not matter, the ids do
-    assert entities.parent()["n05"] == "n01"
-    assert entities.find("n09") == "n01"
+    assert entities.merge("n05", "n09") == "n09"
+    assert entities.merge("n01", "n05") == "n09"  # `into` is not a root: its root wins
+    assert entities.parent() == {"n05": "n09", "n01": "n09"}
+    assert entities.merge("n09", "n03") == "n03"
+    assert entities.parent() == {"n05": "n09", "n01": "n09", "n09": "n03"}
+    assert entities.find("n05") == "n03"
 
 
 @pytest.mark.parametrize(

@@ -537,17 +537,17 @@ def merge(
 
 
 @pytest.mark.parametrize("order", ["older-into-newer", "newer-into-older"])
-def test_merge_canonical_is_the_smallest_id(conn: sqlite3.Connection, order: str) -> None:
+def test_merge_canonical_is_into(conn: sqlite3.Connection, order: str) -> None:
     cache = IdentityCache()
     ea, eb = two_contacts(conn, cache)
     src, into = (ea, eb) if order == "older-into-newer" else (eb, ea)
 
     result = merge(conn, cache, src, into)
 
-    assert result.canonical == ea
+    assert result.canonical == into
     parents = dict(conn.execute("SELECT id, merged_into FROM entities").fetchall())
-    assert parents == {ea: None, eb: ea}
-    # Equal turns: bob's session (latest activity) is primary although alice is canonical.
+    assert parents == {into: None, src: into}
+    # Equal turns: bob's session (latest activity) is primary whichever is canonical.
     assert result.primary == f"dm:{eb}"
     loser = session(conn, f"dm:{ea}")
     assert (loser["status"], loser["merged_into"]) == ("merged", f"dm:{eb}")
@@ -575,7 +575,7 @@ def test_after_merge_both_contacts_reach_the_primary(conn: sqlite3.Connection) -
     alice = put(conn, cache, rec("a2", "alice"), now=6000)
     bob = put(conn, cache, rec("b2", "bob", channel="mail"), now=6000)
     assert alice.session == bob.session == result.primary
-    assert alice.entity == bob.entity == ea  # the canonical root
+    assert alice.entity == bob.entity == eb  # the canonical root: `into`
 
 
 def test_merge_is_idempotent(conn: sqlite3.Connection) -> None:
@@ -634,7 +634,7 @@ def test_contact_show(conn: sqlite3.Connection, reader: sqlite3.Connection) -> N
         "canonical": ea,
         "session": f"dm:{ea}",
     }
-    result = merge(conn, cache, ea, eb)
+    result = merge(conn, cache, eb, ea)
     assert queries.contact_show(reader, "mail", "bob") == {
         "entity": eb,
         "canonical": ea,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.identity import canonical_pair, chain_to_root
+from core.identity import chain_to_root, link_roots
 from core.reach import REFUSED, Owner, SessionLink, may_reach, owner_of
 
 # One step of a history: ("person",), ("group",), ("merge", a, b), ("fork", s), ("worker", s).
@@ -59,8 +59,9 @@ class World:
         elif kind == "merge" and len(self.merged_into) >= 2:
             entities = sorted(self.merged_into)
             a, b = self.root(entities[i % len(entities)]), self.root(entities[j % len(entities)])
-            if a != b:
-                root, child = canonical_pair(a, b)
+            linked = link_roots(a, b)  # `a` merged into `b`
+            if linked is not None:
+                root, child = linked
                 self.merged_into[child] = root
                 joined = self.people[a] | self.people[b]
                 for e in joined:
