@@ -193,7 +193,8 @@ def run_mode(sync: str, args: argparse.Namespace) -> dict[str, Any]:
     # measures ingest alone; bench.turns measures turns.
     config = {
         "log_level": "warning",
-        "ledger": {"synchronous": sync, "writer": args.writer},
+        "ledger": {"synchronous": sync, "writer": args.writer}
+        | ({"key_file": args.key_file} if args.key_file else {}),
         "max_inflight": max(args.window * 2, 1024),
         "queue": {"debounce_ms": 600_000, "cap": 10_000_000},
     }
@@ -257,6 +258,7 @@ def main() -> None:
         default="process",
         help="ledger.writer",
     )
+    parser.add_argument("--key-file", default="", help="ledger.key_file: an encrypted ledger")
     args = parser.parse_args()
     print(
         f"{args.messages} messages over {args.connections} connections, window {args.window}; "

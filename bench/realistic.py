@@ -51,7 +51,7 @@ def config(args: argparse.Namespace, otlp: str | None = None) -> dict[str, Any]:
         "engine": {"kind": "echo", "chunks": args.chunks, "delay_ms": args.chunk_ms},
         # A session's next message waits for its reply: followup, never interrupt.
         "queue": {"cap": 1_000_000, "debounce_ms": 0, "idle_stop_s": 60.0},
-    }
+    } | ({"ledger": {"key_file": args.key_file}} if args.key_file else {})
 
 
 async def writer_pid(daemon: DaemonProcess) -> int | None:
@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=500, help="offered msg/s, rate part")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--parts", default="closed,rate")
+    parser.add_argument("--key-file", default="", help="ledger.key_file: an encrypted ledger")
     parser.add_argument(
         "--observe",
         choices=("off", "metrics", "tracing"),

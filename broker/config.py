@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from core.queue_machine import QueueMode
 from core.resets import ResetPolicy, parse_daily_at
+from ledger.port import cipher
 from plumbing import redact
 from plumbing.redact import check_pattern
 from policies.model import Owner, Rule, RulesFile
@@ -88,12 +89,46 @@ class LedgerSettings(_Section):
         description="`postgresql://user[:password]@host[:port]/dbname`; needed when `kind ="
         ' "postgres"`.',
     )
+    key_file: Path | None = Field(
+        None,
+        description="A file holding the key that encrypts the SQLite ledger, its WAL and its"
+        " backups (extra `encryption`; `docs/forgetting.md`): owned by the daemon's user, mode"
+        " 0600 or 0400, 64 hex digits or a passphrase of at least 16 characters. Unset or"
+        ' "": a plain ledger. Refused with `kind = "postgres"`.',
+    )
 
     @model_validator(mode="after")
     def _postgres_has_a_dsn(self) -> LedgerSettings:
         if self.kind == "postgres" and not self.dsn:
             raise ValueError('[ledger] kind = "postgres" needs dsn = "postgresql://..."')
         return self
+
+    @model_validator(mode="after")
+    def _key_file_is_usable(self) -> LedgerSettings:
+        if self.key_file == Path(""):
+            self.key_file = None
+        if self.key_file is None:
+            return self
+        if self.kind == "postgres":
+            raise ValueError(
+                "[ledger] key_file encrypts the SQLite ledger; with PostgreSQL encryption at"
+                " rest is the database's (TDE or an encrypted disk): remove key_file"
+            )
+        try:
+            cipher.driver()
+            cipher.read_key(self.key_file)
+        except cipher.KeyFileError as exc:
+            raise ValueError(f"[ledger] key_file: {exc}") from exc
+        return self
+
+    def key(self) -> cipher.Key | None:
+        """The ledger's key, read from `key_file` (checked again), or None."""
+        if self.key_file is None:
+            return None
+        try:
+            return cipher.read_key(self.key_file)
+        except cipher.KeyFileError as exc:
+            raise ConfigError(f"[ledger] key_file: {exc}") from exc
 
 
 # Engines that run code the operator brings (docs/engines.md): their [engine] table may

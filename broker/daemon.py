@@ -198,6 +198,7 @@ class Daemon:
             check_s=s.ledger.check_s,
             writer_queue=s.ledger.writer_queue,
             writer_wait_s=s.ledger.writer_wait_s,
+            key=s.ledger.key(),
         )
 
     async def _run_on_ledger(self, task_status: anyio.abc.TaskStatus[Daemon]) -> None:

@@ -114,7 +114,7 @@ def check_stuck_items(settings: Settings, health: dict[str, Any] | None) -> list
     """Acked items no live actor holds (ops.py `_stuck_items`). Only the daemon knows its
     actors: while it is down this says how many items wait, and no more."""
     if health is None:
-        waiting = waiting_items(settings.ledger.path)
+        waiting = waiting_items(settings.ledger.path, settings.ledger.key())
         if waiting is None:  # the ledger check says why
             return [Finding("warn", "stuck_items", "the ledger cannot be read: not checked")]
         if not waiting:
@@ -157,7 +157,9 @@ def check_ledger(settings: Settings) -> list[Finding]:
         ]
     now = int(time.time() * 1000)
     limit_ms = int(settings.engine.timeout_s * STUCK_FACTOR * 1000)
-    report = inspect_file(path, now - limit_ms)  # every ledger problem is a finding
+    report = inspect_file(
+        path, now - limit_ms, settings.ledger.key()
+    )  # every ledger problem is a finding
     if report.damage:
         # What else the file says cannot be trusted: the damage is the finding.
         shown = "; ".join(p.replace("\n", " ") for p in report.damage[:3])

@@ -23,6 +23,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     audit,
     close,
     context,
+    encryption,
     erase,
     files,
     messaging,
@@ -40,6 +41,7 @@ from wire.client import BrokerClient, BrokerError
 
 if TYPE_CHECKING:
     from broker.config import LedgerSettings
+    from ledger.port.cipher import Key
 
 
 @app.command()
@@ -269,7 +271,9 @@ def export_(
     ledger = _ledger_settings()
     out = output.open("wb") if output else sys.stdout.buffer
     try:
-        export_session(ledger.path, ledger.synchronous, session, now_ms(), out.write)
+        export_session(
+            ledger.path, ledger.synchronous, session, now_ms(), out.write, _ledger_key(ledger)
+        )
     except LedgerLookupError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
@@ -295,7 +299,9 @@ def import_(
     ledger = _ledger_settings()
     try:
         lines = source.read_bytes().splitlines()
-        made, turns = import_session(ledger.path, ledger.synchronous, lines, label, now_ms())
+        made, turns = import_session(
+            ledger.path, ledger.synchronous, lines, label, now_ms(), _ledger_key(ledger)
+        )
     except (ImportError_, LedgerLookupError, LedgerWriteFailed, OSError) as exc:
         print(f"brokerctl: import failed, nothing was written: {exc}", file=sys.stderr)
         raise typer.Exit(1) from exc
@@ -316,6 +322,17 @@ def _ledger_settings() -> LedgerSettings:
     return settings.ledger
 
 
+def _ledger_key(ledger: LedgerSettings) -> Key | None:
+    """The ledger's key (`[ledger] key_file`), or None; exit 78 when it is unusable."""
+    from broker.config import ConfigError  # here: a fast start
+
+    try:
+        return ledger.key()
+    except ConfigError as exc:
+        print(f"brokerctl: {exc}", file=sys.stderr)
+        raise typer.Exit(78) from exc
+
+
 @app.command()
 def backup(
     target: Annotated[Path, typer.Argument(help="Where to write the copy (must not exist).")],
@@ -323,21 +340,26 @@ def backup(
     """Copy the ledger consistently while the daemon runs (SQLite online backup)."""
     from broker.config import ConfigError, load_settings
     from brokerctl.served import served_ledger
+    from ledger.port.errors import LedgerError
     from ledger.transfer import backup as backup_ledger  # here: a fast start
 
     try:
-        ledger = load_settings(opts["config"]).ledger.path
+        settings = load_settings(opts["config"]).ledger
     except ConfigError as exc:
         print(f"brokerctl: {exc}", file=sys.stderr)
         raise typer.Exit(78) from exc
-    ledger = served_ledger(opts["socket"], ledger)
+    ledger = served_ledger(opts["socket"], settings.path)
     if not ledger.is_file():
         print(f"brokerctl: no ledger at {ledger}", file=sys.stderr)
         raise typer.Exit(1)
     if target.exists():
         print(f"brokerctl: {target} exists; choose a new file", file=sys.stderr)
         raise typer.Exit(1)
-    problems = backup_ledger(ledger, target)
+    try:
+        problems = backup_ledger(ledger, target, _ledger_key(settings))
+    except LedgerError as exc:  # a wrong key, or a key for a plain ledger
+        print(f"brokerctl: {exc}", file=sys.stderr)
+        raise typer.Exit(65) from exc
     if problems:
         print(f"brokerctl: the copy fails its integrity check: {problems[:3]}", file=sys.stderr)
         raise typer.Exit(1)

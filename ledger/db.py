@@ -9,6 +9,10 @@ quick_check` (every b-tree page, not the index contents) within a time budget, a
 any error SQLite reports as corruption is `LedgerDamaged`, whose message says how to
 get the data back.
 
+A ledger encrypted at rest is opened with its key, here and nowhere else, through
+SQLCipher (ledger/port/cipher.py); the first read tells a wrong key, or a key given
+for a plain file, from a ledger it opens, before anything is written.
+
 None binds through an adapter that returns it, registered once per process for every
 connection; it still binds as NULL, only cheaper than the sqlite3 module's own lookup
 (docs/performance.md).
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from ledger.port.cipher import DatabaseError, Error, Key, KeyFileError, driver, is_plain
 from ledger.port.errors import LedgerDamaged, LedgerError
 
 Synchronous = Literal["NORMAL", "FULL"]
@@ -43,7 +48,7 @@ CHECK_STEPS = 10_000  # SQLite VM steps between looks at the clock (well under 1
 def is_damage(exc: BaseException | None) -> bool:
     """Whether SQLite reported `exc` because the file is damaged or not a database."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    return isinstance(exc, sqlite3.DatabaseError) and code in (SQLITE_CORRUPT, SQLITE_NOTADB)
+    return isinstance(exc, DatabaseError) and code in (SQLITE_CORRUPT, SQLITE_NOTADB)
 
 
 def damaged(path: Path | str, problems: list[str]) -> LedgerDamaged:
@@ -78,7 +83,7 @@ def quick_check(conn: sqlite3.Connection, budget_s: float | None = None) -> Chec
         conn.set_progress_handler(past_deadline, CHECK_STEPS)
     try:
         rows = conn.execute("PRAGMA quick_check").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except DatabaseError as exc:
         if stopped:
             return Check([], finished=False)
         if is_damage(exc):
@@ -123,19 +128,17 @@ def connect(
     *,
     readonly: bool = False,
     factory: type[sqlite3.Connection] = sqlite3.Connection,
+    key: Key | None = None,
 ) -> sqlite3.Connection:
-    if readonly:
+    """A connection to the ledger file, set up as every connection to it is; with
+    `key`, through SQLCipher, and refused (a LedgerError) unless the key opens it."""
+    target, uri = (readonly_uri(path), True) if readonly else (str(path), False)
+    if key is None:
         conn = sqlite3.connect(
-            readonly_uri(path),
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-            factory=factory,
+            target, uri=uri, isolation_level=None, check_same_thread=False, factory=factory
         )
     else:
-        conn = sqlite3.connect(
-            str(path), isolation_level=None, check_same_thread=False, factory=factory
-        )
+        conn = open_keyed(path, target, uri, key, factory)
     conn.execute("PRAGMA busy_timeout = 5000")
     if not readonly:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -149,6 +152,58 @@ def connect(
     conn.execute("PRAGMA temp_store = MEMORY")
     conn.execute("PRAGMA cache_size = -65536")
     return conn
+
+
+def open_keyed(
+    path: Path | str, target: str, uri: bool, key: Key, factory: type[sqlite3.Connection]
+) -> sqlite3.Connection:
+    """A SQLCipher connection to `target` keyed with `key`; the first read tells a
+    wrong key (or a plain file given a key) from a ledger it opens."""
+    try:
+        cipher = driver()
+    except KeyFileError as exc:
+        raise LedgerError(str(exc)) from exc
+    cipher.register_adapter(type(None), lambda none: none)
+    conn: sqlite3.Connection = cipher.connect(
+        target,
+        uri=uri,
+        isolation_level=None,
+        check_same_thread=False,
+        factory=_cipher_class(factory),
+    )
+    try:
+        conn.execute("PRAGMA cipher_log_level = NONE")  # a wrong key is our error to tell
+        conn.execute(f"PRAGMA key = {key.pragma_value()}")
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+    except DatabaseError as exc:
+        conn.close()
+        if is_plain(path):
+            raise LedgerError(
+                f"the ledger {path} is not encrypted, but a key was given: encrypt it"
+                " first (brokerctl encrypt --key-file FILE), or open it without a key"
+            ) from exc
+        raise LedgerError(
+            f"the key does not open the ledger {path}: a wrong key (or a file that is"
+            f" not a ledger: {exc})"
+        ) from exc
+    return conn
+
+
+_CIPHER_CLASSES: dict[str, type[sqlite3.Connection]] = {}
+
+
+def _cipher_class(factory: type[sqlite3.Connection]) -> type[sqlite3.Connection]:
+    """`factory` rebuilt on SQLCipher's connection class: a subclass of
+    `sqlite3.Connection` whose own behaviour lives in mixins before it."""
+    base: type[sqlite3.Connection] = driver().Connection
+    if factory is sqlite3.Connection:
+        return base
+    name = f"{factory.__module__}.{factory.__qualname__}"
+    if name not in _CIPHER_CLASSES:
+        bases = tuple(base if b is sqlite3.Connection else b for b in factory.__bases__)
+        assert base in bases, f"{name} must name sqlite3.Connection as a direct base"
+        _CIPHER_CLASSES[name] = type(factory.__name__, bases, {"__module__": factory.__module__})
+    return _CIPHER_CLASSES[name]
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
@@ -174,7 +229,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
                 f"BEGIN IMMEDIATE;\n{migration.sql}\n"
                 f"PRAGMA user_version = {migration.version};\nCOMMIT;"
             )
-        except sqlite3.Error:
+        except Error:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise

@@ -38,6 +38,7 @@ from ledger.db import connect
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.ingest import find_root, identity_of
 from ledger.merge import set_members
+from ledger.port.cipher import Key
 from ledger.port.erasure import ErasureRunning
 from ledger.port.errors import Invalid, LedgerError, NotFound
 
@@ -503,9 +504,9 @@ def finish(conn: sqlite3.Connection, entity: str, now: int) -> dict[str, int]:
     return plan.counts
 
 
-def truncate_wal(path: Path) -> None:
+def truncate_wal(path: Path, key: Key | None = None) -> None:
     """Checkpoint the whole WAL into the file and truncate it to nothing."""
-    conn = connect(path)
+    conn = connect(path, key=key)
     try:
         for _ in range(CHECKPOINT_TRIES):
             busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ledger.db import damaged, is_damage, readonly_uri
+from ledger.db import damaged, is_damage, open_keyed, readonly_uri
+from ledger.port.cipher import DatabaseError, Key
 from ledger.port.errors import LedgerError, NotALedger
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -21,25 +22,31 @@ LEDGER_TABLES = frozenset({"sessions", "turns", "messages"})
 SHOWN = 5  # tables named in the message
 
 
-def schema_of(path: Path) -> int | None:
+def schema_of(path: Path, key: Key | None = None) -> int | None:
     """The ledger schema version of the file at `path`, or None when there is no
     ledger yet (no file, or an empty one) or no SQLite database to look into (a ledger
     whose header is damaged, or a file of another kind: `Store.open` refuses it first,
     the daemon finds it damaged). Raises `NotALedger` for another program's
-    database, `LedgerDamaged` for one SQLite cannot read; reads only."""
+    database, `LedgerDamaged` for one SQLite cannot read; reads only. With `key`, an
+    encrypted file is looked into with it (a wrong key raises the LedgerError that
+    says so)."""
     if not path.exists() or path.is_dir() or path.stat().st_size == 0:
         return None
     with path.open("rb") as f:
-        if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-            return None
+        plain = f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    if not plain and key is None:
+        return None
     try:
-        conn = sqlite3.connect(readonly_uri(path), uri=True)
+        if plain or key is None:
+            conn = sqlite3.connect(readonly_uri(path), uri=True)
+        else:
+            conn = open_keyed(path, readonly_uri(path), True, key, sqlite3.Connection)
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:
+    except DatabaseError as exc:
         if is_damage(exc):
             raise damaged(path, [str(exc)]) from exc
         raise LedgerError(f"cannot read the ledger {path}: {exc}") from exc

@@ -69,12 +69,17 @@ class IdentityCache:
                 cache.clear()
 
 
-class WriterConnection(sqlite3.Connection):
+class WriterCaches:
     """The writer's connection, carrying the caches that mirror what it wrote.
 
     The caches live wherever the connection lives (a worker thread or the
     writer process), so jobs reach them through the connection they are given.
+    A mixin, so that the same caches ride on SQLCipher's connection class
+    (`ledger.db.connect` with a key).
     """
+
+    identity: IdentityCache
+    last_records: LastRecords
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -85,6 +90,10 @@ class WriterConnection(sqlite3.Connection):
         """Something rolled back: drop every cache."""
         self.identity.clear()
         self.last_records.clear()
+
+
+class WriterConnection(WriterCaches, sqlite3.Connection):
+    """The writer's connection to a plain ledger."""
 
 
 def identity_of(conn: sqlite3.Connection) -> IdentityCache:

@@ -15,7 +15,17 @@ import sqlite3
 from pathlib import Path
 from typing import Literal
 
-from ledger.db import integrity_check, is_damage, load_migrations, readonly_uri, schema_version
+from ledger.db import (
+    integrity_check,
+    is_damage,
+    load_migrations,
+    open_keyed,
+    readonly_uri,
+    schema_version,
+)
+from ledger.port import cipher as driver
+from ledger.port.cipher import Key
+from ledger.port.errors import LedgerError
 from ledger.port.records import LedgerReport
 from ledger.queries import open_item_count
 
@@ -51,33 +61,43 @@ def activity(conn: sqlite3.Connection, stuck_before: int, schema: int, latest: i
     )
 
 
-def _read_only(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(readonly_uri(path), uri=True)
+def _read_only(path: Path, key: Key | None) -> sqlite3.Connection:
+    if key is None:
+        return sqlite3.connect(readonly_uri(path), uri=True)
+    return open_keyed(path, readonly_uri(path), True, key, sqlite3.Connection)
 
 
-def inspect_file(path: Path, stuck_before: int) -> LedgerReport:
-    """`report` on the file at `path`, whoever else has it open."""
+def inspect_file(path: Path, stuck_before: int, key: Key | None = None) -> LedgerReport:
+    """`report` on the file at `path` (opened with `key` if encrypted), whoever else
+    has it open."""
     try:
-        conn = _read_only(path)
+        conn = _read_only(path, key)
         try:
             return report(conn, stuck_before)
         finally:
             conn.close()
-    except sqlite3.Error as exc:
+    except LedgerError as exc:  # a wrong key, or a key for a plain file
+        return LedgerReport(unreadable=str(exc))
+    except driver.Error as exc:
+        if is_damage(exc) and key is None and path.exists() and not driver.is_plain(path):
+            hint = "if it is an encrypted ledger, set [ledger] key_file"
+            return LedgerReport(damage=[f"{exc}; {hint}"])
         if is_damage(exc):
             return LedgerReport(damage=[str(exc)])
         return LedgerReport(unreadable=str(exc))
 
 
-def waiting_items(path: Path) -> int | None:
+def waiting_items(path: Path, key: Key | None = None) -> int | None:
     """Queued or running items in the file at `path`; None when it cannot be read."""
     try:
-        conn = _read_only(path)
+        conn = _read_only(path, key)
         try:
             return open_item_count(conn)
         finally:
             conn.close()
-    except sqlite3.Error:
+    except LedgerError:
+        return None
+    except driver.Error:
         return None
 
 
@@ -95,6 +115,6 @@ _KINDS: dict[int, FailureKind] = {
 def storage_failure(exc: BaseException) -> FailureKind | None:
     """What an error raised by the storage means (for the daemon's exit status); None
     for an error that does not come from it."""
-    if not isinstance(exc, sqlite3.Error):
+    if not isinstance(exc, driver.Error):
         return None
     return _KINDS.get(getattr(exc, "sqlite_errorcode", 0) & 0xFF, "io")

@@ -99,14 +99,13 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
 
 
 def session_row(conn: sqlite3.Connection, label: str) -> dict[str, Any]:
-    conn.row_factory = sqlite3.Row
-    try:
-        row = conn.execute("SELECT * FROM sessions WHERE label = ?", (label,)).fetchone()
-    finally:
-        conn.row_factory = None
+    cur = conn.execute("SELECT * FROM sessions WHERE label = ?", (label,))
+    row = cur.fetchone()
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
-    return dict(row)
+    # By the column names, not sqlite3.Row: that takes only the sqlite3 module's
+    # cursors, and an encrypted ledger's are SQLCipher's.
+    return {d[0]: value for d, value in zip(cur.description, row, strict=True)}
 
 
 def queue_override(conn: sqlite3.Connection, label: str) -> str | None:

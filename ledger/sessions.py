@@ -27,12 +27,16 @@ from typing import Any
 import orjson
 
 from ledger import audit, snapshots
+from ledger.port import cipher as driver
 from ledger.port.errors import Conflict, NotFound
 from plumbing.ids import new_id
 
 EXPORT_FORMAT = "agent-broker-session"
 EXPORT_VERSION = 2  # 2: blob lines, and turn lines with files and events
 READS_VERSIONS = (1, 2)
+
+
+_BAD_TURN: tuple[type[Exception], ...] = (KeyError, TypeError, *driver.IntegrityError)
 
 
 def label_free(conn: sqlite3.Connection, label: str) -> bool:
@@ -331,7 +335,7 @@ def _insert_turn(
         snapshots.insert_files(conn, turn_id, label, turn.get("files", []))
     except ValueError as exc:
         raise ImportError_(f"line {number}: {exc}") from exc
-    except (KeyError, TypeError, sqlite3.IntegrityError) as exc:
+    except _BAD_TURN as exc:
         raise ImportError_(f"line {number}: a turn with a missing or bad field ({exc})") from exc
     return turn_id
 
@@ -373,5 +377,5 @@ def _insert_compaction(
             f" (?, ?, {', '.join('?' * (len(COMPACTION_COLUMNS) + 2))})",
             (turn_id, label, *values, *turns),
         )
-    except (sqlite3.InterfaceError, sqlite3.ProgrammingError, sqlite3.IntegrityError) as exc:
+    except driver.InterfaceError + driver.ProgrammingError + driver.IntegrityError as exc:
         raise ImportError_(f"line {number}: a compaction with a bad field ({exc})") from exc

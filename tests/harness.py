@@ -181,6 +181,8 @@ class DaemonProcess:
         ledger = self.config.get("ledger", {})
         if _template is None or ledger.get("kind", "sqlite") != "sqlite" or "path" not in ledger:
             return
+        if ledger.get("key_file"):  # the template is plain; an encrypted ledger makes its own
+            return
         path = Path(ledger["path"])
         if not path.is_absolute():
             path = self.workdir / path

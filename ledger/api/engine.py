@@ -55,7 +55,8 @@ from ledger.api.opening import open_checked
 from ledger.api.waiting import Ticket, run_now
 from ledger.db import Synchronous, connect
 from ledger.fts import index_new_messages
-from ledger.ingest import WriterConnection
+from ledger.ingest import WriterCaches, WriterConnection
+from ledger.port.cipher import Key
 from ledger.port.errors import StorageFailed, WriterDied
 from ledger.writer.checkpoint import WalCheckpointer
 from ledger.writer.jobs import JobSpec, resume_writes
@@ -92,12 +93,12 @@ class IndexWhenDue:
 
 
 def open_library_transactor(
-    path: Path, synchronous: Synchronous
+    path: Path, synchronous: Synchronous, key: Key | None = None
 ) -> tuple[Transactor, threading.Lock]:
     """The daemon's write connection (transactor.open_transactor), indexing lazily,
     and the lock its checkpointer holds while it catches up (checkpoint.py)."""
-    conn = connect(path, synchronous, factory=WriterConnection)
-    assert isinstance(conn, WriterConnection)
+    conn = connect(path, synchronous, factory=WriterConnection, key=key)
+    assert isinstance(conn, WriterCaches)
     indexer = IndexWhenDue()
 
     def rolled_back() -> None:
@@ -106,7 +107,7 @@ def open_library_transactor(
 
     checkpointer = None
     try:
-        checkpointer = WalCheckpointer(path)
+        checkpointer = WalCheckpointer(path, key=key)
         transactor = Transactor(conn, rolled_back, indexer, checkpointer)
         return transactor, checkpointer.writing
     except BaseException:
@@ -249,9 +250,10 @@ def _notify(tickets: list[Ticket]) -> None:
 class Readers:
     """A read connection per calling thread."""
 
-    def __init__(self, path: Path, synchronous: Synchronous) -> None:
+    def __init__(self, path: Path, synchronous: Synchronous, key: Key | None = None) -> None:
         self._path = path
         self._synchronous = synchronous
+        self._key = key
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -259,7 +261,7 @@ class Readers:
     def conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self._path, self._synchronous, readonly=True)
+            conn = connect(self._path, self._synchronous, readonly=True, key=self._key)
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)
@@ -274,13 +276,14 @@ class Readers:
 
 
 class Engine:
-    def __init__(self, path: Path, synchronous: Synchronous) -> None:
+    def __init__(self, path: Path, synchronous: Synchronous, cipher_key: Key | None = None) -> None:
         self.path = path
         self.synchronous = synchronous
+        self.cipher_key = cipher_key  # an encrypted ledger's: every connection uses it
         self.refs = 0
-        self._release = open_checked(path, synchronous)  # checks, claims, migrates
+        self._release = open_checked(path, synchronous, cipher_key)  # checks, claims, migrates
         try:
-            transactor, checkpoint_lock = open_library_transactor(path, synchronous)
+            transactor, checkpoint_lock = open_library_transactor(path, synchronous, cipher_key)
         except BaseException:
             self._release()
             raise
@@ -291,7 +294,7 @@ class Engine:
         # the loop, so that a loop that is gone is not kept alive by it).
         self._alone_loop = 0
         self._alone = 0
-        self.readers = Readers(path, synchronous)
+        self.readers = Readers(path, synchronous, cipher_key)
 
     def submit(self, ticket: Ticket) -> None:
         if ticket.post is run_now:
@@ -356,7 +359,7 @@ _engines: dict[Path, Engine] = {}
 _engines_lock = threading.Lock()
 
 
-def acquire(path: Path, synchronous: Synchronous) -> Engine:
+def acquire(path: Path, synchronous: Synchronous, cipher_key: Key | None = None) -> Engine:
     """The engine of `path` in this process, opened on first use (blocking)."""
     if synchronous not in ("NORMAL", "FULL"):  # SQLite takes OFF, and ignores a typo
         raise ValueError(f"synchronous={synchronous!r}: a ledger is opened with 'NORMAL' or 'FULL'")
@@ -364,8 +367,13 @@ def acquire(path: Path, synchronous: Synchronous) -> Engine:
     with _engines_lock:
         engine = _engines.get(key)
         if engine is None:
-            engine = Engine(key, synchronous)
+            engine = Engine(key, synchronous, cipher_key)
             _engines[key] = engine
+        elif engine.cipher_key != cipher_key:
+            raise ValueError(
+                f"the ledger {path} is open in this process with another key (or none);"
+                " open it with the same key_file"
+            )
         elif engine.synchronous != synchronous:
             raise ValueError(
                 f"the ledger {path} is open in this process with synchronous ="

@@ -17,7 +17,6 @@ directory must exist); an empty file counts as missing.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -26,6 +25,8 @@ from ledger.api.errors import NotALedger, SchemaTooNew
 from ledger.api.owner import claim
 from ledger.db import Synchronous, connect, damaged, is_damage, load_migrations, migrate
 from ledger.foreign import SQLITE_HEADER, schema_of
+from ledger.port import cipher as driver
+from ledger.port.cipher import Key
 from ledger.port.errors import LedgerError, LedgerNotWritable
 
 
@@ -36,11 +37,11 @@ def _not_writable(path: Path, what: str) -> LedgerNotWritable:
     )
 
 
-def _look(path: Path) -> bool:
+def _look(path: Path, key: Key | None = None) -> bool:
     """The read-only look, refusing what is no ledger: True when there is a ledger to
     open, False when one is to be made."""
     try:
-        return _look_at(path)
+        return _look_at(path, key)
     except PermissionError as exc:
         raise LedgerNotWritable(
             f"the ledger {path} cannot be reached by uid {os.getuid()}: {exc.strerror}"
@@ -48,7 +49,7 @@ def _look(path: Path) -> bool:
         ) from None
 
 
-def _look_at(path: Path) -> bool:
+def _look_at(path: Path, key: Key | None) -> bool:
     if path.is_dir():
         raise LedgerError(f"the ledger path {path} is a directory; give the path of a file")
     if not path.parent.is_dir():
@@ -64,21 +65,24 @@ def _look_at(path: Path) -> bool:
             header = f.read(len(SQLITE_HEADER))
     except PermissionError:
         raise _not_writable(path, "the file (not even readable)") from None
-    if header != SQLITE_HEADER:
-        raise NotALedger(f"the file {path} is not a ledger: it is not an SQLite database")
+    if header != SQLITE_HEADER and key is None:  # an encrypted file's header is not
+        raise NotALedger(
+            f"the file {path} is not a ledger: it is not an SQLite database (if it is an"
+            " encrypted ledger, open it with its key_file)"
+        )
     # Before looking inside: reading a WAL file creates its -shm, which needs the
     # same rights as writing.
     if not os.access(path, os.W_OK):
         raise _not_writable(path, "the file")
     if not os.access(path.parent, os.W_OK):
         raise _not_writable(path, f"its directory {path.parent}")
-    _look_inside(path)
+    _look_inside(path, key)
     return True
 
 
-def _look_inside(path: Path) -> None:
+def _look_inside(path: Path, key: Key | None) -> None:
     latest = len(load_migrations())
-    version = schema_of(path) or 0  # another program's database raises NotALedger
+    version = schema_of(path, key) or 0  # another program's database raises NotALedger
     if version > latest:
         raise SchemaTooNew(
             f"the ledger {path} has schema version {version}, newer than this agent-broker"
@@ -86,19 +90,21 @@ def _look_inside(path: Path) -> None:
         )
 
 
-def open_checked(path: Path, synchronous: Synchronous) -> Callable[[], None]:
+def open_checked(
+    path: Path, synchronous: Synchronous, key: Key | None = None
+) -> Callable[[], None]:
     """Check, claim and migrate the ledger; returns what drops the claim."""
-    _look(path)
+    _look(path, key)
     stack = ExitStack()
     stack.enter_context(claim(path))
     try:
         try:
-            conn = connect(path, synchronous)
+            conn = connect(path, synchronous, key=key)
             try:
                 migrate(conn)
             finally:
                 conn.close()
-        except sqlite3.DatabaseError as exc:
+        except driver.DatabaseError as exc:
             if is_damage(exc):
                 raise damaged(path, [str(exc)]) from exc
             raise

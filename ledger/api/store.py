@@ -32,6 +32,7 @@ from ledger.api.remote import RemoteStore
 from ledger.api.waiting import wait_async
 from ledger.db import Synchronous
 from ledger.erasure import merge_index, truncate_wal
+from ledger.port.cipher import read_key
 from ledger.retention import expire_batch, expire_outbox
 from plumbing.ids import now_ms
 
@@ -42,11 +43,18 @@ Summarizer = Callable[[list[Any]], Sequence[Any] | Awaitable[Sequence[Any]]]
 class Store(Face):
     @classmethod
     async def open(
-        cls, path: str | Path, *, synchronous: Synchronous = "NORMAL", clock: Clock = now_ms
+        cls,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "NORMAL",
+        clock: Clock = now_ms,
+        key_file: str | Path | None = None,
     ) -> Self:
         """Open (or create) the ledger at `path`; refused with a `LedgerError` naming the
-        problem, the file untouched (opening.py)."""
-        engine = await anyio.to_thread.run_sync(acquire, Path(path), synchronous)
+        problem, the file untouched (opening.py). With `key_file` the ledger is
+        encrypted (ledger/port/cipher.py: a bad key file is a `KeyFileError`)."""
+        key = None if key_file is None else read_key(key_file)
+        engine = await anyio.to_thread.run_sync(acquire, Path(path), synchronous, key)
         return cls(engine, clock)
 
     @staticmethod
@@ -147,7 +155,7 @@ class Store(Face):
             left = -1
             while left != 0:
                 left = await wait_async(_job(merge_index, left), self._submit)
-            await anyio.to_thread.run_sync(truncate_wal, Path(self.path))
+            await anyio.to_thread.run_sync(truncate_wal, Path(self.path), self._live().cipher_key)
         return int(expired)
 
     # -- items and turns -----------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from ledger.port.cipher import Error as DriverError
+
 
 class LedgerLookupError(Exception):
     code = "internal"
@@ -94,7 +96,7 @@ STORAGE_ERRORS = frozenset(
 
 def storage_error(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in STORAGE_ERRORS
+    return isinstance(exc, DriverError) and code is not None and code & 0xFF in STORAGE_ERRORS
 
 
 class WriterDied(LedgerWriteFailed):

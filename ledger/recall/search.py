@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ledger.port import cipher as driver
 from ledger.port.records import ROLES, Hit
 from ledger.recall.reads import require_session
 
@@ -126,7 +127,7 @@ def search(
     try:
         ranked = _rank(conn, fts, flt, limit)[:limit]
         return _hits(conn, fts, ranked)
-    except sqlite3.OperationalError as exc:  # `terms` rules it out; keep the promise anyway
+    except driver.OperationalError as exc:  # `terms` rules it out; keep the promise anyway
         if "fts5" not in str(exc):
             raise
         raise ValueError(f"the query could not be searched: {exc}") from exc

@@ -19,6 +19,7 @@ import anyio
 
 from ledger import erasure
 from ledger.erasure import truncate_wal
+from ledger.port.cipher import Key
 from ledger.port.erasure import Marked
 from ledger.sqlite.connections import Connected
 from plumbing import logs
@@ -48,6 +49,7 @@ class SqliteErasure(Connected):
     """The ErasurePort on the ledger's writer."""
 
     path: Path
+    key: Key | None = None  # an encrypted ledger's
     dsn: str | None = None  # set by the PostgreSQL ledger
 
     async def erase_entity(
@@ -91,4 +93,4 @@ class SqliteErasure(Connected):
         if self.dsn is not None:
             vacuum(self.dsn)
         else:
-            truncate_wal(self.path)
+            truncate_wal(self.path, self.key)

@@ -13,6 +13,7 @@ from typing import Any
 
 from core.session_state import SessionState
 from ledger import console, events, queries, state_reads, state_records, workers
+from ledger.port import cipher as driver
 from ledger.port.records import Found, Hit, Neighbour, Request
 from ledger.recall import answer as recall_answer
 from ledger.recall import hint as recall_hint
@@ -35,7 +36,7 @@ class SqliteReads(Connected):
             rows = await self.readers.run(
                 lambda c: queries.open_items_untouched_since(c, untouched_since)
             )
-        except sqlite3.Error as exc:
+        except driver.Error as exc:
             return {}, [], f"the ledger cannot be read: {exc}"
         return counts, rows, None
 

@@ -28,6 +28,8 @@ import anyio.abc
 
 from ledger.db import Synchronous, connect, damaged, is_damage, migrate, quick_check
 from ledger.foreign import schema_of
+from ledger.port import cipher as driver
+from ledger.port.cipher import Key
 from ledger.port.errors import LedgerNotWritable, WriterDied
 from ledger.port.protocols import WriterStats
 from ledger.sqlite.audit import SqliteAudit
@@ -106,6 +108,7 @@ class Ledger(
         writer_queue: int = 100_000,
     ) -> None:
         self.path = path
+        self.key: Key | None = None  # set by `open` for an encrypted ledger
         self.location = str(path)  # for logs: the file, or the database (ledger/postgres)
         self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s, max_queue=writer_queue)
         self.readers = readers
@@ -146,6 +149,7 @@ class Ledger(
         check_s: float = 10.0,
         writer_queue: int = 100_000,
         writer_wait_s: float = 10.0,
+        key: Key | None = None,
     ) -> AsyncIterator[Ledger]:
         """Check, open, migrate and run the ledger; the writer stops when the block exits.
 
@@ -156,23 +160,31 @@ class Ledger(
         Raises LedgerDamaged or LedgerNotWritable before anything is written. Storage
         that stays unwritable for `write_fail_exit_s` ends the writer with
         `WriterStuck`. `writer_queue`, `writer_wait_s`: the writer's backpressure
-        (ledger/writer/admission.py).
+        (ledger/writer/admission.py). `key` opens an encrypted ledger (a new one is
+        created encrypted); every connection, the writer's included, uses it.
         """
 
         def opener() -> tuple[list[str], bool, list[sqlite3.Connection]]:
             path.parent.mkdir(parents=True, exist_ok=True)
-            schema_of(path)  # another program's database is refused untouched (NotALedger)
+            schema_of(path, key)  # another program's database is refused untouched (NotALedger)
             try:
-                conn = connect(path, synchronous)
+                conn = connect(path, synchronous, key=key)
                 try:
                     finished = _check(conn, path, check_s)
                     applied = migrate(conn)
                 finally:
                     conn.close()
-                return applied, finished, [connect(path, synchronous) for _ in range(readers)]
-            except sqlite3.DatabaseError as exc:
+                return (
+                    applied,
+                    finished,
+                    [connect(path, synchronous, key=key) for _ in range(readers)],
+                )
+            except driver.DatabaseError as exc:
                 if is_damage(exc):
-                    raise damaged(path, [str(exc)]) from exc
+                    problem = str(exc)
+                    if key is None and not driver.is_plain(path):
+                        problem += "; if it is an encrypted ledger, set [ledger] key_file"
+                    raise damaged(path, [problem]) from exc
                 raise
 
         applied, checked, read_conns = await anyio.to_thread.run_sync(opener)
@@ -181,11 +193,11 @@ class Ledger(
         try:
             if writer == "process":
                 # Spawned here, on the event loop's thread (see ProcessLink.spawn).
-                process = ProcessLink.spawn(path, synchronous, log)
+                process = ProcessLink.spawn(path, synchronous, log, key)
                 link = process
                 await process.start()
             else:
-                transactor = await anyio.to_thread.run_sync(open_transactor, path, synchronous)
+                transactor = await anyio.to_thread.run_sync(open_transactor, path, synchronous, key)
                 link = ThreadLink(transactor)
         except BaseException:
             for read_conn in read_conns:
@@ -193,6 +205,7 @@ class Ledger(
             raise
         ledger = cls(path, link, ReaderPool(read_conns), process, write_fail_exit_s, writer_queue)
         ledger.writer_wait_s = writer_wait_s
+        ledger.key = key
         ledger.migrations_applied = applied
         ledger.check_finished = checked
         try:

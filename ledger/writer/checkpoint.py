@@ -29,6 +29,9 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from ledger.db import open_keyed
+from ledger.port import cipher as driver
+from ledger.port.cipher import Key
 from plumbing import logs
 
 INTERVAL_S = 0.05
@@ -50,6 +53,7 @@ class WalCheckpointer:
         *,
         interval_s: float = INTERVAL_S,
         restart_frames: int = RESTART_FRAMES,
+        key: Key | None = None,
     ) -> None:
         self.path = str(path)
         self.interval_s = interval_s
@@ -64,7 +68,11 @@ class WalCheckpointer:
         self.last_error: str | None = None
         self._committed = threading.Event()
         self._stopping = threading.Event()
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn = (
+            sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if key is None
+            else open_keyed(self.path, self.path, False, key, sqlite3.Connection)
+        )
         self._conn.execute("PRAGMA wal_autocheckpoint = 0")
         self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
 
@@ -114,7 +122,7 @@ class WalCheckpointer:
             frames = self._checkpoint()
             if frames >= self.restart_frames:
                 self._let_the_wal_restart(frames)
-        except sqlite3.Error as exc:
+        except driver.Error as exc:
             self.failures += 1
             self.failing += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

@@ -44,6 +44,7 @@ from typing import cast
 import anyio
 
 from ledger.db import Synchronous
+from ledger.port.cipher import Key
 from ledger.port.errors import WriterDied
 from ledger.writer.jobs import JobSpec, Outcome
 from ledger.writer.transactor import open_transactor
@@ -119,11 +120,17 @@ class ProcessLink:
 
     @classmethod
     def spawn(
-        cls, path: Path, synchronous: Synchronous, log: tuple[str, str] = ("info", "json")
+        cls,
+        path: Path,
+        synchronous: Synchronous,
+        log: tuple[str, str] = ("info", "json"),
+        key: Key | None = None,
     ) -> ProcessLink:
         """Start the writer process. Call from the thread that lives as long as
         the daemon (its main thread): the kernel's parent-death signal follows
-        the thread that started the child, not the process."""
+        the thread that started the child, not the process. A key goes to the
+        child as the first frame on the socket, never in its arguments, which
+        anyone on the machine may list."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         package_root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
@@ -141,6 +148,7 @@ class ProcessLink:
                     str(path),
                     synchronous,
                     *log,
+                    "keyed" if key is not None else "plain",
                 ],
                 pass_fds=[theirs.fileno()],
                 env=env,
@@ -148,6 +156,8 @@ class ProcessLink:
             )
         finally:
             theirs.close()
+        if key is not None:
+            _send(ours, key.secret.encode("utf-8"))
         return cls(proc, ours)
 
     async def start(self) -> None:
@@ -384,9 +394,9 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def serve(sock: socket.socket, path: str, synchronous: Synchronous) -> int:
+def serve(sock: socket.socket, path: str, synchronous: Synchronous, key: Key | None = None) -> int:
     try:
-        transactor = open_transactor(path, synchronous)
+        transactor = open_transactor(path, synchronous, key)
     except Exception as exc:
         _send(sock, pickle.dumps(("error", f"{type(exc).__name__}: {exc}")))
         return 1
@@ -409,7 +419,7 @@ def configure_logging(conn: sqlite3.Connection, level: str, fmt: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    fd, parent, path, synchronous, level, fmt = argv
+    fd, parent, path, synchronous, level, fmt, keyed = argv
     _die_with_parent(int(parent))
     logs.configure(level, fmt)  # the same lines on the same stderr as the daemon's
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -417,8 +427,14 @@ def main(argv: list[str]) -> int:
     if synchronous not in ("NORMAL", "FULL"):
         raise SystemExit(f"bad synchronous mode {synchronous!r}")
     sock = socket.socket(fileno=int(fd))
+    key = None
+    if keyed == "keyed":
+        secret = _recv(sock)
+        if secret is None:
+            return 1  # the daemon is gone
+        key = Key(secret.decode("utf-8"))
     gc_policy.tune()
-    return serve(sock, path, cast(Synchronous, synchronous))
+    return serve(sock, path, cast(Synchronous, synchronous), key)
 
 
 if __name__ == "__main__":

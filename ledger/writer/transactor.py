@@ -34,7 +34,9 @@ from typing import Any, Protocol
 
 from ledger.db import Synchronous, connect
 from ledger.fts import indexer_for
-from ledger.ingest import WriterConnection
+from ledger.ingest import WriterCaches, WriterConnection
+from ledger.port import cipher as driver
+from ledger.port.cipher import Key
 from ledger.port.errors import HeldBack, LedgerWriteFailed, StorageFailed, storage_error
 from ledger.writer.checkpoint import WalCheckpointer
 from ledger.writer.jobs import JobSpec, Outcome, resume_writes
@@ -91,7 +93,7 @@ class Transactor:
             if self._unanswered:
                 try:
                     self._settle_unanswered()
-                except sqlite3.Error as exc:
+                except driver.Error as exc:
                     if storage_error(exc):  # not known yet: the batch comes again
                         return self._failed(jobs, exc)
                     self._unanswered, self._held = [], None  # never to be known
@@ -109,7 +111,7 @@ class Transactor:
                     outcomes = self._transaction(jobs, savepoints=False)
                 except _JobFailed:
                     outcomes = self._transaction(jobs, savepoints=True)
-            except sqlite3.Error as exc:
+            except driver.Error as exc:
                 return self._failed(jobs, exc)
         if self._checkpointer is not None:
             self._checkpointer.committed()
@@ -199,7 +201,7 @@ class Transactor:
     def _commit(self, jobs: list[JobSpec], outcomes: list[Outcome]) -> None:
         try:
             self._conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except driver.Error as exc:
             if storage_error(exc) and getattr(self._conn, "in_doubt", None) is not None:
                 self._unanswered = list(zip(jobs, outcomes, strict=True))  # in doubt
             raise
@@ -209,13 +211,15 @@ class Transactor:
             self._on_rollback()
 
 
-def open_transactor(path: Path | str, synchronous: Synchronous) -> Transactor:
+def open_transactor(
+    path: Path | str, synchronous: Synchronous, key: Key | None = None
+) -> Transactor:
     """Open the writer's connection and what goes with it (blocking)."""
-    conn = connect(path, synchronous, factory=WriterConnection)
-    assert isinstance(conn, WriterConnection)
+    conn = connect(path, synchronous, factory=WriterConnection, key=key)
+    assert isinstance(conn, WriterCaches)
     checkpointer: WalCheckpointer | None = None
     try:
-        checkpointer = WalCheckpointer(path)
+        checkpointer = WalCheckpointer(path, key=key)
         return Transactor(conn, conn.forget, indexer_for(conn), checkpointer)
     except BaseException:
         if checkpointer is not None:
