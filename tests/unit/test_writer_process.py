@@ -351,7 +351,14 @@ async def test_writer_problems_name_a_batch_left_unanswered(
     from ledger.writer import process as writer_process
 
     monkeypatch.setattr(writer_process, "STALLED_S", 0.2)
-    async with Ledger.open(db, writer="process") as ledger:
+    # A ledger file (one with only table `t` is refused as not a ledger), plus `t`.
+    path = db.parent / "ledger.db"
+    async with Ledger.open(path, writer="thread"):
+        pass
+    conn = connect(path)
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)")
+    conn.close()
+    async with Ledger.open(path, writer="process") as ledger:
         slow = ledger.writer.submit(_slow_insert, "slow", 1.0)
         await anyio.sleep(0.5)
         problems = ledger.writer_problems()
