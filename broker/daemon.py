@@ -23,7 +23,14 @@ import anyio.abc
 
 from broker import systemd
 from broker.cluster_push import follower_for
-from broker.config import ConfigError, Settings, configure_redaction, load_rules, load_settings
+from broker.config import (
+    ConfigError,
+    Settings,
+    configure_redaction,
+    load_rules,
+    load_settings,
+    secrets_of,
+)
 from broker.connection import Connection
 from broker.deliveries import Deliveries
 from broker.endpoints import Endpoints
@@ -143,7 +150,12 @@ class Daemon:
     @staticmethod
     def _configure_writer_logging(ledger: Ledger, settings: Settings) -> None:
         try:
-            ledger.configure_logging(settings.log_level, settings.log_format)
+            ledger.configure_logging(
+                settings.log_level,
+                settings.log_format,
+                tuple(secrets_of(settings)),
+                tuple(settings.logging.redact),
+            )
         except WriterClosed as exc:
             log.error("the ledger writer keeps its old log level", error=str(exc))
 
@@ -206,6 +218,7 @@ class Daemon:
         async with self._open_ledger() as ledger:
             self.ledger = ledger
             ledger.snapshot_max_bytes = s.snapshots.max_bytes
+            self._configure_writer_logging(ledger, s)  # its redaction knows our secrets
             if not ledger.check_finished:
                 log.warning(
                     "the ledger's integrity check stopped at its time bound; the part it"

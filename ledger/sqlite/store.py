@@ -234,13 +234,20 @@ class Ledger(
     async def settled(self) -> None:
         await self.writer.settled()
 
-    def configure_logging(self, level: str, fmt: str) -> Pending[None] | None:
-        """Have the writer process log at `level` in `fmt` from its next batch on (after
-        a reload); None with a writer thread, which shares the daemon's logging.
-        Not waited for: a reload must not hang on a writer that is stuck."""
+    def configure_logging(
+        self,
+        level: str,
+        fmt: str,
+        secrets: tuple[str, ...] = (),
+        patterns: tuple[str, ...] = (),
+    ) -> Pending[None] | None:
+        """Have the writer process log at `level` in `fmt`, redacting the configured
+        `secrets` and `patterns` too, from its next batch on (at start and after a
+        reload); None with a writer thread, which shares the daemon's logging. Not
+        waited for: a reload must not hang on a writer that is stuck."""
         if self.writer_pid is None:
             return None
-        return self.writer.submit(configure_logging, level, fmt)
+        return self.writer.submit(configure_logging, level, fmt, secrets, patterns)
 
     @property
     def writer_died(self) -> str | None:

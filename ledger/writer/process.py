@@ -48,7 +48,7 @@ from ledger.port.cipher import Key
 from ledger.port.errors import WriterDied
 from ledger.writer.jobs import JobSpec, Outcome
 from ledger.writer.transactor import open_transactor
-from plumbing import gc_policy, logs
+from plumbing import gc_policy, logs, redact
 from plumbing.rawsock import SocketReader, send_all
 
 _HEADER = struct.Struct("!Q")
@@ -412,9 +412,17 @@ def serve(sock: socket.socket, path: str, synchronous: Synchronous, key: Key | N
     return 0
 
 
-def configure_logging(conn: sqlite3.Connection, level: str, fmt: str) -> None:
-    """A job: log from here on at `level` in `fmt`. Run in the writer process, where
-    the daemon's own `logs.configure` (a reload) does not reach."""
+def configure_logging(
+    conn: sqlite3.Connection,
+    level: str,
+    fmt: str,
+    secrets: tuple[str, ...] = (),
+    patterns: tuple[str, ...] = (),
+) -> None:
+    """A job: log from here on at `level` in `fmt`, redacting the configuration's
+    secrets and patterns as the daemon does. Run in the writer process, where the
+    daemon's own `logs.configure` and `redact.configure` do not reach."""
+    redact.configure(secrets, patterns)
     logs.configure(level, fmt)
 
 

@@ -295,6 +295,20 @@ async def test_a_reload_sets_the_log_level_of_the_writer_process(
     assert "below error" not in err
 
 
+async def test_the_writer_process_redacts_the_configured_secrets_and_patterns(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A channel token or engine key of the configuration, and an operator's
+    `[logging] redact` pattern, never reach the writer process's log lines either."""
+    async with Ledger.open(tmp_path / "l.db", writer="process", log=("warning", "json")) as ledger:
+        ledger.configure_logging("warning", "json", ("tok-0123456789",), (r"case-\d{4}",))
+        await ledger.writer.call(_log_probe, "token tok-0123456789 for case-1234, then sk-")
+    err = capfd.readouterr().err
+    assert "then sk-" in err, err  # the line was written
+    assert "tok-0123456789" not in err and "case-1234" not in err, err
+    assert err.count("[redacted]") == 2, err
+
+
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
