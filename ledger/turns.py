@@ -169,11 +169,16 @@ def commit_orphan(
         return []  # its person was erased while it ran (ledger/erasure.py): nothing is kept
     error = f"the session's head moved while the turn ran (from {rec.parent_id})"
     failed = replace(rec, status="failed", reason="head_moved", error=error, outcome=None)
-    return _write_turn(conn, failed, snapshot_max_bytes)
+    # Only the items still running under this very turn are its to end: a late attempt
+    # of a turn must not end an item another attempt is running, or consumed.
+    return _write_turn(conn, failed, snapshot_max_bytes, own_items_only=True)
 
 
 def _write_turn(
-    conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
+    conn: sqlite3.Connection,
+    rec: TurnRecord,
+    snapshot_max_bytes: int | None = None,
+    own_items_only: bool = False,
 ) -> list[ItemInfo]:
     title, source = rec.title, rec.title_source
     if title is None:
@@ -271,14 +276,23 @@ def _write_turn(
             ],
         )
     item_turn = None if rec.item_status == "queued" else rec.turn_id
-    conn.executemany(
-        "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ?"
-        " WHERE id = ? AND status IN ('queued', 'running')",  # never one another turn ended
-        [
-            (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id)
-            for it in rec.inputs
-        ],
-    )
+    sql = "UPDATE queue_items SET status = ?, reason = ?, turn_id = ?, updated_at = ? WHERE id = ?"
+    if own_items_only:
+        conn.executemany(
+            sql + " AND status = 'running' AND turn_id = ?",
+            [
+                (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id, rec.turn_id)
+                for it in rec.inputs
+            ],
+        )
+    else:
+        conn.executemany(
+            sql + " AND status IN ('queued', 'running')",  # never one another turn ended
+            [
+                (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id)
+                for it in rec.inputs
+            ],
+        )
     if rec.outbox is not None:
         out_id, channel, frame = rec.outbox
         conn.execute(

@@ -96,3 +96,24 @@ def test_a_turn_that_lost_the_race_leaves_the_item_with_its_consumer(
     in_tx(conn, lt.commit_orphan, completed(session, "t2", "t1", item, 2_100))
     assert item_row(conn, item.id) == ("done", "t1")
     assert consumed_by(conn) == ["t1"]
+
+
+def test_a_late_attempt_that_lost_leaves_the_item_to_the_attempt_running_it(
+    conn: sqlite3.Connection,
+) -> None:
+    """Two attempts: t1 was cut off and recorded aborted, its retry t2 runs the item; t1
+    commits after all, loses (its item is t2's), and is recorded failed: the item stays
+    t2's, so t2 can still commit it."""
+    session, item = queued(conn)
+    in_tx(conn, lt.mark_running, "t1", [item.id], 2_000)
+    assert in_tx(conn, lt.recover_crashed, 2_500) == ["t1"]  # t1 aborted, the item waits
+    in_tx(conn, lt.mark_running, "t2", [item.id], 3_000)
+    conn.execute("BEGIN IMMEDIATE")
+    with pytest.raises(HeadMoved):
+        lt.commit_turn(conn, completed(session, "t1b", "t1", item, 2_000))
+    conn.execute("ROLLBACK")
+    in_tx(conn, lt.commit_orphan, completed(session, "t1b", "t1", item, 2_000))
+    assert item_row(conn, item.id) == ("running", "t2")
+    in_tx(conn, lt.commit_turn, completed(session, "t2", "t1", item, 3_000))
+    assert item_row(conn, item.id) == ("done", "t2")
+    assert consumed_by(conn) == ["t2"]
