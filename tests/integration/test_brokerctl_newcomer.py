@@ -173,9 +173,12 @@ async def test_sessions_and_show_name_the_person(daemon: DaemonProcess, tmp_path
     [row] = [r for r in rows if r["label"] == ack.session]
     assert row["person"]["name"] == "Ann Lee"
     assert row["person"]["channels"] == [f"{channel}:{sender}"]
-    table = await anyio.to_thread.run_sync(lambda: ctl("sessions", "-s", sock, cwd=tmp_path))
+    wide = {"COLUMNS": "200"}  # no terminal here: rich would fold the table at 80 columns
+    table = await anyio.to_thread.run_sync(
+        lambda: ctl("sessions", "-s", sock, cwd=tmp_path, env=wide)
+    )
     assert f"Ann Lee ({channel}:{sender})" in table.stdout
     shown = await anyio.to_thread.run_sync(
-        lambda: ctl("show", ack.session, "-s", sock, cwd=tmp_path)
+        lambda: ctl("show", ack.session, "-s", sock, cwd=tmp_path, env=wide)
     )
     assert f"with Ann Lee ({channel}:{sender})" in shown.stdout, shown.stdout

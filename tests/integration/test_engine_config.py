@@ -74,7 +74,8 @@ def test_a_persona_engine_is_checked_the_same(tmp_path: Path) -> None:
 
 
 def test_the_doc_shows_an_example_of_each_engine_it_documents() -> None:
-    assert sorted(e["engine"]["kind"] for e in doc_examples()) == ["openai", "subprocess"]
+    kinds = sorted(e["engine"]["kind"] for e in doc_examples())
+    assert kinds == ["openai", "python", "subprocess"]
 
 
 @pytest.fixture

@@ -118,7 +118,8 @@ async def test_a_restarted_node_reports_the_replay_of_a_session_it_took_over(
         metrics = await anyio.to_thread.run_sync(scrape, config["runtime"]["metrics_address"])
         return "session_replay_events_count" in metrics
 
-    await wait_until(replay_reported, "the replay's metrics", within=15)
+    # The SDK exports its metrics on its own schedule, later on a busy machine.
+    await wait_until(replay_reported, "the replay's metrics", within=45)
     assert metrics["session_replay_events_count"] == 1
     assert metrics["session_replay_events_sum"] >= 10  # the first turn's events, at least
     assert metrics["temporal_workflow_task_execution_latency_count"] >= 1
