@@ -182,12 +182,18 @@ class Ingress:
             raise ProtocolError(
                 "overloaded", "the broker is shutting down; retry later", req=req
             ) from exc
+        # Cannot block: the room was there above, and nothing yielded since. It can be
+        # closed: the daemon stops (its writer died) while this frame was routed.
+        try:
+            self._filed.send_nowait(
+                Filed(pending, state, size, msg.msg_id, req, routed.record, anyio.current_time())
+            )
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise ProtocolError(
+                "overloaded", "the broker is shutting down; retry later", req=req
+            ) from exc
         state.inflight += 1
         self.pending_bytes += size
-        # Cannot block: the room was there above, and nothing yielded since.
-        self._filed.send_nowait(
-            Filed(pending, state, size, msg.msg_id, req, routed.record, anyio.current_time())
-        )
         self._unanswered += 1
         if self._filing is not None:
             self._filing.set()
