@@ -139,6 +139,7 @@ def main(argv: list[str]) -> int:
             (size,) = _HEADER.unpack(header)
             for note in pickle.loads(stdin.read(size)):
                 _replay(tracing, note)
+            tracing.flush()
     finally:
         tracing.shutdown()  # sends what it holds, bounded by the exporter's timeout
 
