@@ -47,6 +47,7 @@ log = logs.get("broker.observe")
 EXPORT_TIMEOUT_S = 3.0
 EXPORT_BATCH = 4096  # spans in one OTLP request at most
 OPEN_TURNS = 4096  # turns whose calls are kept until their record comes
+OPEN_ITEMS = 16384  # items whose span ids are kept for their turn
 CONTENT_CHARS = 8192  # of one message, tool argument or result in a span
 LOST_EVERY_S = 60.0  # spans the collector did not take are logged at most this often
 RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -106,6 +107,12 @@ def _set(span: Span | ProtoResource, key: str, value: object) -> None:
         kv.value.string_value = str(value)
 
 
+def _text(span: Span, key: str, value: str) -> None:
+    kv = span.attributes.add()
+    kv.key = key
+    kv.value.string_value = value
+
+
 def _error(span: Span, message: str) -> None:
     span.status.code = Status.StatusCode.STATUS_CODE_ERROR
     span.status.message = message
@@ -134,6 +141,7 @@ class Tracing:
         # turn id -> its engine calls (began, ended); its tool calls (name, began, ended, status)
         self._calls: OrderedDict[str, list[tuple[int, int]]] = OrderedDict()
         self._tools: OrderedDict[str, list[tuple[str, int, int, str]]] = OrderedDict()
+        self._items: dict[str, tuple[bytes, bytes, bytes]] = {}  # item -> its ids
 
     @classmethod
     def open(cls, endpoint: str, capture_content: bool, service: str, instance: str) -> Tracing:
@@ -219,12 +227,25 @@ class Tracing:
 
     def ingest(self, began_ns: int, acked_ns: int, session: str, item: str) -> None:
         """A message's ingest, handed to the writer at `began_ns`, acked at `acked_ns`."""
-        trace, ingest = trace_of("item", item), span_of("ingest", item)
+        trace, ingest, ack = self._ids_of(item)
         span = self._span("ingest", trace, ingest, b"", LOCAL, SERVER, began_ns, acked_ns)
-        _set(span, "gen_ai.conversation.id", session)
-        _set(span, "broker.item.id", item)
-        ack = self._span("ack", trace, span_of("ack", item), ingest, LOCAL, INTERNAL, acked_ns, 0)
-        _set(ack, "broker.item.id", item)
+        _text(span, "gen_ai.conversation.id", session)
+        _text(span, "broker.item.id", item)
+        span = self._span("ack", trace, ack, ingest, LOCAL, INTERNAL, acked_ns, 0)
+        _text(span, "broker.item.id", item)
+
+    def _ids_of(self, item: str) -> tuple[bytes, bytes, bytes]:
+        """An item's trace, ingest span and ack span ids, kept for its turn to come."""
+        found = self._items.get(item)
+        if found is None:
+            found = self._items[item] = (
+                trace_of("item", item),
+                span_of("ingest", item),
+                span_of("ack", item),
+            )
+            if len(self._items) > OPEN_ITEMS:
+                del self._items[next(iter(self._items))]
+        return found
 
     def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
         self._kept(self._calls, turn).append((began_ms, ended_ms))
@@ -244,9 +265,10 @@ class Tracing:
     def turn(self, rec: TurnFacts, written: str) -> None:
         calls = self._calls.pop(rec.turn_id, [])
         tools = self._tools.pop(rec.turn_id, [])
-        if rec.inputs:  # in its first message's trace, under that message's ingest
-            first = rec.inputs[0].id
-            trace, parent, flags = trace_of("item", first), span_of("ingest", first), REMOTE
+        inputs = [self._ids_of(i.id) for i in rec.inputs]
+        if inputs:  # in its first message's trace, under that message's ingest
+            trace, parent, _ = inputs[0]
+            flags = REMOTE
         else:
             trace, parent, flags = trace_of("turn", rec.turn_id), b"", LOCAL
         agent = span_of("turn", rec.turn_id)
@@ -260,21 +282,20 @@ class Tracing:
             _ns(rec.started_at),
             _ns(max(rec.completed_at, rec.started_at)),
         )
-        for i in rec.inputs:
-            linked = trace_of("item", i.id)
-            for kind, mark in (("ingest", _LINK_INGEST), ("ack", _LINK_ACK)):
+        for linked, ingest, ack in inputs:
+            for span_id, mark in ((ingest, _LINK_INGEST), (ack, _LINK_ACK)):
                 link = span.links.add()
                 link.trace_id = linked
-                link.span_id = span_of(kind, i.id)
+                link.span_id = span_id
                 link.flags = REMOTE
                 link.attributes.append(mark)
         span.attributes.append(_INVOKE)
-        _set(span, "gen_ai.conversation.id", rec.session)
-        _set(span, "gen_ai.provider.name", rec.engine)
-        _set(span, "broker.turn.id", rec.turn_id)
-        _set(span, "broker.turn.type", rec.type)
-        _set(span, "broker.turn.status", rec.status)
-        _set(span, "broker.turn.written", written)
+        _text(span, "gen_ai.conversation.id", rec.session)
+        _text(span, "gen_ai.provider.name", rec.engine)
+        _text(span, "broker.turn.id", rec.turn_id)
+        _text(span, "broker.turn.type", rec.type)
+        _text(span, "broker.turn.status", rec.status)
+        _text(span, "broker.turn.written", written)
         if rec.model:
             _set(span, "gen_ai.request.model", rec.model)
         if rec.prompt_tokens is not None:
