@@ -114,3 +114,17 @@ async def test_content_only_when_captured(
     assert "secret words" in json.loads(a["gen_ai.input.messages"])[0]["parts"][0]["content"]
     assert json.loads(a["gen_ai.output.messages"])[0]["role"] == "assistant"
     assert attrs(tool)["gen_ai.tool.call.result"] is not None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_exporter_sends_the_headers_the_environment_names(
+    make_daemon: DaemonFactory, tmp_path: Path, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A collector that wants a key: the OpenTelemetry exporter's own variable, which the
+    # daemon's trace exporter process inherits.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer%20k3y")
+    with otlp_receiver() as receiver:
+        await run_turn(make_daemon, tmp_path, anyio_backend, receiver, False)
+        await eventually(lambda: spans_named(receiver, "invoke_agent"))
+        sent = list(receiver.headers)
+    assert sent and all(h.get("authorization") == "Bearer k3y" for h in sent)
