@@ -25,16 +25,13 @@ the Store itself and openai's `SQLiteSession` at once (bench.peers' `drive`, 200
 tasks appending), so issue 22's other at-once aim, 12x the best peer, is read in the
 same process too.
 
-Rule 1: a batch is three statements whatever its size: one multi-row VALUES INSERT
-        of the turns, one of their messages, one UPDATE ... FROM VALUES of the
-        sessions' heads. Each session's first turn of the batch takes its parent
-        from the sessions row inside the INSERT (the Store's own subquery; '' in
-        the parent column says so: an empty id cannot be a turn's); a later turn
-        of the same session takes the turn before it, and the head moves once to
-        its last turn. Of the shapes tried (docs/performance.md, "Batching a
-        transaction's turns on the same schema") this ran the fewest
-        instructions: 13.7% under a turn at a time, against 1.5-5.7% for an
-        executemany a table and 20% over for an INSERT ... SELECT from JSON.
+A batch is three statements whatever its size: one multi-row VALUES INSERT of the
+turns, one of their messages, one UPDATE ... FROM VALUES of the sessions' heads.
+Each session's first turn of the batch takes its parent from the sessions row
+inside the INSERT (the Store's own subquery; '' in the parent column says so: an
+empty id cannot be a turn's); a later turn of the same session takes the turn
+before it, and the head moves once to its last turn. Of the shapes tried this ran
+the fewest instructions (docs/performance.md, "The library").
 """
 
 from __future__ import annotations

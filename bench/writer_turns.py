@@ -11,7 +11,7 @@ shows without the batching noise of a live daemon. Each count runs twice under
 `valgrind --tool=callgrind`, 200 and 1,000 turns, and prints the difference over
 800: instructions per turn. `--text`: characters of each person's message (the
 `intent` repeats up to 500 of them). `--off`: the loop without one part of a turn's
-work, for its share (docs/performance.md, "The writer's share, feature by feature"):
+work, for its share (docs/performance.md, "The per-turn cost of round 2's features"):
 `state` (no state record), `parent-read` (a parent's record not in the writer's
 memory taken as empty instead of read: ledger/state_records.py), `activity`
 (no note of the person's activity).

@@ -5,14 +5,12 @@ It is the oracle PostgreSQL's `ledger_tsv` is checked against
 (tests/unit/test_pg_unicode_words.py), and it wrote the tables of PostgreSQL
 migration 0004 (`python -m tests.unicode61` prints them).
 
-Rule 1: unicode61 decides each code point alone: a separator, or a token
-        character that folds to one code point or to none (a diacritic it
-        drops). Nothing depends on the neighbours, so one probe a code point
-        ("a", the code point, "b") tells all: two tokens "a" and "b" for a
-        separator, else one token "a<fold>b".
-Rule 2: the probes go in a few large documents, read back in order through
-        `fts5vocab` (one row per token instance): one document a probe takes
-        ten times as long.
+unicode61 decides each code point alone: a separator, or a token character that
+folds to one code point or to none (a diacritic it drops). Nothing depends on the
+neighbours, so one probe a code point ("a", the code point, "b") tells all: two
+tokens "a" and "b" for a separator, else one token "a<fold>b". The probes go in a
+few large documents, read back in order through `fts5vocab` (one row per token
+instance), as one document a probe takes ten times as long.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ CREATE INDEX bridge_notes_pending ON bridge_notes(session_label) WHERE consumed_
 
 -- The record a new thread starts from, when an automatic rollover carries the old
 -- thread's record over (an explicit reset leaves none): taken, and removed, by
--- the new thread's first turn (ledger/state_records.py Rule 4).
+-- the new thread's first turn (ledger/state_records.py).
 CREATE TABLE thread_seeds (
     session_label TEXT PRIMARY KEY,
     state         TEXT NOT NULL,

@@ -4,27 +4,25 @@ PostgreSQL ledger: every answer, and at the end every session's reads, must agre
 The hand-written conformance tests check what each backend does in cases someone
 thought of; this one looks for the cases nobody did, where the two disagree.
 
-Rule 1: one example is one `anyio.run` driving both ports step by step: each step
-        is drawn (`st.data()`) from what exists so far, run on SQLite, then on
-        PostgreSQL, and the two outcomes (a value, or an error's class and field)
-        compared at once, so a divergence names the step that made it.
-Rule 2: what legitimately differs is normalized, and only that: the ids a ledger
-        makes (ULIDs, `ent_` ids; they show up in labels and frames too) become
-        `#n` by order of first appearance, per backend. Everything the test passes
-        in (turn ids, times, texts) is the same on both sides, so times need no
-        normalizing. A later step names a thing by its normalized form and each
-        side turns it back into its own id. An id cut off at the end of a preview
-        (a queue item's payload, shortened) is `#cut`.
-Rule 3: recall's ranking is each engine's own (bm25 against ts_rank), so search
-        hits are compared as sets of (session, turn, role, snippet), not in order
-        or by score; both ports make snippets with FTS5's `snippet()`
-        (ledger/postgres/snippets.py), so those must be the same text.
-Rule 4: `PORT_DIFF_EXAMPLES` / `PORT_DIFF_STEPS` raise the example count and the
-        steps per example for a longer hunt (defaults, 30 x 25: about 12 s on a loaded
-        2-core machine); `PORT_DIFF_SHRINK=0` reports the first divergence as
-        found, unshrunk (shrinking a 40-step sequence can take many minutes).
-Rule 5: tool call ids are made from the turn's id: `tool_calls.id` is a key of the
-        whole ledger, so a reused id fails the turn on both backends alike.
+One example is one `anyio.run` driving both ports step by step: each step is drawn
+(`st.data()`) from what exists so far, run on SQLite, then on PostgreSQL, and the two
+outcomes (a value, or an error's class and field) compared at once, so a divergence
+names the step that made it.
+
+What legitimately differs is normalized, and only that. The ids a ledger makes
+(ULIDs, `ent_` ids; they show up in labels and frames too) become `#n` by order of
+first appearance, per backend, and an id cut off at the end of a preview is `#cut`;
+everything the test passes in (turn ids, times, texts) is the same on both sides, and
+a later step names a thing by its normalized form, which each side turns back into
+its own id. Recall's ranking is each engine's own (bm25 against ts_rank), so search
+hits are compared as sets of (session, turn, role, snippet); both ports make snippets
+with FTS5's `snippet()` (ledger/postgres/snippets.py), so those must be the same text.
+Tool call ids are made from the turn's id (`tool_calls.id` is a key of the whole
+ledger), so a reused id fails the turn on both backends alike.
+
+`PORT_DIFF_EXAMPLES` / `PORT_DIFF_STEPS` raise the example count and the steps per
+example for a longer hunt (defaults 30 x 25); `PORT_DIFF_SHRINK=0` reports the first
+divergence unshrunk (shrinking a 40-step sequence can take many minutes).
 """
 
 from __future__ import annotations

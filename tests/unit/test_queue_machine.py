@@ -555,8 +555,8 @@ cmds_st = st.lists(cmd_st, min_size=15, max_size=60)
 @dataclass
 class Ledger:
     """Drives the machine like a shell would and checks every action against the fates
-    of the items so far (Rule 10 of the brief). Fates: waiting, running, steered, ending
-    (turn aborted by stop, Drop expected), done, dropped."""
+    of the items so far: every item acked ends in exactly one fate. Fates: waiting,
+    running, steered, ending (turn aborted by stop, Drop expected), done, dropped."""
 
     state: State
     now: float = 0.0
