@@ -15,6 +15,7 @@ from broker.connection import Connection
 from broker.mailbox.registry import Mailboxes
 from broker.ops.state import hand_bridges
 from ledger.port import audit
+from ledger.port.errors import Conflict
 from ledger.port.protocols import LedgerPort
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -66,7 +67,10 @@ class ProposalOps:
         if acting is not None and acting.target is None:  # the row names the contact
             found = await self.ledger.merge_proposals(None, 1, n)
             acting.target = found[0]["contact"] if found else None
-        decided, merged = await self.ledger.decide_merge(n, accept, f"uid:{conn.uid}", now_ms())
+        try:
+            decided, merged = await self.ledger.decide_merge(n, accept, f"uid:{conn.uid}", now_ms())
+        except Conflict as exc:  # decided before
+            raise ProtocolError("conflict", str(exc), field="proposal", req=req) from exc
         out: dict[str, Any] = {"proposal": decided}
         if merged is not None:
             hand_bridges(self.mailboxes, merged.primary, merged.bridges)

@@ -7,6 +7,8 @@ merges` (`merge.list`, `merge.accept`, `merge.reject`)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,13 @@ from tests.integration.test_agent_tools import results
 
 pytestmark = pytest.mark.anyio
 CAROL, CAROL2, OWNER = "+3", "+4", "+9"
+CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
+
+
+def ctl(s: Scripted, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CTL, "--config", str(s.d.config_path), *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def owner_config(tmp: Path) -> dict[str, object]:
@@ -108,8 +117,14 @@ async def test_an_operator_lists_and_decides(
         line = call("propose_merge", contact=contact, person=person, reason="maybe")
         assert results(await s.say(line, msg, sender=OWNER))[0][1] == "ok"
     one, two = (p["proposal"] for p in await s.op("merge.list"))
-    rejected = await s.op("merge.reject", proposal=two)
+    listed = ctl(s, "merges", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [p["proposal"] for p in json.loads(listed.stdout)] == [one, two]
+    rejected = json.loads(ctl(s, "merges", "reject", str(two), "--json").stdout)
     assert rejected["proposal"]["status"] == "rejected" and "canonical" not in rejected
+    again = ctl(s, "merges", "reject", str(two))
+    assert again.returncode == 1 and "conflict" in again.stderr
+    assert ctl(s, "merges", "maybe").returncode == 64
     accepted = await s.op("merge.accept", proposal=one)
     assert (accepted["proposal"]["status"], accepted["canonical"]) == ("accepted", ents[0])
     assert await s.op("merge.list", status="pending") == []
