@@ -103,6 +103,9 @@ async def test_an_agent_proposes_and_only_an_owner_accepts(
     assert again["text"] == f"merge proposal {n}: it was already accepted."
     malformed = await s.say("/merge perhaps", "o6", sender=OWNER)
     assert str(malformed["text"]).startswith("usage: /merge yes N")
+    # A subprocess engine is offered both tools in its request's `tools` list.
+    offered = s.requests(first)[0]["tools"]
+    assert "propose_merge" in offered and "remember" in offered
 
 
 async def test_an_operator_lists_and_decides(
