@@ -73,7 +73,7 @@ class ProposalOps:
             raise ProtocolError("conflict", str(exc), field="proposal", req=req) from exc
         out: dict[str, Any] = {"proposal": decided}
         if merged is not None:
-            hand_bridges(self.mailboxes, merged.primary, merged.bridges)
+            hand_bridges(self.mailboxes, merged)
             out.update(canonical=merged.canonical, primary=merged.primary)
         log.info(
             "merge proposal decided",

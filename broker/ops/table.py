@@ -308,7 +308,7 @@ class Ops:
     async def entity_merge(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(args, (ArgSpec("from", str, True, 64), ArgSpec("into", str, True, 64)), req)
         result = await self.ledger.merge_entities(a["from"], a["into"], now_ms())
-        hand_bridges(self.mailboxes, result.primary, result.bridges)
+        hand_bridges(self.mailboxes, result)
         log.info(
             "entities merged",
             src=a["from"],
