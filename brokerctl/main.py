@@ -26,6 +26,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     encryption,
     erase,
     files,
+    merges,
     messaging,
     names,
     routes,

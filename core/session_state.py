@@ -9,7 +9,8 @@ better and wins within its turn); files from the arguments of tool calls that
 succeeded (`path`, `file`, `filename`...) and from `file` events; errors from failed
 tool calls, failed turns and `error` events (a later successful call with the same
 arguments, or an event that `resolves` it, marks one resolved); decisions from
-`decision` events.
+`decision` events and from the agent's own `remember` calls (a constraint or a fact
+is kept among them, named so).
 
 Each list keeps its newest entries (20 files, 10 decisions, 5 errors), and an entry
 seen again moves to the end instead of repeating; a compaction turn changes nothing,
@@ -39,6 +40,8 @@ FILE_LIST_ARGS = ("paths", "files")
 TEXT_KINDS = ("intent", "decision", "error")  # the events whose text goes into the record
 TEXT_KEYS_IN_ORDER = ("text", "message", "decision", "error", "summary")  # where it is, first wins
 TEXT_KEYS = frozenset(TEXT_KEYS_IN_ORDER)
+REMEMBER_TOOL = "remember"  # the agent's tool whose successful calls are key decisions
+REMEMBER_KINDS = ("decision", "constraint", "fact")
 
 
 @record
@@ -114,9 +117,9 @@ def advance(state: SessionState, turn: TurnFacts) -> SessionState:
         if source == "person" and (line := first_line(text, FOCUS_CHARS)):
             focus = line
     files, errors = list(state.files), list(state.errors)
-    for call in turn.tool_calls:
-        _apply_call(call, n, files, errors)
     decisions = list(state.decisions)
+    for call in turn.tool_calls:
+        _apply_call(call, n, files, errors, decisions)
     for kind, payload in turn.events:
         focus = _apply_event(kind, payload, n, focus, files, decisions, errors)
     if turn.status == "failed":
@@ -137,7 +140,13 @@ def advance(state: SessionState, turn: TurnFacts) -> SessionState:
     )
 
 
-def _apply_call(call: ToolCall, n: int, files: list[FileEntry], errors: list[ErrorEntry]) -> None:
+def _apply_call(
+    call: ToolCall,
+    n: int,
+    files: list[FileEntry],
+    errors: list[ErrorEntry],
+    decisions: list[Decision],
+) -> None:
     key = f"{call.name} {' '.join(call.arguments.split())[:120]}"
     if call.status == "error":
         result = first_line(call.result, TEXT_CHARS) or "no result"
@@ -146,8 +155,30 @@ def _apply_call(call: ToolCall, n: int, files: list[FileEntry], errors: list[Err
     for i, entry in enumerate(errors):
         if entry.call == key and not entry.resolved:
             errors[i] = replace(entry, resolved=True)
+    if call.name == REMEMBER_TOOL:
+        if (line := remembered(call.arguments)) is not None:
+            _push(decisions, Decision(line, n), lambda d: d.text)
+        return
     for path in paths_in(call.arguments):
         _push_file(files, FileEntry(path, call.name, n))
+
+
+def remembered(arguments: str) -> str | None:
+    """The key-decision line of a `remember` call's arguments (JSON text): its text, a
+    constraint or a fact named so; None for arguments that say nothing to keep."""
+    try:
+        args = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    kind, text = args.get("kind"), args.get("text")
+    if kind not in REMEMBER_KINDS or not isinstance(text, str):
+        return None
+    line = first_line(text, TEXT_CHARS)
+    if not line:
+        return None
+    return line if kind == "decision" else first_line(f"{kind}: {line}", TEXT_CHARS)
 
 
 def _apply_event(

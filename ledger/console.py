@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from ledger.people import person
 from ledger.port.errors import NotFound
 from ledger.snapshots import blob
 
@@ -22,7 +23,7 @@ from ledger.snapshots import blob
 # and the counts are then made for those rows alone.
 SESSIONS_PAGE = (
     "SELECT s.label, s.kind, s.status, s.turns, s.parent_session, s.entity_id,"
-    " e.name, s.updated_at, s.title,"
+    " e.name, s.updated_at, s.title, e.merged_into,"
     " (SELECT count(*) FROM queue_items q"
     "  WHERE q.session_label = s.label AND q.status IN ('queued', 'running'))"
     " FROM (SELECT label FROM sessions ORDER BY updated_at DESC, label LIMIT ? OFFSET ?) p"
@@ -49,12 +50,16 @@ def sessions_page(conn: sqlite3.Connection, limit: int, offset: int) -> list[dic
     rows = conn.execute(SESSIONS_PAGE, (limit, offset)).fetchall()
     people = _contacts(conn, {str(r[5]) for r in rows if r[5]})
     out = []
-    for label, kind, status, turns, parent, entity, name, updated, title, queued in rows:
+    for label, kind, status, turns, parent, entity, name, updated, title, merged, queued in rows:
         contacts = people.get(entity, []) if entity else []
         if kind == "group" and not contacts:
             parts = str(label).split(":", 2)
             contacts = [(parts[1], parts[2])] if len(parts) == 3 else []
         shown = name or next((n for _, n in contacts if n), None)
+        if kind != "group" and (kind != "dm" or merged is not None):
+            # A fork's or worker's person, or one merged into another: as `sessions` names them.
+            shown, channels = _person(conn, str(label))
+            contacts = [(c, "") for c in channels]
         out.append(
             {
                 "label": label,
@@ -70,6 +75,14 @@ def sessions_page(conn: sqlite3.Connection, limit: int, offset: int) -> list[dic
             }
         )
     return out
+
+
+def _person(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[str]]:
+    """The name and channels of the person `label` is with (ledger/people.py)."""
+    found = person(conn, label)
+    if found is None:
+        return None, []
+    return found["name"], sorted({c.split(":", 1)[0] for c in found["channels"]})
 
 
 def _contacts(conn: sqlite3.Connection, entities: set[str]) -> dict[str, list[tuple[str, str]]]:
@@ -119,7 +132,7 @@ def session_tree(conn: sqlite3.Connection, label: str, limit: int) -> dict[str, 
         " LIMIT 200",
         (label,),
     ).fetchall()
-    contacts = _contacts(conn, {row[6]} if row[6] else set()).get(row[6] or "", [])
+    name, channels = _person(conn, label)
     return {
         "label": row[0],
         "kind": row[1],
@@ -127,8 +140,8 @@ def session_tree(conn: sqlite3.Connection, label: str, limit: int) -> dict[str, 
         "head": row[3],
         "parent": row[4],
         "parent_turn": row[5],
-        "person": row[7] or next((n for _, n in contacts if n), None),
-        "channels": sorted({channel for channel, _ in contacts}),
+        "person": name,
+        "channels": channels,
         "title": row[8],
         "turn_count": row[9],
         "entity": row[6],

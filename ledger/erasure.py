@@ -41,6 +41,7 @@ from ledger.merge import set_members
 from ledger.port.cipher import Key
 from ledger.port.erasure import ErasureRunning
 from ledger.port.errors import Invalid, LedgerError, NotFound
+from ledger.proposals import forget as forget_proposals
 
 ERASED = "[erased]"
 TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
@@ -157,6 +158,7 @@ def _cut_off(
 ) -> None:
     """Every way in and every piece of outgoing work, in the marking transaction."""
     conn.execute(f"DELETE FROM contacts WHERE entity_id IN ({marks(entities)})", entities)
+    forget_proposals(conn, entities, sessions)
     dm_aliases = [f"dm:{e}" for e in entities]
     conn.execute(f"DELETE FROM session_aliases WHERE alias IN ({marks(dm_aliases)})", dm_aliases)
     if sessions:

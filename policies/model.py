@@ -27,7 +27,7 @@ from core.resets import NO_RESETS, ResetPolicy, parse_daily_at
 from policies.ratelimit import Rate
 
 PrincipalKind = Literal["owner", "known", "unknown"]
-ChatCommand = Literal["queue", "stop", "status", "new", "compact", "fork", "switch"]
+ChatCommand = Literal["queue", "stop", "status", "new", "compact", "fork", "switch", "merge"]
 ALL_COMMANDS: tuple[ChatCommand, ...] = (
     "queue",
     "stop",
@@ -36,6 +36,7 @@ ALL_COMMANDS: tuple[ChatCommand, ...] = (
     "compact",
     "fork",
     "switch",
+    "merge",
 )
 
 

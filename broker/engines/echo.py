@@ -34,6 +34,7 @@ def split_chunks(text: str, chunks: int) -> list[str]:
 class EchoEngine:
     name = "echo"
     accepts_steering = True
+    summarizes = False  # it repeats its input: a closing summary is made without it
 
     def __init__(self, chunks: int = 3, delay_ms: int = 0, context_window: int = 8192) -> None:
         self.chunks = chunks

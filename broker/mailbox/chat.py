@@ -1,5 +1,5 @@
 """Chat commands applied: `/queue`, `/stop`, `/status`, `/new`, `/compact`, `/fork`,
-`/switch` and `/help` in inbound text.
+`/switch`, `/merge` and `/help` in inbound text.
 
 A command never reaches the engine: it is applied to its session's actor at once and
 answered with a plain sentence, or refused (not allowed by the route rule, malformed)
@@ -9,7 +9,10 @@ before that is queued and sent once it commits, by a task of the registry's grou
 that awaits the commit (never in the ledger writer's task). `/fork` and `/switch`
 change where the conversation's messages go: the fork, the binding, the item done and
 the reply are one transaction (ledger/binding_jobs.py), which also decides the reply's
-words, since only it knows whether the target exists and whose it is.
+words, since only it knows whether the target exists and whose it is. `/merge yes N`
+is allowed only to the route's owners (the rule's principal `owner`, beside the
+rule's `commands`); its decision, merge, item and reply are one transaction too
+(ledger/proposals.py).
 
 A command is handled only while the ledger's queue of writes has room (the actor
 waits for some). One that waited `ledger.writer_wait_s` in vain is answered that the
@@ -20,18 +23,27 @@ room comes (a reply is sent only from its commit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio.abc
 import orjson
 
 from broker.deliveries import Deliveries
-from broker.mailbox.commands import BINDING, Command, CommandError, help_text, parse
+from broker.mailbox.commands import (
+    BINDING,
+    OWNERS_ONLY,
+    Command,
+    CommandError,
+    help_text,
+    parse,
+)
 from broker.mailbox.ports import CommandTarget
 from broker.router import Router
 from core.bindings import Conversation
+from core.proposals import parse_verdict
 from ledger.port.protocols import Committing, LedgerPort
-from ledger.port.records import BindCommand, ItemInfo
+from ledger.port.records import BindCommand, ItemInfo, MergeCommand, MergeResult
 from plumbing.ids import new_id, now_ms
 
 
@@ -41,6 +53,8 @@ class ChatCommands:
         self.router = router
         self.deliveries = deliveries
         self.tg: anyio.abc.TaskGroup | None = None  # the registry's, where replies wait
+        # Hands an accepted merge's bridge notes to a live primary (the registry's).
+        self.merged: Callable[[MergeResult], None] = lambda result: None
 
     def handle(self, actor: CommandTarget, item: ItemInfo, overloaded: bool = False) -> None:
         """Apply a chat command at once (it never reaches the engine) and reply;
@@ -61,6 +75,9 @@ class ChatCommands:
             elif command.name in BINDING:
                 self._bind(actor.label, item, command)
                 return
+            elif command.name == "merge":
+                self._merge(actor.label, item, command)
+                return
             else:
                 text, reason = self._answer(actor, command), f"command:{command.name}"
                 if command.name == "queue":
@@ -74,10 +91,13 @@ class ChatCommands:
         return name in self._commands(item)
 
     def _commands(self, item: ItemInfo) -> frozenset[str]:
-        """The commands the item's route allows its sender."""
+        """The commands the item's route allows its sender (`/merge` to owners only)."""
         if not (item.channel and item.peer_kind and item.sender_id):
             return frozenset()
-        return self.router.decision(item.channel, item.peer_kind, item.sender_id).commands
+        decision = self.router.decision(item.channel, item.peer_kind, item.sender_id)
+        if decision.principal == "owner":
+            return decision.commands
+        return decision.commands - OWNERS_ONLY
 
     def _answer(self, actor: CommandTarget, command: Command) -> str:
         if command.name == "stop":
@@ -115,6 +135,45 @@ class ChatCommands:
         channel = item.channel
         self.deliveries.expect(out_id)
         self._send_when_committed(pending, out_id, channel, label, None)
+
+    def _merge(self, label: str, item: ItemInfo, command: Command) -> None:
+        """`/merge yes N`, `/merge no N`; `_allowed` saw that the sender is an owner."""
+        try:
+            accept, number = parse_verdict(command.args)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        assert item.channel is not None
+        out_id = new_id()
+        cmd = MergeCommand(
+            accept,
+            number,
+            f"owner:{item.channel}:{item.sender_id}",
+            item.id,
+            label,
+            item.channel,
+            out_id,
+            _frame(label, item, out_id, ""),
+        )
+        pending = self.ledger.submit_chat_merge(cmd, now_ms())
+        self.deliveries.expect(out_id)
+        assert self.tg is not None, "chat commands answer only while the registry runs"
+        self.tg.start_soon(self._send_merged, pending, out_id, item.channel, label)
+
+    async def _send_merged(
+        self,
+        pending: Committing[tuple[str, MergeResult | None]],
+        out_id: str,
+        channel: str,
+        label: str,
+    ) -> None:
+        try:
+            frame_json, merged = await pending.result()
+        except Exception:  # the row was not written: nothing to send (deliveries.py)
+            self.deliveries.abandon(out_id)
+            return
+        if merged is not None:
+            self.merged(merged)
+        self.deliveries.deliver(out_id, channel, label, frame_json)
 
     def _reply(
         self, label: str, item: ItemInfo, text: str, reason: str, override: str | bool | None

@@ -2,8 +2,9 @@
 
 `/queue <mode> [debounce:<ms>] [cap:<n>] [drop:old|new|summarize]`, `/queue reset`,
 `/stop`, `/status`, `/new` (and its alias `/reset`), `/compact [instructions]`,
-`/fork`, `/switch <label>`, `/help` (always allowed: it lists the commands the
-route allows, and changes nothing).
+`/fork`, `/switch <label>`, `/merge yes|no N` (an owner decides a merge proposal),
+`/help` (always allowed: it lists the commands the route allows, and changes
+nothing).
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ import anyio
 from core.queue_machine import QUEUE_MODES
 from ledger.port.records import ItemInfo
 
-COMMANDS = ("queue", "stop", "status", "new", "reset", "compact", "fork", "switch", "help")
+COMMANDS = (
+    "queue",
+    "stop",
+    "status",
+    "new",
+    "reset",
+    "compact",
+    "fork",
+    "switch",
+    "merge",
+    "help",
+)
 ALIASES = {"reset": "new"}  # allowed, answered and applied as the command it names
 BINDING = frozenset({"fork", "switch"})  # answered from their transaction (chat.py)
 DROPS = ("old", "new", "summarize")
@@ -29,7 +41,9 @@ USAGE = {  # what /help says of each command, in this order
     "compact": "/compact [instructions]: summarize older turns now",
     "fork": "/fork: branch this conversation into a new session and go on there",
     "switch": "/switch <label>: go on in another of your sessions",
+    "merge": "/merge yes N, /merge no N: accept or reject merge proposal N",
 }
+OWNERS_ONLY = frozenset({"merge"})  # allowed only to the route's owners
 
 
 def help_text(allowed: frozenset[str]) -> str:

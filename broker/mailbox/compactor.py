@@ -60,7 +60,7 @@ class Session:
     model: str | None = None  # the summarizer's (`engine.compaction_model`); None: the engine's
 
 
-class _QuietIO:
+class QuietIO:
     """The summarizer's TurnIO: nothing is streamed to anyone, no tools, no steering."""
 
     async def delta(self, text: str) -> None:
@@ -174,7 +174,7 @@ async def _summarize(
     )
     try:
         with anyio.fail_after(session.cfg.compaction_timeout_s):
-            result = await session.engine.run(request, _QuietIO())
+            result = await session.engine.run(request, QuietIO())
         text = result.text.strip()
         if not text or ctx.counter.count(text) > budget:
             raise EngineError("the summary was empty or too long")

@@ -41,6 +41,7 @@ from ledger.port.records import (
     InboundRecord,
     ItemInfo,
     Limits,
+    MergeResult,
     Reaching,
 )
 from plumbing import logs
@@ -79,6 +80,7 @@ class Mailboxes:
         self.ports = SessionPorts(
             settings, ledger, engine, router, deliveries, commits, self, self.retire
         )
+        self.ports.chat.merged = self.merged
 
     @property
     def counter(self) -> TokenCounter:
@@ -204,6 +206,13 @@ class Mailboxes:
                 rec.route_mode,
             )
         )
+
+    def merged(self, result: MergeResult) -> None:
+        """A live actor of a merge's primary session learns of its bridge notes now;
+        one that starts later reads them from the ledger (ledger/bridges.py)."""
+        actor = self.actors.get(result.primary) if result.primary is not None else None
+        if actor is not None and result.bridges:
+            actor.facts.ctx.add_bridges(result.bridges)
 
     def post(self, item: ItemInfo) -> None:
         if self.forward is not None:

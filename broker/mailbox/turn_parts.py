@@ -69,12 +69,22 @@ def compaction_model(settings: Settings, persona: str | None) -> str | None:
     return chosen.model if chosen else None
 
 
-def system_prompt(settings: Settings, persona: str | None, kind: str) -> str | None:
+# What every turn's system prompt ends with: the archive and the state record exist.
+ARCHIVE_LINES = (
+    "Older turns of this conversation are kept in its archive, never lost: the"
+    " conversation_recall tool searches and reads them.\n"
+    "The session-state record (a system message) shows what matters now; keep a decision,"
+    " constraint or fact in it with the remember tool."
+)
+
+
+def system_prompt(settings: Settings, persona: str | None, kind: str) -> str:
+    """The persona's prompt (a worker's task-focused one), then `ARCHIVE_LINES`."""
     chosen = persona_of(settings, persona)
     prompt = chosen.system_prompt if chosen else None
     if prompt is None and kind == "worker":
         prompt = settings.workers.system_prompt
-    return prompt
+    return ARCHIVE_LINES if prompt is None else f"{prompt}\n\n{ARCHIVE_LINES}"
 
 
 def notes(start: m.StartTurn, items: dict[str, ItemInfo]) -> tuple[str, ...]:

@@ -39,6 +39,7 @@ ROLES: dict[str, Role] = {
     "workers.list": "read",
     "audit.list": "read",
     "entity.show": "read",
+    "merge.list": "read",
     # operate: changes sessions
     "entity.merge": "operate",
     "session.fork": "operate",
@@ -55,6 +56,8 @@ ROLES: dict[str, Role] = {
     "entity.name": "operate",
     "entity.alias": "operate",
     "session.close": "operate",
+    "merge.accept": "operate",
+    "merge.reject": "operate",
     # admin: removes data, or copies all of it
     "snapshots.gc": "admin",
     "entity.erase": "admin",

@@ -8,6 +8,7 @@ from typing import Any
 from broker.connection import Connection
 from broker.mailbox.registry import Mailboxes
 from ledger.port.protocols import LedgerPort
+from ledger.port.records import MergeResult
 from wire.frames import ArgSpec, check_args
 
 
@@ -23,11 +24,8 @@ class StateOps:
         return await self.ledger.session_state(a["session"])
 
 
-def hand_bridges(mailboxes: Mailboxes | None, primary: str | None, notes: dict[str, str]) -> None:
-    """A live actor of the merge's primary session learns of the new bridge notes now;
-    one that starts later reads them from the ledger (ledger/bridges.py)."""
-    if mailboxes is None or primary is None or not notes:
-        return
-    actor = mailboxes.actors.get(primary)
-    if actor is not None:
-        actor.facts.ctx.add_bridges(notes)
+def hand_bridges(mailboxes: Mailboxes | None, result: MergeResult) -> None:
+    """A live actor of the merge's primary session learns of the new bridge notes now
+    (`Mailboxes.merged`, which a chat command's merge calls too)."""
+    if mailboxes is not None:
+        mailboxes.merged(result)

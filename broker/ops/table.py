@@ -19,6 +19,7 @@ from broker.ops.audit import Audited, AuditOps
 from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
 from broker.ops.names import NameOps
+from broker.ops.proposals import ProposalOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
 from broker.ops.store import StoreOps
@@ -79,6 +80,7 @@ class Ops:
             **StoreOps(ledger).table,
             **AuditOps(ledger).table,
             **NameOps(ledger).table,
+            **ProposalOps(ledger, mailboxes).table,
             **self.erasure.table,
         }
         self.audited = Audited(ledger, lambda: mailboxes.settings if mailboxes else None)
@@ -306,7 +308,7 @@ class Ops:
     async def entity_merge(self, conn: Connection, args: dict[str, Any], req: str | None) -> Any:
         a = check_args(args, (ArgSpec("from", str, True, 64), ArgSpec("into", str, True, 64)), req)
         result = await self.ledger.merge_entities(a["from"], a["into"], now_ms())
-        hand_bridges(self.mailboxes, result.primary, result.bridges)
+        hand_bridges(self.mailboxes, result)
         log.info(
             "entities merged",
             src=a["from"],

@@ -10,7 +10,9 @@ and can no longer run. The ledger then records it `cancelled` (or answers `not_f
 / `conflict` from what it holds).
 `session.close` is decided by the ledger alone, in one transaction: a session with
 anything pending (a running or queued item, a live timer) answers `conflict` naming
-it and stays open, so no turn ever commits into a closed session.
+it and stays open, so no turn ever commits into a closed session. Given no summary,
+an active session's own engine is asked for one first (broker/mailbox/closing.py),
+bounded by the engine's timeout; without it the ledger writes the mechanical one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.connection import Connection
+from broker.mailbox.closing import engine_summary
 from broker.mailbox.registry import Mailboxes
 from ledger.port.errors import Conflict
 from ledger.port.protocols import LedgerPort
@@ -87,9 +90,21 @@ class ThreadOps:
         a = check_args(
             args, (ArgSpec("session", str, True), ArgSpec("summary", str, False, 20_000)), req
         )
+        summary: str | None = a.get("summary")
+        asked = False
+        if (summary is None or not summary.strip()) and self.mailboxes is not None:
+            label = await self.ledger.resolve_session(a["session"])
+            if (await self.ledger.session_show(label, 1)).get("status") == "active":
+                ports = self.mailboxes.ports
+                summary = await engine_summary(
+                    self.ledger, ports.settings, ports.engine_for, ports.counter, label
+                )
+                asked = summary is not None
         try:
-            closed = await self.ledger.close_session(a["session"], a.get("summary"), now_ms())
+            closed = await self.ledger.close_session(a["session"], summary, now_ms())
         except Conflict as exc:
             raise ProtocolError("conflict", str(exc), field="session", req=req) from exc
+        if asked:
+            closed["source"] = "engine"
         log.info("session closed", session=closed["session"], summary_source=closed["source"])
         return closed

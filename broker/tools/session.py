@@ -1,4 +1,5 @@
-"""The agent's tools on its own session: its scratchpad, a compaction, a timer.
+"""The agent's tools on its own session: its scratchpad, a compaction, a timer, and
+`remember`, which keeps a decision, a constraint or a fact in the session-state record.
 
 Each takes the same arguments as the operator op it mirrors and is checked by the same
 code (`scratchpad.get`/`scratchpad.merge`, `session.compact`'s focus, `timer.add`
@@ -6,7 +7,10 @@ through `spec_of`), on the calling session only; bad arguments raise `EngineErro
 naming the field, and change nothing. `session_compact` never runs beside a turn: it
 asks for a manual compaction, which the lifecycle machine starts once the running turn
 is committed, as a compaction turn of its own. A scratchpad merge is shown to the
-session's actor once committed, so the next turn's context carries it.
+session's actor once committed, so the next turn's context carries it. `remember`
+writes nothing itself: its successful call is part of the turn, and the turn's commit
+puts it among the record's key decisions (core/session_state.py), so the record keeps
+it while its thread goes on, across compactions and restarts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from broker.engines.base import EngineError
 from broker.timers import spec_of
 from broker.tools.context import ToolContext
 from core.engine_types import ToolSpec
+from core.session_state import REMEMBER_KINDS, REMEMBER_TOOL, TEXT_CHARS
 from ledger.port.errors import LedgerLookupError
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -76,6 +81,24 @@ SCHEDULE = ToolSpec(
     },
 )
 
+REMEMBER = ToolSpec(
+    name=REMEMBER_TOOL,
+    description=(
+        "Keep something that must stay true for the rest of this conversation in your"
+        " session-state record, which you see at the start of every turn even after older"
+        " turns are summarized: a 'decision' taken, a 'constraint' to respect, or a 'fact'"
+        " learned. One short sentence in 'text'."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": list(REMEMBER_KINDS)},
+            "text": {"type": "string", "maxLength": TEXT_CHARS},
+        },
+        "required": ["kind", "text"],
+    },
+)
+
 
 def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
@@ -119,11 +142,22 @@ async def schedule(hub: ToolContext, session: str, arguments: dict[str, Any]) ->
     return _json({"timer": timer.timer, "next_at": timer.next_at})
 
 
+async def remember(hub: ToolContext, session: str, arguments: dict[str, Any]) -> str:
+    kind, text = arguments.get("kind"), arguments.get("text")
+    if kind not in REMEMBER_KINDS:
+        raise EngineError(f"remember 'kind' must be one of {', '.join(REMEMBER_KINDS)}")
+    if not isinstance(text, str) or not text.strip():
+        raise EngineError("remember needs 'text', one short sentence")
+    log.info("remembered by the agent", session=session, kind=kind)
+    return f"Kept as a {kind} in your session-state record from the next turn on."
+
+
 Tool = Callable[[ToolContext, str, dict[str, Any]], Awaitable[str]]
 BY_NAME: dict[str, Tool] = {
     SCRATCHPAD_GET.name: scratchpad_get,
     SCRATCHPAD_MERGE.name: scratchpad_merge,
     SESSION_COMPACT.name: session_compact,
     SCHEDULE.name: schedule,
+    REMEMBER.name: remember,
 }
-SPECS = (SCRATCHPAD_GET, SCRATCHPAD_MERGE, SESSION_COMPACT, SCHEDULE)
+SPECS = (SCRATCHPAD_GET, SCRATCHPAD_MERGE, SESSION_COMPACT, SCHEDULE, REMEMBER)

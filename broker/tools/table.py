@@ -26,6 +26,7 @@ from broker.engines.base import EngineError
 from broker.tools import session as tools_session
 from broker.tools import workers as tools_workers
 from broker.tools.context import ToolContext
+from broker.tools.people import PROPOSE_MERGE, propose_merge
 from broker.tools.recall import RECALL_TOOL, conversation_recall
 from core.engine_types import ToolSpec
 from core.reach import REFUSED
@@ -168,6 +169,8 @@ async def call(
                 log.error("refusal not audited", session=session, turn=turn, error=str(exc))
             raise EngineError(REFUSED) from None
     try:
+        if name == PROPOSE_MERGE.name:
+            return await propose_merge(hub, session, turn, arguments)
         if name in tools_session.BY_NAME:
             return await tools_session.BY_NAME[name](hub, session, arguments)
         if name == tools_workers.WORKER_DONE.name:
@@ -189,7 +192,7 @@ def _refused(session: str, turn: str, tool: str, kind: object) -> None:
     )
 
 
-SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL, *tools_session.SPECS)
+SPECS: tuple[ToolSpec, ...] = (AGENT_SEND, RECALL_TOOL, PROPOSE_MERGE, *tools_session.SPECS)
 
 # What each tool may touch beyond its own session, and where that is checked.
 # A tool marked "own" is given its calling session by the broker and takes no argument
@@ -200,6 +203,9 @@ REACH: dict[str, str] = {
     " transaction (ledger/dispatch.py)",
     RECALL_TOOL.name: "a session, a turn or all sessions: checked in the recall's read"
     " (ledger/recall/answer.py); all sessions are those the turn reaches",
+    PROPOSE_MERGE.name: "two entities, each the turn's owner, one who spoke in a session"
+    " it reaches, or any with reach any: checked in the proposal's transaction"
+    " (ledger/proposals.py)",
     **{spec.name: "own" for spec in tools_session.SPECS},
     tools_workers.WORKER_DONE.name: "own",
 }

@@ -45,6 +45,7 @@ from ledger.port.features import (
     TitlePort,
 )
 from ledger.port.names import NamesPort
+from ledger.port.proposals import ProposalsPort
 from ledger.port.records import (
     Accepted,
     ActorStart,
@@ -482,6 +483,7 @@ class LedgerPort(
     NamesPort,
     RetentionPort,
     HandoffPort,
+    ProposalsPort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

@@ -29,6 +29,20 @@ class BindCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class MergeCommand:
+    """An owner's `/merge yes N` or `/merge no N`, and the reply it gets."""
+
+    accept: bool
+    proposal: int
+    by: str  # who decides: 'owner:<channel>:<sender>'
+    item_id: str
+    session: str
+    channel: str
+    out_id: str
+    frame: str  # the reply's `deliver` frame, its text still to write
+
+
+@dataclass(frozen=True, slots=True)
 class Handoff:
     """What a parent hands its worker beside the task."""
 

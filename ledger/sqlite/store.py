@@ -41,6 +41,7 @@ from ledger.sqlite.ingest import SqliteIngest
 from ledger.sqlite.library import SqliteLibrary
 from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
+from ledger.sqlite.proposals import SqliteProposals
 from ledger.sqlite.reads import SqliteReads
 from ledger.sqlite.retention import SqliteRetention
 from ledger.sqlite.routes import SqliteRoutes
@@ -92,6 +93,7 @@ class Ledger(
     SqliteRetention,
     SqliteHandoffs,
     SqliteAudit,
+    SqliteProposals,
 ):
     """The port on one SQLite file: the sum of its parts, opened by `Ledger.open`."""
 

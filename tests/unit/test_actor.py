@@ -21,6 +21,7 @@ from broker.mailbox.actor import SessionActor
 from broker.mailbox.commands import CompactRequest
 from broker.mailbox.ports import CommandTarget
 from broker.mailbox.turn_commit import Written
+from broker.mailbox.turn_parts import ARCHIVE_LINES
 from core.engine_types import EngineResult, ToolSpec, TurnRequest
 from ledger.port.errors import WriterOverloaded
 from ledger.port.records import ActorStart, Carry, ItemInfo, TurnRecord
@@ -325,7 +326,7 @@ async def test_a_quick_turn_never_saves() -> None:
 
 async def test_a_recall_hint_only_once_older_turns_are_out_of_the_context() -> None:
     ports = ports_with(engine={"reserve_reply_tokens": 60, "keep_recent_ratio": 0.25})
-    ports.engine.context_window = 400
+    ports.engine.context_window = 400 + COUNTER.count(ARCHIVE_LINES)  # every prompt ends so
     ports.hint_found = {"prod-keys.yaml"}
     actor = SessionActor("dm:a", ports)
     words = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike"
