@@ -221,8 +221,9 @@ def run(args: argparse.Namespace, otlp: str | None) -> None:
         print(
             f"    CPU per turn: daemon / writer   {c['daemon_us']:>10.0f} / {c['writer_us']:.0f} µs"
         )
-        if args.observe == "tracing":
-            print(f"    CPU per turn: trace exporter    {c['exporter_us']:>10.0f} µs")
+        print(f"    CPU per turn: trace exporter    {c['exporter_us']:>10.0f} µs")
+        total = c["daemon_us"] + c["writer_us"] + c["exporter_us"]
+        print(f"    CPU per turn: all processes     {total:>10.0f} µs")
         if c["errors"]:
             print(f"    errors: {c['errors']}")
     if "rate" in parts:

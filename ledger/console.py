@@ -18,6 +18,23 @@ from ledger.people import person
 from ledger.port.errors import NotFound
 from ledger.snapshots import blob
 
+# The page's rows are picked first, on the index of the order (`sessions_updated`), so a
+# page reads its own rows and those before it, never a sort of every session; the joins
+# and the counts are then made for those rows alone.
+SESSIONS_PAGE = (
+    "SELECT s.label, s.kind, s.status, s.turns, s.parent_session, s.entity_id,"
+    " e.name, s.updated_at, s.title, e.merged_into,"
+    " (SELECT count(*) FROM queue_items q"
+    "  WHERE q.session_label = s.label AND q.status IN ('queued', 'running'))"
+    " FROM (SELECT label FROM sessions ORDER BY updated_at DESC, label LIMIT ? OFFSET ?) p"
+    " JOIN sessions s ON s.label = p.label LEFT JOIN entities e ON e.id = s.entity_id"
+    " ORDER BY s.updated_at DESC, s.label"
+)
+SESSION_TURNS = (  # a session's latest turns, on `turns_session`
+    "SELECT id, parent_id, type, status, reason, title, outcome, started_at, completed_at,"
+    " prompt_tokens, completion_tokens, model FROM turns WHERE session_label = ?"
+    " ORDER BY started_at DESC, id DESC LIMIT ?"
+)
 DIFF_BYTES = 256 << 10  # a file version larger than this is not diffed
 PREVIEW_CHARS = 200
 
@@ -30,18 +47,7 @@ def _preview(text: str | None) -> str:
 
 def sessions_page(conn: sqlite3.Connection, limit: int, offset: int) -> list[dict[str, Any]]:
     """Sessions, the latest changed first, with their person's name and channels."""
-    # The page's rows are picked first, on the narrow columns the order needs; the joins
-    # and the counts are then made for those rows alone.
-    rows = conn.execute(
-        "SELECT s.label, s.kind, s.status, s.turns, s.parent_session, s.entity_id,"
-        " e.name, s.updated_at, s.title, e.merged_into,"
-        " (SELECT count(*) FROM queue_items q"
-        "  WHERE q.session_label = s.label AND q.status IN ('queued', 'running'))"
-        " FROM (SELECT label FROM sessions ORDER BY updated_at DESC, label LIMIT ? OFFSET ?) p"
-        " JOIN sessions s ON s.label = p.label LEFT JOIN entities e ON e.id = s.entity_id"
-        " ORDER BY s.updated_at DESC, s.label",
-        (limit, offset),
-    ).fetchall()
+    rows = conn.execute(SESSIONS_PAGE, (limit, offset)).fetchall()
     people = _contacts(conn, {str(r[5]) for r in rows if r[5]})
     out = []
     for label, kind, status, turns, parent, entity, name, updated, title, merged, queued in rows:
@@ -113,12 +119,7 @@ def session_tree(conn: sqlite3.Connection, label: str, limit: int) -> dict[str, 
     ).fetchone()
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
-    turns = conn.execute(
-        "SELECT id, parent_id, type, status, reason, title, outcome, started_at, completed_at,"
-        " prompt_tokens, completion_tokens, model FROM turns WHERE session_label = ?"
-        " ORDER BY started_at DESC, id DESC LIMIT ?",
-        (label, limit),
-    ).fetchall()
+    turns = conn.execute(SESSION_TURNS, (label, limit)).fetchall()
     forks = conn.execute(
         "SELECT label, parent_turn_id, kind FROM sessions WHERE parent_session = ?"
         " ORDER BY created_at LIMIT 1000",

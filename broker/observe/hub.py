@@ -11,7 +11,7 @@ into the hook that called it, and keeps nothing that grows without bound.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from ledger.port.records import TurnRecord
 from plumbing import logs
@@ -50,42 +50,61 @@ class Observer:
 
 
 class Fanout(Observer):
-    """Several observers as one; one that raises is logged and the others still hear."""
+    """Several observers as one; one that raises is logged and the others still hear.
+    A hook is passed only to the observers that listen to it (that override it), so a
+    hook none of them listens to, such as a turn's every delta with only metrics on,
+    costs one call."""
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
 
+        def listening(hook: str) -> tuple[Any, ...]:
+            return tuple(
+                getattr(o, hook)
+                for o in self.observers
+                if getattr(type(o), hook) is not getattr(Observer, hook)
+            )
+
+        self._inbound = listening("inbound")
+        self._acked = listening("acked")
+        self._batch = listening("batch")
+        self._first_chunk = listening("first_chunk")
+        self._delta = listening("delta")
+        self._engine_call = listening("engine_call")
+        self._tool_call = listening("tool_call")
+        self._turn = listening("turn")
+
     def inbound(self, outcome: InboundOutcome) -> None:
-        for o in self.observers:
-            _safely(o.inbound, outcome)
+        for hook in self._inbound:
+            _safely(hook, outcome)
 
     def acked(self, filed_at: float, acked_at: float, session: str, item: str) -> None:
-        for o in self.observers:
-            _safely(o.acked, filed_at, acked_at, session, item)
+        for hook in self._acked:
+            _safely(hook, filed_at, acked_at, session, item)
 
     def batch(self, jobs: int, seconds: float) -> None:
-        for o in self.observers:
-            _safely(o.batch, jobs, seconds)
+        for hook in self._batch:
+            _safely(hook, jobs, seconds)
 
     def first_chunk(self, seconds: float) -> None:
-        for o in self.observers:
-            _safely(o.first_chunk, seconds)
+        for hook in self._first_chunk:
+            _safely(hook, seconds)
 
     def delta(self, session: str, turn: str, text: str) -> None:
-        for o in self.observers:
-            _safely(o.delta, session, turn, text)
+        for hook in self._delta:
+            _safely(hook, session, turn, text)
 
     def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:
-        for o in self.observers:
-            _safely(o.engine_call, turn, began_ms, ended_ms)
+        for hook in self._engine_call:
+            _safely(hook, turn, began_ms, ended_ms)
 
     def tool_call(self, turn: str, name: str, began_ms: int, ended_ms: int, status: str) -> None:
-        for o in self.observers:
-            _safely(o.tool_call, turn, name, began_ms, ended_ms, status)
+        for hook in self._tool_call:
+            _safely(hook, turn, name, began_ms, ended_ms, status)
 
     def turn(self, rec: TurnRecord, written: str) -> None:
-        for o in self.observers:
-            _safely(o.turn, rec, written)
+        for hook in self._turn:
+            _safely(hook, rec, written)
 
 
 def _safely(fn: object, *args: object) -> None:

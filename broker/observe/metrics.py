@@ -15,7 +15,7 @@ still reach this one endpoint.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -122,10 +122,11 @@ class Metrics(Observer):
         self.up_since = Gauge(
             "broker_start_time_seconds", "When this daemon started (Unix time).", registry=r
         )
-        for outcome in ("acked", "duplicate", "refused"):
-            self.inbound_total.labels(outcome)
-        for outcome in TURN_OUTCOMES:
-            self.turns_total.labels(outcome)
+        # The label children the hooks count into, bound once (a `labels` call per hook
+        # would cost a lock and a lookup each time).
+        self._inbound = {o: self.inbound_total.labels(o) for o in ("acked", "duplicate", "refused")}
+        self._turns = {o: self.turns_total.labels(o) for o in TURN_OUTCOMES}
+        self._tokens: dict[tuple[str, str], Any] = {}
         for state in ("queued", "running"):
             self.queue_items.labels(state)
         self.up_since.set_to_current_time()
@@ -133,7 +134,7 @@ class Metrics(Observer):
     # -- the hooks --------------------------------------------------------------
 
     def inbound(self, outcome: InboundOutcome) -> None:
-        self.inbound_total.labels(outcome).inc()
+        self._inbound[outcome].inc()
 
     def acked(self, filed_at: float, acked_at: float, session: str, item: str) -> None:
         self.ack_seconds.observe(acked_at - filed_at)
@@ -147,13 +148,20 @@ class Metrics(Observer):
 
     def turn(self, rec: TurnRecord, written: str) -> None:
         outcome = rec.status if written == "thread" else written
-        self.turns_total.labels(outcome).inc()
+        self._turns[outcome].inc()
         self.turn_seconds.observe(max(0, rec.completed_at - rec.started_at) / 1000)
-        model = rec.model if rec.model in self.models else OTHER_MODEL
-        if rec.prompt_tokens:
-            self.tokens_total.labels(model, "input").inc(rec.prompt_tokens)
-        if rec.completion_tokens:
-            self.tokens_total.labels(model, "output").inc(rec.completion_tokens)
+        if rec.prompt_tokens or rec.completion_tokens:
+            model = rec.model if rec.model in self.models else OTHER_MODEL
+            if rec.prompt_tokens:
+                self._tokens_of(model, "input").inc(rec.prompt_tokens)
+            if rec.completion_tokens:
+                self._tokens_of(model, "output").inc(rec.completion_tokens)
+
+    def _tokens_of(self, model: str, kind: str) -> Any:
+        found = self._tokens.get((model, kind))
+        if found is None:  # bounded: the configured models and `other`
+            found = self._tokens[model, kind] = self.tokens_total.labels(model, kind)
+        return found
 
     # -- a scrape ---------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """Traces leave the daemon through a process of their own.
 
-Why a process: making spans with the OpenTelemetry SDK and encoding them for
-OTLP costs several times what the broker itself spends on a turn, and in the
-daemon's process that would be its event loop's time and its GIL. So the
-hooks only note what happened as small tuples (`TraceShipper`, in the daemon);
-twice a second the notes go, pickled, down a pipe to the exporter child
-(`main`), which makes the spans (tracing.py) and sends them.
+Why a process: making a turn's spans, encoding them for OTLP and posting them
+is Python work per span and per attribute, and in the daemon's process it would
+be its event loop's time and its GIL, and a collector that answers slowly would
+hold them. So the hooks only note what happened as small tuples
+(`TraceShipper`, in the daemon); twice a second the notes go, pickled, down a
+pipe to the exporter child (`main`), which makes the spans (tracing.py) and
+sends them, one request a shipment.
 
 The daemon never waits on it: notes past `MAX_PENDING` are dropped and
 counted, a pipe that is full waits only the shipping task, and a child that
@@ -139,6 +140,7 @@ def main(argv: list[str]) -> int:
             (size,) = _HEADER.unpack(header)
             for note in pickle.loads(stdin.read(size)):
                 _replay(tracing, note)
+            tracing.flush()
     finally:
         tracing.shutdown()  # sends what it holds, bounded by the exporter's timeout
 

@@ -127,6 +127,7 @@ class OtlpReceiver:
     url: str
     requests: list[Any] = field(default_factory=list)  # ExportTraceServiceRequest
     arrived: list[float] = field(default_factory=list)  # time.monotonic() of each
+    headers: list[dict[str, str]] = field(default_factory=list)  # of each, names lowercase
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def arrival_of(self, name: str) -> float:
@@ -174,6 +175,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
             with receiver.lock:
                 receiver.requests.append(request)
                 receiver.arrived.append(time.monotonic())
+                receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
             answer = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("content-type", "application/x-protobuf")

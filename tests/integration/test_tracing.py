@@ -3,9 +3,10 @@
 The receiver (tests/integration/observe_servers.py) decodes each export with
 opentelemetry-proto. A turn of the scripted engine that reports two model calls
 and calls a broker tool is an `invoke_agent` span with two `chat` children and
-an `execute_tool` child, in the GenAI conventions, linked to its message's
-ingest and ack spans, received within 5 s of the turn's end; message text is in
-them only with `capture_content`.
+an `execute_tool` child, in the GenAI conventions, in the trace of its
+message's ingest (its parent) and linked to that ingest and its ack, received
+within 5 s of the turn's end; message text is in them only with
+`capture_content`.
 """
 
 from __future__ import annotations
@@ -89,9 +90,12 @@ async def test_a_turn_is_a_trace_of_its_calls(
         assert child.trace_id == agent.trace_id and child.parent_span_id == agent.span_id
         assert agent.start_time_unix_nano <= child.start_time_unix_nano
         assert child.end_time_unix_nano <= agent.end_time_unix_nano
-    # The message's ingest and its ack: their own trace, linked from the turn's span.
+    # The message's ingest and its ack begin the trace; the turn is a child of the ingest
+    # and links to both.
     assert len(ingest) == 1 and len(acks) == 1
     assert acks[0].parent_span_id == ingest[0].span_id
+    assert agent.trace_id == ingest[0].trace_id == acks[0].trace_id
+    assert agent.parent_span_id == ingest[0].span_id and not ingest[0].parent_span_id
     assert attrs(ingest[0])["gen_ai.conversation.id"] == reply["session"]
     linked = {(link.trace_id, link.span_id) for link in agent.links}
     assert (ingest[0].trace_id, ingest[0].span_id) in linked
@@ -110,3 +114,17 @@ async def test_content_only_when_captured(
     assert "secret words" in json.loads(a["gen_ai.input.messages"])[0]["parts"][0]["content"]
     assert json.loads(a["gen_ai.output.messages"])[0]["role"] == "assistant"
     assert attrs(tool)["gen_ai.tool.call.result"] is not None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_exporter_sends_the_headers_the_environment_names(
+    make_daemon: DaemonFactory, tmp_path: Path, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A collector that wants a key: the OpenTelemetry exporter's own variable, which the
+    # daemon's trace exporter process inherits.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer%20k3y")
+    with otlp_receiver() as receiver:
+        await run_turn(make_daemon, tmp_path, anyio_backend, receiver, False)
+        await eventually(lambda: spans_named(receiver, "invoke_agent"))
+        sent = list(receiver.headers)
+    assert sent and all(h.get("authorization") == "Bearer k3y" for h in sent)
