@@ -10,6 +10,12 @@ resolves afresh and opens the successor (ledger/ingest.py). Nothing else brings 
 closed session work: a timer or a dispatch to it is refused (`refuse_closed`). The
 words a session row keeps of its messages (title, slug, closing summary) go when
 those messages are erased or expire (`forget_session_words`).
+
+`close_idle` closes the sessions no person has written to for their idle limit
+(core/closing.py `IdleClose`), each as `close_session` closes it, with a mechanical
+summary; a session with anything pending is not looked at, so the oldest idle
+sessions are never stuck behind one that cannot close. It closes at most
+`IDLE_A_JOB` sessions a job, oldest silence first; the caller calls again for more.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from core.closing import Held, close_refusal, mechanical_summary
+from core.closing import Held, IdleClose, close_refusal, idle_cutoff, mechanical_summary
 from ledger.port.errors import Conflict, NotFound
 
 TITLES_READ = 200  # the latest turns a mechanical summary is made of: a bounded walk
+IDLE_A_JOB = 50  # sessions one `close_idle` job closes at most
 
 
 def resolve(conn: sqlite3.Connection, name: str) -> str:
@@ -66,6 +73,34 @@ def close_session(
     if cache is not None:  # the writer's key -> label caches now lead elsewhere
         cache.clear_resolution()
     return {"session": label, "ended_at": now, "closing_summary": summary, "source": source}
+
+
+def close_idle(conn: sqlite3.Connection, policy: IdleClose, now: int) -> list[dict[str, Any]]:
+    """The writer job: close up to IDLE_A_JOB sessions idle past their limit at `now`;
+    what `close_session` answers for each."""
+    closed: list[dict[str, Any]] = []
+    for personas, limit in policy.groups():
+        if personas is None:
+            others = policy.overridden()
+            marks = ",".join("?" * len(others))
+            which = f" AND (s.persona IS NULL OR s.persona NOT IN ({marks}))" if others else ""
+            params: list[Any] = list(others)
+        else:
+            which, params = " AND s.persona = ?", [personas[0]]
+        rows = conn.execute(
+            "SELECT s.label FROM sessions s JOIN person_activity a ON a.session_label = s.label"
+            f" WHERE s.status = 'active' AND a.at <= ?{which}"
+            " AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.session_label = s.label"
+            " AND q.status IN ('queued', 'running'))"
+            " AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.session_label = s.label"
+            " AND t.status = 'live')"
+            " ORDER BY a.at, s.label LIMIT ?",
+            [idle_cutoff(limit, now), *params, IDLE_A_JOB - len(closed)],
+        ).fetchall()
+        closed.extend(close_session(conn, str(r[0]), None, now) for r in rows)
+        if len(closed) >= IDLE_A_JOB:
+            break
+    return closed
 
 
 def refuse_closed(conn: sqlite3.Connection, label: str, field: str) -> None:
