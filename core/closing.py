@@ -119,6 +119,13 @@ class IdleClose(NamedTuple):  # a named tuple: it goes to the writer process
             out.append((None, self.default_s))
         return out
 
+    def limit_for(self, persona: str | None) -> float:
+        """The idle limit of a session of `persona` (0: never)."""
+        for name, limit in self.personas:
+            if name == persona:
+                return limit
+        return self.default_s
+
     def overridden(self) -> tuple[str, ...]:
         """The personas whose sessions the default does not apply to."""
         return tuple(name for name, _ in self.personas)

@@ -11,11 +11,12 @@ closed session work: a timer or a dispatch to it is refused (`refuse_closed`). T
 words a session row keeps of its messages (title, slug, closing summary) go when
 those messages are erased or expire (`forget_session_words`).
 
-`close_idle` closes the sessions no person has written to for their idle limit
-(core/closing.py `IdleClose`), each as `close_session` closes it, with a mechanical
-summary; a session with anything pending is not looked at, so the oldest idle
-sessions are never stuck behind one that cannot close. It closes at most
-`IDLE_A_JOB` sessions a job, oldest silence first; the caller calls again for more.
+Closing idle sessions (core/closing.py `IdleClose`) takes two steps: a read finds up
+to `IDLE_A_JOB` of them, the longest silent first, leaving out any with pending work
+so they never stand in front of the ones that can close (`idle_candidates`); then a
+writer job closes each as `close_session` does, with a mechanical summary, after
+checking again that it is still active, still idle and still without pending work
+(`close_idle`). The search holds a reader, never the writer.
 """
 
 from __future__ import annotations
@@ -75,10 +76,10 @@ def close_session(
     return {"session": label, "ended_at": now, "closing_summary": summary, "source": source}
 
 
-def close_idle(conn: sqlite3.Connection, policy: IdleClose, now: int) -> list[dict[str, Any]]:
-    """The writer job: close up to IDLE_A_JOB sessions idle past their limit at `now`;
-    what `close_session` answers for each."""
-    closed: list[dict[str, Any]] = []
+def idle_candidates(conn: sqlite3.Connection, policy: IdleClose, now: int) -> list[str]:
+    """A read: up to IDLE_A_JOB sessions idle past their limit at `now` and with
+    nothing pending, the longest silent first (`close_idle` decides again)."""
+    found: list[str] = []
     for personas, limit in policy.groups():
         if personas is None:
             others = policy.overridden()
@@ -95,11 +96,33 @@ def close_idle(conn: sqlite3.Connection, policy: IdleClose, now: int) -> list[di
             " AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.session_label = s.label"
             " AND t.status = 'live')"
             " ORDER BY a.at, s.label LIMIT ?",
-            [idle_cutoff(limit, now), *params, IDLE_A_JOB - len(closed)],
+            [idle_cutoff(limit, now), *params, IDLE_A_JOB - len(found)],
         ).fetchall()
-        closed.extend(close_session(conn, str(r[0]), None, now) for r in rows)
-        if len(closed) >= IDLE_A_JOB:
+        found.extend(str(r[0]) for r in rows)
+        if len(found) >= IDLE_A_JOB:
             break
+    return found
+
+
+def close_idle(
+    conn: sqlite3.Connection, labels: list[str], policy: IdleClose, now: int
+) -> list[dict[str, Any]]:
+    """The writer job: close each of `labels` that is still active, idle past its
+    limit at `now` and without pending work; what `close_session` answers for each."""
+    closed: list[dict[str, Any]] = []
+    for label in labels:
+        row = conn.execute(
+            "SELECT s.status, s.persona, a.at FROM sessions s"
+            " JOIN person_activity a ON a.session_label = s.label WHERE s.label = ?",
+            (label,),
+        ).fetchone()
+        if row is None or row[0] != "active":
+            continue
+        limit = policy.limit_for(row[1])
+        if limit <= 0 or int(row[2]) > idle_cutoff(limit, now):
+            continue  # a person wrote since the read
+        if close_refusal(*pending(conn, label)) is None:
+            closed.append(close_session(conn, label, None, now))
     return closed
 
 

@@ -73,7 +73,8 @@ class ThreadPort(Protocol):
     async def close_idle(self, policy: IdleClose, now: int) -> list[dict[str, Any]]:
         """Close a batch of the sessions no person has written to for their idle limit
         at `now` (core/closing.py), each as `close_session` would with no summary; what
-        it answered for each. An empty list: none is left to close now."""
+        it answered for each. Empty: none closed, so none is left to close now, or those
+        found changed before the write (a person wrote, work came) and wait."""
         ...
 
 

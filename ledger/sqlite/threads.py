@@ -28,4 +28,7 @@ class SqliteThreads(Connected):
         return await self.writer.call(closing.close_session, session, summary, now)
 
     async def close_idle(self, policy: IdleClose, now: int) -> list[dict[str, Any]]:
-        return await self.writer.call(closing.close_idle, policy, now)
+        labels = await self.readers.run(lambda c: closing.idle_candidates(c, policy, now))
+        if not labels:
+            return []
+        return await self.writer.call(closing.close_idle, labels, policy, now)

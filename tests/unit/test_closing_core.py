@@ -80,6 +80,12 @@ def test_idle_close_groups_each_persona_with_its_limit_then_the_rest() -> None:
     assert policy.active
     assert policy.groups() == [(("brief",), 60.0), (None, 3600.0)]  # keeper: never
     assert policy.overridden() == ("brief", "keeper")  # the default is not theirs
+    assert [policy.limit_for(p) for p in ("brief", "keeper", "other", None)] == [
+        60.0,
+        0.0,
+        3600.0,
+        3600.0,
+    ]
     only_persona = IdleClose(0.0, (("brief", 60.0),))
     assert only_persona.active and only_persona.groups() == [(("brief",), 60.0)]
     assert not IdleClose(0.0, (("keeper", 0.0),)).active
