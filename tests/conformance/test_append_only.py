@@ -1,5 +1,5 @@
-"""Events are append-only (migration `events_append_only`): a message, a tool call or a
-turn event, once written, is never changed, on either ledger.
+"""Events are append-only (migration `append_only_events_idle_close`): a message, a
+tool call or a turn event, once written, is never changed, on either ledger.
 
 The triggers refuse any change but the forgetting's redaction of a message's content,
 whoever writes; the random sequences check that no port call short of forgetting a

@@ -20,3 +20,9 @@ CREATE TRIGGER messages_only_forget BEFORE UPDATE ON messages
 BEGIN
     SELECT RAISE(ABORT, 'events are append-only');
 END;
+
+-- The active sessions, for the idle close's search (ledger/closing.py
+-- `idle_candidates`): it reads the active ones, not every session ever closed. A
+-- session's status changes rarely (created, closed, merged, erased), so the index
+-- costs nothing on the message and turn writes.
+CREATE INDEX sessions_active ON sessions(label) WHERE status = 'active';

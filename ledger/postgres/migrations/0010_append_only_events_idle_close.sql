@@ -1,6 +1,7 @@
--- Events are append-only, as the SQLite ledger's migration `events_append_only` keeps
--- them: a message, a tool call or a turn event is never changed, but for a message's
--- `content` set to '[erased]' by the forgetting of a person. Deletes are the
+-- Events are append-only, as the SQLite ledger's migration
+-- `append_only_events_idle_close` keeps them: a message, a tool call or a turn event
+-- is never changed, but for a message's `content` set to '[erased]' by the
+-- forgetting of a person. Deletes are the
 -- forgetting's own (erasure, expiry, the library's delete) and are not refused.
 CREATE FUNCTION events_never_change() RETURNS trigger
     LANGUAGE plpgsql
@@ -31,3 +32,6 @@ CREATE TRIGGER tool_calls_never_change BEFORE UPDATE ON tool_calls
     FOR EACH ROW EXECUTE FUNCTION events_never_change();
 CREATE TRIGGER messages_only_forget BEFORE UPDATE ON messages
     FOR EACH ROW EXECUTE FUNCTION messages_only_forget();
+
+-- The active sessions, for the idle close's search, as on SQLite.
+CREATE INDEX sessions_active ON sessions(label) WHERE status = 'active';
