@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from core.closing import IdleClose
 from core.queue_machine import QueueMode
 from core.resets import ResetPolicy, parse_daily_at
 from ledger.port import cipher
@@ -465,6 +466,31 @@ class RetentionSettings(_Section):
     )
 
 
+class ClosingSettings(_Section):
+    """`[closing]`: sessions that close by themselves after a person's silence
+    (`broker/idle_close.py`); `session.close` closes one at any time."""
+
+    idle_s: float = Field(
+        0.0,
+        ge=0,
+        description="A session no person has written to for this long closes, as"
+        " `session.close` closes it, with a summary of its turn titles; its next message"
+        " opens a session extending it. A persona's `close_idle_s` overrides it; 0: never.",
+    )
+    every_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="How often the daemon looks for idle sessions; both keys apply on reload.",
+    )
+
+    def policy(self, personas: dict[str, Persona]) -> IdleClose:
+        own = tuple(
+            (name, p.close_idle_s) for name, p in personas.items() if p.close_idle_s is not None
+        )
+        return IdleClose(self.idle_s, own)
+
+
 # -- [reset]: when a session's thread rolls over (core/resets.py) ---------------
 
 
@@ -541,6 +567,12 @@ class Persona(_Section):
     )
     compaction_model: str | None = Field(
         None, description="Unset: its engine's `compaction_model`."
+    )
+    close_idle_s: float | None = Field(
+        None,
+        ge=0,
+        description="As `[closing] idle_s`, for this persona's sessions; 0: never; unset:"
+        " `[closing] idle_s`.",
     )
 
 
@@ -735,6 +767,7 @@ class Settings(BaseSettings):
     snapshots: SnapshotSettings = SnapshotSettings()
     retention: RetentionSettings = RetentionSettings()
     reset: ResetSettings = ResetSettings()
+    closing: ClosingSettings = ClosingSettings()
 
     titles: TitleSettings = TitleSettings()
     node_id: str = Field(

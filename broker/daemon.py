@@ -35,6 +35,7 @@ from broker.connection import Connection
 from broker.deliveries import Deliveries
 from broker.endpoints import Endpoints
 from broker.engines.factory import build_engine
+from broker.idle_close import IdleCloser
 from broker.ingress import Ingress
 from broker.mailbox.registry import Mailboxes
 from broker.mcp.tools import McpTools
@@ -295,6 +296,7 @@ class Daemon:
                 tg.start_soon(ops.erasure.resume)  # one a stop cut off
                 ops.retention = Retention(ledger, s.retention.keep_days)
                 await tg.start(ops.retention.run)  # expires at start, in the background
+                await tg.start(IdleCloser(ledger, lambda: self.settings).run)
                 log.info(
                     "ready",
                     socket=str(s.socket_path),

@@ -8,12 +8,19 @@ anything not extending the chain (a fork so named, an alias) is stepped over, so
 one person's messages never land in a session that is not theirs. A mechanical
 closing summary is made of the thread's turn titles alone, never of their text,
 and is bounded.
+
+A session also closes by itself once no person has written to it for its idle
+limit (`IdleClose`): the limit of its persona where the persona names one, else the
+default, and 0 never. Only a person's message counts, as for the reset policies
+(core/resets.py): a timer or a worker never keeps a session open, and a session no
+person ever wrote to (a library session) never closes by itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_SUMMARY = 2000
 SEPARATOR = "~"
@@ -90,3 +97,41 @@ def close_refusal(queued: int, running: int, timers: int) -> str | None:
         f"the session has {', '.join(pending)}; close it once they are done"
         " (or cancel them: item.cancel, timer.cancel)"
     )
+
+
+class IdleClose(NamedTuple):  # a named tuple: it goes to the writer process
+    """How long a session may go without a person's message before it closes."""
+
+    default_s: float = 0.0  # 0: never
+    personas: tuple[tuple[str, float], ...] = ()  # (persona, limit) overriding the default
+
+    @property
+    def active(self) -> bool:
+        return self.default_s > 0 or any(limit > 0 for _, limit in self.personas)
+
+    def groups(self) -> list[tuple[tuple[str, ...] | None, float]]:
+        """The sessions to look at, as (personas, limit) with a limit above 0: each
+        overriding persona alone, then `None`, every other session, with the default."""
+        out: list[tuple[tuple[str, ...] | None, float]] = [
+            ((name,), limit) for name, limit in self.personas if limit > 0
+        ]
+        if self.default_s > 0:
+            out.append((None, self.default_s))
+        return out
+
+    def limit_for(self, persona: str | None) -> float:
+        """The idle limit of a session of `persona` (0: never)."""
+        for name, limit in self.personas:
+            if name == persona:
+                return limit
+        return self.default_s
+
+    def overridden(self) -> tuple[str, ...]:
+        """The personas whose sessions the default does not apply to."""
+        return tuple(name for name, _ in self.personas)
+
+
+def idle_cutoff(limit_s: float, now: int) -> int:
+    """The latest time a person's last message may be at for a session idle since
+    then to close at `now` (ms)."""
+    return now - int(limit_s * 1000)

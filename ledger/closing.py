@@ -10,6 +10,13 @@ resolves afresh and opens the successor (ledger/ingest.py). Nothing else brings 
 closed session work: a timer or a dispatch to it is refused (`refuse_closed`). The
 words a session row keeps of its messages (title, slug, closing summary) go when
 those messages are erased or expire (`forget_session_words`).
+
+Closing idle sessions (core/closing.py `IdleClose`) takes two steps: a read finds up
+to `IDLE_A_JOB` of them, the longest silent first, leaving out any with pending work
+so they never stand in front of the ones that can close (`idle_candidates`); then a
+writer job closes each as `close_session` does, with a mechanical summary, after
+checking again that it is still active, still idle and still without pending work
+(`close_idle`). The search holds a reader, never the writer.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from core.closing import Held, close_refusal, mechanical_summary
+from core.closing import Held, IdleClose, close_refusal, idle_cutoff, mechanical_summary
 from ledger.port.errors import Conflict, NotFound
 
 TITLES_READ = 200  # the latest turns a mechanical summary is made of: a bounded walk
+IDLE_A_JOB = 50  # sessions one `close_idle` job closes at most
 
 
 def resolve(conn: sqlite3.Connection, name: str) -> str:
@@ -66,6 +74,56 @@ def close_session(
     if cache is not None:  # the writer's key -> label caches now lead elsewhere
         cache.clear_resolution()
     return {"session": label, "ended_at": now, "closing_summary": summary, "source": source}
+
+
+def idle_candidates(conn: sqlite3.Connection, policy: IdleClose, now: int) -> list[str]:
+    """A read: up to IDLE_A_JOB sessions idle past their limit at `now` and with
+    nothing pending, the longest silent first (`close_idle` decides again)."""
+    found: list[str] = []
+    for personas, limit in policy.groups():
+        if personas is None:
+            others = policy.overridden()
+            marks = ",".join("?" * len(others))
+            which = f" AND (s.persona IS NULL OR s.persona NOT IN ({marks}))" if others else ""
+            params: list[Any] = list(others)
+        else:
+            which, params = " AND s.persona = ?", [personas[0]]
+        rows = conn.execute(
+            "SELECT s.label FROM sessions s JOIN person_activity a ON a.session_label = s.label"
+            f" WHERE s.status = 'active' AND a.at <= ?{which}"
+            " AND NOT EXISTS (SELECT 1 FROM queue_items q WHERE q.session_label = s.label"
+            " AND q.status IN ('queued', 'running'))"
+            " AND NOT EXISTS (SELECT 1 FROM timers t WHERE t.session_label = s.label"
+            " AND t.status = 'live')"
+            " ORDER BY a.at, s.label LIMIT ?",
+            [idle_cutoff(limit, now), *params, IDLE_A_JOB - len(found)],
+        ).fetchall()
+        found.extend(str(r[0]) for r in rows)
+        if len(found) >= IDLE_A_JOB:
+            break
+    return found
+
+
+def close_idle(
+    conn: sqlite3.Connection, labels: list[str], policy: IdleClose, now: int
+) -> list[dict[str, Any]]:
+    """The writer job: close each of `labels` that is still active, idle past its
+    limit at `now` and without pending work; what `close_session` answers for each."""
+    closed: list[dict[str, Any]] = []
+    for label in labels:
+        row = conn.execute(
+            "SELECT s.status, s.persona, a.at FROM sessions s"
+            " JOIN person_activity a ON a.session_label = s.label WHERE s.label = ?",
+            (label,),
+        ).fetchone()
+        if row is None or row[0] != "active":
+            continue
+        limit = policy.limit_for(row[1])
+        if limit <= 0 or int(row[2]) > idle_cutoff(limit, now):
+            continue  # a person wrote since the read
+        if close_refusal(*pending(conn, label)) is None:
+            closed.append(close_session(conn, label, None, now))
+    return closed
 
 
 def refuse_closed(conn: sqlite3.Connection, label: str, field: str) -> None:

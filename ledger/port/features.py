@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from core.bindings import Conversation
+from core.closing import IdleClose
 from core.timers import TimerSpec
 from ledger.port.committing import Committing
 from ledger.port.records import BindCommand, ItemInfo, OneTimer, TimerInfo
@@ -67,6 +68,13 @@ class ThreadPort(Protocol):
         "source"}` (`source`: `given` or `mechanical`). `NotFound` for an unknown session,
         `Conflict` for one not active or with queued or running items or live timers;
         either way nothing is written."""
+        ...
+
+    async def close_idle(self, policy: IdleClose, now: int) -> list[dict[str, Any]]:
+        """Close a batch of the sessions no person has written to for their idle limit
+        at `now` (core/closing.py), each as `close_session` would with no summary; what
+        it answered for each. Empty: none closed, so none is left to close now, or those
+        found changed before the write (a person wrote, work came) and wait."""
         ...
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from core.bindings import Conversation
+from core.closing import IdleClose
 from core.timers import parse_spec
 from ledger.port.errors import Conflict, NotFound
-from ledger.port.protocols import LedgerPort
+from ledger.port.protocols import LedgerPort, SessionSpec
 from ledger.port.records import Limits
 from tests.conformance.records import inbound, ingest, tick, turn
 from tests.conformance.test_erasure import GROUP, group_message, say
@@ -157,3 +158,59 @@ async def test_a_long_thread_is_summed_up_by_its_latest_turns(port: LedgerPort) 
     assert closed["closing_summary"].startswith(
         f"Closed after more than {TITLES_READ} turn(s), the latest: "
     )
+
+
+async def test_sessions_idle_past_their_limit_close_by_themselves(
+    port: LedgerPort, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Times are the test's own (tick: a second each write), passed in as `now`.
+    policy = IdleClose(100.0, (("brief", 10.0), ("forever", 0.0)))
+    alice = await answered(port, "i1", "Plan the trip")
+    bob = await answered(port, "i2", "hello", sender="bob")
+    brief = await port.submit_inbound(
+        inbound("i3", "carol", "quick one"), SessionSpec(None, "brief"), tick()
+    ).result()
+    head = (await port.session_show(brief.session, 10))["head"]
+    await port.submit_turn(turn(brief.session, head, await port.open_items(brief.session))).result()
+    forever = await port.submit_inbound(
+        inbound("i4", "dave", "stay"), SessionSpec(None, "forever"), tick()
+    ).result()
+    await port.submit_turn(
+        turn(forever.session, None, await port.open_items(forever.session))
+    ).result()
+    waiting = await ingest(port, inbound("i5", "erin", "not answered yet"))  # a queued item
+    await port.library_call("append", {"session": "lib", "items": ["x"]}, tick())
+    last = tick()
+
+    assert await port.close_idle(IdleClose(), last + 10**9) == []  # 0: never
+    soon = last + 50_000
+    closed = await port.close_idle(policy, soon)
+    assert [c["session"] for c in closed] == [brief.session]
+    assert closed[0]["closing_summary"] == "Closed after 1 turn(s): quick one."
+    assert closed[0]["source"] == "mechanical" and closed[0]["ended_at"] == soon
+    assert await port.close_idle(policy, soon) == []
+
+    later = last + 200_000
+    closed = await port.close_idle(policy, later)
+    assert sorted(c["session"] for c in closed) == sorted([alice, bob])
+    for name in (alice, bob):
+        shown = await port.session_show(name, 10)
+        assert (shown["status"], shown["ended_at"]) == ("closed", later)
+    for name in (forever.session, waiting.session):
+        assert (await port.session_show(name, 10))["status"] == "active"
+    assert (await port.library_call("get", {"session": "lib"}, tick()))["status"] == "active"
+    assert await port.close_idle(policy, later) == []
+    # The closed session's next message opens one extending it, as after session.close.
+    again = await answered(port, "i6", "back again")
+    assert again == f"{alice}~2"
+    assert (await port.session_show(again, 10))["extends"] == alice
+
+    # At most IDLE_A_JOB a job, the longest silent first; the caller calls again.
+    frank = await answered(port, "i7", "one more", sender="frank")
+    monkeypatch.setattr("ledger.closing.IDLE_A_JOB", 1)
+    now = tick() + 10**9
+    first = await port.close_idle(policy, now)
+    second = await port.close_idle(policy, now)
+    assert [c["session"] for c in first + second] == [again, frank]
+    assert await port.close_idle(policy, now) == []
+    assert (await port.session_show(waiting.session, 10))["status"] == "active"

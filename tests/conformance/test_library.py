@@ -36,6 +36,32 @@ async def test_items_in_and_out(port: LedgerPort) -> None:
     assert await port.library_call("items", {"session": "lib"}, tick()) == []
 
 
+async def test_what_a_read_returns_is_a_copy_the_caller_may_change(port: LedgerPort) -> None:
+    # What `library_call` returns (what the daemon's `store.call` answers) is decoded
+    # afresh at each call: a caller changing it, or what it passed in, changes nothing.
+    meta = {"tags": ["x"], "n": {"deep": 1}}
+    await port.library_call("create", {"session": "lib", "metadata": meta}, tick())
+    given: list[object] = [{"a": [1, 2]}, ["b"]]
+    await port.library_call("append", {"session": "lib", "items": given}, tick())
+    meta["tags"].append("after the create")  # type: ignore[attr-defined]
+    given.append("after the append")
+    items = await port.library_call("items", {"session": "lib"}, tick())
+    items[0]["a"].append(3)
+    items.append("more")
+    last = await port.library_call("last", {"session": "lib", "n": 1}, tick())
+    last[0].append("c")
+    turns = await port.library_call("turns", {"session": "lib"}, tick())
+    turns[0]["items"].clear()
+    got = await port.library_call("get", {"session": "lib"}, tick())
+    got["metadata"]["n"]["deep"] = 2
+
+    assert await port.library_call("items", {"session": "lib"}, tick()) == [{"a": [1, 2]}, ["b"]]
+    turns = await port.library_call("turns", {"session": "lib"}, tick())
+    assert [t["items"] for t in turns] == [[{"a": [1, 2]}, ["b"]]]
+    got = await port.library_call("get", {"session": "lib"}, tick())
+    assert got["metadata"] == {"tags": ["x"], "n": {"deep": 1}}
+
+
 async def test_a_pop_of_a_summary_copies_the_compaction(port: LedgerPort) -> None:
     # ledger/api/writes.py: the thread starts at the compaction, before and after.
     await port.library_call("append", {"session": "lib", "items": ["a", "b"]}, tick())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.port.errors import HeadMoved, NotFound
-from ledger.port.protocols import LedgerPort
+from ledger.port.protocols import LedgerPort, SessionSpec
 from ledger.port.records import Limits
 from plumbing.ids import new_id
 from tests.conformance.records import inbound, ingest, tick, turn
@@ -220,6 +220,15 @@ async def test_a_fork_shares_the_thread_up_to_its_turn(port: LedgerPort) -> None
     assert (await port.counts())["sessions"] == sessions + 1
     with pytest.raises(NotFound):
         await port.fork("no-such-turn", None, tick())
+
+
+async def test_a_fork_keeps_the_persona_of_its_session(port: LedgerPort) -> None:
+    acc = await port.submit_inbound(inbound("m1"), SessionSpec(None, "loud"), tick()).result()
+    first = turn(acc.session, None, await port.open_items(acc.session))
+    await port.submit_turn(first).result()
+    label = await port.fork(first.turn_id, None, tick())
+    assert (await port.session_show(acc.session, 10))["persona"] == "loud"
+    assert (await port.session_show(label, 10))["persona"] == "loud"
 
 
 async def test_a_worker_reports_its_result_to_its_parent_exactly_once(port: LedgerPort) -> None:

@@ -1,5 +1,6 @@
 """Sessions that end, on the real daemon (asyncio and trio): `session.close` and
-`brokerctl close`, the successor a closed DM session's next message opens (its
+`brokerctl close`, a session closing by itself after a person's silence
+(`[closing] idle_s`), the successor a closed DM session's next message opens (its
 reply comes from there, and `session.show` names the old one), a close refused
 while a turn runs, bad closes changing nothing, and a session's title and slug
 from its first message in `session.show`."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -75,6 +77,42 @@ async def test_a_closed_dm_goes_on_in_a_session_extending_it(
         assert again["session"] == new
         other, _ = await say(a, "+2", "hello")  # someone else's session is their own
         assert other["session"] not in (old, new)
+
+
+async def test_a_session_a_person_left_closes_by_itself(
+    make_daemon: DaemonFactory, backend: str, short_tmp: Path
+) -> None:
+    # [closing] idle_s on the daemon's own clock: kept short, and waited for by
+    # polling, never by a sleep. +2's route gives a persona that never closes.
+    policies = short_tmp / "closing-rules.toml"
+    policies.write_text(
+        '[[rules]]\nname = "keep"\nmatch = { sender = ["+2"] }\nsession = { persona = "keeper" }\n'
+    )
+    d = make_daemon(
+        {
+            **QUIET,
+            "policies_file": str(policies),
+            "personas": {"keeper": {"close_idle_s": 0}},
+            "closing": {"idle_s": 0.5, "every_s": 0.1},
+        },
+        backend=backend,
+    )
+    async with await Adapter.connect(d, "sms") as a:
+        kept, _ = await say(a, "+2", "I stay")
+        first, _ = await say(a, "+1", "Plan the trip to Lisbon")
+        old = first["session"]
+
+        async def closed() -> bool:
+            return bool((await op(d, "session.show", session=old))["status"] == "closed")
+
+        await wait_until(closed, "the idle session closes by itself")
+        shown = await op(d, "session.show", session=old)
+        assert shown["closing_summary"] == "Closed after 1 turn(s): Plan the trip to Lisbon."
+        assert shown["ended_at"] is not None and len(shown["turns"]) == 1
+        assert (await op(d, "session.show", session=kept["session"]))["status"] == "active"
+        ack, reply = await say(a, "+1", "I am back")
+        assert ack["session"] == f"{old}~2" and reply["session"] == f"{old}~2"
+        assert (await op(d, "session.show", session=f"{old}~2"))["extends"] == old
 
 
 async def test_close_refuses_while_a_turn_runs(make_daemon: DaemonFactory, backend: str) -> None:

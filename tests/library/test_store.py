@@ -48,6 +48,42 @@ async def test_items_round_trip_exactly(store: Store) -> None:
     assert [t.items for t in turns] == [ITEMS[:4], ITEMS[4:]]
 
 
+async def test_what_a_read_returns_is_a_copy_the_caller_may_change(store: Store) -> None:
+    # Each read decodes fresh objects: changing what a read returned, or what was
+    # handed to append or create, changes nothing stored.
+    given: list[Any] = [{"role": "user", "content": "hi", "parts": [1, 2]}, ["a", "b"]]
+    await store.append("s", given)
+    await store.create("m", title="T", metadata={"tags": ["x"], "n": {"deep": 1}})
+    stored = [{"role": "user", "content": "hi", "parts": [1, 2]}, ["a", "b"]]
+    given[0]["content"] = "changed after the append"
+    given.append("added after the append")
+
+    items = await store.items("s")
+    items[0]["parts"].append(3)
+    items[1][0] = "mutated"
+    items.append("more")
+    last = await store.last("s", 2)
+    last[0]["content"] = "mutated"
+    turns = await store.turns("s")
+    turns[0].items[0]["role"] = "mutated"
+    turns[0].items.clear()
+    got = await store.get("m")
+    got.metadata["tags"].append("y")
+    got.metadata["n"]["deep"] = 2
+    listed = (await store.list_sessions()).sessions
+    next(info for info in listed if info.id == "m").metadata.clear()
+
+    assert await store.items("s") == stored
+    assert await store.last("s", 2) == stored
+    assert [t.items for t in await store.turns("s")] == [stored]
+    assert (await store.get("m")).metadata == {"tags": ["x"], "n": {"deep": 1}}
+    page = await store.list_sessions()
+    assert next(i for i in page.sessions if i.id == "m").metadata == {
+        "tags": ["x"],
+        "n": {"deep": 1},
+    }
+
+
 async def test_two_tasks_appending_to_one_session_never_interleave(store: Store) -> None:
     async def writer(name: str) -> None:
         for n in range(10):

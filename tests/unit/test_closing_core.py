@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from core.closing import MAX_SUMMARY, Held, close_refusal, mechanical_summary, successor
+from core.closing import (
+    MAX_SUMMARY,
+    Held,
+    IdleClose,
+    close_refusal,
+    idle_cutoff,
+    mechanical_summary,
+    successor,
+)
 from core.titles import MAX_SLUG, session_slug, session_title, slugify
 
 
@@ -64,3 +72,25 @@ def test_a_vague_message_gets_the_stable_fallback_slug() -> None:
     assert fallback.startswith("session-") and len(fallback) == len("session-") + 8
     assert session_slug("ok", "dm:ent_a") == fallback  # stable for the label
     assert session_slug("ok", "dm:ent_b") != fallback
+
+
+def test_idle_close_groups_each_persona_with_its_limit_then_the_rest() -> None:
+    assert not IdleClose().active and IdleClose().groups() == []
+    policy = IdleClose(3600.0, (("brief", 60.0), ("keeper", 0.0)))
+    assert policy.active
+    assert policy.groups() == [(("brief",), 60.0), (None, 3600.0)]  # keeper: never
+    assert policy.overridden() == ("brief", "keeper")  # the default is not theirs
+    assert [policy.limit_for(p) for p in ("brief", "keeper", "other", None)] == [
+        60.0,
+        0.0,
+        3600.0,
+        3600.0,
+    ]
+    only_persona = IdleClose(0.0, (("brief", 60.0),))
+    assert only_persona.active and only_persona.groups() == [(("brief",), 60.0)]
+    assert not IdleClose(0.0, (("keeper", 0.0),)).active
+
+
+def test_the_idle_cutoff_is_the_limit_before_now_in_ms() -> None:
+    assert idle_cutoff(60.0, 1_000_000) == 940_000
+    assert idle_cutoff(0.25, 1_000) == 750

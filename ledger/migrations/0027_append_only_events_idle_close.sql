@@ -1,0 +1,28 @@
+-- A session's events are append-only (seed 004; docs/forgetting.md): a message, a
+-- tool call or a turn event, once written, is never changed. The one change allowed
+-- is the forgetting of a person (ledger/erasure.py `redact`), which sets a message's
+-- `content` to '[erased]' and nothing else. Rows go only whole, with their turn or
+-- session, when a person is forgotten, a turn expires or the library deletes a
+-- session; a trigger cannot tell those deletes from another, so they are not refused
+-- here, and no other write deletes these rows (tests/conformance/test_append_only.py).
+CREATE TRIGGER turn_events_never_change BEFORE UPDATE ON turn_events BEGIN
+    SELECT RAISE(ABORT, 'events are append-only');
+END;
+CREATE TRIGGER tool_calls_never_change BEFORE UPDATE ON tool_calls BEGIN
+    SELECT RAISE(ABORT, 'events are append-only');
+END;
+CREATE TRIGGER messages_only_forget BEFORE UPDATE ON messages
+    WHEN NOT (NEW.content IS '[erased]' AND NEW.id IS OLD.id AND NEW.turn_id IS OLD.turn_id
+              AND NEW.seq IS OLD.seq AND NEW.role IS OLD.role AND NEW.channel IS OLD.channel
+              AND NEW.msg_id IS OLD.msg_id AND NEW.item_id IS OLD.item_id
+              AND NEW.sender_id IS OLD.sender_id AND NEW.tokens IS OLD.tokens
+              AND NEW.created_at IS OLD.created_at)
+BEGIN
+    SELECT RAISE(ABORT, 'events are append-only');
+END;
+
+-- The active sessions, for the idle close's search (ledger/closing.py
+-- `idle_candidates`): it reads the active ones, not every session ever closed. A
+-- session's status changes rarely (created, closed, merged, erased), so the index
+-- costs nothing on the message and turn writes.
+CREATE INDEX sessions_active ON sessions(label) WHERE status = 'active';
