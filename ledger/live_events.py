@@ -1,6 +1,9 @@
 """Turn events written while a turn runs and at its commit, and reactions to replies.
 
-A turn's events are rows of `turn_events` keyed by (turn id, seq). Those written
+A turn's events are rows of `turn_events` keyed by (turn id, seq), each also numbered
+within its session (`session_seq`: 1, 2, 3..., in the order the writer writes them, one
+counter on the session row, so no two events of a session share a number and none is
+skipped). Those written
 while the turn runs (`write_events`, a writer job) come before its turn row, which
 the commit or crash recovery writes later with the same id, so the rows are attached
 from the start; the commit writes only the events not written yet
@@ -44,14 +47,36 @@ def write_events(
     """Write `events` as the turn's events from `first_seq` on. Their
     `file` contents go to blobs (ledger/snapshots.py)."""
     rows = record_events(conn, turn_id, session, parent_id, events, max_bytes, now, first_seq)
+    first = take_session_seqs(conn, session, len(rows))
     conn.executemany(
-        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at,"
+        " session_seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (turn_id, seq, session, kind, orjson.dumps(payload, default=str).decode(), now)
-            for seq, (kind, payload) in enumerate(rows, first_seq)
+            (
+                turn_id,
+                seq,
+                session,
+                kind,
+                orjson.dumps(payload, default=str).decode(),
+                now,
+                None if first is None else first + n,
+            )
+            for n, (seq, (kind, payload)) in enumerate(enumerate(rows, first_seq))
         ],
     )
+
+
+def take_session_seqs(conn: sqlite3.Connection, session: str, count: int) -> int | None:
+    """The first of `count` session sequence numbers taken for new events of `session`
+    (the next ones after its last, in the writer's transaction: gapless and increasing
+    across restarts); None when the session has no row."""
+    if count == 0:
+        return None
+    row = conn.execute(
+        "UPDATE sessions SET event_seq = event_seq + ? WHERE label = ? RETURNING event_seq",
+        (count, session),
+    ).fetchone()
+    return None if row is None else int(row[0]) - count + 1
 
 
 def modified(events: Sequence[Event]) -> set[str]:

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import orjson
 
-from core import titles
+from core import titles, turn_summary
 from core.session_state import totals_of
 from core.turn_events import intent_payload, model_calls
 from ledger import live_events as ev
@@ -131,7 +131,8 @@ def commit_turn(
         " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
         " total_errors = total_errors + ?, total_events = total_events + ?,"
         " total_files_modified = total_files_modified + ?,"
-        " total_errors_resolved = total_errors_resolved + ?"
+        " total_errors_resolved = total_errors_resolved + ?,"
+        " system_prompt = coalesce(?, system_prompt), model = coalesce(?, model)"
         " WHERE label = ? AND head_turn_id IS ? AND status != 'erased'",
         (
             rec.turn_id,
@@ -144,6 +145,8 @@ def commit_turn(
             totals["events"] + bool(paths),  # and its snapshot event
             files,
             totals["errors_resolved"],
+            rec.system_prompt,
+            rec.model,
             rec.session,
             rec.parent_id,
         ),
@@ -185,10 +188,14 @@ def _write_turn(
         inputs = [it.content for it in rec.inputs]
         title, source = titles.turn_title(inputs, rec.output, rec.events, rec.type)
     outcome = rec.outcome or titles.outcome_line(rec.status, rec.reason, rec.error)
+    summary = rec.summary
+    if summary is None:
+        summary = turn_summary.summarize(outcome, rec.output, rec.tool_calls, rec.events)
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
         " engine, model, started_at, completed_at, prompt_tokens, completion_tokens, title,"
-        " title_source, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " title_source, outcome, summary, metadata)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             rec.turn_id,
             rec.session,
@@ -207,6 +214,8 @@ def _write_turn(
             title,
             source,
             outcome,
+            orjson.dumps(summary).decode(),
+            None if rec.metadata is None else orjson.dumps(rec.metadata).decode(),
         ),
     )
     counts = rec.input_tokens or []

@@ -58,6 +58,7 @@ class SessionFacts:
         self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
         self.turn_count, self.tokens = start.turns, list(start.tokens)
         self.stored_route = start.route
+        self.kept_prompt: str | None = None  # the system prompt a commit kept on the session row
         self.override = orjson.loads(start.override) if start.override else {}
         if start.scratchpad is not None:
             self.scratchpad_merged(orjson.loads(start.scratchpad), start.scratchpad_at)
@@ -116,6 +117,8 @@ class SessionFacts:
         if written == "orphan":
             return "failed"
         self.head, self.turn_count = rec.turn_id, self.turn_count + 1
+        if rec.system_prompt is not None:
+            self.kept_prompt = rec.system_prompt
         self.ctx.turn_committed(facts_of(rec), rec.bridges)
         kept = [] if rec.status == "aborted" else list(inputs)
         if rec.output or rec.status == "completed":

@@ -33,6 +33,7 @@ from core.engine_types import (
 )
 from core.packing import ContextPlan, Msg
 from core.titles import outcome_line, turn_title
+from core.turn_summary import summarize
 from ledger.port.records import ItemInfo, ItemStatus, Route, TurnRecord
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -198,6 +199,7 @@ def record(
     ctx: SessionContext,
     engine: str,
     route: Route | None,
+    kept_prompt: str | None = None,
 ) -> tuple[TurnRecord, m.Outcome, list[Msg], Msg | None]:
     """The turn's record; its outcome for the machine, the steered inputs' and the
     reply's messages for the in-memory history."""
@@ -236,10 +238,13 @@ def record(
         bridges=ctx.planned_bridges if turn.plan is not None and turn.plan.bridge else (),
         events_written=turn.events.sent,
         outcome=outcome_line(status, turn.reason, error),
+        metadata=result.metadata if result is not None else None,
+        system_prompt=turn.system if turn.system != kept_prompt else None,
     )
     rec.title, rec.title_source = turn_title(
         [i.content for i in all_inputs], text, rec.events, turn.start.kind
     )
+    rec.summary = summarize(rec.outcome or "", text, rec.tool_calls, rec.events)
     return rec, outcome, taken_msgs, reply_msg
 
 

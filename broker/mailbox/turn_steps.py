@@ -165,7 +165,13 @@ class TurnSteps:
         facts = self.facts
         assert turn.engine is not None
         rec, outcome, taken, reply = parts.record(
-            self.label, turn, facts.head, facts.ctx, turn.engine.name, facts.route
+            self.label,
+            turn,
+            facts.head,
+            facts.ctx,
+            turn.engine.name,
+            facts.route,
+            facts.kept_prompt,
         )  # the head now is the parent
         written = await self.ports.commit_turn(rec)
         parts.log_turn(rec, written, turn.channel)

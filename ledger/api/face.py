@@ -79,9 +79,13 @@ class Face:
         items: Sequence[Any],
         create: bool,
         usage: tuple[int | None, int | None] | None,
+        metadata: dict[str, Any] | None = None,
     ) -> JobSpec:
         rows = encode_items(items)
-        args = (_label(session_id), rows, self._clock(), create, usage or _NO_USAGE)
+        args: tuple[Any, ...] = (_label(session_id), rows, self._clock(), create)
+        args += (usage or _NO_USAGE,)
+        if metadata is not None:
+            args += (encode_metadata(metadata),)
         return JobSpec(writes.append_turn, args, {})
 
     def _put_job(

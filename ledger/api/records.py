@@ -50,6 +50,8 @@ class TurnInfo:
     created_at: int
     prompt_tokens: int | None = None  # the usage given to Store.append, if any
     completion_tokens: int | None = None
+    summary: dict[str, Any] | None = None  # what it did (core/turn_summary.py)
+    metadata: dict[str, Any] | None = None  # given to Store.append, or by an engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import Any, Self
 import anyio
 
 from ledger.api.errors import DaemonUnreachable, SessionEnded
-from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items
+from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata
 from ledger.port.errors import Conflict, LedgerError, NotFound
 from plumbing.ids import new_id
 from wire.client import BrokerClient, BrokerError
@@ -137,14 +137,17 @@ class RemoteStore:
         *,
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         encode_items(items)  # raises before anything is sent
+        encode_metadata(metadata)
         got = await self._call(
             "append",
             session=session_id,
             items=list(items),
             create=create,
             usage=None if usage is None else list(usage),
+            metadata=metadata,
         )
         return str(got["turn"])
 

@@ -167,12 +167,15 @@ class Store(Face):
         *,
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """One turn holding `items` (JSON values); the turn's id. `usage` is (prompt
-        tokens, completion tokens). A missing session is created unless `create=False`."""
+        tokens, completion tokens), `metadata` the turn's own (a JSON object, returned
+        by `turns`). A missing session is created unless `create=False`."""
         return str(
             await wait_async(
-                self._append_job(session_id, items, create, usage), self._live().submit
+                self._append_job(session_id, items, create, usage, metadata),
+                self._live().submit,
             )
         )
 

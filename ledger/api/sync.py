@@ -82,8 +82,10 @@ class SyncStore(Face):
         *,
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
-        return str(wait_blocking(self._append_job(session_id, items, create, usage), self._submit))
+        job = self._append_job(session_id, items, create, usage, metadata)
+        return str(wait_blocking(job, self._submit))
 
     def last(self, session_id: str, n: int) -> list[Any]:
         return self._read_last(session_id, n)

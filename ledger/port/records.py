@@ -342,6 +342,9 @@ class TurnRecord:
     title: str | None = None  # None: the mechanical title
     title_source: str | None = None
     outcome: str | None = None
+    summary: dict[str, Any] | None = None  # None: made at the commit (core/turn_summary.py)
+    metadata: dict[str, Any] | None = None  # free-form, from an engine's result
+    system_prompt: str | None = None  # kept on the session row with `model`, when given
 
 
 OutboxKey = tuple[int, str]  # (created_at, out_id): the order replies are resent in
