@@ -436,11 +436,12 @@ def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
 def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
     row = conn.execute(
         "SELECT head_turn_id, persona, queue_override, turns, total_prompt_tokens,"
-        " total_completion_tokens, kind FROM sessions WHERE label = ?",
+        " total_completion_tokens, kind, total_files_modified FROM sessions WHERE label = ?",
         (label,),
     ).fetchone()
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
+    pad, pad_at = stored_scratchpad(conn, label) or (None, -1)
     return ActorStart(
         row[0],
         row[1],
@@ -450,7 +451,9 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         str(row[6]),
         last_route(conn, label),
         pending_thread(conn, label),
-        *stored_scratchpad(conn, label),
+        scratchpad=pad,
+        scratchpad_at=pad_at,
+        files_known=bool(row[7]),
     )
 
 

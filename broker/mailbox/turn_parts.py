@@ -70,6 +70,19 @@ def compaction_model(settings: Settings, persona: str | None) -> str | None:
     return chosen.model if chosen else None
 
 
+def workspace(settings: Settings, persona: str | None, engine: Engine) -> str | None:
+    """The folder the persona's engine works in: the engine's own `workspace`
+    attribute, else its `[engine] workspace`; None without one."""
+    own = getattr(engine, "workspace", None)
+    if isinstance(own, str) and own:
+        return own
+    chosen = persona_of(settings, persona)
+    config = settings.engine
+    if chosen is not None and chosen.engine is not None:
+        config = settings.engines.get(chosen.engine, config)
+    return config.workspace or None
+
+
 def system_prompt(settings: Settings, persona: str | None, kind: str) -> str | None:
     chosen = persona_of(settings, persona)
     prompt = chosen.system_prompt if chosen else None
@@ -89,8 +102,11 @@ def notes(start: m.StartTurn, items: dict[str, ItemInfo]) -> tuple[str, ...]:
     )
 
 
-def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextPlan:
+def plan(
+    ctx: SessionContext, settings: Settings, turn: RunningTurn, persona: str | None = None
+) -> ContextPlan:
     cfg, size, system = settings.engine, turn.window, turn.system
+    chosen = persona_of(settings, persona)
     built = ctx.build(
         window=size,
         reserve=cfg.reserve_reply_tokens,
@@ -100,6 +116,9 @@ def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextP
         notes=tuple([ctx.msg("system", n) for n in turn.notes]),
         label=turn.session,
         scratchpad=tuple([ctx.fixed("system", text) for text in turn.scratchpad]),
+        mode=chosen.context_mode if chosen else "verbatim",
+        summary_turns=chosen.summary_turns if chosen else 0,
+        verbatim_turns=chosen.verbatim_turns if chosen else 0,
     )
     reported = ctx.last_reported
     if (
@@ -126,6 +145,7 @@ def request(
         head += (ChatMessage("system", summary_text(ctx.summary)),)
     if plan.bridge is not None:
         head += (ChatMessage("system", plan.bridge.content),)
+    head += tuple([ChatMessage("system", s.content) for s in plan.summaries])
     return TurnRequest(
         session=label,
         turn_id=turn.id,

@@ -141,6 +141,7 @@ class MergeResult:
 class StoredTurn(NamedTuple):
     id: str
     messages: list[tuple[Role, str, int | None]]  # role, content, stored token count
+    summary: str | None = None  # its summary as a summary-mode context shows it
 
 
 class Thread(NamedTuple):
@@ -369,6 +370,7 @@ class ActorStart:
     pending_thread: tuple[int, str, int] | None = None
     scratchpad: str | None = None  # its JSON, as stored; None: never written
     scratchpad_at: int = -1  # when it was last merged (ms): a newer merge seen live wins
+    files_known: bool = False  # some turn of the session changed a file
 
 
 LibraryCall = str
