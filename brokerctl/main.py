@@ -28,6 +28,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     files,
     messaging,
     names,
+    resume,
     routes,
     state,
     threads,

@@ -69,6 +69,7 @@ from ledger.port.records import (
     TimerInfo,
     TurnRecord,
 )
+from ledger.port.resume import ResumePort
 from ledger.port.retention import RetentionPort
 
 __all__ = [
@@ -480,6 +481,7 @@ class LedgerPort(
     LibraryPort,
     ErasurePort,
     NamesPort,
+    ResumePort,
     RetentionPort,
     HandoffPort,
     Protocol,

@@ -42,6 +42,7 @@ from ledger.sqlite.library import SqliteLibrary
 from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
 from ledger.sqlite.reads import SqliteReads
+from ledger.sqlite.resume import SqliteResume
 from ledger.sqlite.retention import SqliteRetention
 from ledger.sqlite.routes import SqliteRoutes
 from ledger.sqlite.snapshots import SqliteSnapshots
@@ -89,6 +90,7 @@ class Ledger(
     SqliteLibrary,
     SqliteErasure,
     SqliteNames,
+    SqliteResume,
     SqliteRetention,
     SqliteHandoffs,
     SqliteAudit,

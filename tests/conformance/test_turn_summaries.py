@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from core.engine_types import ToolCall
+from ledger.port.errors import NotFound
 from ledger.port.protocols import LedgerPort
 from plumbing.ids import new_id
 from tests.conformance.records import inbound, ingest, tick, turn
@@ -127,3 +128,27 @@ async def test_events_carry_a_gapless_increasing_session_sequence(port: LedgerPo
         mine = [e["seq"] for e in by_time if e["turn"] == turn_id]
         assert mine == sorted(mine)
     assert (await port.session_show(session, 10))["events_seq"] == 12
+
+
+async def test_a_persons_sessions_and_threads_are_listed_to_resume_one(port: LedgerPort) -> None:
+    alice = await ingest(port, inbound("a1", text="plan the trip"))
+    [item] = await port.open_items(alice.session)
+    first = turn(alice.session, None, [item])
+    await port.submit_turn(first).result()
+    other = await ingest(port, inbound("s1", sender="alice-sms", channel="sms"))
+    bob = await ingest(port, inbound("b1", sender="bob"))
+    assert alice.entity and other.entity and bob.entity
+    await port.merge_entities(other.entity, alice.entity, tick())
+    fork = await port.fork(first.turn_id, None, tick())
+    listed = await port.person_sessions(other.entity, 50)
+    assert listed["canonical"] == alice.entity
+    labels = {s["label"] for s in listed["sessions"]}
+    assert labels == {alice.session, other.session, fork}  # not Bob's
+    mine = next(s for s in listed["sessions"] if s["label"] == alice.session)
+    assert (mine["title"], mine["turns"], mine["ended_at"]) == ("plan the trip", 1, None)
+    assert [(t["thread"], t["turns"]) for t in mine["threads"]] == [(1, 1)]
+    forked = next(s for s in listed["sessions"] if s["label"] == fork)
+    assert forked["parent"] == alice.session
+    assert (await port.person_sessions(alice.entity, 1))["sessions"][0]["label"] in labels
+    with pytest.raises(NotFound):
+        await port.person_sessions("ent_nobody", 10)
