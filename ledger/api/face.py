@@ -9,6 +9,7 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ import orjson
 import ledger.api.reads as reads
 import ledger.api.writes as writes
 from ledger import sessions as ledger_sessions
+from ledger.api import memory
 from ledger.api.engine import Engine, release
 from ledger.api.errors import StoreClosed
 from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata
@@ -37,9 +39,10 @@ def _label(session_id: str) -> str:
 
 
 class Face:
-    def __init__(self, engine: Engine, clock: Clock) -> None:
+    def __init__(self, engine: Engine, clock: Clock, scratch: Path | None = None) -> None:
         self._engine: Engine | None = engine
         self._clock = clock
+        self._scratch = scratch  # a memory store's folder (memory.py), removed at close
 
     @property
     def path(self) -> str:
@@ -57,6 +60,9 @@ class Face:
         engine, self._engine = self._engine, None
         if engine is not None:
             release(engine)
+        if self._scratch is not None:
+            memory.remove(self._scratch)
+            self._scratch = None
 
     def _reads(self) -> Any:
         return self._live().readers.conn()

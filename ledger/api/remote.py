@@ -21,7 +21,15 @@ from typing import Any, Self
 import anyio
 
 from ledger.api.errors import DaemonUnreachable, SessionEnded
-from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata
+from ledger.api.records import (
+    Page,
+    SessionInfo,
+    TokenCount,
+    TurnInfo,
+    encode_items,
+    encode_metadata,
+    within_tokens,
+)
 from ledger.port.errors import Conflict, LedgerError, NotFound
 from plumbing.ids import new_id
 from wire.client import BrokerClient, BrokerError
@@ -153,6 +161,17 @@ class RemoteStore:
 
     async def last(self, session_id: str, n: int) -> list[Any]:
         return list(await self._call("last", session=session_id, n=n))
+
+    async def recent(
+        self,
+        session_id: str,
+        n: int = 30,
+        *,
+        max_tokens: int | None = None,
+        count: TokenCount | None = None,
+    ) -> list[Any]:
+        """`Store.recent`: the last `n` items within `max_tokens`."""
+        return within_tokens(await self.last(session_id, n), max_tokens, count)
 
     async def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
         return list(await self._call("items", session=session_id))[start:stop]

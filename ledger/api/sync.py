@@ -8,9 +8,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from ledger.api import memory
 from ledger.api.engine import acquire
 from ledger.api.face import Clock, Face
-from ledger.api.records import Page, SessionInfo, TurnInfo, decode_item
+from ledger.api.records import (
+    Page,
+    SessionInfo,
+    TokenCount,
+    TurnInfo,
+    decode_item,
+    within_tokens,
+)
 from ledger.api.waiting import wait_blocking
 from ledger.db import Synchronous
 from plumbing.ids import now_ms
@@ -22,6 +30,16 @@ class SyncStore(Face):
         cls, path: str | Path, *, synchronous: Synchronous = "NORMAL", clock: Clock = now_ms
     ) -> Self:
         return cls(acquire(Path(path), synchronous), clock)
+
+    @classmethod
+    def memory(cls, *, clock: Clock = now_ms) -> Self:
+        """A new, empty store held in RAM, gone when it closes (`Store.memory`)."""
+        folder = memory.make_folder()
+        try:
+            return cls(acquire(folder / "ledger.db", "NORMAL"), clock, folder)
+        except BaseException:
+            memory.remove(folder)
+            raise
 
     def close(self) -> None:
         self._close()
@@ -89,6 +107,17 @@ class SyncStore(Face):
 
     def last(self, session_id: str, n: int) -> list[Any]:
         return self._read_last(session_id, n)
+
+    def recent(
+        self,
+        session_id: str,
+        n: int = 30,
+        *,
+        max_tokens: int | None = None,
+        count: TokenCount | None = None,
+    ) -> list[Any]:
+        """`Store.recent`: the last `n` items within `max_tokens`."""
+        return within_tokens(self._read_last(session_id, n), max_tokens, count)
 
     def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
         return self._read_items(session_id, start, stop)

@@ -59,6 +59,9 @@ async def test_a_turn_is_committed_with_its_summary_and_metadata(port: LedgerPor
         "outcome": "completed: Added the check. Tests pass.",
     }
     assert done["metadata"] == {"ticket": "JWT-7", "attempt": 2}
+    # The library's turn reads return them too.
+    [read] = await port.library_call("turns", {"session": session}, tick())
+    assert (read["summary"], read["metadata"]) == (done["summary"], done["metadata"])
     # The session row keeps the prompt and model of its latest turn that gave one.
     assert (shown["system_prompt"], shown["model"]) == ("You are the auth agent.", "gpt-test")
     # A seed 004 counterpart type is stored as it came.
