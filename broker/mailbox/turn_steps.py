@@ -159,6 +159,9 @@ class TurnSteps:
         # bounded by its work instead (ledger/recall/hint.py).
         found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
         line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
+        if query.terms:  # the archive was searched: recorded, with the next event
+            recalled = {"by": "broker", "terms": list(query.terms), "hits": len(found)}
+            turn.events.add("memory_recall", {**recalled, "hinted": line is not None})
         if line is None:
             return
         note = ctx.msg("system", line)
