@@ -5,6 +5,7 @@ ledger/live_events.py, ledger/sessions.py, core/turn_summary.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import orjson
 import pytest
@@ -13,6 +14,7 @@ from core.engine_types import ToolCall
 from ledger.port.errors import NotFound
 from ledger.port.protocols import LedgerPort
 from plumbing.ids import new_id
+from tests.conformance.conftest import open_port
 from tests.conformance.records import inbound, ingest, tick, turn
 
 pytestmark = pytest.mark.anyio
@@ -155,3 +157,22 @@ async def test_a_persons_sessions_and_threads_are_listed_to_resume_one(port: Led
     assert (await port.person_sessions(alice.entity, 1))["sessions"][0]["label"] in labels
     with pytest.raises(NotFound):
         await port.person_sessions("ent_nobody", 10)
+
+
+async def test_the_session_sequence_goes_on_after_a_restart(
+    ledger_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    async def one_turn(port: LedgerPort, msg_id: str, head: str | None) -> str:
+        acc = await ingest(port, inbound(msg_id))
+        items = await port.open_items(acc.session)
+        rec = turn(acc.session, head, items)
+        rec.events = [("intent", {"by": "broker"}), ("llm", {"model": "m"})]
+        await port.submit_turn(rec).result()
+        return rec.turn_id
+
+    async with open_port(ledger_backend, tmp_path, request) as port:
+        head = await one_turn(port, "m1", None)
+    async with open_port(ledger_backend, tmp_path, request) as port:  # the same ledger again
+        await one_turn(port, "m2", head)
+        events = await port.events_query(kind=None, session=None, turn=None, text=None, limit=9)
+    assert sorted(e["session_seq"] for e in events) == [1, 2, 3, 4]
