@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
+import ledger.api.memory as memory
 import ledger.api.reads as reads
 import ledger.api.writes as writes
 from ledger import sessions as ledger_sessions
-from ledger.api import memory
 from ledger.api.engine import Engine, release
 from ledger.api.errors import StoreClosed
 from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items, encode_metadata

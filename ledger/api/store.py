@@ -25,7 +25,7 @@ from typing import Any, Self
 
 import anyio
 
-from ledger.api import memory
+import ledger.api.memory as memory
 from ledger.api.engine import acquire
 from ledger.api.face import Clock, Face, _job
 from ledger.api.records import Page, SessionInfo, TokenCount, TurnInfo, within_tokens

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from ledger.api import memory
+import ledger.api.memory as memory
 from ledger.api.engine import acquire
 from ledger.api.face import Clock, Face
 from ledger.api.records import (
