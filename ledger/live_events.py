@@ -43,11 +43,13 @@ def write_events(
     events: Sequence[Event],
     now: int,
     max_bytes: int | None = None,
+    session_seq: int | None = None,
 ) -> None:
     """Write `events` as the turn's events from `first_seq` on. Their
-    `file` contents go to blobs (ledger/snapshots.py)."""
+    `file` contents go to blobs (ledger/snapshots.py). `session_seq`: the first of
+    the session sequence numbers they take, taken by the caller already."""
     rows = record_events(conn, turn_id, session, parent_id, events, max_bytes, now, first_seq)
-    first = take_session_seqs(conn, session, len(rows))
+    first = session_seq if session_seq is not None else take_session_seqs(conn, session, len(rows))
     conn.executemany(
         "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at,"
         " session_seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -95,13 +97,23 @@ def commit_events(
     written: int,
     now: int,
     max_bytes: int | None,
+    session_seq: int | None = None,
 ) -> None:
-    """At a turn's commit: its events not written yet, then its snapshot event."""
-    if written < len(events):
-        write_events(conn, turn_id, session, parent_id, written, events[written:], now, max_bytes)
-    snapshot = snapshot_payload(conn, turn_id) if modified(events) else None
+    """At a turn's commit: its events not written yet, then its snapshot event.
+    `session_seq`: the first session sequence number they take, the commit having
+    taken one for each and one for the snapshot if `modified` finds paths."""
+    rest = events[written:]
+    if rest:
+        write_events(conn, turn_id, session, parent_id, written, rest, now, max_bytes, session_seq)
+    after = None if session_seq is None else session_seq + len(rest)
+    paths = modified(events)
+    snapshot = snapshot_payload(conn, turn_id) if paths else None
     if snapshot is not None:
-        write_events(conn, turn_id, session, None, len(events), [("snapshot", snapshot)], now)
+        write_events(
+            conn, turn_id, session, None, len(events), [("snapshot", snapshot)], now, None, after
+        )
+    elif paths and after is not None:  # its number was taken, but no file was kept
+        conn.execute("UPDATE sessions SET event_seq = event_seq - 1 WHERE label = ?", (session,))
 
 
 def set_title(conn: sqlite3.Connection, turn_id: str, title: str, source: str) -> bool:

@@ -123,7 +123,9 @@ def commit_turn(
     totals = totals_of(rec.events)
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
-    # The head moves and the running totals grow in one statement.
+    # The head moves and the running totals grow in one statement, which also takes
+    # the session sequence numbers of the events the commit writes.
+    numbered = max(len(rec.events) - rec.events_written, 0) + bool(paths)
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
         " total_prompt_tokens = total_prompt_tokens + ?,"
@@ -132,8 +134,9 @@ def commit_turn(
         " total_errors = total_errors + ?, total_events = total_events + ?,"
         " total_files_modified = total_files_modified + ?,"
         " total_errors_resolved = total_errors_resolved + ?,"
-        " system_prompt = coalesce(?, system_prompt), model = coalesce(?, model)"
-        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased'",
+        " system_prompt = coalesce(?, system_prompt), model = coalesce(?, model),"
+        " event_seq = event_seq + ?"
+        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased' RETURNING event_seq",
         (
             rec.turn_id,
             rec.completed_at,
@@ -147,13 +150,14 @@ def commit_turn(
             totals["errors_resolved"],
             rec.system_prompt,
             rec.model,
+            numbered,
             rec.session,
             rec.parent_id,
         ),
-    )
-    if moved.rowcount != 1:
+    ).fetchone()
+    if moved is None:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
-    results = _write_turn(conn, rec, snapshot_max_bytes)
+    results = _write_turn(conn, rec, snapshot_max_bytes, int(moved[0]) - numbered + 1)
     record_turn_state(conn, rec)  # the thread's state record (ledger/state_records.py)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
@@ -181,8 +185,11 @@ def _write_turn(
     conn: sqlite3.Connection,
     rec: TurnRecord,
     snapshot_max_bytes: int | None = None,
+    first_session_seq: int | None = None,
     own_items_only: bool = False,
 ) -> list[ItemInfo]:
+    """The turn's rows. `first_session_seq`: the first of the session sequence numbers
+    its events take, taken already; None: they take their own (live_events.py)."""
     title, source = rec.title, rec.title_source
     if title is None:
         inputs = [it.content for it in rec.inputs]
@@ -312,7 +319,7 @@ def _write_turn(
     # File contents go to their blobs; the event rows keep path, op and hashes.
     ev.commit_events(
         conn, rec.turn_id, rec.session, rec.parent_id, rec.events, rec.events_written,
-        rec.completed_at, snapshot_max_bytes,
+        rec.completed_at, snapshot_max_bytes, first_session_seq,
     )  # fmt: skip
     if rec.progress_saved:
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (rec.turn_id,))
