@@ -142,8 +142,10 @@ class TurnSteps:
 
     async def _recall_hint(self, turn: RunningTurn) -> None:
         """Look once for a recall hint, before the first engine call, if it fits."""
-        plan, ctx = turn.plan, self.facts.ctx
-        if plan is None or not (self.ports.settings.recall.hint or plan.summaries):
+        plan, ctx, settings = turn.plan, self.facts.ctx, self.ports.settings
+        persona = parts.persona_of(settings, self.facts.persona)
+        summary_mode = persona is not None and persona.context_mode == "summary"
+        if plan is None or not (settings.recall.hint or summary_mode):
             return  # a summary-mode context looks for one whatever the setting
         if not plan.dropped_turns and ctx.summary is None:
             return  # the whole thread is in the context: nothing to recall
