@@ -154,6 +154,12 @@ class EngineSettings(_Section):
         )
     )
     chunks: int = Field(3, ge=1, le=1000, description="`echo`: deltas a reply streams in.")
+    workspace: str = Field(
+        "",
+        description="The folder the engine works in, if any (a git checkout): each turn's"
+        " start `snapshot` event records its git HEAD, branch, dirty and staged files. An"
+        " engine object may report its own with a `workspace` attribute.",
+    )
     delay_ms: int = Field(0, ge=0, le=60_000, description="`echo`: pause between deltas.")
     timeout_s: float = Field(
         120.0,
@@ -573,6 +579,19 @@ class Persona(_Section):
         ge=0,
         description="As `[closing] idle_s`, for this persona's sessions; 0: never; unset:"
         " `[closing] idle_s`.",
+    )
+    context_mode: Literal["verbatim", "summary"] = Field(
+        "verbatim",
+        description="`verbatim`: as many recent turns as fit, as they were; `summary`: the"
+        " newest `verbatim_turns` as they were and, in place of the older ones, the mechanical"
+        " summaries of the last `summary_turns` of them (docs/turns.md), with the recall hint"
+        " looked for whatever `recall.hint` says.",
+    )
+    summary_turns: int = Field(
+        5, ge=0, le=100, description="Turn summaries at most in a `summary`-mode context."
+    )
+    verbatim_turns: int = Field(
+        2, ge=0, le=100, description="The newest turns a `summary`-mode context keeps verbatim."
     )
 
 

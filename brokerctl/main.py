@@ -29,6 +29,7 @@ from brokerctl import (  # noqa: F401 - their commands register on `app`
     merges,
     messaging,
     names,
+    resume,
     routes,
     state,
     threads,

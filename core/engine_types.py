@@ -77,3 +77,5 @@ class EngineResult:
     # Typed events the engine reports: (type, payload), type one of intent, action,
     # file, snapshot, decision, error, llm, feedback. The broker adds its own.
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Free-form metadata of the turn (a JSON object), stored with it and returned by reads.
+    metadata: dict[str, Any] | None = None

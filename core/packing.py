@@ -27,6 +27,14 @@ a group boundary (``cut_messages`` says how many were left out), so the latest
 exchange is not lost to one oversized tool result; an older turn that does not fit is
 dropped whole, so history never starts with a reply whose question is missing.
 
+In ``summary`` mode (a persona's ``context_mode``) only the newest ``verbatim_turns``
+turns are history; each of the older ones counts as dropped (so a recall hint is looked
+for), and in its place the plan carries the summaries (``summaries``, by turn id) of
+the newest ``summary_turns`` of them that have one, oldest first, after the bridge.
+They are wanted, not fixed: the verbatim turns are packed first, as above, and the
+summaries take the room they leave, newest first while they fit. ``compaction_due`` is reckoned as
+if every turn were verbatim, so a thread is compacted as often in either mode.
+
 ``compaction_due`` is True iff there is history and ``fixed + sum(all history) >
 min(threshold * window, budget)``: whenever history is dropped, and already a little
 before, once the full context passes ``threshold`` of the window. ``whole``, when
@@ -37,10 +45,10 @@ taken from it as it is, the same plan without the walk (docs/performance.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from itertools import chain
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from core.engine_types import Role
 from core.records import record
@@ -103,6 +111,10 @@ class ContextInput:
     state_short: Msg | None = None  # the state's short form, for a tight budget
     bridge: Msg | None = None  # what a merged-in session was about (never forced)
     scratchpad: tuple[Msg, ...] = ()  # renderings of the agent's notes, best first
+    mode: Literal["verbatim", "summary"] = "verbatim"
+    summaries: Mapping[str, Msg] = field(default_factory=dict)  # by turn id (summary mode)
+    summary_turns: int = 5  # summaries at most, in summary mode
+    verbatim_turns: int = 2  # the newest turns kept as they are, in summary mode
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -132,6 +144,7 @@ class ContextPlan:
     state: Msg | None = None  # the state record's message that went in, if any
     bridge: Msg | None = None  # the bridge note, if it went in
     scratchpad: Msg | None = None  # the rendering of the scratchpad that went in
+    summaries: tuple[Msg, ...] = ()  # the turn summaries that went in (summary mode)
 
     @property
     def messages(self) -> tuple[Msg, ...]:
@@ -170,12 +183,24 @@ def assemble(ctx: ContextInput) -> ContextPlan:
     fixed += bridge.tokens if bridge is not None else 0
     head = _present(ctx.system, state, pad, ctx.summary, bridge)
     whole = ctx.whole
-    if whole is not None and fixed + whole.tokens <= budget:
+    limit = min(ctx.threshold * ctx.window, budget)
+    summaries: tuple[Msg, ...] = ()
+    if ctx.mode == "summary":
+        recent = ctx.verbatim_turns
+        older, shown = _split(ctx.history, recent)
+        fill = _fill(shown, budget - fixed)
+        room = budget - fixed - fill.tokens
+        summaries = _summaries(older, ctx.summaries, ctx.summary_turns, room)
+        all_tokens = whole.tokens if whole is not None else _tokens_of(ctx.history)
+        due = bool(ctx.history) and fixed + all_tokens > limit
+        fixed += _tokens(summaries)
+        head += summaries
+    elif whole is not None and fixed + whole.tokens <= budget:
         fill = _Fill(whole.messages, whole.tokens, len(ctx.history), 0, True)  # fits whole: no walk
+        due = bool(ctx.history) and fixed + fill.tokens > limit
     else:
         fill = _fill(ctx.history, budget - fixed)
-    limit = min(ctx.threshold * ctx.window, budget)
-    due = bool(ctx.history) and (not fill.all_fit or fixed + fill.tokens > limit)
+        due = bool(ctx.history) and (not fill.all_fit or fixed + fill.tokens > limit)
     return ContextPlan(
         head=head,
         tail=tail,
@@ -190,7 +215,43 @@ def assemble(ctx: ContextInput) -> ContextPlan:
         state=state,
         bridge=bridge,
         scratchpad=pad,
+        summaries=summaries,
     )
+
+
+def _split(
+    history: Sequence[TurnBlock], recent: int
+) -> tuple[Sequence[TurnBlock], Sequence[TurnBlock]]:
+    """(the older turns, the newest `recent`)."""
+    cut = max(len(history) - recent, 0)
+    return history[:cut], history[cut:]
+
+
+def _summaries(
+    older: Sequence[TurnBlock], summaries: Mapping[str, Msg], most: int, room: int
+) -> tuple[Msg, ...]:
+    """The summaries of the newest `most` older turns that have one and fit in `room`,
+    oldest first; the walk stops at the first that does not fit."""
+    chosen: list[Msg] = []
+    used = 0
+    for block in reversed(older):
+        if len(chosen) >= most:
+            break
+        found = summaries.get(block.turn_id)
+        if found is None:
+            continue
+        if used + found.tokens > room:
+            break
+        chosen.append(found)
+        used += found.tokens
+    return tuple(reversed(chosen))
+
+
+def _tokens_of(history: Sequence[TurnBlock]) -> int:
+    total = 0
+    for block in history:
+        total += block.tokens
+    return total
 
 
 def _fits(m: Msg | None, used: int, budget: int) -> bool:

@@ -29,7 +29,19 @@ import orjson
 from core.engine_types import ToolCall
 from core.records import record
 
-EVENT_TYPES = ("intent", "action", "file", "snapshot", "decision", "error", "llm", "feedback")
+EVENT_TYPES = (
+    "intent",
+    "action",
+    "file",
+    "snapshot",
+    "decision",
+    "error",
+    "llm",
+    "feedback",
+    "validation_gate",
+    "memory_recall",
+    "system_event",
+)
 MAX_FILES, MAX_DECISIONS, MAX_ERRORS = 20, 10, 5
 FOCUS_CHARS = 100  # of the first line of the person's message (the seed's rule)
 TEXT_CHARS = 200  # of a decision or an error

@@ -133,3 +133,23 @@ def unified_diff(
         old, new, f"{path} ({before_name})", f"{path} ({after_name})", lineterm="\n"
     )
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def git_status_lists(porcelain: str) -> tuple[list[str], list[str]]:
+    """(dirty, staged) paths from `git status --porcelain=v1 -z` output: dirty are the
+    paths changed in the work tree or untracked, staged those changed in the index. A
+    rename's or copy's entry names its new path (its old path follows it, skipped)."""
+    dirty: list[str] = []
+    staged: list[str] = []
+    entries = iter(porcelain.split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        index, tree, path = entry[0], entry[1], entry[3:]
+        if index in "RC":
+            next(entries, None)  # the old path
+        if index not in " ?!":
+            staged.append(path)
+        if tree not in " !":
+            dirty.append(path)
+    return dirty, staged

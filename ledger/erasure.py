@@ -358,7 +358,11 @@ def _messages(conn: sqlite3.Connection, plan: Plan, where: str, params: list[Any
     if not turn_ids:
         return 0
     t = marks(turn_ids)
-    conn.execute(f"UPDATE turns SET title = NULL, title_source = NULL WHERE id IN ({t})", turn_ids)
+    conn.execute(
+        "UPDATE turns SET title = NULL, title_source = NULL, summary = NULL, metadata = NULL"
+        f" WHERE id IN ({t})",
+        turn_ids,
+    )  # a summary or metadata may quote what they said
     since = conn.execute(
         f"SELECT session_label, min(started_at) FROM turns WHERE id IN ({t})"
         " GROUP BY session_label",

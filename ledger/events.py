@@ -37,7 +37,10 @@ def query(
     if text:
         where.append("instr(lower(payload), lower(?)) > 0")
         args.append(text)
-    sql = "SELECT turn_id, seq, session_label, type, payload, created_at FROM turn_events"
+    sql = (
+        "SELECT turn_id, seq, session_label, type, payload, created_at, session_seq"
+        " FROM turn_events"
+    )
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY created_at DESC, turn_id DESC, seq DESC LIMIT ?"
@@ -49,6 +52,7 @@ def query(
             "type": r[3],
             "payload": orjson.loads(r[4]),
             "at": r[5],
+            "session_seq": r[6],
         }
         for r in conn.execute(sql, (*args, limit))
     ]

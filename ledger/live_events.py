@@ -1,6 +1,9 @@
 """Turn events written while a turn runs and at its commit, and reactions to replies.
 
-A turn's events are rows of `turn_events` keyed by (turn id, seq). Those written
+A turn's events are rows of `turn_events` keyed by (turn id, seq), each also numbered
+within its session (`session_seq`: 1, 2, 3..., in the order the writer writes them, one
+counter on the session row, so no two events of a session share a number and none is
+skipped). Those written
 while the turn runs (`write_events`, a writer job) come before its turn row, which
 the commit or crash recovery writes later with the same id, so the rows are attached
 from the start; the commit writes only the events not written yet
@@ -40,18 +43,42 @@ def write_events(
     events: Sequence[Event],
     now: int,
     max_bytes: int | None = None,
+    session_seq: int | None = None,
 ) -> None:
     """Write `events` as the turn's events from `first_seq` on. Their
-    `file` contents go to blobs (ledger/snapshots.py)."""
+    `file` contents go to blobs (ledger/snapshots.py). `session_seq`: the first of
+    the session sequence numbers they take, taken by the caller already."""
     rows = record_events(conn, turn_id, session, parent_id, events, max_bytes, now, first_seq)
+    first = session_seq if session_seq is not None else take_session_seqs(conn, session, len(rows))
     conn.executemany(
-        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at,"
+        " session_seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (turn_id, seq, session, kind, orjson.dumps(payload, default=str).decode(), now)
-            for seq, (kind, payload) in enumerate(rows, first_seq)
+            (
+                turn_id,
+                seq,
+                session,
+                kind,
+                orjson.dumps(payload, default=str).decode(),
+                now,
+                None if first is None else first + n,
+            )
+            for n, (seq, (kind, payload)) in enumerate(enumerate(rows, first_seq))
         ],
     )
+
+
+def take_session_seqs(conn: sqlite3.Connection, session: str, count: int) -> int | None:
+    """The first of `count` session sequence numbers taken for new events of `session`
+    (the next ones after its last, in the writer's transaction: gapless and increasing
+    across restarts); None when the session has no row."""
+    if count == 0:
+        return None
+    row = conn.execute(
+        "UPDATE sessions SET event_seq = event_seq + ? WHERE label = ? RETURNING event_seq",
+        (count, session),
+    ).fetchone()
+    return None if row is None else int(row[0]) - count + 1
 
 
 def modified(events: Sequence[Event]) -> set[str]:
@@ -70,13 +97,23 @@ def commit_events(
     written: int,
     now: int,
     max_bytes: int | None,
+    session_seq: int | None = None,
 ) -> None:
-    """At a turn's commit: its events not written yet, then its snapshot event."""
-    if written < len(events):
-        write_events(conn, turn_id, session, parent_id, written, events[written:], now, max_bytes)
-    snapshot = snapshot_payload(conn, turn_id) if modified(events) else None
+    """At a turn's commit: its events not written yet, then its snapshot event.
+    `session_seq`: the first session sequence number they take, the commit having
+    taken one for each and one for the snapshot if `modified` finds paths."""
+    rest = events[written:]
+    if rest:
+        write_events(conn, turn_id, session, parent_id, written, rest, now, max_bytes, session_seq)
+    after = None if session_seq is None else session_seq + len(rest)
+    paths = modified(events)
+    snapshot = snapshot_payload(conn, turn_id) if paths else None
     if snapshot is not None:
-        write_events(conn, turn_id, session, None, len(events), [("snapshot", snapshot)], now)
+        write_events(
+            conn, turn_id, session, None, len(events), [("snapshot", snapshot)], now, None, after
+        )
+    elif paths and after is not None:  # its number was taken, but no file was kept
+        conn.execute("UPDATE sessions SET event_seq = event_seq - 1 WHERE label = ?", (session,))
 
 
 def set_title(conn: sqlite3.Connection, turn_id: str, title: str, source: str) -> bool:

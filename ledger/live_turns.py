@@ -62,6 +62,8 @@ def running_turn(conn: sqlite3.Connection, label: str, head: str | None) -> dict
         "title": title,
         "title_source": source,
         "outcome": None,
+        "summary": None,  # made at its end
+        "metadata": None,
         "events": int(count),
         "output_saved_at": saved[1] if saved else None,
     }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import orjson
+
 from core.identity import DM_TEMPLATE, chain_to_root, resolve_label
 from ledger.events import session_totals
 from ledger.ingest import get_alias, get_session_ref
@@ -86,6 +88,9 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
         "extends": row["extends"],  # the closed session this one follows (ledger/closing.py)
         "ended_at": row["ended_at"],
         "closing_summary": row["closing_summary"],
+        "system_prompt": row["system_prompt"],  # of its latest turn that gave one
+        "model": row["model"],
+        "events_seq": row["event_seq"],  # the session_seq of its latest event
         "aliases": aliases_of(conn, label),
         "person": person(conn, label),
         "head": row["head_turn_id"],
@@ -176,7 +181,7 @@ def thread_turns(conn: sqlite3.Connection, head: str | None, limit: int) -> list
         " WHERE t.parent_id IS NOT NULL AND c.depth < ?)"
         " SELECT t.id, t.parent_id, t.type, t.status, t.reason, t.output, t.started_at,"
         " t.completed_at, t.prompt_tokens, t.completion_tokens, t.session_label, t.title,"
-        " t.title_source, t.outcome"
+        " t.title_source, t.outcome, t.summary, t.metadata"
         " FROM chain c JOIN turns t ON t.id = c.id ORDER BY c.depth DESC",
         (head, limit - 1),
     ).fetchall()
@@ -208,6 +213,8 @@ def thread_turns(conn: sqlite3.Connection, head: str | None, limit: int) -> list
             "title": r[11],
             "title_source": r[12],
             "outcome": r[13],
+            "summary": None if r[14] is None else orjson.loads(r[14]),
+            "metadata": None if r[15] is None else orjson.loads(r[15]),
         }
         for r in rows
     ]

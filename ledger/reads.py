@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import sqlite3
 
+import orjson
+
 from core.engine_types import Role
+from core.turn_summary import render
 from ledger.port.records import StoredTurn, Thread
 from ledger.state_records import state_at
 
@@ -45,8 +48,26 @@ def load_thread(conn: sqlite3.Connection, head: str) -> Thread:
                 turns += _kept_turns(conn, turn_id, row[1])
             break
         turns.append((str(turn_id), str(status)))
-    stored = [StoredTurn(t, _messages(conn, t, status)) for t, status in reversed(turns)]
+    shown = _summaries(conn, [t for t, _ in turns])
+    stored = [
+        StoredTurn(t, _messages(conn, t, status), shown.get(t)) for t, status in reversed(turns)
+    ]
     return Thread(summary, stored, state)
+
+
+def _summaries(conn: sqlite3.Connection, turn_ids: list[str]) -> dict[str, str]:
+    """The turns' summaries as a summary-mode context shows them, by turn id (those
+    that have one)."""
+    out: dict[str, str] = {}
+    for start in range(0, len(turn_ids), 500):
+        part = turn_ids[start : start + 500]
+        for turn_id, title, summary in conn.execute(
+            f"SELECT id, title, summary FROM turns WHERE id IN ({','.join('?' * len(part))})"
+            " AND summary IS NOT NULL",
+            part,
+        ):
+            out[str(turn_id)] = render(title, orjson.loads(summary))
+    return out
 
 
 def _kept_turns(

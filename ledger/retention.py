@@ -105,7 +105,7 @@ def _expire(conn: sqlite3.Connection, ids: list[str], now: int) -> None:
         conn.execute(f"DELETE FROM {table} WHERE turn_id IN ({t})", ids)
     conn.execute(
         "UPDATE turns SET title = NULL, title_source = NULL, output = NULL, error = NULL,"
-        f" outcome = NULL, expired_at = ? WHERE id IN ({t})",
+        f" outcome = NULL, summary = NULL, metadata = NULL, expired_at = ? WHERE id IN ({t})",
         [now, *ids],
     )
     drop_unnamed_blobs(conn, digests)

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from ledger import audit, snapshots
+from ledger.live_events import take_session_seqs
 from ledger.port import cipher as driver
 from ledger.port.errors import Conflict, NotFound
 from plumbing.ids import new_id
@@ -144,10 +145,14 @@ TURN_COLUMNS = (
     "completed_at",
     "prompt_tokens",
     "completion_tokens",
-    "title",  # these three: absent from exports older than titles, and then NULL
+    "title",  # these and the rest: absent from older exports, and then NULL
     "title_source",
     "outcome",
+    "summary",  # JSON objects in the line, JSON text in the row
+    "metadata",
 )
+OPTIONAL_TURN_COLUMNS = frozenset(TURN_COLUMNS[TURN_COLUMNS.index("title") :])
+JSON_TURN_COLUMNS = ("summary", "metadata")
 MESSAGE_COLUMNS = ("role", "channel", "msg_id", "sender_id", "content", "tokens", "created_at")
 TOOL_COLUMNS = ("name", "arguments", "result", "status", "created_at")
 
@@ -193,6 +198,9 @@ def _turn_line(conn: sqlite3.Connection, turn_id: str, positions: dict[str, int]
         f"SELECT {', '.join(TURN_COLUMNS)} FROM turns WHERE id = ?", (turn_id,)
     ).fetchone()
     line: dict[str, Any] = {"type": "turn", **dict(zip(TURN_COLUMNS, turn, strict=True))}
+    for column in JSON_TURN_COLUMNS:
+        if line[column] is not None:
+            line[column] = orjson.loads(line[column])
     line["messages"] = [
         dict(zip(MESSAGE_COLUMNS, r, strict=True))
         for r in conn.execute(
@@ -294,8 +302,15 @@ def _insert_turn(
     turn_id = new_id()
     try:
         values = [
-            turn[c] if c in turn or c not in TURN_COLUMNS[-3:] else None for c in TURN_COLUMNS[1:]
+            turn[c] if c in turn or c not in OPTIONAL_TURN_COLUMNS else None
+            for c in TURN_COLUMNS[1:]
         ]
+        for column in JSON_TURN_COLUMNS:
+            n = TURN_COLUMNS.index(column) - 1
+            if values[n] is not None:
+                if not isinstance(values[n], dict):
+                    raise ValueError(f"a turn's {column} must be a JSON object or null")
+                values[n] = orjson.dumps(values[n]).decode()
         conn.execute(
             f"INSERT INTO turns (id, session_label, parent_id, {', '.join(TURN_COLUMNS[1:])})"
             f" VALUES (?, ?, ?, {', '.join('?' * (len(TURN_COLUMNS) - 1))})",
@@ -317,9 +332,11 @@ def _insert_turn(
                 for n, t in enumerate(turn["tool_calls"])
             ],
         )
+        events = turn.get("events", [])
+        first = take_session_seqs(conn, label, len(events)) or 1
         conn.executemany(
-            "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at,"
+            " session_seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     turn_id,
@@ -328,8 +345,9 @@ def _insert_turn(
                     e["type"],
                     orjson.dumps(e["payload"]).decode(),
                     turn["completed_at"],
+                    first + n,
                 )
-                for n, e in enumerate(turn.get("events", []))
+                for n, e in enumerate(events)
             ],
         )
         snapshots.insert_files(conn, turn_id, label, turn.get("files", []))

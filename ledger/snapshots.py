@@ -86,6 +86,9 @@ def record_events(
     out: list[tuple[str, dict[str, Any]]] = []
     after: dict[str, str | None] = {}  # a path's hash after this turn's earlier events
     for seq, (kind, data) in enumerate(events, first_seq):
+        if kind == "snapshot" and data.get("snapshot_type") == "turn_start" and "files" not in data:
+            out.append((kind, {**data, **known_files(conn, parent_id)}))
+            continue
         if kind != "file":
             out.append((kind, data))
             continue
@@ -220,6 +223,23 @@ def _thread_rows(conn: sqlite3.Connection, head: str, path: str | None) -> list[
         " ORDER BY c.depth DESC, f.seq",
         (head, path) if path is not None else (head,),
     ).fetchall()
+
+
+def known_files(conn: sqlite3.Connection, head: str | None) -> dict[str, Any]:
+    """The files the thread up to `head` knows, each as its latest change left it (a
+    turn-start snapshot's `files`), and one hash over that list (`tree_sha256`), so two
+    turns that start from the same files agree on it."""
+    last: dict[str, dict[str, Any]] = {}
+    for row in _thread_rows(conn, head, None) if head is not None else []:
+        path, _turn, _seq, op, _before, sha, size = row[:7]
+        last[path] = {"path": path, "op": op, "sha256": sha, "bytes": size}
+    files = [last[p] for p in sorted(last)]
+    listing = "\n".join(f"{f['path']}\t{f['sha256'] or '-'}" for f in files)
+    return {
+        "files": files,
+        "tracked_files": sum(1 for f in files if f["op"] != "delete"),
+        "tree_sha256": hashlib.sha256(listing.encode()).hexdigest(),
+    }
 
 
 def history(conn: sqlite3.Connection, name: str, path: str) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import orjson
 
-from core import titles
+from core import titles, turn_summary
 from core.session_state import totals_of
 from core.turn_events import intent_payload, model_calls
 from ledger import live_events as ev
@@ -123,7 +123,9 @@ def commit_turn(
     totals = totals_of(rec.events)
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
-    # The head moves and the running totals grow in one statement.
+    # The head moves and the running totals grow in one statement, which also takes
+    # the session sequence numbers of the events the commit writes.
+    numbered = max(len(rec.events) - rec.events_written, 0) + bool(paths)
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
         " total_prompt_tokens = total_prompt_tokens + ?,"
@@ -131,8 +133,10 @@ def commit_turn(
         " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
         " total_errors = total_errors + ?, total_events = total_events + ?,"
         " total_files_modified = total_files_modified + ?,"
-        " total_errors_resolved = total_errors_resolved + ?"
-        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased'",
+        " total_errors_resolved = total_errors_resolved + ?,"
+        " system_prompt = coalesce(?, system_prompt), model = coalesce(?, model),"
+        " event_seq = event_seq + ?"
+        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased' RETURNING event_seq",
         (
             rec.turn_id,
             rec.completed_at,
@@ -144,13 +148,16 @@ def commit_turn(
             totals["events"] + bool(paths),  # and its snapshot event
             files,
             totals["errors_resolved"],
+            rec.system_prompt,
+            rec.model,
+            numbered,
             rec.session,
             rec.parent_id,
         ),
-    )
-    if moved.rowcount != 1:
+    ).fetchone()
+    if moved is None:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
-    results = _write_turn(conn, rec, snapshot_max_bytes)
+    results = _write_turn(conn, rec, snapshot_max_bytes, int(moved[0]) - numbered + 1)
     record_turn_state(conn, rec)  # the thread's state record (ledger/state_records.py)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
@@ -178,17 +185,24 @@ def _write_turn(
     conn: sqlite3.Connection,
     rec: TurnRecord,
     snapshot_max_bytes: int | None = None,
+    first_session_seq: int | None = None,
     own_items_only: bool = False,
 ) -> list[ItemInfo]:
+    """The turn's rows. `first_session_seq`: the first of the session sequence numbers
+    its events take, taken already; None: they take their own (live_events.py)."""
     title, source = rec.title, rec.title_source
     if title is None:
         inputs = [it.content for it in rec.inputs]
         title, source = titles.turn_title(inputs, rec.output, rec.events, rec.type)
     outcome = rec.outcome or titles.outcome_line(rec.status, rec.reason, rec.error)
+    summary = rec.summary
+    if summary is None:
+        summary = turn_summary.summarize(outcome, rec.output, rec.tool_calls, rec.events)
     conn.execute(
         "INSERT INTO turns (id, session_label, parent_id, type, status, reason, error, output,"
         " engine, model, started_at, completed_at, prompt_tokens, completion_tokens, title,"
-        " title_source, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " title_source, outcome, summary, metadata)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             rec.turn_id,
             rec.session,
@@ -207,6 +221,8 @@ def _write_turn(
             title,
             source,
             outcome,
+            orjson.dumps(summary).decode(),
+            None if rec.metadata is None else orjson.dumps(rec.metadata).decode(),
         ),
     )
     counts = rec.input_tokens or []
@@ -303,7 +319,7 @@ def _write_turn(
     # File contents go to their blobs; the event rows keep path, op and hashes.
     ev.commit_events(
         conn, rec.turn_id, rec.session, rec.parent_id, rec.events, rec.events_written,
-        rec.completed_at, snapshot_max_bytes,
+        rec.completed_at, snapshot_max_bytes, first_session_seq,
     )  # fmt: skip
     if rec.progress_saved:
         conn.execute("DELETE FROM turn_progress WHERE turn_id = ?", (rec.turn_id,))
@@ -427,11 +443,12 @@ def last_route(conn: sqlite3.Connection, label: str) -> Route | None:
 def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
     row = conn.execute(
         "SELECT head_turn_id, persona, queue_override, turns, total_prompt_tokens,"
-        " total_completion_tokens, kind FROM sessions WHERE label = ?",
+        " total_completion_tokens, kind, total_files_modified FROM sessions WHERE label = ?",
         (label,),
     ).fetchone()
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
+    pad, pad_at = stored_scratchpad(conn, label) or (None, -1)
     return ActorStart(
         row[0],
         row[1],
@@ -441,7 +458,9 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         str(row[6]),
         last_route(conn, label),
         pending_thread(conn, label),
-        *stored_scratchpad(conn, label),
+        scratchpad=pad,
+        scratchpad_at=pad_at,
+        files_known=bool(row[7]),
     )
 
 

@@ -13,12 +13,18 @@ context only within the budget (core/packing.py: whole, else short, else not at 
 counted line by line (tokens.py), as a turn changes only a line or two of it. Bridge
 notes (what a merged-in session was about) wait here until a turn that showed them
 completes; the ledger keeps them until then too.
+
+Each turn of the history keeps its summary's text (core/turn_summary.py), loaded with
+the thread or made at its commit; a `summary`-mode context counts the tokens of those
+it asks for, once each, when it first asks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Literal
 
 from broker.context.tokens import TokenCounter
 from core.packing import ContextInput, ContextPlan, Msg, TurnBlock, WholeHistory, assemble
@@ -47,6 +53,9 @@ class SessionContext:
         default=None, repr=False
     )
     _state_lines: dict[str | bytes, int] = field(default_factory=dict, repr=False)
+    # The turns' summaries (text by turn id) and those counted so far (summary mode).
+    summaries: dict[str, str] = field(default_factory=dict)
+    _summary_msgs: dict[str, Msg] = field(default_factory=dict, repr=False)
 
     def fixed(self, role: str, content: str) -> Msg:
         """A message that recurs turn after turn (the system prompt, the state record):
@@ -75,6 +84,9 @@ class SessionContext:
         notes: tuple[Msg, ...],
         label: str | None = None,
         scratchpad: tuple[Msg, ...] = (),
+        mode: Literal["verbatim", "summary"] = "verbatim",
+        summary_turns: int = 5,
+        verbatim_turns: int = 2,
     ) -> ContextPlan:
         summary = None
         if self.summary:
@@ -96,6 +108,10 @@ class SessionContext:
                 whole=self._whole_history(),
                 bridge=self.msg("system", bridge) if bridge else None,
                 scratchpad=scratchpad,
+                mode=mode,
+                summaries=_Summaries(self) if mode == "summary" else {},
+                summary_turns=summary_turns,
+                verbatim_turns=verbatim_turns,
             )
         )
         self.planned_bridges = tuple(self.bridges) if plan.bridge is not None else ()
@@ -136,7 +152,19 @@ class SessionContext:
             self._whole, self._whole_blocks = WholeHistory(messages, tokens), len(self.blocks)
         return self._whole
 
-    def add_turn(self, turn_id: str, messages: list[Msg]) -> None:
+    def summary_msg(self, turn_id: str) -> Msg | None:
+        """The turn's summary as a context message, counted once; None if it has none."""
+        found = self._summary_msgs.get(turn_id)
+        if found is None:
+            text = self.summaries.get(turn_id)
+            if text is None:
+                return None
+            found = self._summary_msgs[turn_id] = self.msg("system", turn_summary_text(text))
+        return found
+
+    def add_turn(self, turn_id: str, messages: list[Msg], summary: str | None = None) -> None:
+        if summary is not None:
+            self.summaries[turn_id] = summary
         if messages:
             block = TurnBlock(turn_id, tuple(messages))
             if self._whole_blocks == len(self.blocks):
@@ -148,6 +176,9 @@ class SessionContext:
         self.summary_tokens = self.counter.count_message("system", summary_text(summary))
         self.blocks, self._whole_blocks = list(keep), -1
         self.last_reported = None
+        kept = {block.turn_id for block in keep}
+        self.summaries = {t: s for t, s in self.summaries.items() if t in kept}
+        self._summary_msgs.clear()
 
     def reset(self, carried: SessionState = EMPTY) -> None:
         """`/new`: a fresh thread has no history, no summary and no state, but for the
@@ -156,6 +187,7 @@ class SessionContext:
         person, not the thread."""
         self.blocks, self.summary, self.summary_tokens, self.last_reported = [], None, 0, None
         self._whole_blocks = -1
+        self.summaries, self._summary_msgs = {}, {}
         self.state = carried
 
 
@@ -167,6 +199,29 @@ def bridge_text(bridges: dict[str, str]) -> str | None:
 
 def summary_text(summary: str) -> str:
     return f"Summary of the earlier conversation:\n{summary}"
+
+
+def turn_summary_text(summary: str) -> str:
+    return f"An earlier turn, summarized (conversation_recall reads it whole):\n{summary}"
+
+
+class _Summaries(Mapping[str, Msg]):
+    """The turns' summary messages as packing asks for them, counted on first ask."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, turn_id: str) -> Msg:
+        found = self._ctx.summary_msg(turn_id)
+        if found is None:
+            raise KeyError(turn_id)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ctx.summaries)
+
+    def __len__(self) -> int:
+        return len(self._ctx.summaries)
 
 
 def from_thread(thread: Thread | None, counter: TokenCounter) -> SessionContext:
@@ -191,5 +246,6 @@ def from_thread(thread: Thread | None, counter: TokenCounter) -> SessionContext:
                 )
                 for role, content, tokens in turn.messages
             ],
+            turn.summary,
         )
     return ctx

@@ -107,6 +107,12 @@ class PythonEngine:
         self.accepts_steering = bool(getattr(inner, "accepts_steering", False))
         self.context_window = int(getattr(inner, "context_window", 0) or context_window)
 
+    @property
+    def workspace(self) -> str | None:
+        """The folder the engine reports it works in, if it reports one."""
+        found = getattr(self.inner, "workspace", None)
+        return found if isinstance(found, str) and found else None
+
     async def run(self, request: TurnRequest, io: TurnIO) -> EngineResult:
         watch = _Watch(self.name)
         failure: Exception | None = None

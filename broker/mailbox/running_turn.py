@@ -67,6 +67,7 @@ class RunningTurn:
     parts: list[str] = field(default_factory=list)
     started_ms: int = 0  # set when the turn begins, after any compaction (lifecycle)
     hint_checked: bool = False  # the recall hint is looked for once, before the first call
+    snapshot_taken: bool = False  # its turn-start snapshot, once, before the first call
     # Looked up once when the turn opens (turn_steps.py): the same for all of it.
     engine: Engine | None = None
     model: str | None = None

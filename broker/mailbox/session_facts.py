@@ -23,6 +23,7 @@ from broker.mailbox.turn_commit import Written
 from core import queue_machine as m
 from core.packing import Msg
 from core.scratchpad import renderings
+from core.turn_summary import render
 from ledger.port.records import ActorStart, ItemInfo, Route, TurnRecord, facts_of
 
 SOURCES: dict[str, m.Source] = {s: s for s in ("person", "worker", "timer", "operator")}
@@ -58,6 +59,8 @@ class SessionFacts:
         self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
         self.turn_count, self.tokens = start.turns, list(start.tokens)
         self.stored_route = start.route
+        self.kept_prompt: str | None = None  # the system prompt a commit kept on the session row
+        self.files_known = start.files_known  # a turn-start snapshot lists the files then
         self.override = orjson.loads(start.override) if start.override else {}
         if start.scratchpad is not None:
             self.scratchpad_merged(orjson.loads(start.scratchpad), start.scratchpad_at)
@@ -116,9 +119,14 @@ class SessionFacts:
         if written == "orphan":
             return "failed"
         self.head, self.turn_count = rec.turn_id, self.turn_count + 1
+        if rec.system_prompt is not None:
+            self.kept_prompt = rec.system_prompt
+        if not self.files_known and rec.summary and rec.summary.get("files_modified"):
+            self.files_known = True
         self.ctx.turn_committed(facts_of(rec), rec.bridges)
         kept = [] if rec.status == "aborted" else list(inputs)
         if rec.output or rec.status == "completed":
             kept.append(reply or self.ctx.msg("assistant", rec.output, turn_id=rec.turn_id))
-        self.ctx.add_turn(rec.turn_id, kept)
+        summary = render(rec.title, rec.summary) if rec.summary is not None else None
+        self.ctx.add_turn(rec.turn_id, kept, summary)
         return outcome

@@ -33,6 +33,7 @@ from core.engine_types import (
 )
 from core.packing import ContextPlan, Msg
 from core.titles import outcome_line, turn_title
+from core.turn_summary import summarize
 from ledger.port.records import ItemInfo, ItemStatus, Route, TurnRecord
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -78,6 +79,19 @@ ARCHIVE_LINES = (
 )
 
 
+def workspace(settings: Settings, persona: str | None, engine: Engine) -> str | None:
+    """The folder the persona's engine works in: the engine's own `workspace`
+    attribute, else its `[engine] workspace`; None without one."""
+    own = getattr(engine, "workspace", None)
+    if isinstance(own, str) and own:
+        return own
+    chosen = persona_of(settings, persona)
+    config = settings.engine
+    if chosen is not None and chosen.engine is not None:
+        config = settings.engines.get(chosen.engine, config)
+    return config.workspace or None
+
+
 def system_prompt(settings: Settings, persona: str | None, kind: str) -> str:
     """The persona's prompt (a worker's task-focused one), then `ARCHIVE_LINES`."""
     chosen = persona_of(settings, persona)
@@ -98,8 +112,11 @@ def notes(start: m.StartTurn, items: dict[str, ItemInfo]) -> tuple[str, ...]:
     )
 
 
-def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextPlan:
+def plan(
+    ctx: SessionContext, settings: Settings, turn: RunningTurn, persona: str | None = None
+) -> ContextPlan:
     cfg, size, system = settings.engine, turn.window, turn.system
+    chosen = persona_of(settings, persona)
     built = ctx.build(
         window=size,
         reserve=cfg.reserve_reply_tokens,
@@ -109,6 +126,9 @@ def plan(ctx: SessionContext, settings: Settings, turn: RunningTurn) -> ContextP
         notes=tuple([ctx.msg("system", n) for n in turn.notes]),
         label=turn.session,
         scratchpad=tuple([ctx.fixed("system", text) for text in turn.scratchpad]),
+        mode=chosen.context_mode if chosen else "verbatim",
+        summary_turns=chosen.summary_turns if chosen else 0,
+        verbatim_turns=chosen.verbatim_turns if chosen else 0,
     )
     reported = ctx.last_reported
     if (
@@ -135,6 +155,7 @@ def request(
         head += (ChatMessage("system", summary_text(ctx.summary)),)
     if plan.bridge is not None:
         head += (ChatMessage("system", plan.bridge.content),)
+    head += tuple([ChatMessage("system", s.content) for s in plan.summaries])
     return TurnRequest(
         session=label,
         turn_id=turn.id,
@@ -208,6 +229,7 @@ def record(
     ctx: SessionContext,
     engine: str,
     route: Route | None,
+    kept_prompt: str | None = None,
 ) -> tuple[TurnRecord, m.Outcome, list[Msg], Msg | None]:
     """The turn's record; its outcome for the machine, the steered inputs' and the
     reply's messages for the in-memory history."""
@@ -246,10 +268,13 @@ def record(
         bridges=ctx.planned_bridges if turn.plan is not None and turn.plan.bridge else (),
         events_written=turn.events.sent,
         outcome=outcome_line(status, turn.reason, error),
+        metadata=result.metadata if result is not None else None,
+        system_prompt=turn.system if turn.system != kept_prompt else None,
     )
     rec.title, rec.title_source = turn_title(
         [i.content for i in all_inputs], text, rec.events, turn.start.kind
     )
+    rec.summary = summarize(rec.outcome or "", text, rec.tool_calls, rec.events)
     return rec, outcome, taken_msgs, reply_msg
 
 

@@ -14,6 +14,7 @@ line among its notes, counted into its plan, and only when it fits the budget.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from broker.engines.base import Engine
 from broker.mailbox import compactor
@@ -21,6 +22,7 @@ from broker.mailbox import turn_parts as parts
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.running_turn import RunningTurn, Spawn
 from broker.mailbox.session_facts import SessionFacts
+from broker.workspace import git_state
 from core import lifecycle as lc
 from core import queue_machine as m
 from core import recall_hint
@@ -104,12 +106,15 @@ class TurnSteps:
             self.ports.drop_item(self.label, action.item.id, action.reason, item)
 
     def plan(self, turn: RunningTurn) -> lc.Planned:
-        turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn)
+        turn.plan = parts.plan(self.facts.ctx, self.ports.settings, turn, self.facts.persona)
         return lc.Planned(turn.plan.compaction_due, turn.plan.over_budget)
 
     async def call_engine(self, turn: RunningTurn) -> lc.EngineDone:
         assert turn.engine is not None
         facts = self.facts
+        if not turn.snapshot_taken:
+            turn.snapshot_taken = True
+            await self._start_snapshot(turn)
         if not turn.hint_checked:
             turn.hint_checked = True
             await self._recall_hint(turn)
@@ -121,11 +126,27 @@ class TurnSteps:
             facts.ctx.last_reported = turn.result.prompt_tokens
         return lc.EngineDone(overflowed)
 
+    async def _start_snapshot(self, turn: RunningTurn) -> None:
+        """The turn's start `snapshot` event, after its intent, for a session whose
+        turns changed files or whose engine reports a workspace: the ledger fills in the
+        files the thread knows as it writes it (ledger/snapshots.py), and the workspace's
+        git state is asked here. Not written on its own: it goes with the next event."""
+        assert turn.engine is not None
+        folder = parts.workspace(self.ports.settings, self.facts.persona, turn.engine)
+        if folder is None and not self.facts.files_known:
+            return
+        payload: dict[str, Any] = {"by": "broker", "snapshot_type": "turn_start"}
+        if folder is not None:
+            payload.update(await git_state(folder))
+        turn.events.add("snapshot", payload)
+
     async def _recall_hint(self, turn: RunningTurn) -> None:
         """Look once for a recall hint, before the first engine call, if it fits."""
-        plan, ctx = turn.plan, self.facts.ctx
-        if plan is None or not self.ports.settings.recall.hint:
-            return
+        plan, ctx, settings = turn.plan, self.facts.ctx, self.ports.settings
+        persona = parts.persona_of(settings, self.facts.persona)
+        summary_mode = persona is not None and persona.context_mode == "summary"
+        if plan is None or not (settings.recall.hint or summary_mode):
+            return  # a summary-mode context looks for one whatever the setting
         if not plan.dropped_turns and ctx.summary is None:
             return  # the whole thread is in the context: nothing to recall
         said = "\n".join(i.content for i in turn.inputs if i.source == "person")
@@ -140,6 +161,9 @@ class TurnSteps:
         # bounded by its work instead (ledger/recall/hint.py).
         found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
         line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
+        if query.terms:  # the archive was searched: recorded, with the next event
+            recalled = {"by": "broker", "terms": list(query.terms), "hits": len(found)}
+            turn.events.add("memory_recall", {**recalled, "hinted": line is not None})
         if line is None:
             return
         note = ctx.msg("system", line)
@@ -165,7 +189,13 @@ class TurnSteps:
         facts = self.facts
         assert turn.engine is not None
         rec, outcome, taken, reply = parts.record(
-            self.label, turn, facts.head, facts.ctx, turn.engine.name, facts.route
+            self.label,
+            turn,
+            facts.head,
+            facts.ctx,
+            turn.engine.name,
+            facts.route,
+            facts.kept_prompt,
         )  # the head now is the parent
         written = await self.ports.commit_turn(rec)
         parts.log_turn(rec, written, turn.channel)

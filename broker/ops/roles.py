@@ -26,6 +26,7 @@ ROLES: dict[str, Role] = {
     "session.show": "read",
     "session.state": "read",
     "session.threads": "read",
+    "person.sessions": "read",
     "contact.show": "read",
     "logs.follow": "read",
     "events.query": "read",

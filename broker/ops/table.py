@@ -20,6 +20,7 @@ from broker.ops.erasure import ErasureOps
 from broker.ops.files import FileOps
 from broker.ops.names import NameOps
 from broker.ops.proposals import ProposalOps
+from broker.ops.resume import ResumeOps
 from broker.ops.routes import RouteOps
 from broker.ops.state import StateOps, hand_bridges
 from broker.ops.store import StoreOps
@@ -75,6 +76,7 @@ class Ops:
             **FileOps(ledger).table,
             **RouteOps(ledger).table,
             **ThreadOps(ledger, mailboxes).table,
+            **ResumeOps(ledger).table,
             **StateOps(ledger).table,
             **WorkerOps(ledger).table,
             **StoreOps(ledger).table,

@@ -9,10 +9,12 @@ nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+import ledger.api.memory as memory
 import ledger.api.reads as reads
 import ledger.api.writes as writes
 from ledger import sessions as ledger_sessions
@@ -37,9 +39,10 @@ def _label(session_id: str) -> str:
 
 
 class Face:
-    def __init__(self, engine: Engine, clock: Clock) -> None:
+    def __init__(self, engine: Engine, clock: Clock, scratch: Path | None = None) -> None:
         self._engine: Engine | None = engine
         self._clock = clock
+        self._scratch = scratch  # a memory store's folder (memory.py), removed at close
 
     @property
     def path(self) -> str:
@@ -57,6 +60,9 @@ class Face:
         engine, self._engine = self._engine, None
         if engine is not None:
             release(engine)
+        if self._scratch is not None:
+            memory.remove(self._scratch)
+            self._scratch = None
 
     def _reads(self) -> Any:
         return self._live().readers.conn()
@@ -79,9 +85,13 @@ class Face:
         items: Sequence[Any],
         create: bool,
         usage: tuple[int | None, int | None] | None,
+        metadata: dict[str, Any] | None = None,
     ) -> JobSpec:
         rows = encode_items(items)
-        args = (_label(session_id), rows, self._clock(), create, usage or _NO_USAGE)
+        args: tuple[Any, ...] = (_label(session_id), rows, self._clock(), create)
+        args += (usage or _NO_USAGE,)
+        if metadata is not None:
+            args += (encode_metadata(metadata),)
         return JobSpec(writes.append_turn, args, {})
 
     def _put_job(

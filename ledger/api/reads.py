@@ -191,7 +191,8 @@ def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnI
     head, and a compaction must know what it summarized (writes.py)."""
     rows = conn.execute(
         f"{_WALK} SELECT c.id, t.session_label, c.type, t.completed_at, c.engine, m.role,"
-        f" m.content, c.depth, t.prompt_tokens, t.completion_tokens FROM chain c"
+        f" m.content, c.depth, t.prompt_tokens, t.completion_tokens, t.summary, t.metadata"
+        " FROM chain c"
         " JOIN turns t ON t.id = c.id"
         f" LEFT JOIN messages m ON {_SHOWN} WHERE c.part != 1 OR c.type != 'compaction'"
         " ORDER BY c.part DESC, c.depth DESC, m.seq",
@@ -201,9 +202,13 @@ def thread(conn: sqlite3.Connection, label: str) -> tuple[str | None, list[TurnI
         raise NotFound(f"no session {label!r}", field="session")
     out: list[TurnInfo] = []
     head = None
-    for turn_id, session, kind, at, engine, role, content, depth, prompt, completion in rows:
+    for row in rows:
+        turn_id, session, kind, at, engine, role, content, depth, prompt, completion = row[:10]
         if not out or out[-1].id != turn_id:
-            out.append(TurnInfo(turn_id, session, kind, [], int(at), prompt, completion))
+            summary, metadata = (None if v is None else orjson.loads(v) for v in row[10:])
+            out.append(
+                TurnInfo(turn_id, session, kind, [], int(at), prompt, completion, summary, metadata)
+            )
             head = turn_id if depth == 0 else head
         if content is not None:
             out[-1].items.append(decode_item(engine, role, content))

@@ -11,7 +11,7 @@ message of a turn the daemon wrote (plain text, not a library item) is read back
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,8 @@ class TurnInfo:
     created_at: int
     prompt_tokens: int | None = None  # the usage given to Store.append, if any
     completion_tokens: int | None = None
+    summary: dict[str, Any] | None = None  # what it did (core/turn_summary.py)
+    metadata: dict[str, Any] | None = None  # given to Store.append, or by an engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +110,33 @@ def decode_item(engine: str | None, role: str, content: str) -> Any:
     if engine == LIBRARY:
         return orjson.loads(content)
     return {"role": role, "content": content}
+
+
+TokenCount = Callable[[Any], int]
+
+
+def estimate_tokens(item: Any) -> int:
+    """An item's tokens as `recent` counts them unless told how: its text (a message's
+    `content`, else the item as JSON) at four characters a token, rounded up. A rough
+    count, the same for every model; pass a tokenizer's count for an exact one."""
+    content = item.get("content") if isinstance(item, dict) else None
+    text = content if isinstance(content, str) else orjson.dumps(item).decode()
+    return (len(text) + 3) // 4
+
+
+def within_tokens(items: list[Any], max_tokens: int | None, count: TokenCount | None) -> list[Any]:
+    """The newest of `items` (oldest first) whose tokens together fit in `max_tokens`:
+    taken from the newest back, stopping at the first that does not fit, so the result
+    is a suffix of `items`; all of them when `max_tokens` is None."""
+    if max_tokens is None:
+        return items
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, not {max_tokens}")
+    measure = count or estimate_tokens
+    used, start = 0, len(items)
+    while start > 0:
+        cost = measure(items[start - 1])
+        if used + cost > max_tokens:
+            break
+        used, start = used + cost, start - 1
+    return items[start:]

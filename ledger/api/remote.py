@@ -21,7 +21,15 @@ from typing import Any, Self
 import anyio
 
 from ledger.api.errors import DaemonUnreachable, SessionEnded
-from ledger.api.records import Page, SessionInfo, TurnInfo, encode_items
+from ledger.api.records import (
+    Page,
+    SessionInfo,
+    TokenCount,
+    TurnInfo,
+    encode_items,
+    encode_metadata,
+    within_tokens,
+)
 from ledger.port.errors import Conflict, LedgerError, NotFound
 from plumbing.ids import new_id
 from wire.client import BrokerClient, BrokerError
@@ -137,19 +145,33 @@ class RemoteStore:
         *,
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         encode_items(items)  # raises before anything is sent
+        encode_metadata(metadata)
         got = await self._call(
             "append",
             session=session_id,
             items=list(items),
             create=create,
             usage=None if usage is None else list(usage),
+            metadata=metadata,
         )
         return str(got["turn"])
 
     async def last(self, session_id: str, n: int) -> list[Any]:
         return list(await self._call("last", session=session_id, n=n))
+
+    async def recent(
+        self,
+        session_id: str,
+        n: int = 30,
+        *,
+        max_tokens: int | None = None,
+        count: TokenCount | None = None,
+    ) -> list[Any]:
+        """`Store.recent`: the last `n` items within `max_tokens`."""
+        return within_tokens(await self.last(session_id, n), max_tokens, count)
 
     async def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
         return list(await self._call("items", session=session_id))[start:stop]

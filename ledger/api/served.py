@@ -72,8 +72,9 @@ def plan(call: LibraryCall, args: dict[str, Any], now: int) -> tuple[str, Any]: 
     if call == "append":
         rows = _items(s("items", list), "items")
         usage = _usage(args.get("usage"))
+        meta = encode_metadata(s("metadata", dict, None))
         return _job(
-            writes_.append_turn, s("session", str), rows, now, s("create", bool, True), usage
+            writes_.append_turn, s("session", str), rows, now, s("create", bool, True), usage, meta
         )
     if call == "put":
         turns = [_items(t, "turns") for t in s("turns", list)]

@@ -25,9 +25,10 @@ from typing import Any, Self
 
 import anyio
 
+import ledger.api.memory as memory
 from ledger.api.engine import acquire
 from ledger.api.face import Clock, Face, _job
-from ledger.api.records import Page, SessionInfo, TurnInfo
+from ledger.api.records import Page, SessionInfo, TokenCount, TurnInfo, within_tokens
 from ledger.api.remote import RemoteStore
 from ledger.api.waiting import wait_async
 from ledger.db import Synchronous
@@ -56,6 +57,18 @@ class Store(Face):
         key = None if key_file is None else read_key(key_file)
         engine = await anyio.to_thread.run_sync(acquire, Path(path), synchronous, key)
         return cls(engine, clock)
+
+    @classmethod
+    async def memory(cls, *, clock: Clock = now_ms) -> Self:
+        """A new, empty store held in RAM (memory.py): the same ledger, schema and calls
+        as `open`, gone when it closes."""
+        folder = memory.make_folder()
+        try:
+            engine = await anyio.to_thread.run_sync(acquire, folder / "ledger.db", "NORMAL", None)
+        except BaseException:
+            memory.remove(folder)
+            raise
+        return cls(engine, clock, folder)
 
     @staticmethod
     async def connect(socket_path: str | Path) -> RemoteStore:
@@ -167,18 +180,33 @@ class Store(Face):
         *,
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """One turn holding `items` (JSON values); the turn's id. `usage` is (prompt
-        tokens, completion tokens). A missing session is created unless `create=False`."""
+        tokens, completion tokens), `metadata` the turn's own (a JSON object, returned
+        by `turns`). A missing session is created unless `create=False`."""
         return str(
             await wait_async(
-                self._append_job(session_id, items, create, usage), self._live().submit
+                self._append_job(session_id, items, create, usage, metadata),
+                self._live().submit,
             )
         )
 
     async def last(self, session_id: str, n: int) -> list[Any]:
         """The last `n` items, oldest first."""
         return self._read_last(session_id, n)
+
+    async def recent(
+        self,
+        session_id: str,
+        n: int = 30,
+        *,
+        max_tokens: int | None = None,
+        count: TokenCount | None = None,
+    ) -> list[Any]:
+        """The last `n` items, oldest first, less the older ones past `max_tokens`
+        (counted by `count`, else estimated: records.estimate_tokens)."""
+        return within_tokens(self._read_last(session_id, n), max_tokens, count)
 
     async def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
         """The thread's items `[start:stop]` (Python slice rules), oldest first."""

@@ -8,9 +8,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+import ledger.api.memory as memory
 from ledger.api.engine import acquire
 from ledger.api.face import Clock, Face
-from ledger.api.records import Page, SessionInfo, TurnInfo, decode_item
+from ledger.api.records import (
+    Page,
+    SessionInfo,
+    TokenCount,
+    TurnInfo,
+    decode_item,
+    within_tokens,
+)
 from ledger.api.waiting import wait_blocking
 from ledger.db import Synchronous
 from plumbing.ids import now_ms
@@ -22,6 +30,16 @@ class SyncStore(Face):
         cls, path: str | Path, *, synchronous: Synchronous = "NORMAL", clock: Clock = now_ms
     ) -> Self:
         return cls(acquire(Path(path), synchronous), clock)
+
+    @classmethod
+    def memory(cls, *, clock: Clock = now_ms) -> Self:
+        """A new, empty store held in RAM, gone when it closes (`Store.memory`)."""
+        folder = memory.make_folder()
+        try:
+            return cls(acquire(folder / "ledger.db", "NORMAL"), clock, folder)
+        except BaseException:
+            memory.remove(folder)
+            raise
 
     def close(self) -> None:
         self._close()
@@ -82,11 +100,24 @@ class SyncStore(Face):
         *,
         create: bool = True,
         usage: tuple[int | None, int | None] | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
-        return str(wait_blocking(self._append_job(session_id, items, create, usage), self._submit))
+        job = self._append_job(session_id, items, create, usage, metadata)
+        return str(wait_blocking(job, self._submit))
 
     def last(self, session_id: str, n: int) -> list[Any]:
         return self._read_last(session_id, n)
+
+    def recent(
+        self,
+        session_id: str,
+        n: int = 30,
+        *,
+        max_tokens: int | None = None,
+        count: TokenCount | None = None,
+    ) -> list[Any]:
+        """`Store.recent`: the last `n` items within `max_tokens`."""
+        return within_tokens(self._read_last(session_id, n), max_tokens, count)
 
     def items(self, session_id: str, start: int = 0, stop: int | None = None) -> list[Any]:
         return self._read_items(session_id, start, stop)

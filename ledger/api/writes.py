@@ -168,13 +168,17 @@ def append_turn(
     now: int,
     create: bool,
     usage: tuple[int | None, int | None] = (None, None),
+    metadata: str | None = None,
 ) -> str:
-    """One turn holding `rows` on the session's head; its id."""
+    """One turn holding `rows` on the session's head; its id. `metadata`: the turn's,
+    as JSON text."""
     turn_id = new_id()
     if usage == (None, None):  # bind no None
         conn.execute(_APPEND_TURN_SQL, (turn_id, label, now))
     else:
         conn.execute(_APPEND_TURN_WITH_USAGE_SQL, (turn_id, label, now, *usage))
+    if metadata is not None:  # most appends carry none: then no statement
+        conn.execute("UPDATE turns SET metadata = ? WHERE id = ?", (metadata, turn_id))
     conn.executemany(
         "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
         [(turn_id, seq, role, content, now) for seq, (role, content) in enumerate(rows)],

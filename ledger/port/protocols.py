@@ -70,6 +70,7 @@ from ledger.port.records import (
     TimerInfo,
     TurnRecord,
 )
+from ledger.port.resume import ResumePort
 from ledger.port.retention import RetentionPort
 
 __all__ = [
@@ -481,6 +482,7 @@ class LedgerPort(
     LibraryPort,
     ErasurePort,
     NamesPort,
+    ResumePort,
     RetentionPort,
     HandoffPort,
     ProposalsPort,

@@ -155,6 +155,7 @@ class MergeResult:
 class StoredTurn(NamedTuple):
     id: str
     messages: list[tuple[Role, str, int | None]]  # role, content, stored token count
+    summary: str | None = None  # its summary as a summary-mode context shows it
 
 
 class Thread(NamedTuple):
@@ -356,6 +357,9 @@ class TurnRecord:
     title: str | None = None  # None: the mechanical title
     title_source: str | None = None
     outcome: str | None = None
+    summary: dict[str, Any] | None = None  # None: made at the commit (core/turn_summary.py)
+    metadata: dict[str, Any] | None = None  # free-form, from an engine's result
+    system_prompt: str | None = None  # kept on the session row with `model`, when given
 
 
 OutboxKey = tuple[int, str]  # (created_at, out_id): the order replies are resent in
@@ -380,6 +384,7 @@ class ActorStart:
     pending_thread: tuple[int, str, int] | None = None
     scratchpad: str | None = None  # its JSON, as stored; None: never written
     scratchpad_at: int = -1  # when it was last merged (ms): a newer merge seen live wins
+    files_known: bool = False  # some turn of the session changed a file
 
 
 LibraryCall = str

@@ -43,6 +43,7 @@ from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
 from ledger.sqlite.proposals import SqliteProposals
 from ledger.sqlite.reads import SqliteReads
+from ledger.sqlite.resume import SqliteResume
 from ledger.sqlite.retention import SqliteRetention
 from ledger.sqlite.routes import SqliteRoutes
 from ledger.sqlite.snapshots import SqliteSnapshots
@@ -90,6 +91,7 @@ class Ledger(
     SqliteLibrary,
     SqliteErasure,
     SqliteNames,
+    SqliteResume,
     SqliteRetention,
     SqliteHandoffs,
     SqliteAudit,

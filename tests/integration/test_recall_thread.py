@@ -82,6 +82,17 @@ async def test_neighbours_turn_numbers_and_the_hint(
 
     async with await BrokerClient.connect(d.socket) as op:
         hits = await op.op("recall.search", query="twelve owls", neighbours_before=2)
+        recalled = await op.op("events.query", type="memory_recall")
+    # Each search of the archive the hint made is a `memory_recall` event of its turn.
+    by_terms = {tuple(e["payload"]["terms"]): e["payload"] for e in recalled}
+    assert by_terms[("prod-keys.yaml",)]["hinted"] is True
+    assert by_terms[("prod-keys.yaml",)]["hits"] >= 1
+    assert by_terms[("zebra-tools.txt",)] == {
+        "by": "broker",
+        "terms": ["zebra-tools.txt"],
+        "hits": 0,
+        "hinted": False,
+    }
     first = [h for h in hits if h["snippet"] == "we counted **twelve** **owls**"]
     assert first and {h["role"] for h in first} == {"user", "assistant"}
     around = [(n["offset"], n["said"]) for n in first[0]["neighbours"]]
