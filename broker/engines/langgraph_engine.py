@@ -2,14 +2,20 @@
 (docs/langgraph.md).
 
 The graph gets the broker's assembled context as LangChain messages (history, state
-record, scratchpad and notes as system messages, then the inputs) and runs once with
-no checkpointer: the broker's ledger stays the one record of the conversation, and a
-graph compiled with a checkpointer is refused at start. Its message chunks stream as
-deltas; each AI message with usage is an `llm` event, each tool message answering one
-of the graph's own tools an `action` event. The broker's tools are handed to the graph
-as LangChain tools in `config["configurable"]["broker_tools"]` (`broker_tools(config)`
-reads them): a graph binds them to its model and runs them like its own, and the
-broker runs and records them.
+record, scratchpad and notes as system messages, then the inputs) and runs once. A
+graph compiled with a checkpointer is refused at start: the broker's ledger stays the
+one record of the conversation. The engine gives its copy of the graph an in-memory
+checkpointer whose thread lives as long as the turn, only to stop before each step:
+there a message steered into the turn joins the `messages` state, unless the last
+message asks for tool calls not yet answered (a tool node expects them next). A graph
+that calls `interrupt()` for a person's answer fails its turn with a sentence.
+
+Its message chunks stream as deltas; each AI message with usage is an `llm` event,
+each tool message answering one of the graph's own tools an `action` event. The
+broker's tools are handed to the graph as LangChain tools in
+`config["configurable"]["broker_tools"]` (`broker_tools(config)` reads them): a graph
+binds them to its model and runs them like its own, and the broker runs and records
+them.
 
 An abort or the turn's timeout cancels the run at once. LangGraph runs on asyncio
 only: the daemon with this engine refuses `--backend trio` at start.
@@ -32,13 +38,22 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.pregel import Pregel
 
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
-from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
+from broker.engines.steering import said
+from core.engine_types import (
+    ChatMessage,
+    EngineResult,
+    HistoryMessage,
+    ToolCall,
+    ToolSpec,
+    TurnRequest,
+)
 
 RECURSION_LIMIT = 25  # graph steps of one broker turn
 
@@ -187,13 +202,32 @@ class _Turn:
                 )
 
 
+def _steered(message: ChatMessage) -> HumanMessage:
+    return (
+        HumanMessage(message.content, name=message.name)
+        if message.name
+        else HumanMessage(said(message))
+    )
+
+
+def _steerable(messages: object) -> bool:
+    """May a user message follow these? Not after an AI message whose tool calls
+    no tool message has answered yet."""
+    if not isinstance(messages, list) or not messages:
+        return False
+    last = messages[-1]
+    return not (isinstance(last, AIMessage) and last.tool_calls)
+
+
 class LangGraphEngine:
     name = "langgraph"
-    accepts_steering = False
+    accepts_steering = True
 
     def __init__(self, graph: Pregel[Any, Any], context_window: int) -> None:
         self.graph = graph
         self.context_window = context_window
+        self.saver = InMemorySaver()  # a thread per turn, deleted when it ends
+        self.stepped = graph.copy(update={"checkpointer": self.saver})
 
     async def run(self, request: TurnRequest, io: TurnIO) -> EngineResult:
         turn = _Turn(io)
@@ -203,20 +237,13 @@ class LangGraphEngine:
             "recursion_limit": RECURSION_LIMIT,
         }
         try:
-            async for mode, payload in self.graph.astream(
-                {"messages": lc_messages(request)}, config, stream_mode=["messages", "updates"]
-            ):
-                if mode == "messages":
-                    await turn.chunk(payload[0])
-                elif mode == "updates" and isinstance(payload, dict):
-                    for update in payload.values():
-                        messages = update.get("messages", []) if isinstance(update, dict) else []
-                        for message in messages if isinstance(messages, list) else [messages]:
-                            turn.update(message)
+            await self._steps(turn, {"messages": lc_messages(request)}, config)
         except GraphRecursionError as exc:
             raise EngineError(
                 f"The graph ran {RECURSION_LIMIT} steps without an answer; the turn was stopped."
             ) from exc
+        finally:
+            await self.saver.adelete_thread(request.turn_id)
         text = turn.final or "".join(turn.streamed)
         if text and not turn.streamed:
             await io.delta(text)
@@ -227,6 +254,35 @@ class LangGraphEngine:
             model=turn.model,
             tool_calls=turn.tool_calls,
         )
+
+    async def _steps(
+        self, turn: _Turn, given: dict[str, Any] | None, config: RunnableConfig
+    ) -> None:
+        """Run the graph a step at a time, steered messages joining between steps."""
+        while True:
+            async for mode, payload in self.stepped.astream(
+                given, config, stream_mode=["messages", "updates"], interrupt_before="*"
+            ):
+                if mode == "messages":
+                    await turn.chunk(payload[0])
+                elif mode == "updates" and isinstance(payload, dict):
+                    for update in payload.values():
+                        messages = update.get("messages", []) if isinstance(update, dict) else []
+                        for message in messages if isinstance(messages, list) else [messages]:
+                            turn.update(message)
+            state = await self.stepped.aget_state(config)
+            if state.interrupts:
+                raise EngineError(
+                    "The graph stopped for a person's answer (interrupt()), which the broker"
+                    " cannot give; the turn was stopped."
+                )
+            if not state.next:
+                return
+            if _steerable(state.values.get("messages")):
+                steered = [_steered(m) for m in turn.io.take_steer()]
+                if steered:
+                    await self.stepped.aupdate_state(config, {"messages": steered})
+            given = None
 
     async def aclose(self) -> None:
         return None
