@@ -42,6 +42,7 @@ from ledger.port.records import (
     ItemInfo,
     Limits,
     Reaching,
+    Route,
 )
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -350,12 +351,24 @@ class Mailboxes:
 
     def mcp_servers(self, label: str) -> frozenset[str] | None:
         """The route rule of `label`'s latest arrival decides; a session none came to
-        (a worker, say) gets every server."""
+        gets every server. A worker gets at most what the sessions it came from get:
+        each one's rule narrows it further (None: no narrowing)."""
         actor = self.actors.get(label)
-        item = actor.facts.latest_inbound if actor is not None else None
+        if actor is None:
+            return None
+        facts = actor.facts
+        item = facts.latest_inbound
         if item is not None and item.channel and item.peer_kind and item.sender_id:
-            return self.router.decision(item.channel, item.peer_kind, item.sender_id).mcp
-        route = actor.facts.stored_route if actor is not None else None
+            own = self.router.decision(item.channel, item.peer_kind, item.sender_id).mcp
+        else:
+            own = self._route_mcp(facts.stored_route)
+        for route in facts.ancestors:
+            theirs = self._route_mcp(route)
+            if theirs is not None:
+                own = theirs if own is None else own & theirs
+        return own
+
+    def _route_mcp(self, route: Route | None) -> frozenset[str] | None:
         if route is None or not route[1] or not route[2]:
             return None
         # A stored route names the peer: the sender of a DM.

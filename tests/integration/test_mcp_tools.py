@@ -5,7 +5,8 @@ A python engine (below) says which tools it was offered and calls the one a mess
 names. Only allowed tools are offered; a call's answer, or its error as a sentence,
 reaches the engine and the turn completes; the call is an `action` event; a stdio
 server that dies is started again; a route rule's `mcp = []` offers none and refuses
-a call; a server that is down fails its tools, never the turn; a tool name of the
+a call, and a worker spawned from such a session gets none either; a server that is
+down fails its tools, never the turn; a tool name of the
 broker's, or a command that does not exist, stops the daemon at start.
 """
 
@@ -42,7 +43,11 @@ class Caller:
 
     async def run(self, request, io):
         said = request.inputs[-1].content
-        if said == "tools?":
+        if said.startswith("[worker"):  # a worker's result
+            text = "back:" + said.split("\\n", 1)[-1].strip()
+        elif said.startswith("spawn "):
+            text = await io.call_tool("agent_send", {"task": said[len("spawn "):]})
+        elif said == "tools?":
             text = " ".join(sorted(t.name for t in request.tools))
         else:
             name, _, args = said.partition(" ")
@@ -161,6 +166,27 @@ async def test_http_tools_and_a_rule_that_offers_none(
     assert added == "ok:2"
     assert "add" not in offered and "agent_send" in offered
     assert refused == "error:the tool 'add' is not offered to this session"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_worker_gets_at_most_the_servers_of_the_session_it_came_from(
+    make_daemon: DaemonFactory, short_tmp: Path
+) -> None:
+    narrowed = {"name": "none", "match": {"channel": ["narrow"]}, "mcp": []}
+    d = make_daemon(mcp_config(short_tmp / "d", STDIO, routes=[narrowed]))
+    offered: dict[str, list[str]] = {}
+    for channel in ("wide", "narrow"):
+        async with await Adapter.connect(d, channel) as a:
+            session = (await a.send_inbound(uniq("m"), "spawn tools?", uniq("+")))["session"]
+            spawned = await a.deliver(session=session, within=30)
+            back = await a.deliver(session=session, within=30)
+        assert "worker:" in spawned["text"], spawned
+        assert back["text"].startswith("back:"), back
+        offered[channel] = back["text"].removeprefix("back:").split()
+    assert {"add", "worker_done"} <= set(offered["wide"])  # the worker's own turn
+    assert "add" not in offered["narrow"] and "worker_done" in offered["narrow"]
+    workers = query(d, "SELECT label, parent_session FROM sessions WHERE kind = 'worker'")
+    assert len(workers) == 2
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
