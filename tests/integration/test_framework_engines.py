@@ -216,7 +216,7 @@ async def test_a_crash_mid_turn_runs_the_inputs_again_once(
 
 
 @each_kind
-def test_trio_and_an_entry_that_is_no_agent_are_refused_at_start(
+def test_trio_an_entry_that_is_no_agent_and_one_that_raises_are_refused_at_start(
     short_tmp: Path, anyio_backend: str, kind: str
 ) -> None:
     k = KINDS[kind]
@@ -227,6 +227,12 @@ def test_trio_and_an_entry_that_is_no_agent_are_refused_at_start(
     done = brokerd_once(config)
     assert done.returncode == 78 and f"engine.{k.key}" in done.stderr, done.stderr
     assert k.refused in done.stderr
+    (short_tmp / "raising.py").write_text("raise RuntimeError('no API key')\n")
+    write_config(config, {**base, "engine": {"kind": kind, k.key: "raising:agent"}})
+    done = brokerd_once(config)
+    assert done.returncode == 78 and f"engine.{k.key}" in done.stderr, done.stderr
+    assert "importing raising failed: RuntimeError: no API key" in done.stderr
+    assert "Traceback" not in done.stderr
     write_config(config, {**base, "engine": {"kind": kind, k.key: k.entry}})
     done = subprocess.run(
         [sys.executable, "-m", "broker", "--config", str(config), "--backend", "trio"],

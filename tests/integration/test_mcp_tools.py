@@ -6,7 +6,7 @@ names. Only allowed tools are offered; a call's answer, or its error as a senten
 reaches the engine and the turn completes; the call is an `action` event; a stdio
 server that dies is started again; a route rule's `mcp = []` offers none and refuses
 a call, and a worker spawned from such a session gets none either; a server that is
-down fails its tools, never the turn; a tool name of the
+down, or that speaks something else than MCP, fails its tools, never the turn; a tool name of the
 broker's, or a command that does not exist, stops the daemon at start.
 """
 
@@ -198,6 +198,51 @@ async def test_a_server_that_is_down_fails_its_tools_not_the_turn(
     async with await Adapter.connect(d, uniq("t")) as a:
         answer = await ask(a, uniq("+"), 'add {"a": 1, "b": 1}')
     assert answer.startswith("error:the MCP server 'calc' is not available (")
+
+
+# Servers that speak something else than MCP: a program that answers every line with
+# text, and an HTTP server that knows no MCP (it serves files, and refuses a POST).
+CHATTY = [sys.executable, "-c", "import sys; [print('hello?', flush=True) for _ in sys.stdin]"]
+
+
+@pytest.fixture
+def plain_http() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("speaks", ["stdio", "http"])
+async def test_a_server_that_speaks_something_else_fails_its_tools_not_the_turn(
+    make_daemon: DaemonFactory, short_tmp: Path, plain_http: str, speaks: str
+) -> None:
+    server = {"command": CHATTY} if speaks == "stdio" else {"url": plain_http}
+    d = make_daemon(mcp_config(short_tmp / "d", server, timeout_s=4))
+    sender = uniq("+")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        first = await ask(a, sender, 'add {"a": 1, "b": 1}')
+        second = await ask(a, sender, 'add {"a": 2, "b": 2}')
+        offered = (await ask(a, sender, "tools?")).split()
+    for answer in (first, second):
+        assert answer.startswith("error:the MCP server 'calc' is not available ("), answer
+    assert "agent_send" in offered  # the broker's own tools, still offered
+    assert d.proc is not None and d.proc.poll() is None
+    session = query(d, "SELECT label FROM sessions LIMIT 1")[0][0]
+    assert [t["status"] for t in turns(d, session)] == ["completed"] * 3
 
 
 def test_a_broker_tool_name_or_a_missing_command_is_refused_at_start(short_tmp: Path) -> None:
