@@ -36,15 +36,8 @@ from google.genai import types
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
-from broker.engines.steering import Steering, said
-from core.engine_types import (
-    ChatMessage,
-    EngineResult,
-    HistoryMessage,
-    ToolCall,
-    ToolSpec,
-    TurnRequest,
-)
+from broker.engines.steering import Steering
+from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
 
 APP = "agent-broker"
 
@@ -108,9 +101,13 @@ def _history_event(message: HistoryMessage, agent: str) -> Event:
     if message.role == "assistant":
         return _event(agent, message.content, role="model")
     if message.role == "user":
-        text = f"{message.name}: {message.content}" if message.name else message.content
-        return _event("user", text)
+        return _event("user", _said(message))
     return _event("user", f"(from the broker) {message.content}")
+
+
+def _said(message: HistoryMessage) -> str:
+    """A person's message as ADK sees it: ADK has no sender names, so it goes in front."""
+    return f"{message.name}: {message.content}" if message.name else message.content
 
 
 def _event(author: str, text: str, role: str = "user") -> Event:
@@ -180,10 +177,6 @@ def _thought(event: Event, text: str) -> bool:
     return any(p.text == text and p.thought for p in parts)
 
 
-def _steered(message: ChatMessage) -> types.Content:
-    return types.Content(role="user", parts=[types.Part(text=said(message))])
-
-
 class AdkEngine:
     name = "adk"
 
@@ -198,7 +191,9 @@ class AdkEngine:
         specs = [spec for spec in request.tools if spec.name not in own]
         turn = _Turn(io, {spec.name for spec in specs})
         if isinstance(agent, LlmAgent):
-            steering: Steering[types.Content] = Steering(io, _steered)
+            steering: Steering[types.Content] = Steering(
+                io, lambda m: types.Content(role="user", parts=[types.Part(text=_said(m))])
+            )
 
             async def steer(callback_context: CallbackContext, llm_request: LlmRequest) -> None:
                 llm_request.contents = steering.fold(llm_request.contents)
@@ -216,8 +211,7 @@ class AdkEngine:
         for event in history_events(request, agent.name):
             await service.append_event(session, event)
         said = [  # one part per input, in arrival order
-            types.Part(text=f"{m.name}: {m.content}" if m.name else m.content)
-            for m in request.inputs
+            types.Part(text=_said(m)) for m in request.inputs
         ]
         runner = Runner(app_name=APP, agent=agent, session_service=service)
         started = time.monotonic()

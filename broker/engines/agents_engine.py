@@ -33,15 +33,8 @@ from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEven
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
-from broker.engines.steering import Steering, said
-from core.engine_types import (
-    ChatMessage,
-    EngineResult,
-    HistoryMessage,
-    ToolCall,
-    ToolSpec,
-    TurnRequest,
-)
+from broker.engines.steering import Steering
+from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
 
 MAX_TURNS = 10  # model calls of one broker turn, tool rounds and handoffs included
 
@@ -195,10 +188,6 @@ class _Turn:
             )
 
 
-def _steered(message: ChatMessage) -> TResponseInputItem:
-    return {"role": "user", "content": said(message)}
-
-
 class AgentsEngine:
     name = "openai-agents"
     accepts_steering = True
@@ -215,7 +204,7 @@ class AgentsEngine:
         offered = [turn.tool(spec) for spec in request.tools if spec.name not in own]
         agent = self.agent.clone(tools=[*self.agent.tools, *offered]) if offered else self.agent
         items = input_items(request, with_system=not self.agent.instructions)
-        steering: Steering[TResponseInputItem] = Steering(io, _steered)
+        steering: Steering[TResponseInputItem] = Steering(io, _item)
 
         def steer(call: CallModelData[Any]) -> ModelInputData:
             call.model_data.input = steering.fold(call.model_data.input)

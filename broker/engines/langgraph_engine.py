@@ -45,15 +45,7 @@ from langgraph.pregel import Pregel
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
-from broker.engines.steering import said
-from core.engine_types import (
-    ChatMessage,
-    EngineResult,
-    HistoryMessage,
-    ToolCall,
-    ToolSpec,
-    TurnRequest,
-)
+from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
 
 RECURSION_LIMIT = 25  # graph steps of one broker turn
 
@@ -202,14 +194,6 @@ class _Turn:
                 )
 
 
-def _steered(message: ChatMessage) -> HumanMessage:
-    return (
-        HumanMessage(message.content, name=message.name)
-        if message.name
-        else HumanMessage(said(message))
-    )
-
-
 def _steerable(messages: object) -> bool:
     """May a user message follow these? Not after an AI message whose tool calls
     no tool message has answered yet."""
@@ -279,7 +263,7 @@ class LangGraphEngine:
             if not state.next:
                 return
             if _steerable(state.values.get("messages")):
-                steered = [_steered(m) for m in turn.io.take_steer()]
+                steered = [_message(m) for m in turn.io.take_steer()]
                 if steered:
                     await self.stepped.aupdate_state(config, {"messages": steered})
             given = None

@@ -39,8 +39,3 @@ class Steering(Generic[T]):
         for shift, (at, item) in enumerate(self.placed):
             out.insert(at + shift, item)
         return out
-
-
-def said(message: ChatMessage) -> str:
-    """A steered message's text as the frameworks without sender names see it."""
-    return f"{message.name}: {message.content}" if message.name else message.content

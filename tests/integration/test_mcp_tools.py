@@ -12,6 +12,7 @@ broker's, or a command that does not exist, stops the daemon at start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -128,11 +129,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
+@contextlib.contextmanager
+def serving(*command: str) -> Iterator[int]:
+    """A server process on a free port of 127.0.0.1 (`{port}` in `command`), once it listens."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "http", str(port)],
+        [c.format(port=port) for c in command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -143,9 +145,17 @@ def http_server() -> Iterator[str]:
             break
         except OSError:
             time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    with serving(sys.executable, str(SERVER), "http", "{port}") as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -207,22 +217,8 @@ CHATTY = [sys.executable, "-c", "import sys; [print('hello?', flush=True) for _ 
 
 @pytest.fixture
 def plain_http() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(10)
+    with serving(sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "{port}") as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.engines.steering import Steering, said
+from broker.engines.steering import Steering
 from core.engine_types import ChatMessage
 
 
@@ -27,6 +27,10 @@ class Io:
         return ""
 
     def event(self, kind: str, data: dict[str, Any]) -> None: ...
+
+
+def said(message: ChatMessage) -> str:
+    return f"{message.name}: {message.content}" if message.name else message.content
 
 
 def user(text: str, name: str | None = None) -> ChatMessage:
