@@ -39,6 +39,7 @@ from tests.integration.wire import (
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
+START_S = 120  # a start that imports a framework, on a machine under load
 
 
 @dataclass(frozen=True)
@@ -224,18 +225,18 @@ def test_trio_an_entry_that_is_no_agent_and_one_that_raises_are_refused_at_start
     config = short_tmp / "broker.toml"
     base = {"ledger": {"path": str(short_tmp / "l.db")}, "socket_path": str(short_tmp / "s")}
     write_config(config, {**base, "engine": {"kind": kind, k.key: k.not_an_agent}})
-    done = brokerd_once(config)
+    done = brokerd_once(config, timeout=START_S)
     assert done.returncode == 78 and f"engine.{k.key}" in done.stderr, done.stderr
     assert k.refused in done.stderr
     (short_tmp / "raising.py").write_text("raise RuntimeError('no API key')\n")
     write_config(config, {**base, "engine": {"kind": kind, k.key: "raising:agent"}})
-    done = brokerd_once(config)
+    done = brokerd_once(config, timeout=START_S)
     assert done.returncode == 78 and f"engine.{k.key}" in done.stderr, done.stderr
     assert "importing raising failed: RuntimeError: no API key" in done.stderr
     assert "Traceback" not in done.stderr
     write_config(config, {**base, "engine": {"kind": kind, k.key: k.entry}})
     done = subprocess.run(
         [sys.executable, "-m", "broker", "--config", str(config), "--backend", "trio"],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True, text=True, timeout=START_S,
     )  # fmt: skip
     assert done.returncode == 78 and "needs --backend asyncio" in done.stderr
