@@ -39,7 +39,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.errors import GraphRecursionError
+from langgraph.errors import GraphRecursionError, InvalidUpdateError
 from langgraph.pregel import Pregel
 
 from broker.config import ConfigError, EngineSettings
@@ -128,6 +128,10 @@ class _Turn:
         self.completion_tokens = 0
         self.model: str | None = None
         self.started = time.monotonic()
+        # The item ids of the steered messages the graph took in; once it refuses
+        # one, it takes no more this turn.
+        self.steer_used: list[str] = []
+        self.steering = True
 
     def tool(self, spec: ToolSpec) -> BaseTool:
         self.broker_names.add(spec.name)
@@ -237,6 +241,7 @@ class LangGraphEngine:
             completion_tokens=turn.completion_tokens or None,
             model=turn.model,
             tool_calls=turn.tool_calls,
+            steer_used=tuple(turn.steer_used),
         )
 
     async def _steps(
@@ -262,11 +267,23 @@ class LangGraphEngine:
                 )
             if not state.next:
                 return
-            if _steerable(state.values.get("messages")):
-                steered = [_message(m) for m in turn.io.take_steer()]
-                if steered:
-                    await self.stepped.aupdate_state(config, {"messages": steered})
+            if turn.steering and _steerable(state.values.get("messages")):
+                await self._steer(turn, config)
             given = None
+
+    async def _steer(self, turn: _Turn, config: RunnableConfig) -> None:
+        """The steered messages join the state; if the graph refuses the update (two
+        nodes wrote in the step before, say), they and any later ones run as the next
+        turn instead."""
+        taken = turn.io.take_steer()
+        if not taken:
+            return
+        try:
+            await self.stepped.aupdate_state(config, {"messages": [_message(m) for m in taken]})
+        except InvalidUpdateError:
+            turn.steering = False
+            return
+        turn.steer_used.extend(m.item_id or "" for m in taken)
 
     async def aclose(self) -> None:
         return None
