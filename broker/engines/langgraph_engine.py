@@ -7,7 +7,8 @@ graph compiled with a checkpointer is refused at start: the broker's ledger stay
 one record of the conversation. The engine gives its copy of the graph an in-memory
 checkpointer whose thread lives as long as the turn, only to stop before each step:
 there a message steered into the turn joins the `messages` state, unless the last
-message asks for tool calls not yet answered (a tool node expects them next). A graph
+message asks for tool calls not yet answered (a tool node expects them next); a graph
+that refuses the update takes no more, and those run as the next turn. A graph
 that calls `interrupt()` for a person's answer fails its turn with a sentence.
 
 Its message chunks stream as deltas; each AI message with usage is an `llm` event,
