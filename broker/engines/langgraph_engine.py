@@ -46,7 +46,14 @@ from langgraph.pregel import Pregel
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
-from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
+from core.engine_types import (
+    ChatMessage,
+    EngineResult,
+    HistoryMessage,
+    ToolCall,
+    ToolSpec,
+    TurnRequest,
+)
 
 RECURSION_LIMIT = 25  # graph steps of one broker turn
 
@@ -133,6 +140,7 @@ class _Turn:
         # one, it takes no more this turn.
         self.steer_used: list[str] = []
         self.steering = True
+        self.steer_waiting: list[ChatMessage] = []  # taken, for a step that may take them
 
     def tool(self, spec: ToolSpec) -> BaseTool:
         self.broker_names.add(spec.name)
@@ -250,35 +258,43 @@ class LangGraphEngine:
     ) -> None:
         """Run the graph a step at a time, steered messages joining between steps."""
         while True:
+            paused = False
             async for mode, payload in self.stepped.astream(
                 given, config, stream_mode=["messages", "updates"], interrupt_before="*"
             ):
                 if mode == "messages":
                     await turn.chunk(payload[0])
                 elif mode == "updates" and isinstance(payload, dict):
+                    if "__interrupt__" in payload:
+                        paused = True
+                        if payload["__interrupt__"]:  # the graph's own interrupt()
+                            raise EngineError(
+                                "The graph stopped for a person's answer (interrupt()), which"
+                                " the broker cannot give; the turn was stopped."
+                            )
+                        continue
                     for update in payload.values():
                         messages = update.get("messages", []) if isinstance(update, dict) else []
                         for message in messages if isinstance(messages, list) else [messages]:
                             turn.update(message)
-            state = await self.stepped.aget_state(config)
-            if state.interrupts:
-                raise EngineError(
-                    "The graph stopped for a person's answer (interrupt()), which the broker"
-                    " cannot give; the turn was stopped."
-                )
-            if not state.next:
+            if not paused:
                 return
-            if turn.steering and _steerable(state.values.get("messages")):
+            if turn.steering:
                 await self._steer(turn, config)
             given = None
 
     async def _steer(self, turn: _Turn, config: RunnableConfig) -> None:
-        """The steered messages join the state; if the graph refuses the update (two
-        nodes wrote in the step before, say), they and any later ones run as the next
-        turn instead."""
-        taken = turn.io.take_steer()
-        if not taken:
+        """Steered messages join the state, unless the last message asks for tool calls
+        not yet answered (they wait for a later step). If the graph refuses the update
+        (two nodes wrote in the step before, say), they and any later ones run as the
+        next turn instead."""
+        turn.steer_waiting.extend(turn.io.take_steer())
+        if not turn.steer_waiting:
             return
+        state = await self.stepped.aget_state(config)
+        if not _steerable(state.values.get("messages")):
+            return
+        taken, turn.steer_waiting = turn.steer_waiting, []
         try:
             await self.stepped.aupdate_state(config, {"messages": [_message(m) for m in taken]})
         except InvalidUpdateError:
