@@ -34,7 +34,8 @@ AGENT = Path(__file__).parents[1] / "tests" / "integration" / "sdk_agent.py"
 def broker(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ba-", dir="/tmp") as tmp:
         folder = Path(tmp)
-        shutil.copy(AGENT, folder / "sdk_agent.py")
+        for path in (AGENT, AGENT.parent / "agent_rules.py"):  # the agent and what it imports
+            shutil.copy(path, folder / path.name)
         config = {
             "log_level": "warning",
             "max_inflight": 4096,

@@ -449,7 +449,7 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
     if row is None:
         raise NotFound(f"no session {label!r}", field="session")
     pad, pad_at = stored_scratchpad(conn, label) or (None, -1)
-    return ActorStart(
+    start = ActorStart(
         row[0],
         row[1],
         row[2],
@@ -462,6 +462,48 @@ def actor_start(conn: sqlite3.Connection, label: str) -> ActorStart:
         scratchpad_at=pad_at,
         files_known=bool(row[7]),
     )
+    return replace(start, ancestors=ancestor_routes(conn, label)) if row[6] == "worker" else start
+
+
+# A chain of workers longer than this is cut short (agent_send bounds depth far below).
+MAX_ANCESTORS = 64
+
+
+def ancestor_routes(conn: sqlite3.Connection, label: str) -> tuple[Route | None, ...]:
+    """The routes of the sessions worker `label` came from, nearest first: its parent's,
+    and on up while the parent is itself a worker."""
+    routes: list[Route | None] = []
+    seen = {label}
+    kind, parent = "worker", _parent(conn, label)
+    while kind == "worker" and parent is not None and parent not in seen:
+        if len(routes) >= MAX_ANCESTORS:
+            break
+        seen.add(parent)
+        routes.append(open_route(conn, parent) or last_route(conn, parent))
+        row = conn.execute(
+            "SELECT kind, parent_session FROM sessions WHERE label = ?", (parent,)
+        ).fetchone()
+        if row is None:
+            break
+        kind, parent = str(row[0]), row[1]
+    return tuple(routes)
+
+
+def open_route(conn: sqlite3.Connection, label: str) -> Route | None:
+    """Where the session's latest message still waiting or running came from: a parent
+    whose turn spawned a worker has not committed that turn yet."""
+    row = conn.execute(
+        "SELECT i.channel, i.peer_kind, i.peer_id, i.thread_id FROM queue_items q"
+        " JOIN inbound i ON i.id = q.inbound_id WHERE q.session_label = ?"
+        " AND q.status IN ('queued', 'running') ORDER BY q.seq DESC LIMIT 1",
+        (label,),
+    ).fetchone()
+    return None if row is None else (str(row[0]), row[1], row[2], row[3])
+
+
+def _parent(conn: sqlite3.Connection, label: str) -> str | None:
+    row = conn.execute("SELECT parent_session FROM sessions WHERE label = ?", (label,)).fetchone()
+    return None if row is None else row[0]
 
 
 def command_done(

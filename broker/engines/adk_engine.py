@@ -8,7 +8,10 @@ record of the conversation. Partial text events stream as deltas; each model
 response with usage is an `llm` event, each call of one of the agent's own tools
 an `action` event, and each transfer to another agent a `decision` event. The
 broker's tools are offered as ADK tools beside the agent's own and run through
-`io.call_tool` (the broker records those).
+`io.call_tool` (the broker records those). Messages steered into the turn join the
+contents of the agent's next model call (a `before_model_callback` put before the
+agent's own, broker/engines/steering.py); an agent it transfers to keeps its own
+callbacks and takes none, and an agent that is no `LlmAgent` takes none either.
 
 ADK runs on asyncio only. An abort or the turn's timeout closes the run at once.
 """
@@ -21,7 +24,9 @@ from typing import Any
 
 from google.adk.agents import BaseAgent, LlmAgent, RunConfig
 from google.adk.agents._streaming_mode import StreamingMode
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.events import Event
+from google.adk.models.llm_request import LlmRequest
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools.base_tool import BaseTool
@@ -31,6 +36,7 @@ from google.genai import types
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
+from broker.engines.steering import Steering
 from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
 
 APP = "agent-broker"
@@ -95,9 +101,13 @@ def _history_event(message: HistoryMessage, agent: str) -> Event:
     if message.role == "assistant":
         return _event(agent, message.content, role="model")
     if message.role == "user":
-        text = f"{message.name}: {message.content}" if message.name else message.content
-        return _event("user", text)
+        return _event("user", _said(message))
     return _event("user", f"(from the broker) {message.content}")
+
+
+def _said(message: HistoryMessage) -> str:
+    """A person's message as ADK sees it: ADK has no sender names, so it goes in front."""
+    return f"{message.name}: {message.content}" if message.name else message.content
 
 
 def _event(author: str, text: str, role: str = "user") -> Event:
@@ -169,20 +179,30 @@ def _thought(event: Event, text: str) -> bool:
 
 class AdkEngine:
     name = "adk"
-    accepts_steering = False
 
     def __init__(self, agent: BaseAgent, context_window: int) -> None:
         self.agent = agent
         self.context_window = context_window
+        self.accepts_steering = isinstance(agent, LlmAgent)
 
     async def run(self, request: TurnRequest, io: TurnIO) -> EngineResult:
         agent = self.agent
         own = {getattr(t, "name", None) for t in getattr(agent, "tools", [])}
         specs = [spec for spec in request.tools if spec.name not in own]
         turn = _Turn(io, {spec.name for spec in specs})
-        if isinstance(agent, LlmAgent) and specs:
+        if isinstance(agent, LlmAgent):
+            steering: Steering[types.Content] = Steering(
+                io, lambda m: types.Content(role="user", parts=[types.Part(text=_said(m))])
+            )
+
+            async def steer(callback_context: CallbackContext, llm_request: LlmRequest) -> None:
+                llm_request.contents = steering.fold(llm_request.contents)
+
             agent = agent.clone(
-                update={"tools": [*agent.tools, *(BrokerTool(s, turn) for s in specs)]}
+                update={
+                    "tools": [*agent.tools, *(BrokerTool(s, turn) for s in specs)],
+                    "before_model_callback": [steer, *agent.canonical_before_model_callbacks],
+                }
             )
         service = InMemorySessionService()  # this turn's only: the ledger is the record
         session = await service.create_session(
@@ -191,8 +211,7 @@ class AdkEngine:
         for event in history_events(request, agent.name):
             await service.append_event(session, event)
         said = [  # one part per input, in arrival order
-            types.Part(text=f"{m.name}: {m.content}" if m.name else m.content)
-            for m in request.inputs
+            types.Part(text=_said(m)) for m in request.inputs
         ]
         runner = Runner(app_name=APP, agent=agent, session_service=service)
         started = time.monotonic()

@@ -17,6 +17,7 @@ partial output.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from agents import Agent, FunctionTool, RunConfig, Runner, RunResultStreaming
 from agents.exceptions import AgentsException, MaxTurnsExceeded
 from agents.items import HandoffOutputItem, ToolCallItem, ToolCallOutputItem, TResponseInputItem
+from agents.run_config import CallModelData, ModelInputData
 from agents.stream_events import RawResponsesStreamEvent, RunItemStreamEvent
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEvent
@@ -31,6 +33,7 @@ from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEven
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
+from broker.engines.steering import Steering
 from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
 
 MAX_TURNS = 10  # model calls of one broker turn, tool rounds and handoffs included
@@ -187,7 +190,7 @@ class _Turn:
 
 class AgentsEngine:
     name = "openai-agents"
-    accepts_steering = False
+    accepts_steering = True
 
     def __init__(self, agent: Agent[Any], context_window: int, max_turns: int = MAX_TURNS) -> None:
         self.agent = agent
@@ -201,9 +204,14 @@ class AgentsEngine:
         offered = [turn.tool(spec) for spec in request.tools if spec.name not in own]
         agent = self.agent.clone(tools=[*self.agent.tools, *offered]) if offered else self.agent
         items = input_items(request, with_system=not self.agent.instructions)
-        run = Runner.run_streamed(
-            agent, items, max_turns=self.max_turns, run_config=self.run_config
-        )
+        steering: Steering[TResponseInputItem] = Steering(io, _item)
+
+        def steer(call: CallModelData[Any]) -> ModelInputData:
+            call.model_data.input = steering.fold(call.model_data.input)
+            return call.model_data
+
+        config = dataclasses.replace(self.run_config, call_model_input_filter=steer)
+        run = Runner.run_streamed(agent, items, max_turns=self.max_turns, run_config=config)
         try:
             await turn.follow(run)
         except MaxTurnsExceeded as exc:

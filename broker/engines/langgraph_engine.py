@@ -2,14 +2,21 @@
 (docs/langgraph.md).
 
 The graph gets the broker's assembled context as LangChain messages (history, state
-record, scratchpad and notes as system messages, then the inputs) and runs once with
-no checkpointer: the broker's ledger stays the one record of the conversation, and a
-graph compiled with a checkpointer is refused at start. Its message chunks stream as
-deltas; each AI message with usage is an `llm` event, each tool message answering one
-of the graph's own tools an `action` event. The broker's tools are handed to the graph
-as LangChain tools in `config["configurable"]["broker_tools"]` (`broker_tools(config)`
-reads them): a graph binds them to its model and runs them like its own, and the
-broker runs and records them.
+record, scratchpad and notes as system messages, then the inputs) and runs once. A
+graph compiled with a checkpointer is refused at start: the broker's ledger stays the
+one record of the conversation. The engine gives its copy of the graph an in-memory
+checkpointer whose thread lives as long as the turn, only to stop before each step:
+there a message steered into the turn joins the `messages` state, unless the last
+message asks for tool calls not yet answered (a tool node expects them next); a graph
+that refuses the update takes no more, and those run as the next turn. A graph
+that calls `interrupt()` for a person's answer fails its turn with a sentence.
+
+Its message chunks stream as deltas; each AI message with usage is an `llm` event,
+each tool message answering one of the graph's own tools an `action` event. The
+broker's tools are handed to the graph as LangChain tools in
+`config["configurable"]["broker_tools"]` (`broker_tools(config)` reads them): a graph
+binds them to its model and runs them like its own, and the broker runs and records
+them.
 
 An abort or the turn's timeout cancels the run at once. LangGraph runs on asyncio
 only: the daemon with this engine refuses `--backend trio` at start.
@@ -32,13 +39,21 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.errors import GraphRecursionError
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError, InvalidUpdateError
 from langgraph.pregel import Pregel
 
 from broker.config import ConfigError, EngineSettings
 from broker.engines.base import EngineError, TurnIO
 from broker.engines.loader import resolve
-from core.engine_types import EngineResult, HistoryMessage, ToolCall, ToolSpec, TurnRequest
+from core.engine_types import (
+    ChatMessage,
+    EngineResult,
+    HistoryMessage,
+    ToolCall,
+    ToolSpec,
+    TurnRequest,
+)
 
 RECURSION_LIMIT = 25  # graph steps of one broker turn
 
@@ -121,6 +136,11 @@ class _Turn:
         self.completion_tokens = 0
         self.model: str | None = None
         self.started = time.monotonic()
+        # The item ids of the steered messages the graph took in; once it refuses
+        # one, it takes no more this turn.
+        self.steer_used: list[str] = []
+        self.steering = True
+        self.steer_waiting: list[ChatMessage] = []  # taken, for a step that may take them
 
     def tool(self, spec: ToolSpec) -> BaseTool:
         self.broker_names.add(spec.name)
@@ -187,13 +207,24 @@ class _Turn:
                 )
 
 
+def _steerable(messages: object) -> bool:
+    """May a user message follow these? Not after an AI message whose tool calls
+    no tool message has answered yet."""
+    if not isinstance(messages, list) or not messages:
+        return False
+    last = messages[-1]
+    return not (isinstance(last, AIMessage) and last.tool_calls)
+
+
 class LangGraphEngine:
     name = "langgraph"
-    accepts_steering = False
+    accepts_steering = True
 
     def __init__(self, graph: Pregel[Any, Any], context_window: int) -> None:
         self.graph = graph
         self.context_window = context_window
+        self.saver = InMemorySaver()  # a thread per turn, deleted when it ends
+        self.stepped = graph.copy(update={"checkpointer": self.saver})
 
     async def run(self, request: TurnRequest, io: TurnIO) -> EngineResult:
         turn = _Turn(io)
@@ -203,20 +234,13 @@ class LangGraphEngine:
             "recursion_limit": RECURSION_LIMIT,
         }
         try:
-            async for mode, payload in self.graph.astream(
-                {"messages": lc_messages(request)}, config, stream_mode=["messages", "updates"]
-            ):
-                if mode == "messages":
-                    await turn.chunk(payload[0])
-                elif mode == "updates" and isinstance(payload, dict):
-                    for update in payload.values():
-                        messages = update.get("messages", []) if isinstance(update, dict) else []
-                        for message in messages if isinstance(messages, list) else [messages]:
-                            turn.update(message)
+            await self._steps(turn, {"messages": lc_messages(request)}, config)
         except GraphRecursionError as exc:
             raise EngineError(
                 f"The graph ran {RECURSION_LIMIT} steps without an answer; the turn was stopped."
             ) from exc
+        finally:
+            await self.saver.adelete_thread(request.turn_id)
         text = turn.final or "".join(turn.streamed)
         if text and not turn.streamed:
             await io.delta(text)
@@ -226,7 +250,57 @@ class LangGraphEngine:
             completion_tokens=turn.completion_tokens or None,
             model=turn.model,
             tool_calls=turn.tool_calls,
+            steer_used=tuple(turn.steer_used),
         )
+
+    async def _steps(
+        self, turn: _Turn, given: dict[str, Any] | None, config: RunnableConfig
+    ) -> None:
+        """Run the graph a step at a time, steered messages joining between steps."""
+        while True:
+            paused = False
+            async for mode, payload in self.stepped.astream(
+                given, config, stream_mode=["messages", "updates"], interrupt_before="*"
+            ):
+                if mode == "messages":
+                    await turn.chunk(payload[0])
+                elif mode == "updates" and isinstance(payload, dict):
+                    if "__interrupt__" in payload:
+                        paused = True
+                        if payload["__interrupt__"]:  # the graph's own interrupt()
+                            raise EngineError(
+                                "The graph stopped for a person's answer (interrupt()), which"
+                                " the broker cannot give; the turn was stopped."
+                            )
+                        continue
+                    for update in payload.values():
+                        messages = update.get("messages", []) if isinstance(update, dict) else []
+                        for message in messages if isinstance(messages, list) else [messages]:
+                            turn.update(message)
+            if not paused:
+                return
+            if turn.steering:
+                await self._steer(turn, config)
+            given = None
+
+    async def _steer(self, turn: _Turn, config: RunnableConfig) -> None:
+        """Steered messages join the state, unless the last message asks for tool calls
+        not yet answered (they wait for a later step). If the graph refuses the update
+        (two nodes wrote in the step before, say), they and any later ones run as the
+        next turn instead."""
+        turn.steer_waiting.extend(turn.io.take_steer())
+        if not turn.steer_waiting:
+            return
+        state = await self.stepped.aget_state(config)
+        if not _steerable(state.values.get("messages")):
+            return
+        taken, turn.steer_waiting = turn.steer_waiting, []
+        try:
+            await self.stepped.aupdate_state(config, {"messages": [_message(m) for m in taken]})
+        except InvalidUpdateError:
+            turn.steering = False
+            return
+        turn.steer_used.extend(m.item_id or "" for m in taken)
 
     async def aclose(self) -> None:
         return None

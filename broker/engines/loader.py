@@ -40,7 +40,7 @@ def resolve(reference: str | None, key: str) -> object:
         )
     try:
         found: object = importlib.import_module(module_name)
-    except Exception as exc:  # whatever its import raised: the operator's code
+    except (Exception, SystemExit) as exc:  # whatever its import raised: the operator's code
         raise ConfigError(
             f"invalid configuration: {key} = {reference!r}: importing {module_name} failed:"
             f" {type(exc).__name__}: {exc}"

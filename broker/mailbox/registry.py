@@ -26,6 +26,7 @@ from broker.mailbox.restarts import (
     MAX_ACTOR_RESTARTS as MAX_ACTOR_RESTARTS,  # its old home, for importers
 )
 from broker.mailbox.restarts import ActorRestarts, stopped_by_storage
+from broker.mailbox.session_facts import SessionFacts
 from broker.mailbox.session_ports import SessionPorts
 from broker.mailbox.thread_start import ThreadRequest
 from broker.mailbox.turn_commit import TurnCommits
@@ -43,6 +44,7 @@ from ledger.port.records import (
     Limits,
     MergeResult,
     Reaching,
+    Route,
 )
 from plumbing import logs
 from plumbing.ids import now_ms
@@ -358,17 +360,9 @@ class Mailboxes:
         return actor.facts.ctx.state.render() if actor is not None else None
 
     def mcp_servers(self, label: str) -> frozenset[str] | None:
-        """The route rule of `label`'s latest arrival decides; a session none came to
-        (a worker, say) gets every server."""
+        """The MCP servers whose tools `label`'s turns get (`mcp_servers_of`)."""
         actor = self.actors.get(label)
-        item = actor.facts.latest_inbound if actor is not None else None
-        if item is not None and item.channel and item.peer_kind and item.sender_id:
-            return self.router.decision(item.channel, item.peer_kind, item.sender_id).mcp
-        route = actor.facts.stored_route if actor is not None else None
-        if route is None or not route[1] or not route[2]:
-            return None
-        # A stored route names the peer: the sender of a DM.
-        return self.router.decision(route[0], route[1], route[2]).mcp
+        return mcp_servers_of(self.router, actor.facts) if actor is not None else None
 
     def scratchpad_merged(self, label: str, pad: Any, at: int) -> None:
         """A merge committed: the session's live actor shows it from its next turn on."""
@@ -382,3 +376,26 @@ class Mailboxes:
     def state_of(self, label: str) -> str:
         actor = self.actors.get(label)
         return actor.status if actor is not None else "idle"
+
+
+def mcp_servers_of(router: Router, facts: SessionFacts) -> frozenset[str] | None:
+    """The route rule of the session's latest arrival decides; a session none came to
+    gets every server. A worker gets at most what the sessions it came from get: each
+    one's rule narrows it further (None: no narrowing)."""
+    item = facts.latest_inbound
+    if item is not None and item.channel and item.peer_kind and item.sender_id:
+        own = router.decision(item.channel, item.peer_kind, item.sender_id).mcp
+    else:
+        own = _route_mcp(router, facts.stored_route)
+    for route in facts.ancestors:
+        theirs = _route_mcp(router, route)
+        if theirs is not None:
+            own = theirs if own is None else own & theirs
+    return own
+
+
+def _route_mcp(router: Router, route: Route | None) -> frozenset[str] | None:
+    if route is None or not route[1] or not route[2]:
+        return None
+    # A stored route names the peer: the sender of a DM.
+    return router.decision(route[0], route[1], route[2]).mcp

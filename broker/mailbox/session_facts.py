@@ -42,6 +42,7 @@ class SessionFacts:
     scratchpad: tuple[str, ...] = ()
     scratchpad_at: int = -1
     stored_route: Route | None = None  # the session's, as the ledger had it at the start
+    ancestors: tuple[Route | None, ...] = ()  # a worker's: its parents' (ActorStart)
     # The latest arrival with a channel: its route is the session's from then on. Kept
     # as the item, not made into a route per arrival: only a turn with no inbound asks.
     latest_inbound: ItemInfo | None = None
@@ -58,7 +59,7 @@ class SessionFacts:
         ctx.add_bridges(self.ctx.bridges)  # bridge notes handed over while it loaded
         self.ctx, self.head, self.persona, self.kind = ctx, start.head, start.persona, start.kind
         self.turn_count, self.tokens = start.turns, list(start.tokens)
-        self.stored_route = start.route
+        self.stored_route, self.ancestors = start.route, start.ancestors
         self.kept_prompt: str | None = None  # the system prompt a commit kept on the session row
         self.files_known = start.files_known  # a turn-start snapshot lists the files then
         self.override = orjson.loads(start.override) if start.override else {}

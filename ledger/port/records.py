@@ -385,6 +385,9 @@ class ActorStart:
     scratchpad: str | None = None  # its JSON, as stored; None: never written
     scratchpad_at: int = -1  # when it was last merged (ms): a newer merge seen live wins
     files_known: bool = False  # some turn of the session changed a file
+    # A worker's: the routes of the sessions it came from, nearest first, up to the
+    # first that is no worker (its own narrowings bound the worker's: registry.py).
+    ancestors: tuple[Route | None, ...] = ()
 
 
 LibraryCall = str

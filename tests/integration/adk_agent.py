@@ -1,13 +1,13 @@
 """A Google ADK agent on a fake model (ADK's own `BaseLlm` interface), for the daemon's
 `adk` engine tests; the same rules as tests/integration/sdk_agent.py. The test copies
-this file into the daemon's folder and names `adk_agent:root_agent`.
+this file (and agent_rules.py) into the daemon's folder and names `adk_agent:root_agent`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.adk.agents import LlmAgent
 from google.adk.models.base_llm import BaseLlm
@@ -15,14 +15,10 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-SLOW_MARK = Path("slow-ran-once")
-
-
-def first_slow() -> bool:
-    if SLOW_MARK.exists():
-        return False
-    SLOW_MARK.write_text("ran")
-    return True
+if TYPE_CHECKING:
+    from tests.integration.agent_rules import first_slow, wait_for_release
+else:  # copied beside this file
+    from agent_rules import first_slow, wait_for_release
 
 
 def text_of(content: types.Content) -> str:
@@ -60,8 +56,12 @@ class RuleLlm(BaseLlm):
         said = (last.parts or [types.Part(text="")])[-1].text or ""  # the latest input
         if "[worker" in said:
             yield reply("worker done: " + said.split("\n", 1)[-1].strip())
+        elif "also" in said:
+            yield reply(f"heard: {said}")
         elif "weather" in said:
             yield call("get_weather", {"city": "Paris"})
+        elif "hold" in said:
+            yield call("hold", {})
         elif "delegate" in said:
             yield call("agent_send", {"task": "count to three"})
         elif "count to three" in said:
@@ -85,4 +85,11 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-root_agent = LlmAgent(name="helper", model=RuleLlm(), instruction="You help.", tools=[get_weather])
+async def hold() -> str:
+    """Wait for the test."""
+    return await wait_for_release()
+
+
+root_agent = LlmAgent(
+    name="helper", model=RuleLlm(), instruction="You help.", tools=[get_weather, hold]
+)

@@ -1,9 +1,7 @@
-"""A compiled LangGraph graph on LangChain's fake chat model, for the daemon's `langgraph`
-engine tests; the same rules as tests/integration/sdk_agent.py. The test copies this
-file into the daemon's folder and names `lg_agent:graph`.
-
-The graph: a model node that binds the graph's own tool and the broker's tools (read
-from the config with `broker_tools`), and a tool node that runs the calls by name.
+"""The graph of examples/agent_langgraph.py on LangChain's fake chat model, for the daemon's
+`langgraph` engine tests; the same rules as tests/integration/sdk_agent.py. The test
+copies this file, agent_rules.py and the example into the daemon's folder and names
+`lg_agent:graph`.
 """
 
 from __future__ import annotations
@@ -11,27 +9,20 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import BaseTool, tool
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langchain_core.tools import tool
 
-from broker.engines.langgraph_engine import broker_tools
-
-SLOW_MARK = Path("slow-ran-once")
-
-
-def first_slow() -> bool:
-    if SLOW_MARK.exists():
-        return False
-    SLOW_MARK.write_text("ran")
-    return True
+if TYPE_CHECKING:
+    from examples.agent_langgraph import build
+    from tests.integration.agent_rules import first_slow, wait_for_release
+else:  # copied beside this file
+    from agent_langgraph import build
+    from agent_rules import first_slow, wait_for_release
 
 
 def decide(messages: list[BaseMessage]) -> AIMessage:
@@ -42,8 +33,13 @@ def decide(messages: list[BaseMessage]) -> AIMessage:
     said = str(last.content)
     if "[worker" in said:
         return AIMessage("worker done: " + said.split("\n", 1)[-1].strip(), usage_metadata=usage)
+    if "also" in said:
+        return AIMessage(f"heard: {said}", usage_metadata=usage)
     if "weather" in said:
         call = {"name": "get_weather", "args": {"city": "Paris"}, "id": "w1"}
+        return AIMessage("", tool_calls=[call], usage_metadata=usage)
+    if "hold" in said:
+        call = {"name": "hold", "args": {}, "id": "h0"}
         return AIMessage("", tool_calls=[call], usage_metadata=usage)
     if "delegate" in said:
         call = {"name": "agent_send", "args": {"task": "count to three"}, "id": "d1"}
@@ -83,6 +79,16 @@ class RuleChatModel(GenericFakeChatModel):
             usage = answer.usage_metadata if last else None
             yield ChatGenerationChunk(message=AIMessageChunk(content=word, usage_metadata=usage))
 
+    async def _astream(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """As `_stream`; a slow answer waits 30 s after its text, the first time."""
+        slow = "slow" in str(messages[-1].content) and first_slow()  # marked before
+        for chunk in self._stream(messages, *args, **kwargs):
+            yield chunk
+        if slow:
+            await asyncio.sleep(30)
+
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self
 
@@ -93,36 +99,11 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-OWN: list[BaseTool] = [get_weather]
+@tool
+async def hold() -> str:
+    """Wait for the test."""
+    return await wait_for_release()
+
+
 model = RuleChatModel()
-
-
-async def call_model(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-    slow = "slow" in str(state["messages"][-1].content) and first_slow()  # marked before
-    bound = model.bind_tools([*OWN, *broker_tools(config)])
-    reply = await bound.ainvoke(state["messages"], config)
-    if slow:
-        await asyncio.sleep(30)
-    return {"messages": [reply]}
-
-
-async def run_tools(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
-    by_name = {t.name: t for t in [*OWN, *broker_tools(config)]}
-    last = state["messages"][-1]
-    assert isinstance(last, AIMessage)
-    # Invoked with the ToolCall itself, as ToolNode does: the answer is a ToolMessage.
-    return {"messages": [await by_name[c["name"]].ainvoke(c, config) for c in last.tool_calls]}
-
-
-def route(state: MessagesState) -> str:
-    last = state["messages"][-1]
-    return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
-
-
-builder = StateGraph(MessagesState)
-builder.add_node("model", call_model)
-builder.add_node("tools", run_tools)
-builder.add_edge(START, "model")
-builder.add_conditional_edges("model", route, ["tools", END])
-builder.add_edge("tools", "model")
-graph = builder.compile()
+graph = build(lambda: model, [get_weather, hold])

@@ -2,12 +2,15 @@
 
 The model is the SDK's own `Model` interface over its `agents.testing.ScriptedModel`:
 each call decides from the conversation what to answer, so one agent serves a
-whole test. The test copies this file into the daemon's folder and names
-`sdk_agent:agent`.
+whole test. The test copies this file (and agent_rules.py) into the daemon's folder
+and names `sdk_agent:agent`.
 
 - a function call output last: "tool said: <output>";
 - "[worker ...]": "worker done: <the worker's reply>";
 - "weather": calls the agent's own tool `get_weather`;
+- "hold": calls the agent's own tool `hold`, which writes the file `holding` and
+  answers "held" once the file `release` exists: a tool call to steer a message into;
+- "also": "heard: <text>" (the steered message, when it reaches a model call);
 - "delegate": calls the broker tool `agent_send` with the task "count to three";
 - "count to three" (the worker): "one two three";
 - "spanish": hands off to the agent `spanish`, which says "hola";
@@ -20,15 +23,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents import Agent, Model, function_tool
 from agents.items import ModelResponse, TResponseStreamEvent
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 
-SLOW_MARK = Path("slow-ran-once")
+if TYPE_CHECKING:
+    from tests.integration.agent_rules import first_slow, wait_for_release
+else:  # copied beside this file
+    from agent_rules import first_slow, wait_for_release
 
 
 def _text(item: Any) -> str:
@@ -53,8 +58,12 @@ def decide(call: ModelCall) -> Any:
     said = users[-1] if users else ""
     if said.startswith("[worker") or ": [worker" in said:
         return [assistant_message("worker done: " + said.split("\n", 1)[-1].strip())]
+    if "also" in said:
+        return [assistant_message(f"heard: {said}")]
     if "weather" in said:
         return [function_call("get_weather", {"city": "Paris"}, call_id="w1")]
+    if "hold" in said:
+        return [function_call("hold", {}, call_id="h0")]
     if "delegate" in said:
         return [function_call("agent_send", {"task": "count to three"}, call_id="d1")]
     if "count to three" in said:
@@ -64,14 +73,6 @@ def decide(call: ModelCall) -> Any:
     if "slow" in said:
         return [assistant_message("working")]
     return [assistant_message(f"Hi there: {said}")]
-
-
-def first_slow() -> bool:
-    """Is this the first slow answer in this folder? (Marks it.)"""
-    if SLOW_MARK.exists():
-        return False
-    SLOW_MARK.write_text("ran")
-    return True
 
 
 class RuleModel(Model):
@@ -102,11 +103,17 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
+@function_tool
+async def hold() -> str:
+    """Wait for the test."""
+    return await wait_for_release()
+
+
 spanish = Agent(name="spanish", instructions="You answer in Spanish.", model=RuleModel())
 agent = Agent(
     name="helper",
     instructions="You help.",
     model=RuleModel(),
-    tools=[get_weather],
+    tools=[get_weather, hold],
     handoffs=[spanish],
 )

@@ -5,12 +5,14 @@ A python engine (below) says which tools it was offered and calls the one a mess
 names. Only allowed tools are offered; a call's answer, or its error as a sentence,
 reaches the engine and the turn completes; the call is an `action` event; a stdio
 server that dies is started again; a route rule's `mcp = []` offers none and refuses
-a call; a server that is down fails its tools, never the turn; a tool name of the
+a call, and a worker spawned from such a session gets none either; a server that is
+down, or that speaks something else than MCP, fails its tools, never the turn; a tool name of the
 broker's, or a command that does not exist, stops the daemon at start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -42,7 +44,11 @@ class Caller:
 
     async def run(self, request, io):
         said = request.inputs[-1].content
-        if said == "tools?":
+        if said.startswith("[worker"):  # a worker's result
+            text = "back:" + said.split("\\n", 1)[-1].strip()
+        elif said.startswith("spawn "):
+            text = await io.call_tool("agent_send", {"task": said[len("spawn "):]})
+        elif said == "tools?":
             text = " ".join(sorted(t.name for t in request.tools))
         else:
             name, _, args = said.partition(" ")
@@ -123,11 +129,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
+@contextlib.contextmanager
+def serving(*command: str) -> Iterator[int]:
+    """A server process on a free port of 127.0.0.1 (`{port}` in `command`), once it listens."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "http", str(port)],
+        [c.format(port=port) for c in command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -138,9 +145,17 @@ def http_server() -> Iterator[str]:
             break
         except OSError:
             time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    with serving(sys.executable, str(SERVER), "http", "{port}") as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -164,6 +179,27 @@ async def test_http_tools_and_a_rule_that_offers_none(
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_worker_gets_at_most_the_servers_of_the_session_it_came_from(
+    make_daemon: DaemonFactory, short_tmp: Path
+) -> None:
+    narrowed = {"name": "none", "match": {"channel": ["narrow"]}, "mcp": []}
+    d = make_daemon(mcp_config(short_tmp / "d", STDIO, routes=[narrowed]))
+    offered: dict[str, list[str]] = {}
+    for channel in ("wide", "narrow"):
+        async with await Adapter.connect(d, channel) as a:
+            session = (await a.send_inbound(uniq("m"), "spawn tools?", uniq("+")))["session"]
+            spawned = await a.deliver(session=session, within=30)
+            back = await a.deliver(session=session, within=30)
+        assert "worker:" in spawned["text"], spawned
+        assert back["text"].startswith("back:"), back
+        offered[channel] = back["text"].removeprefix("back:").split()
+    assert {"add", "worker_done"} <= set(offered["wide"])  # the worker's own turn
+    assert "add" not in offered["narrow"] and "worker_done" in offered["narrow"]
+    workers = query(d, "SELECT label, parent_session FROM sessions WHERE kind = 'worker'")
+    assert len(workers) == 2
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_server_that_is_down_fails_its_tools_not_the_turn(
     make_daemon: DaemonFactory, short_tmp: Path
 ) -> None:
@@ -172,6 +208,37 @@ async def test_a_server_that_is_down_fails_its_tools_not_the_turn(
     async with await Adapter.connect(d, uniq("t")) as a:
         answer = await ask(a, uniq("+"), 'add {"a": 1, "b": 1}')
     assert answer.startswith("error:the MCP server 'calc' is not available (")
+
+
+# Servers that speak something else than MCP: a program that answers every line with
+# text, and an HTTP server that knows no MCP (it serves files, and refuses a POST).
+CHATTY = [sys.executable, "-c", "import sys; [print('hello?', flush=True) for _ in sys.stdin]"]
+
+
+@pytest.fixture
+def plain_http() -> Iterator[str]:
+    with serving(sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "{port}") as port:
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("speaks", ["stdio", "http"])
+async def test_a_server_that_speaks_something_else_fails_its_tools_not_the_turn(
+    make_daemon: DaemonFactory, short_tmp: Path, plain_http: str, speaks: str
+) -> None:
+    server = {"command": CHATTY} if speaks == "stdio" else {"url": plain_http}
+    d = make_daemon(mcp_config(short_tmp / "d", server, timeout_s=4))
+    sender = uniq("+")
+    async with await Adapter.connect(d, uniq("t")) as a:
+        first = await ask(a, sender, 'add {"a": 1, "b": 1}')
+        second = await ask(a, sender, 'add {"a": 2, "b": 2}')
+        offered = (await ask(a, sender, "tools?")).split()
+    for answer in (first, second):
+        assert answer.startswith("error:the MCP server 'calc' is not available ("), answer
+    assert "agent_send" in offered  # the broker's own tools, still offered
+    assert d.proc is not None and d.proc.poll() is None
+    session = query(d, "SELECT label FROM sessions LIMIT 1")[0][0]
+    assert [t["status"] for t in turns(d, session)] == ["completed"] * 3
 
 
 def test_a_broker_tool_name_or_a_missing_command_is_refused_at_start(short_tmp: Path) -> None:

@@ -73,6 +73,8 @@ def engine_module(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "my_engines.py").write_text(ENGINES)
     (folder / "broken_engine.py").write_text("raise ImportError('needs a package it lacks')\n")
+    (folder / "raising_engine.py").write_text("raise RuntimeError('OPENAI_API_KEY is not set')\n")
+    (folder / "exiting_engine.py").write_text("import sys\nsys.exit('no model, giving up')\n")
 
 
 def python_engine(entry: str, **more: Any) -> dict[str, Any]:
@@ -147,6 +149,8 @@ async def test_an_engine_that_blocks_the_loop_is_named_with_how_long(
         ("my_engines:", "is not of the form"),
         ("broken_engine:engine", "importing broken_engine failed: ImportError"),
         ("no_such_module:engine", "importing no_such_module failed: ModuleNotFoundError"),
+        ("raising_engine:engine", "importing raising_engine failed: RuntimeError: OPENAI_API"),
+        ("exiting_engine:engine", "importing exiting_engine failed: SystemExit: no model"),
         ("my_engines:missing", "has no attribute 'missing'"),
         ("my_engines:not_an_engine", "is a int, neither an engine"),
         ("my_engines:bad_factory", "the factory returned a str, not an engine"),
