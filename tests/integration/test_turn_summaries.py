@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from broker.mailbox.turn_parts import ARCHIVE_LINES
 from tests.conftest import DaemonFactory
 from tests.integration.wire import Adapter, op, uniq
 
@@ -133,7 +134,8 @@ async def test_summary_mode_turns_carry_summaries_and_start_with_a_snapshot(
         "outcome": "completed: " + json.dumps({"summaries": [], "verbatim": []}),
     }
     assert turn["metadata"] == {"step": "1"}
-    assert (shown["system_prompt"], shown["model"]) == ("You are brief.", "mine")
+    prompt = f"You are brief.\n\n{ARCHIVE_LINES}"  # the persona's, then Layer C's lines
+    assert (shown["system_prompt"], shown["model"]) == (prompt, "mine")
     # Every turn starts with a snapshot after its intent: the workspace's git state and
     # the files the thread knew then, as their latest change left them.
     snaps = await op(d, "events.query", session=session, type="snapshot", limit=50)

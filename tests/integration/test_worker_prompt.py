@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from broker.config import WorkerSettings
+from broker.mailbox.turn_parts import ARCHIVE_LINES
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.test_workers import dispatch, parent_session, until
@@ -60,7 +61,7 @@ async def worker_turn(d: DaemonProcess, task: str) -> tuple[str, dict[str, Any]]
     """A worker's label, and what its first turn was given (the engine tells)."""
     parent = await parent_session(d)
     [(asked,)] = await until(d, "SELECT output FROM turns WHERE session_label = ?", parent)
-    assert json.loads(asked)["system"] is None  # the parent runs with no prompt here
+    assert json.loads(asked)["system"] == ARCHIVE_LINES  # the parent has no prompt of its own
     done = await dispatch(d, target={"kind": "new_session"}, task=task, parent_session=parent)
     worker = str(done["session"])
     [(output,)] = await until(
@@ -76,11 +77,11 @@ async def test_a_worker_runs_with_the_task_focused_prompt_and_its_task(
     d = daemon_with(make_daemon, short_tmp, backend)
     worker, said = await worker_turn(d, "count the stars")
     default = WorkerSettings().system_prompt
-    assert said["system"] == default
+    assert said["system"] == f"{default}\n\n{ARCHIVE_LINES}"
     assert "dispatched the task below to you" in default
     assert len(said["inputs"]) == 1 and "count the stars" in said["inputs"][0]
     shown = await op(d, "session.show", session=worker)
-    assert (shown["kind"], shown["system_prompt"]) == ("worker", default)
+    assert (shown["kind"], shown["system_prompt"]) == ("worker", said["system"])
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -89,6 +90,6 @@ async def test_a_workers_persona_gives_its_prompt(
 ) -> None:
     d = daemon_with(make_daemon, short_tmp, backend, workers={"persona": "focused"})
     worker, said = await worker_turn(d, "sum 2 and 2")
-    assert said["system"] == "Do the task; say only the result."
+    assert said["system"] == f"Do the task; say only the result.\n\n{ARCHIVE_LINES}"
     assert "sum 2 and 2" in said["inputs"][0]
     assert (await op(d, "session.show", session=worker))["system_prompt"] == said["system"]

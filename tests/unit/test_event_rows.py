@@ -41,9 +41,10 @@ def test_rows_written_before_the_rebuild_are_kept_with_their_indexes(tmp_path: P
         for m in migrations[:at]:
             c.executescript(f"BEGIN;\n{m.sql}\nPRAGMA user_version = {m.version};\nCOMMIT;")
         c.executemany(INSERT, [("t1", 0, "intent", 5), ("t1", 1, "llm", 6), ("t2", 0, "error", 7)])
-        before = c.execute("SELECT * FROM turn_events ORDER BY turn_id, seq").fetchall()
+        columns = "SELECT turn_id, seq, session_label, type, payload, created_at FROM turn_events"
+        before = c.execute(f"{columns} ORDER BY turn_id, seq").fetchall()
         assert migrate(c)[0].endswith(migrations[at].name)
-        assert c.execute("SELECT * FROM turn_events ORDER BY turn_id, seq").fetchall() == before
+        assert c.execute(f"{columns} ORDER BY turn_id, seq").fetchall() == before
         indexes = {
             r[0]
             for r in c.execute(
