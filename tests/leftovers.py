@@ -124,13 +124,15 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     os.kill(os.getpid(), signum)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    token = token_of(os.getpid())
-    assert token is not None
-    os.environ[TOKEN] = token
+def pytest_sessionstart(session: pytest.Session | None) -> None:
     stale = owned()
     if stale:
         removed = end(stale)
         print(f"ended {len(stale)} processes left by an interrupted run; removed {removed}")
+    if session is not None and session.config.pluginmanager.hasplugin("dsession"):
+        return  # xdist's controller starts no server, and must not end its workers
+    token = token_of(os.getpid())
+    assert token is not None
+    os.environ[TOKEN] = token
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
