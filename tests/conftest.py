@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from broker.runtime.temporal.devserver import DevServer
 
 DaemonFactory = Callable[..., DaemonProcess]
-pytest_plugins = ["tests.watchdog"]
+pytest_plugins = ["tests.watchdog", "tests.leftovers"]
 
 # No per-example deadline, on top of whichever profile hypothesis chose (its "ci"
 # profile on a CI machine has none either): the suite runs on shared 2-core

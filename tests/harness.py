@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -107,6 +108,43 @@ def gone_within(pid: int, seconds: float) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def run_queue_wait(pid: int | None = None) -> float:
+    """Seconds the live threads of `pid` (None: the calling thread) have spent
+    runnable but waiting for a CPU (Linux schedstat): time a loaded machine took
+    from them, not time they were slow. 0.0 once `pid` has ended."""
+    tasks = [Path("/proc/thread-self")] if pid is None else None
+    if tasks is None:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except FileNotFoundError:
+            return 0.0
+    total = 0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total / 1e9
+
+
+def time_to_end(pid: int, kill: Callable[[], None], limit: float) -> tuple[float, float] | None:
+    """Call `kill`, then wait up to `limit` seconds for `pid` to end: the seconds it
+    took, and how many of them `pid`'s threads or the calling thread waited for a
+    CPU (`run_queue_wait`); None if it still runs. A deadline on the first less the
+    second holds on a machine far past its cores as on an idle one."""
+    waited_before = run_queue_wait(pid) + run_queue_wait()
+    waited = waited_before
+    kill()
+    start = time.monotonic()
+    while process_alive(pid):
+        if time.monotonic() - start > limit:
+            return None
+        waited = max(waited, run_queue_wait(pid) + run_queue_wait())  # the last while alive
+        time.sleep(0.02)
+    took = time.monotonic() - start
+    return took, min(took, waited - waited_before)
 
 
 async def writer_pid(sock: Path) -> int | None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -14,11 +13,11 @@ import pytest
 
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.integration.scripted import Scripted, call
 from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def results(reply: dict[str, object]) -> list[tuple[str, str, str]]:
@@ -161,12 +160,7 @@ async def test_brokerctl_compact_and_scratchpad(
     await s.say("second thing", "m2")
 
     def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*CTL, "--config", str(s.d.config_path), *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return in_process("--config", str(s.d.config_path), *args)
 
     merged = ctl("scratchpad", session, "--merge", '{"todo": ["a", "b"]}')
     assert merged.returncode == 0 and json.loads(merged.stdout) == {"todo": ["a", "b"]}

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from adapters.sdk import Adapter
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from tests.integration.test_adapters import next_deliver
 from tests.integration.wire import running_daemon, uniq
@@ -117,19 +118,19 @@ def test_send_hands_a_task_to_a_new_session_and_recall_finds_it(
     sock = str(daemon.socket)
     word = uniq("zanzibar")
     sent = as_json(
-        ctl("send", f"remember {word}", "--label-hint", "notes", "--json", "-s", sock, cwd=tmp_path)
+        in_process("send", f"remember {word}", "--label-hint", "notes", "--json", "-s", sock)
     )
     assert set(sent) >= {"session", "item"}
-    shown = as_json(ctl("show", sent["session"], "--json", "-s", sock, cwd=tmp_path))
+    shown = as_json(in_process("show", sent["session"], "--json", "-s", sock))
     assert shown["label"] == sent["session"]
     hits: list[dict[str, Any]] = []
     for _ in range(250):  # the turn commits and is indexed: at most 5 s
-        hits = as_json(ctl("recall", word, "--json", "-s", sock, cwd=tmp_path))
+        hits = as_json(in_process("recall", word, "--json", "-s", sock))
         if hits:
             break
         anyio.run(anyio.sleep, 0.02)
     assert hits and {h["session"] for h in hits} == {sent["session"]}
-    human = ctl("recall", word, "-s", sock, cwd=tmp_path)
+    human = in_process("recall", word, "-s", sock)
     assert human.returncode == 0 and sent["session"] in human.stdout
 
 
@@ -168,17 +169,15 @@ async def test_sessions_and_show_name_the_person(daemon: DaemonProcess, tmp_path
         await adapter.confirm(reply.out_id)
     sock = str(daemon.socket)
     rows = await anyio.to_thread.run_sync(
-        lambda: as_json(ctl("sessions", "--json", "-s", sock, cwd=tmp_path))
+        lambda: as_json(in_process("sessions", "--json", "-s", sock))
     )
     [row] = [r for r in rows if r["label"] == ack.session]
     assert row["person"]["name"] == "Ann Lee"
     assert row["person"]["channels"] == [f"{channel}:{sender}"]
     wide = {"COLUMNS": "200"}  # no terminal here: rich would fold the table at 80 columns
-    table = await anyio.to_thread.run_sync(
-        lambda: ctl("sessions", "-s", sock, cwd=tmp_path, env=wide)
-    )
+    table = await anyio.to_thread.run_sync(lambda: in_process("sessions", "-s", sock, env=wide))
     assert f"Ann Lee ({channel}:{sender})" in table.stdout
     shown = await anyio.to_thread.run_sync(
-        lambda: ctl("show", ack.session, "-s", sock, cwd=tmp_path, env=wide)
+        lambda: in_process("show", ack.session, "-s", sock, env=wide)
     )
     assert f"with Ann Lee ({channel}:{sender})" in shown.stdout, shown.stdout

@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 import resource
 import sqlite3
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -31,6 +29,7 @@ import pytest
 
 from tests import ledger_checks as lc
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess, writer_pid
 from tests.integration.storage_faults import WAIT, answer, storage_back, until_health
 from wire.client import BrokerClient
@@ -176,16 +175,8 @@ TURN_S = 0.4  # each echo turn streams for this long: time to fill the disk unde
 SLOW_ECHO = {"engine": {"chunks": 2, "delay_ms": int(TURN_S * 1000 / 2)}}
 
 
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
-
-
 def doctor(d: DaemonProcess) -> tuple[int, list[dict[str, str]]]:
-    done = subprocess.run(
-        [*CTL, "--config", str(d.config_path), "--json", "doctor"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = in_process("--config", str(d.config_path), "--json", "doctor")
     return done.returncode, orjson.loads(done.stdout)
 
 

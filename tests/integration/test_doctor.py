@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
-
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def doctor(config: Path) -> tuple[int, list[dict[str, str]]]:
-    done = subprocess.run(
-        [*CTL, "--config", str(config), "--json", "doctor"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = in_process("--config", str(config), "--json", "doctor")
     return done.returncode, orjson.loads(done.stdout)
 
 
@@ -80,20 +72,10 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
 
 def test_backup_while_running(daemon: DaemonProcess, tmp_path: Path) -> None:
     target = tmp_path / "copy.db"
-    done = subprocess.run(
-        [*CTL, "--config", str(daemon.config_path), "backup", str(target)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = in_process("--config", str(daemon.config_path), "backup", str(target))
     assert done.returncode == 0, done.stderr
     with sqlite3.connect(target) as copy:
         assert copy.execute("PRAGMA user_version").fetchone()[0] >= 2
         assert copy.execute("PRAGMA quick_check").fetchone()[0] == "ok"
-    again = subprocess.run(
-        [*CTL, "--config", str(daemon.config_path), "backup", str(target)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    again = in_process("--config", str(daemon.config_path), "backup", str(target))
     assert again.returncode == 1 and "exists" in again.stderr

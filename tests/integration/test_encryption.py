@@ -7,12 +7,12 @@ plain ledger, exit 78 for a bad key file)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess, brokerd_once, write_config
 from tests.integration.test_identity import adapter, inbound, op, operator, say, uniq
 
@@ -41,13 +41,7 @@ def raw_files(ledger: Path) -> dict[str, bytes]:
 
 
 def backup(d: DaemonProcess, target: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "brokerctl", "--config", str(d.config_path), "backup", str(target)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return in_process("--config", str(d.config_path), "backup", str(target))
 
 
 async def write_marker(d: DaemonProcess) -> str:
@@ -134,13 +128,7 @@ def test_a_bad_key_file_exits_78_naming_it(
 
 
 def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "brokerctl", "--config", str(d.config_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return in_process("--config", str(d.config_path), *args)
 
 
 def every_file(directory: Path) -> dict[str, bytes]:

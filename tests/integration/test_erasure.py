@@ -8,7 +8,6 @@ import json
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from ledger.erasure import begin
 from ledger.ingest import WriterConnection
 from ledger.transfer import backup
+from tests.ctl import in_process
 from tests.harness import DaemonProcess, write_config
 from tests.integration.test_identity import (
     adapter,
@@ -51,14 +51,7 @@ def raw(path: Path) -> bytes:
 
 
 def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), "--json", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
+    return in_process("--socket", str(d.socket), "--json", *args)
 
 
 async def test_erase_through_the_daemon_leaves_no_byte(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +10,11 @@ import anyio
 import orjson
 import pytest
 
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from wire.client import BrokerClient, BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 async def converse(d: DaemonProcess, texts: list[str], first: int = 0) -> str:
@@ -43,9 +42,7 @@ async def converse(d: DaemonProcess, texts: list[str], first: int = 0) -> str:
 
 
 def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CTL, "--config", str(d.config_path), *args], capture_output=True, text=True, timeout=60
-    )
+    return in_process("--config", str(d.config_path), *args)
 
 
 async def test_fork_shares_ancestors(daemon: DaemonProcess) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from tests.integration.test_identity import (
     adapter,
@@ -40,25 +40,11 @@ def shared(request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
 
 
 def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), "--json", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
+    return in_process("--socket", str(d.socket), "--json", *args)
 
 
 def ctl_text(d: DaemonProcess, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "brokerctl", "--socket", str(d.socket), *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
+    done = in_process("--socket", str(d.socket), *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

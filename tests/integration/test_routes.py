@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from tests.integration.wire import Adapter, Frame, op, query, show, wait_until
 from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 CHANNEL = "sms"
 
 
@@ -141,12 +140,7 @@ async def test_brokerctl_bind_bindings_and_unbind(daemon: DaemonProcess) -> None
     fork = (await op(daemon, "session.fork", turn=(await show(daemon, home))["head"]))["label"]
 
     def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*CTL, "--config", str(daemon.config_path), *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return in_process("--config", str(daemon.config_path), *args)
 
     done = ctl("bind", CHANNEL, "dm", "+1", fork)
     assert done.returncode == 0 and f"now talks to {fork}" in done.stdout, done.stderr

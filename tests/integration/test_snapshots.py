@@ -16,12 +16,12 @@ import orjson
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess, write_config
 from tests.integration.test_fork_export import converse
 from wire.client import BrokerClient, BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 BINARY = bytes([0, 159, 146, 150, 255])
 
 # "write PATH TEXT" (| for a newline), "delete PATH", "bin PATH", "bad": one file event.
@@ -58,9 +58,7 @@ def start(make_daemon: DaemonFactory, tmp_path: Path, backend: str) -> DaemonPro
 
 
 def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [*CTL, "--config", str(d.config_path), *args], capture_output=True, timeout=60
-    )
+    return in_process("--config", str(d.config_path), *args, text=False)
 
 
 async def error_of(op: BrokerClient, name: str, **args: Any) -> BrokerError:

@@ -13,11 +13,11 @@ import anyio
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process_async
 from tests.harness import DaemonProcess
 from wire.client import BrokerClient, BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 # An engine that does what the message says, so each test can drive the record:
 # "decide: X" (a decision event), "touch: P" (a file event), "fail-tool" (a tool
@@ -168,16 +168,12 @@ async def test_session_state_errors_and_brokerctl(
     bo = Person(d, "+9")
     await bo.say("decide: ship on friday")
     with anyio.fail_after(60):
-        out = await anyio.run_process(
-            [*CTL, "--config", str(d.config_path), "state", bo.session], check=False
-        )
-        gone = await anyio.run_process(
-            [*CTL, "--config", str(d.config_path), "state", "dm:nobody"], check=False
-        )
+        out = await in_process_async("--config", str(d.config_path), "state", bo.session)
+        gone = await in_process_async("--config", str(d.config_path), "state", "dm:nobody")
     assert out.returncode == 0, out.stderr
-    assert "ship on friday" in out.stdout.decode()
-    assert "focus: decide: ship on friday" in out.stdout.decode()
-    assert gone.returncode == 1 and "not_found" in gone.stderr.decode()
+    assert "ship on friday" in out.stdout
+    assert "focus: decide: ship on friday" in out.stdout
+    assert gone.returncode == 1 and "not_found" in gone.stderr
 
 
 async def entity_of(d: DaemonProcess, sender: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import sys
 from typing import Any
 
 import anyio
@@ -16,12 +15,12 @@ import orjson
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from tests.integration.wire import Adapter, add_routes, op, query, uniq, wait_db, wait_until
 from wire.client import BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 QUIET = {"log_level": "warning", "queue": {"idle_stop_s": 5.0}}
 
 
@@ -32,9 +31,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CTL, "--config", str(d.config_path), *args], capture_output=True, text=True, timeout=60
-    )
+    return in_process("--config", str(d.config_path), *args)
 
 
 async def say(a: Adapter, sender: str, text: str, mode: str = "followup") -> dict[str, Any]:

@@ -5,7 +5,6 @@ times missed while the daemon was down."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -13,11 +12,11 @@ import anyio
 import orjson
 import pytest
 
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from wire.client import BrokerClient, BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 def rows(d: DaemonProcess, sql: str, *args: object) -> list[tuple[Any, ...]]:
@@ -33,9 +32,7 @@ async def until(d: DaemonProcess, sql: str, *args: object, limit_s: float = 10) 
 
 
 def ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CTL, "--config", str(d.config_path), *args], capture_output=True, text=True, timeout=60
-    )
+    return in_process("--config", str(d.config_path), *args)
 
 
 async def op(d: DaemonProcess, name: str, **args: Any) -> Any:

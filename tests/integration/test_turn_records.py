@@ -4,7 +4,6 @@ turn with their fields, and reactions to replies as `feedback` events."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,13 +14,13 @@ import anyio
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from tests.integration.wire import Adapter, operator
 from wire.client import BrokerError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 BACKENDS = pytest.mark.parametrize("backend", ["asyncio", "trio"])
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 # One program, what it does chosen by the message's first word.
 ENGINE = textwrap.dedent("""
@@ -66,13 +65,9 @@ def engine_config(tmp_path: Path) -> dict[str, Any]:
 
 
 def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CTL, "--config", str(d.config_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "250"},  # room for the table's columns
-    )
+    return in_process(
+        "--config", str(d.config_path), *args, env={"COLUMNS": "250"}
+    )  # room for the table's columns
 
 
 async def turn_of(a: Adapter, msg_id: str, text: str) -> dict[str, Any]:
@@ -109,7 +104,9 @@ async def test_every_turn_has_a_title_and_an_outcome(
     shown = brokerctl(d, "show", first["session"])
     assert shown.returncode == 0, shown.stderr
     for title, outcome in [("Fix the login bug", "completed"), ("Rename the module", "completed")]:
-        assert any(title in line and outcome in line for line in shown.stdout.splitlines())
+        assert any(title in line and outcome in line for line in shown.stdout.splitlines()), (
+            shown.stdout
+        )
     assert "failed (engine)" in shown.stdout
 
 

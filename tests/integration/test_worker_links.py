@@ -6,18 +6,17 @@ a worker that never reports, and a kill between `worker_done` and the parent's t
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process_async
 from tests.integration.scripted import Scripted, call
 from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
-CTL = [sys.executable, "-c", "from brokerctl.main import main; main()"]
 
 
 async def test_links_workers_list_and_the_handoff(
@@ -75,10 +74,10 @@ async def test_links_workers_list_and_the_handoff(
     assert "meet in Oslo" in handed and '{"city":"Oslo"}' in handed and "s3" not in handed
     assert "worker_done" in task_request["tools"]
     assert s.rows("SELECT task FROM sessions WHERE label = 'worker:a1'") == [("plan the trip",)]
-    shown = await anyio.run_process(
-        [*CTL, "--config", str(s.d.config_path), "workers", parent, "--turn", turn], check=False
+    shown = await in_process_async(
+        "--config", str(s.d.config_path), "workers", parent, "--turn", turn
     )
-    out = shown.stdout.decode()
+    out = shown.stdout
     assert shown.returncode == 0 and "worker:a1" in out and "completed" in out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from tests.conftest import DaemonFactory
-from tests.harness import DaemonProcess, gone_within, writer_pid
+from tests.harness import DaemonProcess, time_to_end, writer_pid
 from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
@@ -84,13 +84,24 @@ async def test_killed_writer_of_an_idle_daemon_stops_it_within_a_second(
         await live_actors(d, 5)
         pid = await writer_pid(d.socket)
         assert d.proc is not None and pid is not None
-        os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        assert gone_within(d.proc.pid, 5), f"round {round_no}: still running"
-        took = time.monotonic() - killed
+        timed = time_to_end(d.proc.pid, kill_writer(pid), 5.0)
         d.proc.wait(1)
-        assert took < 1.0, f"round {round_no}: took {took:.2f}s"
+        assert_within_a_second(timed, round_no)
         assert_stopped_for_the_writer(d, round_no)
+
+
+def kill_writer(pid: int) -> Callable[[], None]:
+    return lambda: os.kill(pid, signal.SIGKILL)
+
+
+def assert_within_a_second(timed: tuple[float, float] | None, round_no: int) -> None:
+    """Within a second of the daemon's own progress: the time it (or the test's
+    watching thread) waited for a CPU of a loaded machine is not counted."""
+    assert timed is not None, f"round {round_no}: still running"
+    took, waited = timed
+    assert took - waited < 1.0, (
+        f"round {round_no}: took {took:.2f} s, {waited:.2f} s of them waiting for a CPU"
+    )
 
 
 async def keep_busy(d: DaemonProcess, sent: list[int]) -> None:
@@ -131,12 +142,11 @@ async def test_killed_writer_of_a_busy_daemon_stops_it_within_a_second(
                 tg.start_soon(keep_busy, d, sent)
                 while sent[0] < 1200:  # noqa: ASYNC110 - waits on the pusher
                     await anyio.sleep(0.01)
-                os.kill(pid, signal.SIGKILL)
-                killed = time.monotonic()
-                assert await anyio.to_thread.run_sync(gone_within, d.proc.pid, 5.0)
-                took = time.monotonic() - killed
+                timed = await anyio.to_thread.run_sync(
+                    time_to_end, d.proc.pid, kill_writer(pid), 5.0
+                )
         d.proc.wait(1)
-        assert took < 1.0, f"round {round_no}: took {took:.2f}s"
+        assert_within_a_second(timed, round_no)
         assert_stopped_for_the_writer(d, round_no)
 
 
