@@ -38,6 +38,7 @@ from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
     HandoffPort,
+    LeasePort,
     RoutePort,
     SnapshotPort,
     ThreadPort,
@@ -482,6 +483,7 @@ class LedgerPort(
     NamesPort,
     RetentionPort,
     HandoffPort,
+    LeasePort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""
