@@ -5,8 +5,8 @@ once the paused attempt's lease lapsed, and the paused attempt, resumed, is cut 
 at once (its engine call cancelled, nothing written). The message is answered once,
 by one completed turn.
 
-The engine records each call's start, progress and end, with the node's pid and the
-time, to a file both nodes share.
+The engine (slow_engine.py) records each call's start, progress and end, with the
+node's pid and the time, to a file both nodes share.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
+from tests.integration.cluster import slow_engine
 from tests.integration.cluster.conftest import ClusterFactory
 from tests.integration.wire import Adapter, query, turns, uniq, wait_until
 
@@ -29,86 +29,24 @@ HEARTBEAT_S = 2.0  # tests/cluster.py: the lease's time-to-live too
 ENGINE_S = 4.0
 PAUSE_S = 3 * HEARTBEAT_S
 
-ENGINE = """
-import json, os, time
-
-import anyio
-
-from broker.engines import EngineResult
-
-
-class Slow:
-    name = "slow"
-    accepts_steering = False
-    context_window = 8192
-
-    def __init__(self, config):
-        self.log = config["log"]
-        self.seconds = float(config["seconds"])
-
-    def _record(self, event, said):
-        line = {"pid": os.getpid(), "event": event, "t": time.time(), "said": said}
-        with open(self.log, "a") as f:
-            f.write(json.dumps(line) + "\\n")
-
-    async def run(self, request, io):
-        said = " ".join(m.content for m in request.inputs)
-        self._record("start", said)
-        try:
-            for _ in range(round(self.seconds / 0.05)):  # steps: a pause stops them
-                await anyio.sleep(0.05)
-                self._record("tick", said)
-        except BaseException:
-            self._record("cancelled", said)
-            raise
-        self._record("end", said)
-        await io.delta(said)
-        return EngineResult(text=said, model="slow")
-
-    async def aclose(self):
-        return None
-
-
-def factory(config):
-    return Slow(config)
-"""
-
-
-def records(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-
 
 async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
     make_cluster: ClusterFactory, short_tmp: Path
 ) -> None:
     log = short_tmp / "engine.jsonl"
-    for n in range(2):  # beside each node's config (make_cluster's folders)
-        folder = short_tmp / "c0" / f"n{n}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "lease_engine.py").write_text(ENGINE)
-    config = {
-        "engine": {
-            "kind": "python",
-            "entry": "lease_engine:factory",
-            "log": str(log),
-            "seconds": ENGINE_S,
-            "timeout_s": 60,
-        },
-        "queue": {"debounce_ms": 0},
-    }
+    engine = slow_engine.install(short_tmp, 2, log, ENGINE_S)
+    config = {"engine": engine, "queue": {"debounce_ms": 0}}
     cluster = make_cluster(2, config)
     by_pid = {node.proc.pid: node for node in cluster.nodes if node.proc is not None}
     channel, msg = uniq("chat"), uniq("m")
     async with await Adapter.connect(cluster.nodes[1], channel) as adapter:
-        session = (await adapter.send_inbound(msg, "hello", uniq("u")))["session"]
+        session = (await adapter.send_inbound(msg, "slow hello", uniq("u")))["session"]
 
         async def started() -> bool:
-            return any(r["event"] == "start" for r in records(log))
+            return any(r["event"] == "start" for r in slow_engine.records(log))
 
         await wait_until(started, "the engine called", within=30)
-        first = next(r for r in records(log) if r["event"] == "start")["pid"]
+        first = next(r for r in slow_engine.records(log) if r["event"] == "start")["pid"]
         os.kill(first, signal.SIGSTOP)
         stopped = time.time()
         try:
@@ -119,8 +57,8 @@ async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
         told = await adapter.deliver(session=session, within=60)
         await anyio.sleep(1)  # a late reply of the cut-off attempt would show by now
 
-    assert (told["status"], told["text"]) == ("final", "hello")
-    calls = records(log)
+    assert (told["status"], told["text"]) == ("final", "slow hello")
+    calls = slow_engine.records(log)
     for r in calls:
         if r["event"] != "tick":
             print(r["pid"], r["event"], round(r["t"] - stopped, 2))
