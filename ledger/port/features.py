@@ -158,6 +158,7 @@ class LeasePort(Protocol):
         """Hold it longer; False once another taking has it."""
         ...
 
-    async def release_lease(self, session: str, token: int) -> None:
-        """Let it go, if this taking still holds it."""
+    def submit_release_lease(self, session: str, token: int) -> Committing[None]:
+        """Let it go, if this taking still holds it: lazily (it joins the writer's next
+        batch), so a release costs no transaction of its own."""
         ...

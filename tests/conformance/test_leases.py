@@ -35,9 +35,9 @@ async def test_only_the_holding_taking_renews_or_releases(port: LedgerPort) -> N
     second = await port.take_lease("s1", "b:2", 11_500, TTL)
     assert second.taken
     assert not await port.renew_lease("s1", first.token, 11_600, TTL)  # lost for good
-    await port.release_lease("s1", first.token)  # changes nothing
+    await port.submit_release_lease("s1", first.token).result()  # changes nothing
     assert not (await port.take_lease("s1", "c:3", 11_700, TTL)).taken
-    await port.release_lease("s1", second.token)
+    await port.submit_release_lease("s1", second.token).result()
     third = await port.take_lease("s1", "c:3", 11_700, TTL)
     assert third.taken and third.token > second.token
 

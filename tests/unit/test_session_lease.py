@@ -15,6 +15,7 @@ import pytest
 from broker.runtime.temporal.session_lease import LeaseLost, SessionLease
 from ledger.port.records import LeaseTaking
 from ledger.sqlite.store import Ledger
+from ledger.writer.jobs import Pending
 from plumbing.ids import now_ms
 
 pytestmark = pytest.mark.anyio
@@ -37,8 +38,8 @@ class Starving:
             await anyio.sleep_forever()
         return await self.ledger.renew_lease(session, token, now, ttl_ms)
 
-    async def release_lease(self, session: str, token: int) -> None:
-        await self.ledger.release_lease(session, token)
+    def submit_release_lease(self, session: str, token: int) -> Pending[None]:
+        return self.ledger.submit_release_lease(session, token)
 
 
 class Engine:

@@ -4,7 +4,8 @@ Temporal gives the turn of a node that went silent to another node, and the sile
 node may be alive (starved, paused): without more, both attempts would run the
 engine at once. So an attempt runs its turn only inside `SessionLease.run`, which
 takes the session's lease first, waiting (and heartbeating) until the last holder's
-lapsed, and renews it every quarter of its time-to-live while the turn runs.
+lapsed or was released, renews it every quarter of its time-to-live while the turn
+runs, and releases it at the end.
 
 The holder acts on its own clock, never past what the ledger granted: the lease
 counts as held until a quarter of its time-to-live before the granted expiry, taken
@@ -33,6 +34,7 @@ from plumbing.ids import now_ms
 T = TypeVar("T")
 log = logs.get("broker.runtime.temporal")
 BEAT_S = 0.2  # the heartbeat while waiting for the lease, as a turn's
+FIRST_LOOK_S = 0.025  # a held lease is looked at again this soon, then twice as late
 
 
 class LeaseLost(Exception):
@@ -91,7 +93,7 @@ class SessionLease:
                         failed = exc
                 tg.cancel_scope.cancel()
         finally:
-            await self._release()
+            self._release()
         if self._refused or scope.cancelled_caught:
             log.warning("a turn lost its session's lease: cut off", session=self.session)
             raise LeaseLost(f"the lease of session {self.session} was lost") from failed
@@ -101,7 +103,7 @@ class SessionLease:
 
     async def _take(self) -> float:
         """Wait until the lease is this attempt's; the local deadline it is held to."""
-        told = False
+        told, step = False, FIRST_LOOK_S
         while True:
             sent = anyio.current_time()
             taking = await self.ledger.take_lease(
@@ -118,7 +120,9 @@ class SessionLease:
                     holder=taking.holder,
                     for_ms=taking.expires_at - self.wall_ms(),
                 )
-            wait = min(max((taking.expires_at - self.wall_ms()) / 1000, 0.0) + 0.01, self.ttl_s)
+            # Soon at first (a release may be on its way, lazily), then less often.
+            left = max((taking.expires_at - self.wall_ms()) / 1000, 0.0) + 0.01
+            wait, step = min(left, step), min(step * 2, self.quarter_s)
             end = anyio.current_time() + wait
             while (left := end - anyio.current_time()) > 0:
                 await anyio.sleep(min(BEAT_S, left))
@@ -143,11 +147,12 @@ class SessionLease:
                 return
             scope.deadline = max(scope.deadline, sent + self.ttl_s - self.quarter_s)
 
-    async def _release(self) -> None:
+    def _release(self) -> None:
+        """Let the lease go, lazily: the next taking on this node comes after it in the
+        writer's batch. Not waited for; lost (the writer stopped), it lapses by itself."""
         if self.token is None or self._refused:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.ttl_s):
-            try:
-                await self.ledger.release_lease(self.session, self.token)
-            except Exception as exc:  # it lapses by itself
-                log.warning("a lease's release failed", session=self.session, error=str(exc))
+        try:
+            self.ledger.submit_release_lease(self.session, self.token)
+        except Exception as exc:
+            log.warning("a lease's release failed", session=self.session, error=str(exc))
