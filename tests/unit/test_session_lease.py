@@ -42,6 +42,18 @@ class Starving:
         return self.ledger.submit_release_lease(session, token)
 
 
+class SlowWriter(Starving):
+    """A busy node's ledger: every renewal commits `delay_s` after it was sent."""
+
+    def __init__(self, ledger: Ledger, delay_s: float) -> None:
+        super().__init__(ledger)
+        self.delay_s = delay_s
+
+    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+        await anyio.sleep(self.delay_s)
+        return await self.ledger.renew_lease(session, token, now, ttl_ms)
+
+
 class Engine:
     """Records who ran when, and fails at once if two calls ever overlap."""
 
@@ -163,3 +175,13 @@ async def test_an_error_of_the_turn_is_raised_as_it_is_and_the_lease_released(
     with pytest.raises(ValueError, match="own error"):
         await lease.run(fails)
     assert (await ledger.take_lease("s1", "b", now_ms(), 1000)).taken
+
+
+async def test_a_writer_slower_than_the_renewals_keeps_the_lease(ledger: Ledger) -> None:
+    """Renewals do not wait for each other: each commits 0.4 TTL after it was sent
+    (longer than the quarter TTL between them), and a turn of 4 TTL keeps its lease."""
+    engine = Engine()
+    lease = SessionLease(SlowWriter(ledger, 0.4 * TTL_S), "s1", "a/turn#1", TTL_S, lambda: None)
+    with anyio.fail_after(10):
+        assert await lease.run(lambda: engine.call("one", TTL_S * 4)) == "answer of one"
+    assert [what for _who, what, _t in engine.log] == ["start", "end"]

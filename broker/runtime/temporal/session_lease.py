@@ -5,7 +5,8 @@ node may be alive (starved, paused): without more, both attempts would run the
 engine at once. So an attempt runs its turn only inside `SessionLease.run`, which
 takes the session's lease first, waiting (and heartbeating) until the last holder's
 lapsed or was released, renews it every quarter of its time-to-live while the turn
-runs, and releases it at the end.
+runs (a renewal does not wait for the one before to commit, so a slow writer loses
+the lease only past half its time-to-live of delay), and releases it at the end.
 
 The holder acts on its own clock, never past what the ledger granted: the lease
 counts as held until a quarter of its time-to-live before the granted expiry, taken
@@ -34,6 +35,7 @@ from plumbing.ids import now_ms
 T = TypeVar("T")
 log = logs.get("broker.runtime.temporal")
 BEAT_S = 0.2  # the heartbeat while waiting for the lease, as a turn's
+RENEWALS_IN_FLIGHT = 3
 FIRST_LOOK_S = 0.025  # a held lease is looked at again this soon, then twice as late
 
 
@@ -59,6 +61,7 @@ class SessionLease:
         self.token: int | None = None
         self._refused = False
         self._scope: anyio.CancelScope | None = None
+        self._in_flight = 0  # renewals sent and not answered yet
 
     @property
     def quarter_s(self) -> float:
@@ -129,22 +132,31 @@ class SessionLease:
                 self.beat()
 
     async def _renewing(self, scope: anyio.CancelScope) -> None:
+        """A renewal every quarter of the time-to-live, each sent without waiting for
+        the last to commit (a slow writer delays them all alike), at most
+        `RENEWALS_IN_FLIGHT` at once."""
         token = self.token
         assert token is not None
-        while True:
-            await anyio.sleep(self.quarter_s)
-            sent = anyio.current_time()
-            try:
-                held = await self.ledger.renew_lease(
-                    self.session, token, self.wall_ms(), self.ttl_ms
-                )
-            except Exception as exc:  # a storage failure: the deadline decides
-                log.warning("a lease's renewal failed", session=self.session, error=str(exc))
-                continue
-            if not held:
-                self._refused = True
-                scope.cancel()
-                return
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(self.quarter_s)
+                if self._in_flight < RENEWALS_IN_FLIGHT:
+                    self._in_flight += 1
+                    tg.start_soon(self._renew, scope, token)
+
+    async def _renew(self, scope: anyio.CancelScope, token: int) -> None:
+        sent = anyio.current_time()
+        try:
+            held = await self.ledger.renew_lease(self.session, token, self.wall_ms(), self.ttl_ms)
+        except Exception as exc:  # a storage failure: the deadline decides
+            log.warning("a lease's renewal failed", session=self.session, error=str(exc))
+            return
+        finally:
+            self._in_flight -= 1
+        if not held:
+            self._refused = True
+            scope.cancel()
+        else:
             scope.deadline = max(scope.deadline, sent + self.ttl_s - self.quarter_s)
 
     def _release(self) -> None:
