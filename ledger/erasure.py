@@ -413,7 +413,7 @@ def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> 
         )
         for table in ("timers", "session_history", "scratchpad", "session_aliases",
                       "adk_sessions", "person_activity", "threads", "thread_seeds",
-                      "route_bindings"):  # fmt: skip
+                      "route_bindings", "session_leases"):  # fmt: skip
             conn.execute(f"DELETE FROM {table} WHERE session_label IN ({s})", labels)
         conn.execute(
             f"DELETE FROM bridge_notes WHERE session_label IN ({s}) OR merged_session IN ({s})",

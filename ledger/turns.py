@@ -67,13 +67,15 @@ def mark_running(conn: sqlite3.Connection, turn_id: str, item_ids: list[str], no
     )
 
 
-def _inputs_taken(conn: sqlite3.Connection, rec: TurnRecord) -> int:
-    """How many of the turn's inputs another turn took or finished meanwhile."""
+def _inputs_taken(conn: sqlite3.Connection, rec: TurnRecord, item_turn: str | None) -> int:
+    """How many of the turn's inputs another turn took or finished meanwhile, read after
+    this turn wrote its own (`rec.item_status`, `item_turn`) to those still its."""
     marks = ",".join("?" * len(rec.inputs))
     (taken,) = conn.execute(
-        f"SELECT count(*) FROM queue_items WHERE id IN ({marks}) AND NOT"
-        " (status = 'queued' OR (status = 'running' AND turn_id = ?))",
-        (*(i.id for i in rec.inputs), rec.turn_id),
+        f"SELECT count(*) FROM queue_items WHERE id IN ({marks})"
+        " AND NOT (status = ? AND turn_id IS ?)"
+        " AND NOT (status = 'queued' OR (status = 'running' AND turn_id = ?))",
+        (*(i.id for i in rec.inputs), rec.item_status, item_turn, rec.turn_id),
     ).fetchone()
     return int(taken)
 
@@ -118,8 +120,6 @@ def commit_turn(
     Its `file` events' contents over `snapshot_max_bytes` (None: the writer's
     setting) are kept by hash only (ledger/snapshots.py).
     """
-    if rec.inputs and _inputs_taken(conn, rec):  # a late duplicate of a turn: it lost
-        raise HeadMoved(f"the inputs of turn {rec.turn_id} were consumed by another turn")
     totals = totals_of(rec.events)
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
@@ -302,13 +302,21 @@ def _write_turn(
             ],
         )
     else:
-        conn.executemany(
-            sql + " AND status IN ('queued', 'running')",  # never one another turn ended
+        # Never an item another turn took or ended. The row count tells in one statement
+        # whether all were still this turn's; only when it falls short (an input already
+        # ended, or a late duplicate of a turn) does a read tell which, and a late
+        # duplicate loses: the whole job is undone.
+        cur = conn.executemany(
+            sql + " AND (status = 'queued' OR (status = 'running' AND turn_id = ?))",
             [
-                (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id)
+                (rec.item_status, rec.item_reason, item_turn, rec.completed_at, it.id, rec.turn_id)
                 for it in rec.inputs
             ],
         )
+        if cur.rowcount != len({it.id for it in rec.inputs}) and _inputs_taken(
+            conn, rec, item_turn
+        ):
+            raise HeadMoved(f"the inputs of turn {rec.turn_id} were consumed by another turn")
     if rec.outbox is not None:
         out_id, channel, frame = rec.outbox
         conn.execute(

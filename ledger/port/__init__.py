@@ -22,6 +22,7 @@ from ledger.port.errors import (
 )
 from ledger.port.features import (
     HandoffPort,
+    LeasePort,
     RoutePort,
     SnapshotPort,
     ThreadPort,
@@ -49,6 +50,7 @@ __all__ = [
     "HeadMoved",
     "IngestPort",
     "Invalid",
+    "LeasePort",
     "LedgerDamaged",
     "LedgerError",
     "LedgerLookupError",

@@ -9,7 +9,7 @@ from core.bindings import Conversation
 from core.closing import IdleClose
 from core.timers import TimerSpec
 from ledger.port.committing import Committing
-from ledger.port.records import BindCommand, ItemInfo, OneTimer, TimerInfo
+from ledger.port.records import BindCommand, ItemInfo, LeaseTaking, OneTimer, TimerInfo
 
 
 class TimerPort(Protocol):
@@ -151,4 +151,22 @@ class HandoffPort(Protocol):
 
     def submit_items_handed(self, item_ids: list[str], now: int) -> Committing[None]:
         """Record, lazily, that these items' hand-offs landed."""
+        ...
+
+
+class LeasePort(Protocol):
+    """Session leases for a cluster: which attempt of a turn may run it
+    (ledger/leases.py)."""
+
+    async def take_lease(self, session: str, holder: str, now: int, ttl_ms: int) -> LeaseTaking:
+        """Take the session's lease if it is free; else who holds it, until when."""
+        ...
+
+    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+        """Hold it longer; False once another taking has it."""
+        ...
+
+    def submit_release_lease(self, session: str, token: int) -> Committing[None]:
+        """Let it go, if this taking still holds it: lazily (it joins the writer's next
+        batch), so a release costs no transaction of its own."""
         ...

@@ -38,6 +38,7 @@ from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
     HandoffPort,
+    LeasePort,
     RoutePort,
     SnapshotPort,
     ThreadPort,
@@ -486,6 +487,7 @@ class LedgerPort(
     RetentionPort,
     HandoffPort,
     ProposalsPort,
+    LeasePort,
     Protocol,
 ):
     """Everything the broker shell asks of a ledger."""

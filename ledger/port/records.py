@@ -109,6 +109,16 @@ class LedgerReport:
     unconfirmed: list[tuple[str, int]] = field(default_factory=list)  # (channel, replies)
 
 
+class LeaseTaking(NamedTuple):
+    """The outcome of taking a session's lease (ledger/leases.py): taken, or who holds
+    it and until when (ms)."""
+
+    taken: bool
+    token: int
+    holder: str
+    expires_at: int
+
+
 class ItemInfo(NamedTuple):  # a named tuple: built once per message, cheaply
     id: str
     seq: int

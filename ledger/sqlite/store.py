@@ -6,7 +6,7 @@ a `ledger/` module, and every read runs on a reader connection in one hop to a
 reader thread (`ledger/sqlite/connections.py`). The port's parts are implemented one
 module each beside this one (`ingest`, `turns`, `delivery`, `reads`, `ops`,
 `timers`, `snapshots`, `routes`, `threads`, `titles`, `library`, `erasure`,
-`retention`); `Ledger` is
+`retention`, `handoffs`, `leases`); `Ledger` is
 their sum, plus what is the ledger's as a whole: opening (a damaged or unwritable
 file is refused before anything is written), admission to the writer's queue, the
 writer's state, and closing. The broker shell sees it only through the port;
@@ -38,6 +38,7 @@ from ledger.sqlite.delivery import SqliteDelivery
 from ledger.sqlite.erasure import SqliteErasure
 from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
+from ledger.sqlite.leases import SqliteLeases
 from ledger.sqlite.library import SqliteLibrary
 from ledger.sqlite.names import SqliteNames
 from ledger.sqlite.ops import SqliteOps
@@ -94,6 +95,7 @@ class Ledger(
     SqliteResume,
     SqliteRetention,
     SqliteHandoffs,
+    SqliteLeases,
     SqliteAudit,
     SqliteProposals,
 ):

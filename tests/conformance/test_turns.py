@@ -356,3 +356,28 @@ async def test_a_known_head_skips_the_thread_until_the_head_moves(port: LedgerPo
     moved = await port.session_start(acc.session, known_head=first.turn_id)
     assert not moved.known and moved.thread is not None
     assert [t.id for t in moved.thread.turns] == [first.turn_id, second.turn_id]
+
+
+async def test_a_turn_whose_inputs_another_turn_consumed_is_refused(port: LedgerPort) -> None:
+    """Two attempts of one turn (a retry under the Temporal runtime): the late one is
+    refused, and changes nothing, even where the head race alone would let it pass. The
+    fence is the items' own update (ledger/turns.py)."""
+    acc = await ingest(port, inbound("m1"))
+    await ingest(port, inbound("m2"))
+    first, second = await port.open_items(acc.session)
+    retry = new_id()
+    await port.submit_mark_running(retry, [first.id, second.id], tick()).result()
+    held = await port.open_items(acc.session)
+    won = turn(acc.session, None, held, "the answer")
+    won.turn_id = retry
+    assert await port.submit_turn(won).result() == []
+    stale = turn(acc.session, retry, [first, second], "late answer")
+    with pytest.raises(HeadMoved, match="consumed by another turn"):
+        await port.submit_turn(stale).result()
+    shown = await port.session_show(acc.session, 10)
+    assert shown["head"] == retry
+    assert [t["id"] for t in shown["turns"]] == [retry]
+    assert await port.open_items(acc.session) == []
+    partly = turn(acc.session, retry, [second], "also late")  # one input of two is enough
+    with pytest.raises(HeadMoved):
+        await port.submit_turn(partly).result()

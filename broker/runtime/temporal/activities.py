@@ -16,6 +16,11 @@ next turn cannot overlap it. A turn that failed every attempt runs its items onc
 through the same actor with an engine that fails at once (failed_turn.py): recorded
 failed, the person told, the items consumed, as when a local turn's engine fails.
 
+A turn, and chat commands run between turns, run only while their attempt holds the
+session's lease (session_lease.py): a retry waits for a silent attempt's lease to
+lapse, and an attempt that lost it is cut off where it stands, engine call and all,
+so two attempts of one turn never run at once.
+
 The activity heartbeats every `POLL_S` while the turn runs, and so do chat commands
 run between turns, whose waits on a busy node (room in the ledger's queue of writes)
 are slow, not dead. The workflow's news for the turn (steered items, an abort, chat
@@ -43,10 +48,12 @@ from broker.mailbox.warm_threads import WarmThreads
 from broker.runtime.temporal.control import Control, ControlPush
 from broker.runtime.temporal.failed_turn import failing_ports, failure_text
 from broker.runtime.temporal.live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
+from broker.runtime.temporal.session_lease import LeaseLost, SessionLease
 from broker.runtime.temporal.session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
     FAIL_ITEMS,
+    LEASE_LOST,
     NODE_STOPPING,
     PUSH_CONTROL,
     RUN_COMMANDS,
@@ -171,11 +178,32 @@ class Activities:
         ports = failing_ports(self.mailboxes.ports, failure_text(failed.kind))
         return await self._run_turn(failed.order, ports, after_a_failure=True)
 
+    def _lease(self, label: str) -> SessionLease:
+        """This attempt's hold on the session's lease (session_lease.py)."""
+        info = activity.info()
+        settings = self.mailboxes.settings
+        return SessionLease(
+            self.mailboxes.ledger,
+            label,
+            f"{settings.node_id}/{info.activity_id}#{info.attempt}",
+            settings.runtime.heartbeat_timeout_s,
+            activity.heartbeat,
+        )
+
     async def _run_turn(
         self, order: TurnOrder, ports: ActorPorts, *, after_a_failure: bool
     ) -> TurnResult:
         if self.mailboxes.draining:  # this node stops: another one, or its restart, runs it
             raise ApplicationError("the node is stopping", type=NODE_STOPPING)
+        lease = self._lease(order.label)
+        try:
+            return await lease.run(lambda: self._leased_turn(order, ports, after_a_failure, lease))
+        except LeaseLost as exc:  # cut off: the next attempt records it as a crash
+            raise ApplicationError(str(exc), type=LEASE_LOST) from None
+
+    async def _leased_turn(
+        self, order: TurnOrder, ports: ActorPorts, after_a_failure: bool, lease: SessionLease
+    ) -> TurnResult:
         items = await self._open_records(order, after_a_failure)
         if not items:
             return TurnResult("completed")  # all done already
@@ -185,7 +213,7 @@ class Activities:
         actor = OneTurnActor(order.label, ports, noted)
         self.mailboxes.actors[order.label] = actor
         try:
-            result = await self._run(actor, order, items)
+            result = await self._run(actor, order, items, lease)
         finally:
             if self.mailboxes.actors.get(order.label) is actor:
                 del self.mailboxes.actors[order.label]
@@ -202,13 +230,18 @@ class Activities:
         return self.live.push(push.label, push.turn_no, push.control)
 
     async def _run(
-        self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo]
+        self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo], lease: SessionLease
     ) -> TurnResult:
         with self.live.running(order.label, order.turn_no) as live:
-            return await self._run_live(actor, order, items, live)
+            return await self._run_live(actor, order, items, live, lease)
 
     async def _run_live(
-        self, actor: OneTurnActor, order: TurnOrder, items: list[ItemInfo], live: LiveTurn
+        self,
+        actor: OneTurnActor,
+        order: TurnOrder,
+        items: list[ItemInfo],
+        live: LiveTurn,
+        lease: SessionLease,
     ) -> TurnResult:
         handle = self.client.get_workflow_handle(order.label)
         steered: set[str] = set()
@@ -244,8 +277,9 @@ class Activities:
                             # to be sent (throttled by the SDK).
                             turn.abort(control.abort)
             except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await self._abort(actor, handle, order.turn_no, live.latest)
+                if not lease.lost:  # lost: cut off where it stands, nothing written
+                    with anyio.CancelScope(shield=True):
+                        await self._abort(actor, handle, order.turn_no, live.latest)
                 tg.cancel_scope.cancel()
                 raise
             tg.cancel_scope.cancel()
@@ -296,6 +330,12 @@ class Activities:
 
     @activity.defn(name=RUN_COMMANDS)
     async def run_commands(self, order: TurnOrder) -> QueueSetup:
+        try:
+            return await self._lease(order.label).run(lambda: self._leased_commands(order))
+        except LeaseLost as exc:
+            raise ApplicationError(str(exc), type=LEASE_LOST) from None
+
+    async def _leased_commands(self, order: TurnOrder) -> QueueSetup:
         items = await self._open_records(order)
         if not items:
             return await self.session_queue(order.label)

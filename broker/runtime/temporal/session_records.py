@@ -16,6 +16,7 @@ DROP_ITEMS = "drop_items"
 FAIL_ITEMS = "fail_items"
 FAILED_DROP = "failed"  # a dropped item's reason when even its failed turn was not recorded
 NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not a failure
+LEASE_LOST = "LeaseLost"  # an attempt cut off by the loss of its session's lease
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
 PUSH_CONTROL = "push_control"

@@ -187,7 +187,15 @@ async def test_a_dead_nodes_sessions_are_answered_again_within_10_s(
         done = await anyio.to_thread.run_sync(consumed, b)
         return all(m in done for m in acked)
 
-    await wait_until(all_consumed, "every acked message consumed", within=120)
+    try:
+        await wait_until(all_consumed, "every acked message consumed", within=120)
+    except AssertionError:
+        done = consumed(b)
+        print("not consumed:", [(m, s) for m, (s, _at) in acked.items() if m not in done][:10])
+        for line in b.log_lines():
+            if '"level":"warning"' in line or '"level":"error"' in line or "Error" in line:
+                print("node b:", line[:400])
+        raise
 
     done = consumed(b)
     times = turn_times(b)

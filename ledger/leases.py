@@ -1,0 +1,52 @@
+"""Session leases: which attempt of a session's turn may run it, in a cluster on Temporal.
+
+Temporal gives a turn whose node went silent to another node while the first may
+still be alive (starved, or paused), so two attempts of one turn could run at once.
+An attempt runs its turn only while it holds its session's lease. Taking a lease
+succeeds only once the last one lapsed or was released, and every taking makes a
+larger `token`, so a renewal or release names the taking it belongs to and an
+attempt that lost the lease can never renew it. Expiry times are the taking node's
+clock (ms), so the nodes' clocks are assumed to agree within the margin the holder
+keeps (broker/runtime/temporal/session_lease.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ledger.port.records import LeaseTaking
+
+
+def take(conn: sqlite3.Connection, session: str, holder: str, now: int, ttl_ms: int) -> LeaseTaking:
+    """Take the session's lease for `holder` until `now + ttl_ms` if it is free (never
+    taken, released, or lapsed); else say who holds it and until when."""
+    conn.execute(
+        "INSERT INTO session_leases (session_label, token, holder, expires_at)"
+        " VALUES (?, 1, ?, ?) ON CONFLICT (session_label) DO UPDATE SET"
+        " token = session_leases.token + 1, holder = excluded.holder,"
+        " expires_at = excluded.expires_at WHERE session_leases.expires_at <= ?",
+        (session, holder, now + ttl_ms, now),
+    )
+    token, owner, expires_at = conn.execute(
+        "SELECT token, holder, expires_at FROM session_leases WHERE session_label = ?",
+        (session,),
+    ).fetchone()
+    return LeaseTaking(owner == holder, int(token), str(owner), int(expires_at))
+
+
+def renew(conn: sqlite3.Connection, session: str, token: int, now: int, ttl_ms: int) -> bool:
+    """Hold the lease until `now + ttl_ms`; False if this taking lost it (another
+    attempt took it since)."""
+    cur = conn.execute(
+        "UPDATE session_leases SET expires_at = ? WHERE session_label = ? AND token = ?",
+        (now + ttl_ms, session, token),
+    )
+    return cur.rowcount == 1
+
+
+def release(conn: sqlite3.Connection, session: str, token: int) -> None:
+    """Let the lease go at once, if this taking still holds it."""
+    conn.execute(
+        "UPDATE session_leases SET expires_at = 0 WHERE session_label = ? AND token = ?",
+        (session, token),
+    )
