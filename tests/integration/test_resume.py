@@ -4,27 +4,22 @@ one to resume (ledger/resume.py), on a real daemon, asyncio and trio."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
 from tests.conftest import DaemonFactory
+from tests.ctl import in_process
 from tests.harness import DaemonProcess
-from tests.integration.test_session_close import CTL, QUIET, ctl, say
+from tests.integration.test_session_close import QUIET, ctl, say
 from tests.integration.wire import Adapter, op
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 
 def wide_ctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CTL, "--config", str(d.config_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "250"},  # no terminal: rich would fold at 80
-    )
+    # No terminal: rich would fold at 80 columns.
+    return in_process("--config", str(d.config_path), *args, env={"COLUMNS": "250"})
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
