@@ -4,6 +4,7 @@ and an erasure cut off by kill -9 that the next start finishes."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sqlite3
@@ -18,7 +19,8 @@ import pytest
 
 from ledger.erasure import begin
 from ledger.ingest import WriterConnection
-from ledger.transfer import backup
+from ledger.port.errors import NotFound
+from ledger.transfer import backup, export_session
 from tests.harness import DaemonProcess, write_config
 from tests.integration.test_identity import (
     adapter,
@@ -163,3 +165,63 @@ async def test_expiry_runs_at_start_and_health_shows_it(daemon: DaemonProcess) -
     assert query(d, "SELECT count(*) FROM turns WHERE expired_at IS NOT NULL") == [(2,)]
     data = raw(d.ledger)
     assert f"fred 0 {marker}".encode() not in data and f"fred 1 {marker}".encode() not in data
+
+
+async def test_between_the_mark_and_the_rows_the_daemon_reads_nothing_of_theirs(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """The erasure is marked beside the running daemon (its steps never come: the
+    daemon resumes erasures only at start), so it stays between mark and rows while
+    every read through the daemon, the library's included, and brokerctl's own
+    export of the file are asked."""
+    d = daemon
+    channel, marker, in_room = uniq("c"), uniq("zqxmid"), uniq("zqxroom")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        await say(a, inbound(uniq("m"), "fay", text=f"fay says {marker}"))
+        group = {"peer_kind": "group", "peer_id": "room"}
+        await say(a, inbound(uniq("m"), "fay", text=f"fay in the room {in_room}", **group))
+        await say(a, inbound(uniq("m"), "gus", text="gus in the room", **group))
+        await say(a, inbound(uniq("m"), "gus", text="gus alone"))
+        fay = (await contact(o, channel, "fay"))["entity"]
+        fay_session = (await contact(o, channel, "fay"))["session"]
+        room = next(
+            s["label"] for s in await op(o, "sessions.list") if s["label"].startswith("group:")
+        )
+        gus = await op(o, "session.show", session=(await contact(o, channel, "gus"))["session"])
+        assert marker in json.dumps(await op(o, "session.show", session=fay_session))
+
+        conn = sqlite3.connect(d.ledger, factory=WriterConnection, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute("BEGIN IMMEDIATE")
+            begin(conn, fay, fay, 1)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+        for name, args in (
+            ("session.show", {"session": fay_session}),
+            ("session.state", {"session": fay_session}),
+            ("entity.show", {"entity": fay}),
+            ("contact.show", {"channel": channel, "sender_id": "fay"}),
+            ("store.call", {"call": "items", "args": {"session": fay_session}}),
+        ):
+            with pytest.raises(BrokerError) as gone:
+                await op(o, name, **args)
+            assert gone.value.code == "not_found", name
+        assert await op(o, "recall.search", query=marker) == []
+        # The echo engine's reply in the room quotes her: others' words stay (documented).
+        assert [h["role"] for h in await op(o, "recall.search", query=in_room)] == ["assistant"]
+        listed = json.dumps(await op(o, "sessions.list"))
+        assert fay_session not in listed and room in listed
+        items = await op(o, "store.call", call="items", args={"session": room})
+        said = [i["content"] for i in items if i.get("role") == "user"]
+        assert said == ["[erased]", "gus in the room"], items
+        assert await op(o, "session.show", session=gus["label"]) == gus
+    exported = io.BytesIO()  # what `brokerctl export` runs, on the file itself
+    export_session(d.ledger, "NORMAL", room, 1, exported.write)
+    turns = [json.loads(line) for line in exported.getvalue().splitlines()][1:]
+    said = [m["content"] for t in turns for m in t["messages"] if m["role"] == "user"]
+    assert said == ["[erased]", "gus in the room"]
+    with pytest.raises(NotFound):
+        export_session(d.ledger, "NORMAL", fay_session, 1, exported.write)
