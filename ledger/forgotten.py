@@ -11,7 +11,8 @@ From the mark until the erasure is finished, the views leave out the rows of the
 sessions it covers (their turns, messages, items, events, files, timers and the
 rest) and of the entities it covers, and show the person's words in the other
 sessions (groups) as the erasure will leave them: their messages and inbound text
-`[erased]`, the titles of the turns that held them gone. A group session's own
+`[erased]`, the titles of the turns that held them gone, and the broker's `intent`
+events of those turns (which quote every input) without their inputs. A group session's own
 title, slug and closing summary, and the state records of non-DM sessions, may
 quote a message too, and nothing indexed says which: while an erasure runs they
 are left out for every such session, and come back once it is done (those that
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ERASED = "[erased]"
+ERASED_INTENT = '{"by": "broker", "inputs": []}'  # an intent that quoted the person
 # A found message `m` that is not one of a running erasure's (a search would find
 # it by its stored words, which the view shows as ERASED). A placeholder left by a
 # finished erasure is found as any word is.
@@ -99,6 +101,13 @@ class _Phrases:
         d = self.d
         return f"{alias}.channel || {d.sep} || {alias}.sender_id IN ({d.senders})"
 
+    def holds_theirs(self, turn: str) -> str:
+        """Whether the turn `turn` names holds a message of theirs."""
+        return (
+            f"EXISTS (SELECT 1 FROM {self.d.schema}.messages m"
+            f" WHERE m.turn_id = {turn} AND {self.said_by_them('m')})"
+        )
+
     def hidden(self, table: str, columns: list[str]) -> list[str]:
         """When a row of `table` is one of the person's, while their erasure runs."""
         d, out = self.d, []
@@ -134,11 +143,11 @@ class _Phrases:
                 "sender_name": f"CASE WHEN {them} THEN NULL ELSE x.sender_name END",
                 "meta": f"CASE WHEN {them} THEN NULL ELSE x.meta END",
             }
+        if table == "turn_events":  # the broker's intent quotes each input
+            quoted = f"x.type = 'intent' AND {self.running} AND {self.holds_theirs('x.turn_id')}"
+            return {"payload": f"CASE WHEN {quoted} THEN '{ERASED_INTENT}' ELSE x.payload END"}
         if table == "turns":
-            held = (
-                f"{self.running} AND EXISTS (SELECT 1 FROM {self.d.schema}.messages m"
-                f" WHERE m.turn_id = x.id AND {self.said_by_them('m')})"
-            )
+            held = f"{self.running} AND {self.holds_theirs('x.id')}"
             return {
                 c: f"CASE WHEN {held} THEN NULL ELSE x.{c} END" for c in ("title", "title_source")
             }

@@ -218,10 +218,33 @@ async def test_between_the_mark_and_the_rows_the_daemon_reads_nothing_of_theirs(
         said = [i["content"] for i in items if i.get("role") == "user"]
         assert said == ["[erased]", "gus in the room"], items
         assert await op(o, "session.show", session=gus["label"]) == gus
-    exported = io.BytesIO()  # what `brokerctl export` runs, on the file itself
-    export_session(d.ledger, "NORMAL", room, 1, exported.write)
-    turns = [json.loads(line) for line in exported.getvalue().splitlines()][1:]
+    intents = exported_room(d, room)  # what `brokerctl export` runs, on the file itself
+    assert intents == [[], [("gus", "gus in the room")]]
+    with pytest.raises(NotFound):
+        export_session(d.ledger, "NORMAL", fay_session, 1, io.BytesIO().write)
+    d.kill()
+    d.start()  # the erasure resumes and finishes
+    for _ in range(200):
+        if query(d, "SELECT count(*) FROM erasures WHERE finished_at IS NULL") == [(0,)]:
+            break
+        await anyio.sleep(0.05)
+    assert exported_room(d, room) == [[("[erased]", "[erased]")], [("gus", "gus in the room")]]
+
+
+def exported_room(d: DaemonProcess, room: str) -> list[list[tuple[str, str]]]:
+    """The room's export: its messages from people are fay's `[erased]` and gus's; each
+    turn's intent, as (sender, text) of its inputs, is returned."""
+    out = io.BytesIO()
+    export_session(d.ledger, "NORMAL", room, 1, out.write)
+    turns = [json.loads(line) for line in out.getvalue().splitlines()][1:]
     said = [m["content"] for t in turns for m in t["messages"] if m["role"] == "user"]
     assert said == ["[erased]", "gus in the room"]
-    with pytest.raises(NotFound):
-        export_session(d.ledger, "NORMAL", fay_session, 1, exported.write)
+    return [
+        [
+            (i["sender"], i["text"])
+            for e in t["events"]
+            if e["type"] == "intent"
+            for i in e["payload"]["inputs"]
+        ]
+        for t in turns
+    ]
