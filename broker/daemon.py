@@ -293,7 +293,7 @@ class Daemon:
                 await tg.start(titler.run)
                 await tg.start(server.serve, listener)
                 tg.start_soon(ops.erasure.resume)  # one a stop cut off
-                ops.retention = Retention(ledger, s.retention.keep_days)
+                ops.retention = Retention(ledger, s.retention.keep_days, router)
                 await tg.start(ops.retention.run)  # expires at start, in the background
                 log.info(
                     "ready",

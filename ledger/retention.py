@@ -18,6 +18,7 @@ are cleared afterwards as for an erasure (ledger/erasure.py `merge_index`).
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 
 from ledger.closing import forget_session_words
 from ledger.erasure import SWEEP_A_STEP, digests_where, drop_unnamed_blobs, forget_records, marks
@@ -54,13 +55,18 @@ def _kept(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
 
 
 def expire_batch(
-    conn: sqlite3.Connection, cutoff: int, after: str | None, now: int
+    conn: sqlite3.Connection,
+    cutoff: int | None,
+    after: str | None,
+    now: int,
+    cutoffs: Mapping[str, int | None] | None = None,
 ) -> tuple[int, str | None]:
     """The writer job for one batch: of the next TURNS_A_BATCH turns after `after`, expire
-    those that ended before `cutoff`. (How many it expired, where the next batch goes
-    on: None once the sweep has passed the last turn.)"""
+    those that ended before their session's cutoff: its own in `cutoffs`, else `cutoff`
+    (None: kept). (How many it expired, where the next batch goes on: None once the
+    sweep has passed the last turn.)"""
     rows = conn.execute(
-        "SELECT id, completed_at, expired_at FROM turns"
+        "SELECT id, completed_at, expired_at, session_label FROM turns"
         + (" WHERE id > ?" if after is not None else "")
         + " ORDER BY id LIMIT ?",
         [*([after] if after is not None else []), TURNS_A_BATCH],
@@ -68,7 +74,12 @@ def expire_batch(
     if not rows:
         return 0, None
     last = str(rows[-1][0])
-    old = [str(r[0]) for r in rows if r[2] is None and int(r[1]) < cutoff]
+    own = cutoffs or {}
+    old = [
+        str(r[0])
+        for r in rows
+        if r[2] is None and (at := own.get(str(r[3]), cutoff)) is not None and int(r[1]) < at
+    ]
     ids = sorted(set(old) - _kept(conn, old)) if old else []
     if ids:
         _expire(conn, ids, now)
@@ -133,3 +144,27 @@ def expire_outbox(conn: sqlite3.Connection, after: str | None) -> str | None:
         [last, *([after] if after is not None else [])],
     )
     return last if len(rows) == SWEEP_A_STEP else None
+
+
+def session_routes(
+    conn: sqlite3.Connection,
+) -> list[tuple[str, str | None, str | None, str | None, str | None]]:
+    """Every session with what routed its latest message in: (label, parent session,
+    channel, peer kind, sender id), the last three None for a session no message came
+    into (a worker, a fork, the library's). Read on a reader, once a run."""
+    latest = {
+        str(r[0]): (str(r[1]), str(r[2]), str(r[3]))
+        for r in conn.execute(
+            "SELECT i.session_label, i.channel, i.peer_kind, i.sender_id FROM inbound i"
+            " JOIN (SELECT session_label, max(id) AS id FROM inbound GROUP BY session_label) l"
+            " ON l.id = i.id"
+        )
+    }
+    return [
+        (
+            str(label),
+            None if parent is None else str(parent),
+            *latest.get(str(label), (None, None, None)),
+        )
+        for label, parent in conn.execute("SELECT label, parent_session FROM sessions")
+    ]
