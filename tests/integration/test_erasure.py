@@ -167,6 +167,37 @@ async def test_expiry_runs_at_start_and_health_shows_it(daemon: DaemonProcess) -
     assert f"fred 0 {marker}".encode() not in data and f"fred 1 {marker}".encode() not in data
 
 
+async def test_a_route_rules_own_keep_days_expires_its_sessions_alone(
+    daemon: DaemonProcess,
+) -> None:
+    d = daemon
+    channel = uniq("c")
+    group = {"peer_kind": "group", "peer_id": "room"}
+    async with await adapter(d, channel) as a:
+        for n in range(3):
+            await say(a, inbound(uniq("m"), "hal", text=f"hal {n} in the room", **group))
+            await say(a, inbound(uniq("m"), "hal", text=f"hal {n} alone"))
+    d.kill()
+    rule = {"name": "groups", "match": {"peer_kind": ["group"]}, "keep_days": 1e-9}
+    d.config["routes"] = [rule]  # the global keep_days stays 0: forever
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await operator(d) as o:
+        for _ in range(200):
+            if (await op(o, "health"))["retention"]["last_run"] is not None:
+                break
+            await anyio.sleep(0.05)
+        shown = (await op(o, "health"))["retention"]
+        assert shown["keep_days"] == 0 and shown["rules"] == {"groups": 1e-9}
+        assert shown["expired_turns"] == 2  # the room's head stays
+    expired = query(
+        d,
+        "SELECT s.kind, count(*) FROM turns t JOIN sessions s ON s.label = t.session_label"
+        " WHERE t.expired_at IS NOT NULL GROUP BY s.kind",
+    )
+    assert expired == [("group", 2)]
+
+
 async def test_between_the_mark_and_the_rows_the_daemon_reads_nothing_of_theirs(
     daemon: DaemonProcess, tmp_path: Path
 ) -> None:
