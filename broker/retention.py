@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from broker.observe import hub
 from broker.router import Router
 from ledger.port.protocols import LedgerPort
 from ledger.port.retention import SessionRoute
@@ -102,6 +103,7 @@ class Retention:
                 return 0
             expired = await self.ledger.expire_before(cutoff_of(self.keep_days, now), now, cutoffs)
         self.last_run, self.expired_turns = now_ms(), expired
+        hub.observer.expiry(expired)
         return expired
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
