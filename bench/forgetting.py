@@ -105,9 +105,14 @@ def build(path: Path, people: int, turns: int, target_turns: int) -> str:
     return target
 
 
-def timed_jobs(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], Any]) -> list[float]:
-    """Run `job` in its own transaction until it returns falsy; each one's hold in ms.
-    The WAL is checkpointed between jobs, untimed, as the checkpointer would."""
+def timed_jobs(
+    conn: sqlite3.Connection,
+    job: Callable[[sqlite3.Connection], Any],
+    commits: list[float] | None = None,
+) -> list[float]:
+    """Run `job` in its own transaction until it returns falsy; each one's hold in ms
+    (and into `commits`, the COMMIT's part of it). The WAL is checkpointed between
+    jobs, untimed, as the checkpointer would."""
     holds: list[float] = []
     while True:
         if len(holds) % 20 == 0:
@@ -116,8 +121,12 @@ def timed_jobs(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], Any
         conn.execute("BEGIN IMMEDIATE")
         more = job(conn)
         index_new_messages(conn)
+        committing = time.perf_counter()
         conn.execute("COMMIT")
-        holds.append((time.perf_counter() - start) * 1000)
+        end = time.perf_counter()
+        holds.append((end - start) * 1000)
+        if commits is not None:
+            commits.append((end - committing) * 1000)
         if not more:
             return holds
 
@@ -189,8 +198,10 @@ def main() -> None:
             _, after[0] = retention.expire_batch(c, cutoff, after[0], 1)
             return after[0] is not None
 
-        holds = timed_jobs(conn, batch)
+        commits: list[float] = []
+        holds = timed_jobs(conn, batch, commits)
         show("expiry batches (half the turns)", holds)
+        show("  their COMMITs", commits)
         left = [-1]
 
         def merge(c: sqlite3.Connection) -> bool:
