@@ -109,15 +109,17 @@ def timed_jobs(
     conn: sqlite3.Connection,
     job: Callable[[sqlite3.Connection], Any],
     commits: list[float] | None = None,
+    cpu: list[float] | None = None,
 ) -> list[float]:
     """Run `job` in its own transaction until it returns falsy; each one's hold in ms
-    (and into `commits`, the COMMIT's part of it). The WAL is checkpointed between
-    jobs, untimed, as the checkpointer would."""
+    (and into `commits`, the COMMIT's part of it; into `cpu`, the CPU time this thread
+    spent on it, which leaves out the time other processes took the core). The WAL is
+    checkpointed between jobs, untimed, as the checkpointer would."""
     holds: list[float] = []
     while True:
         if len(holds) % 20 == 0:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        start = time.perf_counter()
+        start, on_cpu = time.perf_counter(), time.thread_time()
         conn.execute("BEGIN IMMEDIATE")
         more = job(conn)
         index_new_messages(conn)
@@ -127,6 +129,8 @@ def timed_jobs(
         holds.append((end - start) * 1000)
         if commits is not None:
             commits.append((end - committing) * 1000)
+        if cpu is not None:
+            cpu.append((time.thread_time() - on_cpu) * 1000)
         if not more:
             return holds
 
@@ -199,9 +203,11 @@ def main() -> None:
             return after[0] is not None
 
         commits: list[float] = []
-        holds = timed_jobs(conn, batch, commits)
+        cpu: list[float] = []
+        holds = timed_jobs(conn, batch, commits, cpu)
         show("expiry batches (half the turns)", holds)
         show("  their COMMITs", commits)
+        show("  their CPU time (BEGIN to COMMIT)", cpu)
         left = [-1]
 
         def merge(c: sqlite3.Connection) -> bool:

@@ -46,7 +46,7 @@ from ledger.port.errors import Invalid, LedgerError, NotFound
 ERASED = "[erased]"
 TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
 SWEEP_A_STEP = 2000  # keys of a large table looked at a step
-FTS_PAGES_A_STEP = 16  # pages of full-text index merged a step
+FTS_PAGES_A_STEP = 4  # pages of full-text index merged a step
 CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
 
 

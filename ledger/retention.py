@@ -28,7 +28,7 @@ from ledger.fts import forget_deleted, index_new_messages
 
 EXPIRED = "[expired]"  # a closing summary that quoted an expired turn
 TURNS_LOOKED_AT = 500  # turns a batch looks at (most are young, or stubs already)
-BATCH_BUDGET_S = 0.04  # a batch's own work; its commit and the writer's other jobs come on top
+BATCH_BUDGET_S = 0.025  # a batch's own work; its commit and the writer's other jobs come on top
 MAX_GROUP = 64  # turns expired together
 BY_TURN = ("messages", "tool_calls", "turn_events", "turn_progress", "turn_state",
            "file_snapshots", "compactions")  # fmt: skip
