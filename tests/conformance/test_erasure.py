@@ -221,6 +221,17 @@ async def test_from_the_mark_on_no_read_returns_anything_of_theirs(port: LedgerP
         await nothing_of(marker, port.session_state(group))
         await nothing_of(marker, port.state_record(b_turn))
         assert await port.session_show(bob, 100) == before_bob
+        # Writes that would answer with their data, or put some in a session of theirs.
+        for call, args in (
+            ("pop", {"session": alice}),
+            ("clear", {"session": alice}),
+            ("append", {"session": alice, "items": ["more"]}),
+            ("set_title", {"session": alice, "title": "t"}),
+        ):
+            with pytest.raises(NotFound):
+                await port.library_call(call, args, tick())
+        with pytest.raises(NotFound):
+            await port.fork(a_turn, None, tick())
         checked.append("paused")
 
     await port.erase_entity(alice_ent, alice_ent, tick(), paused)
