@@ -1,7 +1,7 @@
 """Other people's ack latency while the daemon erases a person of many messages.
 
     .venv/bin/python -m bench.erasure_acks [--people 2000] [--turns 50]
-                                           [--target-turns 5000] [--rate 1000]
+                                           [--target-turns 5000] [--rate 1000] [--keep FILE]
 
 Builds the ledger of bench.forgetting (the person erased has `target_turns` turns,
 twice as many messages), starts the daemon on it, offers `--rate` inbound messages a
@@ -88,16 +88,34 @@ async def load_and_erase(sock: Path, target: str, rate: int) -> None:
     print(f"acks during the erasure: {quantiles(during)}")
 
 
+def built(path: Path, args: argparse.Namespace) -> str:
+    """The ledger at `path` and the entity to erase: built, or copied from `--keep`
+    (beside it, `.target` names the entity)."""
+    keep: Path | None = args.keep
+    if keep is None:
+        return build(path, args.people, args.turns, args.target_turns)
+    named = keep.with_name(keep.name + ".target")
+    if not keep.exists():
+        named.write_text(build(keep, args.people, args.turns, args.target_turns))
+    shutil.copyfile(keep, path)
+    return named.read_text()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--people", type=int, default=2000)
     parser.add_argument("--turns", type=int, default=50)
     parser.add_argument("--target-turns", type=int, default=5000)
     parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="a file to build the ledger into once and copy from on later runs",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))
     try:
-        target = build(work / "ledger.db", args.people, args.turns, args.target_turns)
+        target = built(work / "ledger.db", args)
         print(f"built {(work / 'ledger.db').stat().st_size / 1e6:.0f} MB")
         d = DaemonProcess(work, {"log_level": "warning"}).start(timeout=120)
         try:

@@ -105,19 +105,32 @@ def build(path: Path, people: int, turns: int, target_turns: int) -> str:
     return target
 
 
-def timed_jobs(conn: sqlite3.Connection, job: Callable[[sqlite3.Connection], Any]) -> list[float]:
-    """Run `job` in its own transaction until it returns falsy; each one's hold in ms.
-    The WAL is checkpointed between jobs, untimed, as the checkpointer would."""
+def timed_jobs(
+    conn: sqlite3.Connection,
+    job: Callable[[sqlite3.Connection], Any],
+    commits: list[float] | None = None,
+    cpu: list[float] | None = None,
+) -> list[float]:
+    """Run `job` in its own transaction until it returns falsy; each one's hold in ms
+    (and into `commits`, the COMMIT's part of it; into `cpu`, the CPU time this thread
+    spent on it, which leaves out the time other processes took the core). The WAL is
+    checkpointed between jobs, untimed, as the checkpointer would."""
     holds: list[float] = []
     while True:
         if len(holds) % 20 == 0:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        start = time.perf_counter()
+        start, on_cpu = time.perf_counter(), time.thread_time()
         conn.execute("BEGIN IMMEDIATE")
         more = job(conn)
         index_new_messages(conn)
+        committing = time.perf_counter()
         conn.execute("COMMIT")
-        holds.append((time.perf_counter() - start) * 1000)
+        end = time.perf_counter()
+        holds.append((end - start) * 1000)
+        if commits is not None:
+            commits.append((end - committing) * 1000)
+        if cpu is not None:
+            cpu.append((time.thread_time() - on_cpu) * 1000)
         if not more:
             return holds
 
@@ -189,8 +202,12 @@ def main() -> None:
             _, after[0] = retention.expire_batch(c, cutoff, after[0], 1)
             return after[0] is not None
 
-        holds = timed_jobs(conn, batch)
+        commits: list[float] = []
+        cpu: list[float] = []
+        holds = timed_jobs(conn, batch, commits, cpu)
         show("expiry batches (half the turns)", holds)
+        show("  their COMMITs", commits)
+        show("  their CPU time (BEGIN to COMMIT)", cpu)
         left = [-1]
 
         def merge(c: sqlite3.Connection) -> bool:

@@ -294,7 +294,7 @@ class Daemon:
                 await tg.start(titler.run)
                 await tg.start(server.serve, listener)
                 tg.start_soon(ops.erasure.resume)  # one a stop cut off
-                ops.retention = Retention(ledger, s.retention.keep_days)
+                ops.retention = Retention(ledger, s.retention.keep_days, router)
                 await tg.start(ops.retention.run)  # expires at start, in the background
                 await tg.start(IdleCloser(ledger, lambda: self.settings).run)
                 log.info(

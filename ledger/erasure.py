@@ -11,8 +11,9 @@ own that touches a bounded number of rows and records in the same transaction
 where it stopped, so other sessions' writes pass between steps and a restart
 resumes exactly there. Steps are idempotent: one run twice removes nothing more.
 
-In sessions that are not theirs (groups), their messages and the text of their
-inbound rows become `[erased]` and the titles of the turns that held them go;
+In sessions that are not theirs (groups), their messages, the text of their
+inbound rows and their inputs in the broker's `intent` events become `[erased]`
+and the titles of the turns that held them go;
 the threads stay whole. The large tables that have no index by sender or session
 (`inbound`, `queue_items`, `outbox`, `messages`) are swept in key order, a chunk a
 step, rather than indexed for this rare job at every write. The full-text index
@@ -46,7 +47,7 @@ from ledger.proposals import forget as forget_proposals
 ERASED = "[erased]"
 TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
 SWEEP_A_STEP = 2000  # keys of a large table looked at a step
-FTS_PAGES_A_STEP = 16  # pages of full-text index merged a step
+FTS_PAGES_A_STEP = 4  # pages of full-text index merged a step
 CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
 
 
@@ -347,16 +348,13 @@ def _messages(conn: sqlite3.Connection, plan: Plan, where: str, params: list[Any
     """Their messages in other people's sessions become `[erased]`; their turns' titles go."""
     who, who_params = _senders_sql(plan.senders)
     mine = f"{where} AND {who} AND content != ?"
-    turn_ids = sorted(
-        {
-            str(r[0])
-            for r in conn.execute(
-                f"SELECT turn_id FROM messages WHERE {mine}", [*params, *who_params, ERASED]
-            )
-        }
-    )
+    said = conn.execute(
+        f"SELECT turn_id, msg_id FROM messages WHERE {mine}", [*params, *who_params, ERASED]
+    ).fetchall()
+    turn_ids = sorted({str(r[0]) for r in said})
     if not turn_ids:
         return 0
+    forget_intents(conn, turn_ids, {str(r[1]) for r in said if r[1] is not None})
     t = marks(turn_ids)
     conn.execute(
         "UPDATE turns SET title = NULL, title_source = NULL, summary = NULL, metadata = NULL"
@@ -374,6 +372,31 @@ def _messages(conn: sqlite3.Connection, plan: Plan, where: str, params: list[Any
         f"UPDATE messages SET content = ? WHERE {mine}", [ERASED, *params, *who_params, ERASED]
     )
     return max(cur.rowcount, 0)
+
+
+def forget_intents(conn: sqlite3.Connection, turn_ids: list[str], msg_ids: set[str]) -> None:
+    """The broker's `intent` events of `turn_ids` quote each input (core/turn_events.py):
+    the inputs among `msg_ids` keep their id and lose their sender and text."""
+    rows = conn.execute(
+        f"SELECT turn_id, seq, payload FROM turn_events WHERE turn_id IN ({marks(turn_ids)})"
+        " AND type = 'intent'",
+        turn_ids,
+    ).fetchall()
+    for turn_id, seq, payload in rows:
+        try:
+            intent = json.loads(payload)
+        except (TypeError, ValueError):
+            continue
+        inputs = intent.get("inputs") if isinstance(intent, dict) else None
+        if not isinstance(inputs, list):
+            continue
+        for item in inputs:
+            if isinstance(item, dict) and item.get("msg_id") in msg_ids:
+                item["sender"], item["text"] = ERASED, ERASED
+        conn.execute(
+            "UPDATE turn_events SET payload = ? WHERE turn_id = ? AND seq = ?",
+            (json.dumps(intent), turn_id, seq),
+        )
 
 
 def forget_records(conn: sqlite3.Connection, since: list[tuple[str, int]]) -> None:

@@ -51,10 +51,10 @@ def label_free(conn: sqlite3.Connection, label: str) -> bool:
 def fork(conn: sqlite3.Connection, turn_id: str, label: str | None, now: int) -> str:
     row = conn.execute(
         "SELECT t.session_label, s.persona FROM turns t JOIN sessions s"
-        " ON s.label = t.session_label WHERE t.id = ?",
+        " ON s.label = t.session_label WHERE t.id = ? AND s.status != 'erased'",
         (turn_id,),
     ).fetchone()
-    if row is None:
+    if row is None:  # an erased person's turn is gone from its mark on (ledger/forgotten.py)
         raise NotFound(f"no turn {turn_id!r}", field="turn")
     label = label or f"fork:{new_id()}"
     if not label_free(conn, label):

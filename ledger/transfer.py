@@ -24,6 +24,7 @@ import orjson
 
 from ledger.api.owner import claim
 from ledger.db import Synchronous, connect, open_keyed, readonly_uri
+from ledger.forgotten import shadow
 from ledger.port.cipher import Key, driver, is_plain
 from ledger.port.errors import LedgerError
 from ledger.sessions import export_lines, import_lines
@@ -40,7 +41,7 @@ def export_session(
     key: Key | None = None,
 ) -> None:
     """Write the session's export, one JSON line at a time."""
-    conn = connect(path, synchronous, readonly=True, key=key)
+    conn = shadow(connect(path, synchronous, readonly=True, key=key))
     try:
         conn.execute("BEGIN")
         for line in export_lines(conn, label, now, with_audit=True):

@@ -173,6 +173,14 @@ class Rule(BaseModel):
     mcp: list[str] | None = Field(
         None, description="Names in `[[mcp.servers]]` whose tools its turns get; unset: all."
     )
+    keep_days: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Replaces `[retention] keep_days` for its sessions (fractions allowed; 0"
+        " keeps forever; unset: the global one). A session follows the rule its latest"
+        " message matches under the current rules; a worker or fork, its parent's.",
+    )
 
 
 class RulesFile(BaseModel):
@@ -215,6 +223,7 @@ class Decision:
     reset: ResetPolicy = NO_RESETS
     reach: Literal["own", "any"] = "own"
     mcp: frozenset[str] | None = None  # the MCP servers whose tools its turns get; None: all
+    keep_days: float | None = None  # the rule's own retention; None: `[retention]`'s
     spec: SessionSpec = field(init=False)  # what the ingest transaction needs, built once
 
     def __post_init__(self) -> None:
@@ -260,6 +269,7 @@ def decide(
                 reset=resets if rule.reset is None else rule.reset.over(resets),
                 reach=rule.reach,
                 mcp=None if rule.mcp is None else frozenset(rule.mcp),
+                keep_days=rule.keep_days,
             )
     raise AssertionError("the default rule matches every delivery")  # pragma: no cover
 

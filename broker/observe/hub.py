@@ -10,7 +10,7 @@ into the hook that called it, and keeps nothing that grows without bound.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ledger.port.records import TurnRecord
@@ -18,6 +18,7 @@ from plumbing import logs
 
 log = logs.get("broker.observe")
 InboundOutcome = Literal["acked", "duplicate", "refused"]
+ErasureState = Literal["started", "finished"]
 
 
 class Observer:
@@ -47,6 +48,12 @@ class Observer:
 
     def turn(self, rec: TurnRecord, written: str) -> None:
         """A turn's record was written (`thread`, `orphan`) or not (`lost`)."""
+
+    def expiry(self, expired_turns: int) -> None:
+        """An expiry run ended, having made stubs of `expired_turns` turns."""
+
+    def erasure(self, state: ErasureState, counts: Mapping[str, int]) -> None:
+        """An erasure was `started` (marked) or `finished` (`counts`: what it removed)."""
 
 
 class Fanout(Observer):
@@ -105,6 +112,14 @@ class Fanout(Observer):
     def turn(self, rec: TurnRecord, written: str) -> None:
         for hook in self._turn:
             _safely(hook, rec, written)
+
+    def expiry(self, expired_turns: int) -> None:
+        for o in self.observers:
+            _safely(o.expiry, expired_turns)
+
+    def erasure(self, state: ErasureState, counts: Mapping[str, int]) -> None:
+        for o in self.observers:
+            _safely(o.erasure, state, counts)
 
 
 def _safely(fn: object, *args: object) -> None:

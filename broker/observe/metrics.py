@@ -14,7 +14,7 @@ still reach this one endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from broker.observe.http import Handler, Response
-from broker.observe.hub import InboundOutcome, Observer
+from broker.observe.hub import ErasureState, InboundOutcome, Observer
 from ledger.port.protocols import ReadPort, WriterStats
 from ledger.port.records import TurnRecord
 from plumbing import logs
@@ -36,6 +36,7 @@ READ_BOUND_S = 2.0  # a scrape's reads of the ledger; past it, the last figures
 OTHER_MODEL = "other"  # the label of a model the configuration does not name
 # A turn's status, or where its record went when not on its thread.
 TURN_OUTCOMES = ("completed", "aborted", "failed", "orphan", "lost")
+ERASED_KINDS = ("sessions", "messages", "files")  # an erasure's counts (entity.erase)
 
 _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _TURN = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -122,6 +123,28 @@ class Metrics(Observer):
         self.up_since = Gauge(
             "broker_start_time_seconds", "When this daemon started (Unix time).", registry=r
         )
+        self.expired_turns = Counter(
+            "broker_expired_turns", "Turns made stubs by expiry ([retention]).", registry=r
+        )
+        self.expiry_runs = Counter("broker_expiry_runs", "Expiry runs ended.", registry=r)
+        self.expiry_last_run = Gauge(
+            "broker_expiry_last_run_seconds",
+            "When the last expiry run ended (Unix time; 0: none yet).",
+            registry=r,
+        )
+        self.erasures = Counter(
+            "broker_erasures", "Erasures (entity.erase), by state.", ["state"], registry=r
+        )
+        self.erased_rows = Counter(
+            "broker_erasure_removed",
+            "What finished erasures removed, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        for state in ("started", "finished"):
+            self.erasures.labels(state)
+        for kind in ERASED_KINDS:
+            self.erased_rows.labels(kind)
         # The label children the hooks count into, bound once (a `labels` call per hook
         # would cost a lock and a lookup each time).
         self._inbound = {o: self.inbound_total.labels(o) for o in ("acked", "duplicate", "refused")}
@@ -162,6 +185,17 @@ class Metrics(Observer):
         if found is None:  # bounded: the configured models and `other`
             found = self._tokens[model, kind] = self.tokens_total.labels(model, kind)
         return found
+
+    def expiry(self, expired_turns: int) -> None:
+        self.expiry_runs.inc()
+        self.expired_turns.inc(expired_turns)
+        self.expiry_last_run.set_to_current_time()
+
+    def erasure(self, state: ErasureState, counts: Mapping[str, int]) -> None:
+        self.erasures.labels(state).inc()
+        for kind in ERASED_KINDS:
+            if counts.get(kind):
+                self.erased_rows.labels(kind).inc(counts[kind])
 
     # -- a scrape ---------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import anyio
 
 from broker.connection import Connection
 from broker.mailbox.registry import Mailboxes
+from broker.observe import hub
 from broker.timers import Timers
 from ledger.port.protocols import LedgerPort
 from plumbing import logs
@@ -49,9 +50,14 @@ class ErasureOps:
         )
         entity = a["entity"]
         log.warning("erasing an entity", entity=entity, conn=conn.id)
-        counts = await self.ledger.erase_entity(entity, a["confirm"], now_ms(), self.stop)
+        counts = await self.ledger.erase_entity(entity, a["confirm"], now_ms(), self.marked)
         audit("entity.erase", entity, "ok", counts)
+        hub.observer.erasure("finished", counts)
         return {"entity": entity, **counts}
+
+    async def marked(self, sessions: list[str]) -> None:
+        hub.observer.erasure("started", {})
+        await self.stop(sessions)
 
     async def stop(self, sessions: list[str]) -> None:
         """What runs for the erased sessions stops, within STOP_GRACE_S."""
@@ -77,4 +83,6 @@ class ErasureOps:
             return
         if done is not None:
             entity = str(done.pop("entity"))
-            audit("entity.erase", entity, "ok", {k: int(v) for k, v in done.items()})
+            counts = {k: int(v) for k, v in done.items()}
+            audit("entity.erase", entity, "ok", counts)
+            hub.observer.erasure("finished", counts)

@@ -54,6 +54,7 @@ from ledger.api.errors import StoreClosed
 from ledger.api.opening import open_checked
 from ledger.api.waiting import Ticket, run_now
 from ledger.db import Synchronous, connect
+from ledger.forgotten import shadow
 from ledger.fts import index_new_messages
 from ledger.ingest import WriterCaches, WriterConnection
 from ledger.port.cipher import Key
@@ -261,7 +262,7 @@ class Readers:
     def conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self._path, self._synchronous, readonly=True, key=self._key)
+            conn = shadow(connect(self._path, self._synchronous, readonly=True, key=self._key))
             self._local.conn = conn
             with self._lock:
                 self._all.append(conn)

@@ -84,7 +84,7 @@ def list_sessions(
     """Sessions in label order, `limit` at a time; `cursor` is the last label seen."""
     if limit < 1:
         raise ValueError("limit must be at least 1")
-    where, args = ["1"], []
+    where, args = ["1 = 1"], []
     for clause, value in (
         ("kind = ?", kind),
         ("instr(lower(coalesce(title, '')), lower(?)) > 0", title_contains),

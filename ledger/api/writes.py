@@ -63,8 +63,16 @@ def end_session(conn: sqlite3.Connection, label: str, summary: str | None, now: 
 
 
 def _head(conn: sqlite3.Connection, label: str) -> tuple[str | None] | None:
-    row = conn.execute("SELECT head_turn_id FROM sessions WHERE label = ?", (label,)).fetchone()
+    """The session's head (in a tuple), None when there is no such session: an erased
+    person's is gone from the erasure's mark on (ledger/forgotten.py)."""
+    row = conn.execute(
+        "SELECT head_turn_id FROM sessions WHERE label = ? AND status != 'erased'", (label,)
+    ).fetchone()
     return None if row is None else (row[0],)
+
+
+def _exists(conn: sqlite3.Connection, label: str) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE label = ?", (label,)).fetchone() is not None
 
 
 def create_session(
@@ -185,12 +193,12 @@ def append_turn(
     )
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
-        " WHERE label = ? AND status <> 'closed'",
+        " WHERE label = ? AND status NOT IN ('closed', 'erased')",
         (turn_id, now, label),
     ).rowcount
     if moved == 0:  # no such session: the turn above has no parent, as a first turn
         refuse_ended(conn, label)  # or a closed one: the job rolls back
-        if not create:
+        if not create or _exists(conn, label):  # an erased one: gone (ledger/forgotten.py)
             raise NotFound(f"no session {label!r}", field="session")  # the job rolls back
         create_session(conn, label, None, None, now)
         _move_head(conn, label, turn_id, None, 1, None, now)
@@ -369,7 +377,7 @@ def set_title(
 ) -> None:
     cur = conn.execute(
         "UPDATE sessions SET title = coalesce(?, title), metadata = coalesce(?, metadata),"
-        " updated_at = ? WHERE label = ?",
+        " updated_at = ? WHERE label = ? AND status != 'erased'",
         (title, metadata, now, label),
     )
     if cur.rowcount == 0:

@@ -51,6 +51,7 @@ from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowMaker, tuple_row
 
+from ledger.forgotten import shadow_pg
 from ledger.postgres.dialect import Statement, translate
 from ledger.postgres.recall import FullText
 from plumbing import logs
@@ -213,7 +214,9 @@ class PgConnection:
             self._conn = None
         try:
             self._conn = connect_pg(self._dsn)
-            if not self._reader:
+            if self._reader:
+                shadow_pg(self._conn)  # an erasure's person is gone from its mark on
+            else:
                 self._commit_synchronously(self._conn)
                 self._conn.execute(
                     f"SET idle_in_transaction_session_timeout = '{WRITER_IDLE_IN_TRANSACTION}'"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ledger.forgotten import NOT_THEIRS
 from ledger.port.records import Hit
 from ledger.postgres.snippets import Snippets
 from ledger.recall import search as recall
@@ -58,7 +59,9 @@ def search(
         " FROM (SELECT m.id, t.session_label, m.turn_id, m.role, m.created_at, m.content,"
         " m.words"
         " FROM messages m JOIN turns t ON t.id = m.turn_id"
-        f" WHERE {VECTOR} @@ {QUERY}" + flt.where + " ORDER BY m.id DESC LIMIT ?) c"
+        f" WHERE {VECTOR} @@ {QUERY} AND {NOT_THEIRS}"
+        + flt.where
+        + " ORDER BY m.id DESC LIMIT ?) c"
         " ORDER BY score DESC, c.id DESC LIMIT ?",
         (*q, *q, *flt.args, k, limit),
     ).fetchall()
@@ -77,7 +80,8 @@ def holds_term(conn: Any, session: str, fts: str, own_msg_ids: tuple[str, ...], 
     marks = ",".join("?" * len(own))
     row = conn.execute(
         "SELECT 1 FROM (SELECT m.id, m.turn_id, m.msg_id FROM messages m"
-        f" WHERE {VECTOR} @@ {QUERY} ORDER BY m.id DESC LIMIT ?) f"
+        f" WHERE {VECTOR} @@ {QUERY} AND {NOT_THEIRS}"
+        " ORDER BY m.id DESC LIMIT ?) f"
         " JOIN turns t ON t.id = f.turn_id WHERE t.session_label = ?"
         f" AND coalesce(f.msg_id, '') NOT IN ({marks}) LIMIT 1",
         (*q, probe, session, *own),

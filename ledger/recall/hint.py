@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from ledger.forgotten import NOT_THEIRS
 from ledger.recall import search as recall
 
 PROBE = 200
@@ -39,6 +40,7 @@ def found_terms(
             "SELECT 1 FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
             " ORDER BY rowid DESC LIMIT ?) f JOIN messages m ON m.id = f.rowid"
             " JOIN turns t ON t.id = m.turn_id WHERE t.session_label = ?"
+            f" AND {NOT_THEIRS}"
             " AND coalesce(m.msg_id, '') NOT IN (SELECT value FROM json_each(?)) LIMIT 1",
             (fts, PROBE, session, own),
         ).fetchone()

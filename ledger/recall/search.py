@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ledger.forgotten import NOT_THEIRS
 from ledger.port import cipher as driver
 from ledger.port.records import ROLES, Hit
 from ledger.recall.reads import require_session
@@ -254,7 +255,7 @@ _HIT = (
     "SELECT f.rowid, t.session_label, m.turn_id, m.role, m.created_at,"
     " snippet(messages_fts, 0, ?, ?, '…', ?) FROM messages_fts f"
     " CROSS JOIN messages m ON m.id = f.rowid CROSS JOIN turns t ON t.id = m.turn_id"
-    " WHERE messages_fts MATCH ?"
+    f" WHERE messages_fts MATCH ? AND {NOT_THEIRS}"
 )
 
 

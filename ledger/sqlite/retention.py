@@ -5,11 +5,13 @@ bytes cleared as after an erasure (ledger/sqlite/erasure.py)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import anyio
 
 from ledger import retention
 from ledger.erasure import merge_index
+from ledger.port.retention import SessionRoute
 from ledger.sqlite.connections import Connected
 from plumbing import logs
 
@@ -19,11 +21,18 @@ log = logs.get("ledger.retention")
 class SqliteRetention(Connected):
     def _scrub(self) -> None: ...  # SqliteErasure's
 
-    async def expire_before(self, cutoff: int, now: int) -> int:
+    async def session_routes(self) -> list[SessionRoute]:
+        rows = await self.readers.run(retention.session_routes)
+        return [SessionRoute(*row) for row in rows]
+
+    async def expire_before(
+        self, cutoff: int | None, now: int, cutoffs: Mapping[str, int | None] | None = None
+    ) -> int:
         started = time.monotonic()
         expired, batches, after = 0, 0, None
+        own = dict(cutoffs or {})
         while True:
-            count, after = await self.writer.call(retention.expire_batch, cutoff, after, now)
+            count, after = await self.writer.call(retention.expire_batch, cutoff, after, now, own)
             expired, batches = expired + count, batches + 1
             if after is None:
                 break

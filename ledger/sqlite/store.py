@@ -28,6 +28,7 @@ import anyio.abc
 
 from ledger.db import Synchronous, connect, damaged, is_damage, migrate, quick_check
 from ledger.foreign import schema_of
+from ledger.forgotten import shadow
 from ledger.port import cipher as driver
 from ledger.port.cipher import Key
 from ledger.port.errors import LedgerNotWritable, WriterDied
@@ -183,7 +184,7 @@ class Ledger(
                 return (
                     applied,
                     finished,
-                    [connect(path, synchronous, key=key) for _ in range(readers)],
+                    [shadow(connect(path, synchronous, key=key)) for _ in range(readers)],
                 )
             except driver.DatabaseError as exc:
                 if is_damage(exc):

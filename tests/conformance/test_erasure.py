@@ -4,7 +4,9 @@ and, on SQLite, from the bytes of the ledger and its WAL."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -142,3 +144,98 @@ async def test_one_erasure_at_a_time_and_a_cut_off_one_resumes(port: LedgerPort)
     await port.erase_entity(bob, bob, tick())
     with pytest.raises(NotFound):
         await port.session_show(bob_session, 10)
+
+
+async def nothing_of(marker: str, read: Awaitable[Any]) -> Any:
+    """`read`'s answer, asserted to hold no word of `marker`'s; None for not_found."""
+    try:
+        found = await read
+    except NotFound:
+        return None
+    assert marker not in repr(found)
+    return found
+
+
+async def test_from_the_mark_on_no_read_returns_anything_of_theirs(port: LedgerPort) -> None:
+    """Between the mark and the last step (paused in `marked`), every read already
+    treats the person as gone; everyone else reads what they read before."""
+    marker = f"zqx{new_id().lower()}"
+    alice, a_turn, alice_ent = await say(port, inbound("a1", "alice", f"my secret {marker}"))
+    assert alice_ent is not None
+    fork = await port.fork(a_turn, None, tick())
+    bob, _, _ = await say(port, inbound("b1", "bob", "bob talks about herons"), answer="herons!")
+    group, g_turn, _ = await say(port, group_message("g1", "alice", f"group {marker}"), GROUP)
+    _, b_turn, _ = await say(port, group_message("g2", "bob", "bob in the group"), GROUP)
+    before_bob = await port.session_show(bob, 100)
+    assert marker in repr(await port.session_show(alice, 100))  # the reads below see it
+    assert marker in repr(await port.export_session(group, tick()))
+    checked: list[str] = []
+
+    async def paused(sessions: list[str]) -> None:
+        assert set(sessions) == {alice, fork}
+        for label in (alice, fork):
+            for read in (
+                port.session_show(label, 100),
+                port.console_session(label, 100),
+                port.export_session(label, tick()),
+                port.file_at(label, "notes.txt", None),
+                port.library_call("get", {"session": label}, tick()),
+                port.library_call("items", {"session": label}, tick()),
+                port.library_call("export", {"session": label}, tick()),
+            ):
+                assert await nothing_of(marker, read) is None
+            for listing in (
+                port.file_list(label),
+                port.events_query(kind=None, session=label, turn=None, text=None, limit=100),
+                port.list_threads(label),
+                port.list_timers(label),
+                port.workers_list(label, None),
+                port.scratchpad_get(label),
+            ):
+                assert not await nothing_of(marker, listing)
+        assert await nothing_of(marker, port.console_turn(alice, a_turn)) is None
+        assert await nothing_of(marker, port.entity_show(alice_ent)) is None
+        assert await nothing_of(marker, port.contact_show("chat", "alice")) is None
+        assert await port.recall_search(marker, None, 10) == []
+        assert await port.recall_hint_terms(group, (marker,), ()) == []
+        for lists in (
+            port.sessions_list(None, 100),
+            port.console_sessions(100, 0),
+            port.library_call("list", {}, tick()),
+        ):
+            assert alice not in repr(await nothing_of(marker, lists))
+        shown = await nothing_of(marker, port.session_show(group, 100))
+        assert [t["title"] for t in shown["turns"]] == [None, "bob in the group"]
+        said = str(
+            await nothing_of(
+                marker,
+                port.recall(Request("range", group, 10, around_turn=g_turn, context_turns=2)),
+            )
+        )
+        assert "[erased]" in said and "bob in the group" in said
+        exported = repr(await nothing_of(marker, port.export_session(group, tick())))
+        assert "[erased]" in exported and "bob in the group" in exported
+        items = await nothing_of(marker, port.library_call("items", {"session": group}, tick()))
+        assert "[erased]" in repr(items)
+        await nothing_of(marker, port.console_turn(group, g_turn))
+        await nothing_of(marker, port.session_state(group))
+        await nothing_of(marker, port.state_record(b_turn))
+        assert await port.session_show(bob, 100) == before_bob
+        # Writes that would answer with their data, or put some in a session of theirs.
+        for call, args in (
+            ("pop", {"session": alice}),
+            ("clear", {"session": alice}),
+            ("append", {"session": alice, "items": ["more"]}),
+            ("set_title", {"session": alice, "title": "t"}),
+        ):
+            with pytest.raises(NotFound):
+                await port.library_call(call, args, tick())
+        with pytest.raises(NotFound):
+            await port.fork(a_turn, None, tick())
+        checked.append("paused")
+
+    await port.erase_entity(alice_ent, alice_ent, tick(), paused)
+    assert checked == ["paused"]
+    assert await port.session_show(bob, 100) == before_bob
+    shown = await port.session_show(group, 100)
+    assert [t["title"] for t in shown["turns"]] == [None, "bob in the group"]

@@ -94,3 +94,39 @@ async def test_expiry_leaves_stubs_and_keeps_what_the_session_goes_on_from(
         data = pg_table_bytes(request)
         assert f"old reply {marker}".encode() not in data
         assert f"old words {marker}".encode() not in data
+
+
+async def two_turns(port: LedgerPort, sender: str) -> tuple[str, str, str]:
+    """A session of `sender` with an old turn and a head: (session, old, head)."""
+    acc = await ingest(port, inbound(f"{sender}1", sender=sender, text=f"{sender} long ago"))
+    old = turn(acc.session, None, await port.open_items(acc.session), "then")
+    await port.submit_turn(old).result()
+    await ingest(port, inbound(f"{sender}2", sender=sender, text=f"{sender} lately"))
+    head = turn(acc.session, old.turn_id, await port.open_items(acc.session), "now")
+    await port.submit_turn(head).result()
+    return acc.session, old.turn_id, head.turn_id
+
+
+async def test_each_session_expires_at_its_own_cutoff(port: LedgerPort) -> None:
+    """A route rule's own keep_days reaches the ledger as a session's own cutoff: older
+    than the global one, None (kept forever), or none (the global one)."""
+    ann, ann_old, _ = await two_turns(port, "ann")
+    bob, _, _ = await two_turns(port, "bob")
+    cy, cy_old, _ = await two_turns(port, "cy")
+    routes = {r.label: r for r in await port.session_routes()}
+    assert (routes[ann].channel, routes[ann].peer_kind, routes[ann].sender_id) == (
+        "chat",
+        "dm",
+        "ann",
+    )
+    assert routes[ann].parent is None
+    now = tick()
+    assert await port.expire_before(None, now, {ann: now, bob: None}) == 1  # ann's alone
+    assert await port.expire_before(now, tick(), {bob: None}) == 1  # cy's now; bob kept
+    expired = {
+        t["id"]
+        for label in (ann, bob, cy)
+        for t in (await port.session_show(label, 10))["turns"]
+        if t["output"] is None
+    }
+    assert expired == {ann_old, cy_old}

@@ -4,6 +4,7 @@ and an erasure cut off by kill -9 that the next start finishes."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import sqlite3
@@ -17,7 +18,8 @@ import pytest
 
 from ledger.erasure import begin
 from ledger.ingest import WriterConnection
-from ledger.transfer import backup
+from ledger.port.errors import NotFound
+from ledger.transfer import backup, export_session
 from tests.ctl import in_process
 from tests.harness import DaemonProcess, write_config
 from tests.integration.test_identity import (
@@ -156,3 +158,117 @@ async def test_expiry_runs_at_start_and_health_shows_it(daemon: DaemonProcess) -
     assert query(d, "SELECT count(*) FROM turns WHERE expired_at IS NOT NULL") == [(2,)]
     data = raw(d.ledger)
     assert f"fred 0 {marker}".encode() not in data and f"fred 1 {marker}".encode() not in data
+
+
+async def test_a_route_rules_own_keep_days_expires_its_sessions_alone(
+    daemon: DaemonProcess,
+) -> None:
+    d = daemon
+    channel = uniq("c")
+    group = {"peer_kind": "group", "peer_id": "room"}
+    async with await adapter(d, channel) as a:
+        for n in range(3):
+            await say(a, inbound(uniq("m"), "hal", text=f"hal {n} in the room", **group))
+            await say(a, inbound(uniq("m"), "hal", text=f"hal {n} alone"))
+    d.kill()
+    rule = {"name": "groups", "match": {"peer_kind": ["group"]}, "keep_days": 1e-9}
+    d.config["routes"] = [rule]  # the global keep_days stays 0: forever
+    write_config(d.config_path, d.config)
+    d.start()
+    async with await operator(d) as o:
+        for _ in range(200):
+            if (await op(o, "health"))["retention"]["last_run"] is not None:
+                break
+            await anyio.sleep(0.05)
+        shown = (await op(o, "health"))["retention"]
+        assert shown["keep_days"] == 0 and shown["rules"] == {"groups": 1e-9}
+        assert shown["expired_turns"] == 2  # the room's head stays
+    expired = query(
+        d,
+        "SELECT s.kind, count(*) FROM turns t JOIN sessions s ON s.label = t.session_label"
+        " WHERE t.expired_at IS NOT NULL GROUP BY s.kind",
+    )
+    assert expired == [("group", 2)]
+
+
+async def test_between_the_mark_and_the_rows_the_daemon_reads_nothing_of_theirs(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """The erasure is marked beside the running daemon (its steps never come: the
+    daemon resumes erasures only at start), so it stays between mark and rows while
+    every read through the daemon, the library's included, and brokerctl's own
+    export of the file are asked."""
+    d = daemon
+    channel, marker, in_room = uniq("c"), uniq("zqxmid"), uniq("zqxroom")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        await say(a, inbound(uniq("m"), "fay", text=f"fay says {marker}"))
+        group = {"peer_kind": "group", "peer_id": "room"}
+        await say(a, inbound(uniq("m"), "fay", text=f"fay in the room {in_room}", **group))
+        await say(a, inbound(uniq("m"), "gus", text="gus in the room", **group))
+        await say(a, inbound(uniq("m"), "gus", text="gus alone"))
+        fay = (await contact(o, channel, "fay"))["entity"]
+        fay_session = (await contact(o, channel, "fay"))["session"]
+        room = next(
+            s["label"] for s in await op(o, "sessions.list") if s["label"].startswith("group:")
+        )
+        gus = await op(o, "session.show", session=(await contact(o, channel, "gus"))["session"])
+        assert marker in json.dumps(await op(o, "session.show", session=fay_session))
+
+        conn = sqlite3.connect(d.ledger, factory=WriterConnection, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute("BEGIN IMMEDIATE")
+            begin(conn, fay, fay, 1)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+        for name, args in (
+            ("session.show", {"session": fay_session}),
+            ("session.state", {"session": fay_session}),
+            ("entity.show", {"entity": fay}),
+            ("contact.show", {"channel": channel, "sender_id": "fay"}),
+            ("store.call", {"call": "items", "args": {"session": fay_session}}),
+        ):
+            with pytest.raises(BrokerError) as gone:
+                await op(o, name, **args)
+            assert gone.value.code == "not_found", name
+        assert await op(o, "recall.search", query=marker) == []
+        # The echo engine's reply in the room quotes her: others' words stay (documented).
+        assert [h["role"] for h in await op(o, "recall.search", query=in_room)] == ["assistant"]
+        listed = json.dumps(await op(o, "sessions.list"))
+        assert fay_session not in listed and room in listed
+        items = await op(o, "store.call", call="items", args={"session": room})
+        said = [i["content"] for i in items if i.get("role") == "user"]
+        assert said == ["[erased]", "gus in the room"], items
+        assert await op(o, "session.show", session=gus["label"]) == gus
+    intents = exported_room(d, room)  # what `brokerctl export` runs, on the file itself
+    assert intents == [[], [("gus", "gus in the room")]]
+    with pytest.raises(NotFound):
+        export_session(d.ledger, "NORMAL", fay_session, 1, io.BytesIO().write)
+    d.kill()
+    d.start()  # the erasure resumes and finishes
+    for _ in range(200):
+        if query(d, "SELECT count(*) FROM erasures WHERE finished_at IS NULL") == [(0,)]:
+            break
+        await anyio.sleep(0.05)
+    assert exported_room(d, room) == [[("[erased]", "[erased]")], [("gus", "gus in the room")]]
+
+
+def exported_room(d: DaemonProcess, room: str) -> list[list[tuple[str, str]]]:
+    """The room's export: its messages from people are fay's `[erased]` and gus's; each
+    turn's intent, as (sender, text) of its inputs, is returned."""
+    out = io.BytesIO()
+    export_session(d.ledger, "NORMAL", room, 1, out.write)
+    turns = [json.loads(line) for line in out.getvalue().splitlines()][1:]
+    said = [m["content"] for t in turns for m in t["messages"] if m["role"] == "user"]
+    assert said == ["[erased]", "gus in the room"]
+    return [
+        [
+            (i["sender"], i["text"])
+            for e in t["events"]
+            if e["type"] == "intent"
+            for i in e["payload"]["inputs"]
+        ]
+        for t in turns
+    ]

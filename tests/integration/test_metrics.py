@@ -183,3 +183,51 @@ async def test_brokerctl_top_shows_the_figures(make_daemon: DaemonFactory) -> No
     assert rows["sessions"].split()[-2] == "2"
     assert " ms " in rows["ack p99"] and rows["turns/s"].split()[-2] == "0.00"
     assert "idle" in out and "stuck sessions" in out
+
+
+def value_of(url: str, name: str, **labels: str) -> float:
+    for _, samples in scrape(url).values():
+        for sample, got, value in samples:
+            if sample == name and got == labels:
+                return value
+    raise AssertionError(f"no {name} {labels} in the scrape")
+
+
+@pytest.mark.anyio
+@ASYNCIO
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+async def test_erasures_and_expiry_move_their_figures(
+    make_daemon: DaemonFactory, backend: str
+) -> None:
+    from tests.integration.test_identity import adapter, contact, inbound, op, operator, say, uniq
+
+    port = free_port()
+    d = make_daemon({"metrics": {"address": f"127.0.0.1:{port}"}}, backend=backend)
+    url = f"http://127.0.0.1:{port}/metrics"
+    channel = uniq("c")
+    async with await adapter(d, channel) as a, await operator(d) as o:
+        for n in range(3):
+            await say(a, inbound(uniq("m"), "ivy", text=f"ivy {n}"))
+            await say(a, inbound(uniq("m"), "jon", text=f"jon {n}"))
+        assert value_of(url, "broker_erasures_total", state="started") == 0
+        assert value_of(url, "broker_expiry_last_run_seconds") == 0  # keep_days 0: no run
+        ivy = (await contact(o, channel, "ivy"))["entity"]
+        done = await op(o, "entity.erase", entity=ivy, confirm=ivy)
+    assert value_of(url, "broker_erasures_total", state="started") == 1
+    assert value_of(url, "broker_erasures_total", state="finished") == 1
+    assert value_of(url, "broker_erasure_removed_total", kind="messages") == done["messages"] >= 6
+    assert value_of(url, "broker_erasure_removed_total", kind="sessions") == 1
+    d.kill()
+    d.config["retention"] = {"keep_days": 1e-9}
+    write_config(d.config_path, d.config)
+    d.start()
+
+    def one_run() -> bool:
+        try:
+            return value_of(url, "broker_expiry_runs_total") == 1
+        except httpx.HTTPError:  # not listening yet
+            return False
+
+    await eventually(one_run)
+    assert value_of(url, "broker_expired_turns_total") == 2  # jon's, but his head
+    assert value_of(url, "broker_expiry_last_run_seconds") >= time.time() - 60

@@ -149,6 +149,8 @@ def test_keyword_overrides_are_applied(tmp_path: Path) -> None:
         ('[engine]\nkind = "gpt"\n', "engine.kind"),
         ('[[routes]]\nname = "r"\nsession = { key = "{nope}" }\n', "routes.0.session.key"),
         ('[[owners]]\nchannel = "chat"\n', "owners.0.sender_id"),
+        ('[[routes]]\nname = "r"\nkeep_days = -1\n', "routes.0.keep_days"),
+        ('[[routes]]\nname = "r"\nkeep_days = inf\n', "routes.0.keep_days"),
     ],
 )
 def test_invalid_file_value_names_the_dotted_key(tmp_path: Path, toml: str, key: str) -> None:
@@ -244,3 +246,8 @@ def test_cli_check_config_with_a_good_file_exits_0(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "valid" in proc.stdout
     assert not (tmp_path / "var").exists()
+
+
+def test_a_route_rule_keeps_its_own_days_fractions_allowed(tmp_path: Path) -> None:
+    path = write(tmp_path, '[[routes]]\nname = "groups"\nkeep_days = 0.5\n')
+    assert load_settings(path).routes[0].keep_days == 0.5
