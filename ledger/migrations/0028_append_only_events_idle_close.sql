@@ -1,11 +1,19 @@
 -- A session's events are append-only (seed 004; docs/forgetting.md): a message, a
 -- tool call or a turn event, once written, is never changed. The one change allowed
--- is the forgetting of a person (ledger/erasure.py `redact`), which sets a message's
--- `content` to '[erased]' and nothing else. Rows go only whole, with their turn or
+-- is the forgetting of a person (ledger/erasure.py), which sets a message's
+-- `content` to '[erased]' and nothing else, and an intent's quote of them likewise. Rows go only whole, with their turn or
 -- session, when a person is forgotten, a turn expires or the library deletes a
 -- session; a trigger cannot tell those deletes from another, so they are not refused
 -- here, and no other write deletes these rows (tests/conformance/test_append_only.py).
-CREATE TRIGGER turn_events_never_change BEFORE UPDATE ON turn_events BEGIN
+-- The forgetting also rewrites the broker's `intent` event of a group turn that
+-- quoted the person (ledger/erasure.py `forget_intents`): its payload, and only
+-- that, to one that names '[erased]' in their place.
+CREATE TRIGGER turn_events_never_change BEFORE UPDATE ON turn_events
+    WHEN NOT (OLD.type = 'intent' AND NEW.type = 'intent' AND NEW.turn_id IS OLD.turn_id
+              AND NEW.seq IS OLD.seq AND NEW.session_label IS OLD.session_label
+              AND NEW.created_at IS OLD.created_at AND NEW.session_seq IS OLD.session_seq
+              AND instr(NEW.payload, '"[erased]"') > 0)
+BEGIN
     SELECT RAISE(ABORT, 'events are append-only');
 END;
 CREATE TRIGGER tool_calls_never_change BEFORE UPDATE ON tool_calls BEGIN

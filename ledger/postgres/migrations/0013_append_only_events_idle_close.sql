@@ -26,8 +26,24 @@ BEGIN
     RAISE EXCEPTION 'events are append-only';
 END
 $$;
+-- The forgetting also rewrites a group turn's `intent` that quoted the person
+-- (ledger/erasure.py `forget_intents`): its payload only, naming '[erased]'.
+CREATE FUNCTION intents_only_forget() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.type = 'intent' AND NEW.type = 'intent' AND NEW.turn_id = OLD.turn_id
+        AND NEW.seq = OLD.seq AND NEW.session_label = OLD.session_label
+        AND NEW.created_at = OLD.created_at
+        AND NEW.session_seq IS NOT DISTINCT FROM OLD.session_seq
+        AND strpos(NEW.payload::text, '"[erased]"') > 0 THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'events are append-only';
+END
+$$;
 CREATE TRIGGER turn_events_never_change BEFORE UPDATE ON turn_events
-    FOR EACH ROW EXECUTE FUNCTION events_never_change();
+    FOR EACH ROW EXECUTE FUNCTION intents_only_forget();
 CREATE TRIGGER tool_calls_never_change BEFORE UPDATE ON tool_calls
     FOR EACH ROW EXECUTE FUNCTION events_never_change();
 CREATE TRIGGER messages_only_forget BEFORE UPDATE ON messages
