@@ -37,6 +37,7 @@ from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
+    EmbeddingPort,
     HandoffPort,
     RoutePort,
     SnapshotPort,
@@ -83,6 +84,7 @@ __all__ = [
     "Conversation",
     "DeliveryPort",
     "Dispatched",
+    "EmbeddingPort",
     "Found",
     "Handoff",
     "Hit",
@@ -479,6 +481,7 @@ class LedgerPort(
     RoutePort,
     ThreadPort,
     TitlePort,
+    EmbeddingPort,
     LibraryPort,
     ErasurePort,
     NamesPort,
