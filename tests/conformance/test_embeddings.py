@@ -7,6 +7,7 @@ storage and the search, not the model (tests/unit/test_encoder.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ DIM = 384
 
 def unit(seed: int) -> bytes:
     v = np.random.default_rng(seed).standard_normal(DIM).astype("<f4")
-    return (v / np.linalg.norm(v)).astype("<f4").tobytes()
+    return bytes((v / np.linalg.norm(v)).astype("<f4").tobytes())
 
 
 async def index_all(port: LedgerPort, vector_of: dict[str, bytes], default: bytes) -> int:
@@ -57,29 +58,23 @@ async def test_vectors_are_stored_once_and_searched_within_the_persons_sessions(
     assert (await port.embeddings_counts())[0] == 4
 
     req = Request("search", alice, 5, query="JWT validation", person=True, mode="meaning")
-    found = await port.recall(Request(**{**_fields(req), "query_vector": near}))
+    found = await port.recall(replace(req, query_vector=near))
     assert isinstance(found, Searched)
     assert [h.session for h in found.hits] == [alice, alice]  # never bob's
     assert found.hits[0].snippet == "checking the token's signature"
     assert found.hits[0].score == pytest.approx(1.0, abs=1e-5)
     assert found.hits[1].score < 0.5
 
-    both = await port.recall(
-        Request(**{**_fields(req), "mode": "both", "query": "signature", "query_vector": far})
-    )
+    both = await port.recall(replace(req, mode="both", query="signature", query_vector=far))
     assert isinstance(both, Searched)
     assert {h.session for h in both.hits} == {alice}
     # First in the list by words, second in the list by meaning: first when fused.
     assert both.hits[0].message == found.hits[0].message
-    everyone = await port.recall(Request(**{**_fields(req), "session": None, "query_vector": near}))
+    everyone = await port.recall(replace(req, session=None, query_vector=near))
     assert isinstance(everyone, Searched)
     assert {h.session for h in everyone.hits} == {alice, bob}  # all sessions: an operator's read
-    tools = await port.recall(Request(**{**_fields(req), "roles": ("tool",), "query_vector": near}))
+    tools = await port.recall(replace(req, roles=("tool",), query_vector=near))
     assert isinstance(tools, Searched) and tools.hits == []
-
-
-def _fields(req: Request) -> dict[str, object]:
-    return {f: getattr(req, f) for f in req.__dataclass_fields__}
 
 
 async def test_a_vector_of_text_erased_meanwhile_is_not_stored(port: LedgerPort) -> None:
