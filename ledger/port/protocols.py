@@ -403,8 +403,16 @@ class ReadPort(Protocol):
         its turns if `turn`, oldest first; NotFound for an unknown session or turn."""
         ...
 
-    async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:
-        """Full-text search, best first; a query that cannot be searched: ValueError."""
+    async def recall_search(
+        self,
+        query: str,
+        session: str | None,
+        limit: int,
+        mode: str = "words",
+        query_vector: bytes | None = None,
+    ) -> list[Hit]:
+        """Search, best first: full text (`mode` words), by meaning (the query's
+        `query_vector`) or both fused; a query that cannot be searched: ValueError."""
         ...
 
     async def recall(self, req: Request) -> Found:
