@@ -112,19 +112,25 @@ def nearest(
             raise ValueError(f"unknown role {sorted(unknown)[0]!r}; roles are {sorted(ROLES)}")
         where += f" AND m.role IN ({','.join('?' * len(roles))})"
         args.extend(roles)
+    # The messages table only when a filter needs it: the session index alone otherwise.
+    joined = " JOIN messages m ON m.id = e.message_id" if "m." in where else ""
     rows = conn.execute(
-        "SELECT e.message_id, e.vector FROM embeddings e JOIN messages m ON m.id = e.message_id"
-        " WHERE 1 = 1" + where,
+        "SELECT e.message_id, e.vector FROM embeddings e" + joined + " WHERE 1 = 1" + where,
         args,
     ).fetchall()
     if not rows:
         return []
     query = np.frombuffer(query_vector, dtype="<f4")
-    matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4")
+    blob = b"".join(r[1] if isinstance(r[1], bytes) else bytes(r[1]) for r in rows)
+    matrix = np.frombuffer(blob, dtype="<f4")
     if matrix.size != len(rows) * query.size:
         raise ValueError("the stored vectors are of another model: re-index (docs/turns.md)")
     scores = matrix.reshape(len(rows), query.size) @ query
-    top = np.argsort(-scores, kind="stable")[:limit]
+    if len(scores) > limit:  # the best `limit` first, unordered, then those in order
+        best = np.argpartition(-scores, limit)[:limit]
+        top = best[np.argsort(-scores[best], kind="stable")]
+    else:
+        top = np.argsort(-scores, kind="stable")
     ranked = [(int(rows[i][0]), float(scores[i])) for i in top]
     return _hits(conn, ranked)
 
