@@ -57,7 +57,7 @@ async def test_an_agent_recalls_by_meaning_its_own_person_only(
     program = tmp_path / "engine.py"
     program.write_text(ENGINE)
     engine = {"kind": "subprocess", "command": [sys.executable, str(program)]}
-    d = make_daemon({"engine": engine}, backend=backend)
+    d = make_daemon({"engine": engine, "recall": {"model_dir": "auto"}}, backend=backend)
     alice = (await chat(d.socket, [ALICE_SAID, "what's for lunch"], sender="+1"))[0]
     (bob,) = await chat(d.socket, [BOB_SAID], prefix="b", sender="+2")
     await indexed(d.socket, alice["session"], "token's signature")
