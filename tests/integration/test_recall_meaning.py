@@ -5,6 +5,7 @@ a clear tool error while the daemon serves on."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -71,6 +72,21 @@ async def test_an_agent_recalls_by_meaning_its_own_person_only(
     assert "token's signature" not in words["text"]  # by words, nothing of it matches
     (both,) = await chat(d.socket, ["recall both JWT validation"], prefix="x", sender="+1")
     assert "token's signature" in both["text"] and "JWT signature" not in both["text"]
+    if backend == "asyncio":  # the operator's command line, once
+        args = ["recall", "JWT validation", "--mode", "meaning", "--session", alice["session"]]
+        done = await anyio.to_thread.run_sync(ctl, d.config_path, args)
+        assert done.returncode == 0, done.stderr
+        assert "token's signature" in done.stdout and "bob" not in done.stdout
+
+
+def ctl(config: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "brokerctl", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 async def test_without_a_model_meaning_is_a_clear_tool_error(
