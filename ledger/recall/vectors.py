@@ -9,8 +9,8 @@ and assistant messages are embedded.
 
 A search (`nearest`) is the cosine of the query's vector with every vector of the
 sessions the caller may reach, the same scope and filters the search by words has
-(ledger/recall/answer.py decides the scope), brute force in numpy: exact, and a few
-milliseconds per ten thousand messages (docs/performance.md). Vectors are float32
+(ledger/recall/answer.py decides the scope), brute force in numpy: exact, its cost
+linear in the person's messages (docs/performance.md). Vectors are float32
 little-endian unit vectors, so the cosine is the dot product. `fuse` merges the
 lists by words and by meaning by reciprocal rank.
 """
