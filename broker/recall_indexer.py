@@ -46,6 +46,11 @@ class Semantic:
         """Whether a model is configured or installed (it may still fail to load)."""
         return self.folder is not None
 
+    @property
+    def usable(self) -> bool:
+        """Enabled, and its model has not failed to load."""
+        return self.folder is not None and self._error is None
+
     def _load(self) -> Encoder:
         with self._lock:
             if self._encoder is not None:
