@@ -111,3 +111,53 @@ async def test_without_a_model_meaning_is_a_clear_tool_error(
             await op.op("recall.search", query="greetings", mode="meaning")
         with pytest.raises(BrokerError, match="mode must be one of"):
             await op.op("recall.search", query="greetings", mode="vibes")
+
+
+HINT_ENGINE = """
+from broker.engines import EngineResult
+
+
+class Hinted:
+    name = "hinted"
+    accepts_steering = False
+    context_window = 8192
+
+    async def run(self, request, io):
+        hints = [n for n in request.notes if n.startswith("[Recall hint")]
+        return EngineResult(text=" | ".join(hints) or "none")
+
+    async def aclose(self):
+        return None
+
+
+def factory(config):
+    return Hinted()
+"""
+
+
+async def test_a_summary_mode_hint_points_at_mode_both(
+    make_daemon: DaemonFactory, short_tmp: Path
+) -> None:
+    work = short_tmp / "d"  # the daemon's own folder: its python engines load from there
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "hint_engine.py").write_text(HINT_ENGINE)
+    policies = work / "policies.toml"
+    policies.write_text(
+        '[[rules]]\nname = "all"\nmatch = { sender = ["+1"] }\nsession = { persona = "brief" }\n'
+    )
+    persona = {"system_prompt": "Brief.", "context_mode": "summary", "verbatim_turns": 1}
+    cfg: dict[str, Any] = {
+        "policies_file": str(policies),
+        "engine": {"kind": "python", "entry": "hint_engine:factory"},
+        "personas": {"brief": {**persona, "summary_turns": 1}},
+    }
+    d = make_daemon({**cfg, "recall": {"model_dir": "auto"}})
+    said = ["the deploy key rotates", "lunch plans", "more lunch", "like we discussed, go on"]
+    replies = await chat(d.socket, said, prefix="h", sender="+1")
+    hint = replies[3]["text"]
+    assert "Recall hint" in hint and "mode 'both'" in hint
+    (short_tmp / "d2").mkdir(exist_ok=True)
+    (short_tmp / "d2" / "hint_engine.py").write_text(HINT_ENGINE)
+    off = make_daemon(cfg, name="d2")  # the tests' default: no recall by meaning
+    replies = await chat(off.socket, said, prefix="h", sender="+1")
+    assert "Recall hint" in replies[3]["text"] and "mode" not in replies[3]["text"]
