@@ -446,6 +446,13 @@ class RecallSettings(_Section):
         description="A one-line note to a turn whose message names something that only older"
         " turns, left out of its context, hold.",
     )
+    model_dir: str = Field(
+        "auto",
+        description="Recall by meaning (`conversation_recall` mode `meaning` or `both`): a"
+        " sentence-transformers BERT folder (`config.json`, `model.safetensors`,"
+        ' `tokenizer.json`); "auto": the all-MiniLM-L6-v2 the `semantic` extra installs,'
+        ' when it is installed; "": off (messages are not embedded).',
+    )
 
 
 class SnapshotSettings(_Section):

@@ -41,6 +41,7 @@ from broker.mailbox.registry import Mailboxes
 from broker.mcp.tools import McpTools
 from broker.observe.http import EndpointError
 from broker.ops.table import Ops
+from broker.recall_indexer import semantic
 from broker.retention import Retention
 from broker.router import Router
 from broker.runtime import RuntimeUnreachable
@@ -292,6 +293,7 @@ class Daemon:
                 # After the backlog: due times missed while down fire first thing.
                 await tg.start(timers.run)
                 await tg.start(titler.run)
+                await tg.start(semantic(s.recall.model_dir).run, ledger)
                 await tg.start(server.serve, listener)
                 tg.start_soon(ops.erasure.resume)  # one a stop cut off
                 ops.retention = Retention(ledger, s.retention.keep_days, router)

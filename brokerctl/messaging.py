@@ -46,6 +46,9 @@ def recall(
         str | None, typer.Option(help="Search this session only (a label or alias).")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=200, help="At most this many hits.")] = 20,
+    mode: Annotated[
+        str, typer.Option(help="words (full text), meaning (needs [recall] model_dir) or both.")
+    ] = "words",
 ) -> None:
     """Search what was said: the archive of one session, or of all."""
 
@@ -56,4 +59,5 @@ def recall(
             [[h["session"], h["turn"], h["role"], h["snippet"]] for h in hits],
         )
 
-    call("recall.search", render, query=query, session=session, limit=limit)
+    by = {} if mode == "words" else {"mode": mode}  # a broker before modes knows words only
+    call("recall.search", render, query=query, session=session, limit=limit, **by)

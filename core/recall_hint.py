@@ -120,18 +120,23 @@ def candidates(message: str) -> list[str]:
     return [term for _, term in sorted(found)]
 
 
-def hint_line(found: list[str], refers_back: str | None, older_turns: bool) -> str | None:
-    """The turn's one-line hint, or None."""
+def hint_line(
+    found: list[str], refers_back: str | None, older_turns: bool, meaning: bool = False
+) -> str | None:
+    """The turn's one-line hint, or None; `meaning`: recall by meaning is on, so the
+    hint suggests the search that also finds what was said in other words."""
+    how = "action 'search', mode 'both'" if meaning else "action 'search'"
     if found:
         named = ", ".join(f'"{t}"' for t in found)
         return (
             f"[Recall hint: {named} appear(s) in earlier turns of this conversation that"
-            " are not in your context; conversation_recall (action 'search') finds them.]"
+            f" are not in your context; conversation_recall ({how}) finds them.]"
         )
     if refers_back is not None and older_turns:
+        search = f" ({how}: it also finds them said in other words)" if meaning else ""
         return (
             f'[Recall hint: the message refers back ("{refers_back}") and earlier turns of'
-            " this conversation are not in your context; conversation_recall can search"
-            " them.]"
+            f" this conversation are not in your context; conversation_recall can search"
+            f" them{search}.]"
         )
     return None

@@ -189,6 +189,9 @@ class DaemonProcess:
             "socket_path": str(self.socket),
             "log_level": "info",
             "ledger": {"path": str(self.ledger)},
+            # Recall by meaning loads a model and embeds every message: only the tests
+            # of it turn it on (tests/integration/test_recall_meaning.py).
+            "recall": {"model_dir": ""},
         }
         # TEST_RUNTIME=temporal (tests/temporal_runtime.py); the SDK is asyncio's, so a
         # daemon on trio stays on the local runtime.

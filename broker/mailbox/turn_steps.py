@@ -22,6 +22,7 @@ from broker.mailbox import turn_parts as parts
 from broker.mailbox.ports import ActorPorts
 from broker.mailbox.running_turn import RunningTurn, Spawn
 from broker.mailbox.session_facts import SessionFacts
+from broker.recall_indexer import semantic
 from broker.workspace import git_state
 from core import lifecycle as lc
 from core import queue_machine as m
@@ -160,7 +161,9 @@ class TurnSteps:
         # No timeout of its own: a reader thread cannot be cancelled, and the read is
         # bounded by its work instead (ledger/recall/hint.py).
         found = await self.ports.recall_hint(self.label, query.terms, own) if query.terms else []
-        line = recall_hint.hint_line(found, query.refers_back, older_turns=True)
+        # A summary-mode context with a model: the hint points at the search by both.
+        meaning = summary_mode and semantic(settings.recall.model_dir).usable
+        line = recall_hint.hint_line(found, query.refers_back, older_turns=True, meaning=meaning)
         if query.terms:  # the archive was searched: recorded, with the next event
             recalled = {"by": "broker", "terms": list(query.terms), "hits": len(found)}
             turn.events.add("memory_recall", {**recalled, "hinted": line is not None})

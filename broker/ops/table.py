@@ -27,12 +27,15 @@ from broker.ops.store import StoreOps
 from broker.ops.threads import ThreadOps
 from broker.ops.timers import TimerOps
 from broker.ops.workers import WorkerOps
+from broker.recall_indexer import semantic
 from broker.retention import Retention
 from broker.timers import Timers
+from broker.tools.recall import MODES
 from core.session_state import EVENT_TYPES
 from ledger.port.errors import LedgerLookupError
 from ledger.port.protocols import LedgerPort
 from plumbing import logs
+from plumbing.encoder import EncoderUnavailable
 from plumbing.ids import now_ms
 from wire.frames import ArgSpec, Op, check_args, parse_model
 from wire.framing import ProtocolError
@@ -334,14 +337,28 @@ class Ops:
                 ArgSpec("limit", int, False, minimum=1, maximum=200),
                 ArgSpec("neighbours_before", int, False, minimum=0, maximum=5),
                 ArgSpec("neighbours_after", int, False, minimum=0, maximum=5),
+                ArgSpec("mode", str, False),
             ),
             req,
         )
+        cfg = self.mailboxes.settings.recall if self.mailboxes is not None else None
+        mode = a.get("mode", "words")
+        if mode not in MODES:
+            raise ProtocolError(
+                "invalid", f"mode must be one of {', '.join(MODES)}", field="mode", req=req
+            )
+        vector = None
+        if mode != "words":
+            try:
+                vector = await semantic(cfg.model_dir if cfg else "auto").encode_query(a["query"])
+            except EncoderUnavailable as exc:
+                raise ProtocolError("invalid", str(exc), field="mode", req=req) from exc
         try:
-            hits = await self.ledger.recall_search(a["query"], a.get("session"), a.get("limit", 20))
+            hits = await self.ledger.recall_search(
+                a["query"], a.get("session"), a.get("limit", 20), mode, vector
+            )
         except ValueError as exc:
             raise ProtocolError("invalid", str(exc), field="query", req=req) from exc
-        cfg = self.mailboxes.settings.recall if self.mailboxes is not None else None
         before = a.get("neighbours_before", cfg.neighbours_before if cfg else 1)
         after = a.get("neighbours_after", cfg.neighbours_after if cfg else 1)
         around = await self.ledger.recall_neighbours(

@@ -41,6 +41,7 @@ from ledger.port.records import (
 )
 
 ACTIONS = ("search", "range", "tool_calls", "summary")
+MODES = ("words", "meaning", "both")
 ALL_SESSIONS = "*"
 DEFAULT_LIMIT = {"search": 10, "range": 40, "tool_calls": 10, "summary": 1}
 MAX_LIMIT = {"search": 50, "range": 200, "tool_calls": 50, "summary": 1}
@@ -56,7 +57,9 @@ RECALL_TOOL = ToolSpec(
         " verbatim, including what is no longer in your context. Use it before asking the"
         " user to repeat something. Actions: 'search' finds messages by words (all words"
         ' must match; "exact phrase" in quotes; a trailing * matches a prefix, as in'
-        " auth*), each hit with the turns just before and after it; 'range' shows whole"
+        " auth*), each hit with the turns just before and after it (mode 'meaning' finds"
+        " messages that say the same in other words, 'both' merges the two lists);"
+        " 'range' shows whole"
         " turns around a turn id from search results, by their numbers in the thread"
         " (start_turn, end_turn: 1 is the first turn, -1 the latest), or between two"
         " times; 'tool_calls' lists recent tool calls, optionally of one tool;"
@@ -70,6 +73,11 @@ RECALL_TOOL = ToolSpec(
         "properties": {
             "action": {"type": "string", "enum": list(ACTIONS)},
             "query": {"type": "string", "description": "search: the words to find."},
+            "mode": {
+                "type": "string",
+                "enum": list(MODES),
+                "description": "search: by 'words' (default), by 'meaning', or 'both'.",
+            },
             "session": {
                 "type": "string",
                 "description": "A session label; '*' (search only) for all sessions."
@@ -161,11 +169,15 @@ async def conversation_recall(
     cross_session: bool = True,
     neighbours: tuple[int, int] = (1, 1),
     reaching: Reaching | None = None,
+    embed: Callable[[str], Awaitable[bytes]] | None = None,
 ) -> str:
     """Run one call of the tool for the session `session_label` (see the Rules);
     `neighbours`: the turns shown before and after each search hit; `reaching`: the
-    reach of the calling turn (a session past it raises `NotReachable`)."""
+    reach of the calling turn (a session past it raises `NotReachable`); `embed`: the
+    query's vector for a search by meaning (None: recall by meaning is off)."""
     req = parse_arguments(arguments, session_label, cross_session)
+    if req.mode != "words":
+        req = replace(req, query_vector=await _embedded(req, embed))
     if req.action == "search":
         req = replace(req, before=neighbours[0], after=neighbours[1])
     if reaching is not None:
@@ -177,6 +189,16 @@ async def conversation_recall(
     except (ValueError, LedgerLookupError) as exc:
         raise EngineError(f"conversation_recall {req.action}: {exc}") from exc
     return fit(_answer(req, found), count_tokens, budget_tokens)
+
+
+async def _embedded(req: Request, embed: Callable[[str], Awaitable[bytes]] | None) -> bytes:
+    assert req.query is not None  # parse_arguments checked
+    if embed is None:
+        raise _bad(f"mode {req.mode!r} is off on this broker ([recall] model_dir); use 'words'")
+    try:
+        return await embed(req.query)
+    except RuntimeError as exc:  # EncoderUnavailable: the extra or the model is missing
+        raise _bad(f"mode {req.mode!r} is unavailable: {exc}; use 'words'") from exc
 
 
 # -- arguments ---------------------------------------------------------------
@@ -207,9 +229,19 @@ def parse_arguments(args: Mapping[str, Any], own: str, cross_session: bool) -> R
         start_turn=_turn_number(given, "start_turn"),
         end_turn=_turn_number(given, "end_turn"),
         person=session == own,
+        mode=_mode(given, action),
     )
     _check_action(req)
     return req
+
+
+def _mode(given: Mapping[str, Any], action: str) -> str:
+    value = given.get("mode", "words")
+    if value not in MODES:
+        raise _bad(f"mode must be one of {', '.join(MODES)}")
+    if value != "words" and action != "search":
+        raise _bad("mode is for search only")
+    return str(value)
 
 
 def _check_action(req: Request) -> None:

@@ -18,11 +18,13 @@ is logged and audited.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from broker.engines.base import EngineError
+from broker.recall_indexer import semantic
 from broker.tools import session as tools_session
 from broker.tools import workers as tools_workers
 from broker.tools.context import ToolContext
@@ -125,6 +127,12 @@ async def agent_send(
     ).decode()
 
 
+def _embed(model_dir: str) -> Callable[[str], Awaitable[bytes]] | None:
+    """The query encoder of recall by meaning, None when it is off."""
+    model = semantic(model_dir)
+    return model.encode_query if model.enabled else None
+
+
 async def call(
     hub: ToolContext,
     session: str,
@@ -152,6 +160,7 @@ async def call(
                 cross_session=cfg.cross_session,
                 neighbours=(cfg.neighbours_before, cfg.neighbours_after),
                 reaching=Reaching(session, RECALL_TOOL.name, hub.wide),
+                embed=_embed(cfg.model_dir),
             )
         except NotReachable:  # a read: its refusal is audited in a write of its own
             _refused(session, turn, RECALL_TOOL.name, arguments.get("action"))

@@ -137,6 +137,24 @@ class TitlePort(Protocol):
         ...
 
 
+class EmbeddingPort(Protocol):
+    """The sentence vectors of recall by meaning (broker/recall_indexer.py)."""
+
+    async def embeddings_pending(self, limit: int) -> tuple[int, int, list[tuple[int, str, str]]]:
+        """(the indexer's mark, the last message id of the next `limit` after it, the
+        (id, session, content) of those to embed)."""
+        ...
+
+    async def embeddings_store(self, through: int, rows: list[tuple[int, str, str, bytes]]) -> int:
+        """Store (id, session, encoded content, float32 vector) rows whose message still
+        holds that content, and move the mark to `through`; the count stored."""
+        ...
+
+    async def embeddings_counts(self) -> tuple[int, int]:
+        """(vectors stored, the indexer's mark)."""
+        ...
+
+
 class HandoffPort(Protocol):
     """Hand-offs of items to their session's runtime, recorded for a cluster
     (ledger/handoffs.py)."""

@@ -37,6 +37,7 @@ from ledger.port.audit import AuditPort
 from ledger.port.committing import Admits, Committing
 from ledger.port.erasure import ErasurePort
 from ledger.port.features import (
+    EmbeddingPort,
     HandoffPort,
     LeasePort,
     RoutePort,
@@ -84,6 +85,7 @@ __all__ = [
     "Conversation",
     "DeliveryPort",
     "Dispatched",
+    "EmbeddingPort",
     "Found",
     "Handoff",
     "Hit",
@@ -402,8 +404,16 @@ class ReadPort(Protocol):
         its turns if `turn`, oldest first; NotFound for an unknown session or turn."""
         ...
 
-    async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:
-        """Full-text search, best first; a query that cannot be searched: ValueError."""
+    async def recall_search(
+        self,
+        query: str,
+        session: str | None,
+        limit: int,
+        mode: str = "words",
+        query_vector: bytes | None = None,
+    ) -> list[Hit]:
+        """Search, best first: full text (`mode` words), by meaning (the query's
+        `query_vector`) or both fused; a query that cannot be searched: ValueError."""
         ...
 
     async def recall(self, req: Request) -> Found:
@@ -480,6 +490,7 @@ class LedgerPort(
     RoutePort,
     ThreadPort,
     TitlePort,
+    EmbeddingPort,
     LibraryPort,
     ErasurePort,
     NamesPort,

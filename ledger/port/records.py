@@ -204,6 +204,8 @@ class Request:
     after: int = 0
     person: bool = False  # cover every session of the session's entity (recall_scope.py)
     reaching: Reaching | None = None  # a broker tool's call: only what its turn reaches
+    mode: str = "words"  # search: words (full text) | meaning (vectors) | both (fused)
+    query_vector: bytes | None = None  # meaning, both: the query's float32 unit vector
 
 
 @dataclass(frozen=True, slots=True)

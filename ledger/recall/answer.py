@@ -17,6 +17,7 @@ from ledger.port.records import Found, Hit, Neighbour, Reaching, Request, Search
 from ledger.recall import reads as recall_reads
 from ledger.recall import search as recall
 from ledger.recall import thread as recall_thread
+from ledger.recall import vectors
 from ledger.recall.scope import entity_sessions
 
 
@@ -78,10 +79,22 @@ def _searched(conn: sqlite3.Connection, req: Request, also: tuple[str, ...] = ()
             match=match,
         )
 
+    def by_meaning() -> list[Hit]:
+        if req.query_vector is None:
+            raise ValueError("a search by meaning needs the query's vector")
+        return vectors.nearest(
+            conn, req.query_vector, scope, req.limit, req.until_ms, req.since_ms, req.roles
+        )
+
+    if req.mode == "meaning":
+        hits = by_meaning()
+        return Searched(hits, False, _around(conn, hits, req.before, req.after), also)
     hits = run("all")
     some_words = not hits and len(recall.terms(query)) >= 2
     if some_words:
         hits = run("any")
+    if req.mode == "both":
+        hits, some_words = vectors.fuse([hits, by_meaning()], req.limit), False
     return Searched(hits, some_words, _around(conn, hits, req.before, req.after), also)
 
 

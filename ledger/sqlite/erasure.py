@@ -31,7 +31,7 @@ VACUUMED = (
     "file_snapshots", "blobs", "compactions", "turn_state", "turn_progress", "sessions",
     "contacts", "entities", "timers", "timer_firings", "scratchpad", "session_history",
     "session_aliases", "route_bindings", "bridge_notes", "thread_seeds", "threads",
-    "person_activity", "dispatches", "adk_sessions",
+    "person_activity", "dispatches", "adk_sessions", "embeddings",
 )  # fmt: skip
 
 

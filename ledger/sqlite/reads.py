@@ -14,7 +14,7 @@ from typing import Any
 from core.session_state import SessionState
 from ledger import console, events, queries, state_reads, state_records, workers
 from ledger.port import cipher as driver
-from ledger.port.records import Found, Hit, Neighbour, Request
+from ledger.port.records import Found, Hit, Neighbour, Request, Searched
 from ledger.recall import answer as recall_answer
 from ledger.recall import hint as recall_hint
 from ledger.recall import search as recall
@@ -86,10 +86,22 @@ class SqliteReads(Connected):
     async def workers_list(self, session: str, turn: str | None) -> list[dict[str, Any]]:
         return await self.readers.run(lambda c: workers.list_workers(c, session, turn))
 
-    async def recall_search(self, query: str, session: str | None, limit: int) -> list[Hit]:
+    async def recall_search(
+        self,
+        query: str,
+        session: str | None,
+        limit: int,
+        mode: str = "words",
+        query_vector: bytes | None = None,
+    ) -> list[Hit]:
         def run(c: sqlite3.Connection) -> list[Hit]:
             label = queries.resolve_for_show(c, session) if session is not None else None
-            return recall.search(c, query, label, limit)
+            if mode == "words":
+                return recall.search(c, query, label, limit)
+            req = Request("search", label, limit, query, mode=mode, query_vector=query_vector)
+            found = recall_answer.answer(c, req)
+            assert isinstance(found, Searched)  # a search answers Searched
+            return found.hits
 
         return await self.readers.run(run)
 

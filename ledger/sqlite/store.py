@@ -36,6 +36,7 @@ from ledger.port.protocols import WriterStats
 from ledger.sqlite.audit import SqliteAudit
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.delivery import SqliteDelivery
+from ledger.sqlite.embeddings import SqliteEmbeddings
 from ledger.sqlite.erasure import SqliteErasure
 from ledger.sqlite.handoffs import SqliteHandoffs
 from ledger.sqlite.ingest import SqliteIngest
@@ -90,6 +91,7 @@ class Ledger(
     SqliteRoutes,
     SqliteThreads,
     SqliteTitles,
+    SqliteEmbeddings,
     SqliteLibrary,
     SqliteErasure,
     SqliteNames,

@@ -55,6 +55,15 @@ def test_the_hint_line() -> None:
     assert hint_line([], None, older_turns=True) is None
 
 
+def test_with_recall_by_meaning_the_hint_points_at_mode_both() -> None:
+    named = hint_line(["auth.py"], None, older_turns=True, meaning=True)
+    assert named is not None and "conversation_recall (action 'search', mode 'both')" in named
+    back = hint_line([], "like we discussed", older_turns=True, meaning=True)
+    assert back is not None and "mode 'both': it also finds them said in other words" in back
+    plain = hint_line([], "like we discussed", older_turns=True)
+    assert plain is not None and "mode" not in plain
+
+
 WORDS = st.sampled_from(
     ["auth.py", "Marta", "the", "src/app/main.rs", "parse_config", "hello", "JWT", "x-1",
      "`make it`", "\"a phrase\"", ".", "?", "\n", "like we discussed", "Earlier", "v2", "ok"]
