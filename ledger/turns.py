@@ -405,6 +405,12 @@ def recover_crashed(conn: sqlite3.Connection, now: int, session: str | None = No
         )
         if conn.execute("SELECT 1 FROM turns WHERE id = ?", (rec.turn_id,)).fetchone():
             rec.turn_id = new_id()  # the id was used by a committed turn: never reuse it
+        if rec.turn_id != turn_id:  # its items become this turn's, as mark_running would
+            conn.executemany(
+                "UPDATE queue_items SET turn_id = ? WHERE id = ? AND status = 'running'"
+                " AND turn_id IS ?",
+                [(rec.turn_id, i.id, turn_id or None) for i in items],
+            )
         commit_turn(conn, rec)
         recovered.append(rec.turn_id)
     return recovered

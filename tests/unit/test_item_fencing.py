@@ -117,3 +117,25 @@ def test_a_late_attempt_that_lost_leaves_the_item_to_the_attempt_running_it(
     in_tx(conn, lt.commit_turn, completed(session, "t2", "t1", item, 3_000))
     assert item_row(conn, item.id) == ("done", "t2")
     assert consumed_by(conn) == ["t2"]
+
+
+@pytest.mark.parametrize("stamped", [None, "turn_reused"])
+def test_recovery_requeues_running_items_whose_turn_it_cannot_reuse(
+    conn: sqlite3.Connection, stamped: str | None
+) -> None:
+    # Items running with no turn id (none is written so today), or under an id a
+    # committed turn already holds: the recovered turn gets an id of its own, and
+    # its items must follow it, not stay running under the fence.
+    session, item = queued(conn)
+    if stamped is not None:
+        in_tx(conn, lt.commit_turn, completed(session, stamped, None, item, 2_000))
+        conn.execute("UPDATE queue_items SET status = 'queued' WHERE id = ?", (item.id,))
+    conn.execute(
+        "UPDATE queue_items SET status = 'running', turn_id = ? WHERE id = ?", (stamped, item.id)
+    )
+    [recovered] = in_tx(conn, lt.recover_crashed, 5_000)
+    assert recovered != stamped
+    assert conn.execute("SELECT status, turn_id FROM queue_items").fetchall() == [("queued", None)]
+    assert conn.execute("SELECT status FROM turns WHERE id = ?", (recovered,)).fetchone() == (
+        "aborted",
+    )
