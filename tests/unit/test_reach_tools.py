@@ -52,7 +52,11 @@ async def test_recall_of_another_session_without_cross_session_is_refused_and_au
         mcp=None,
         settings=SimpleNamespace(
             recall=SimpleNamespace(
-                cross_session=False, budget_tokens=1000, neighbours_before=0, neighbours_after=0
+                cross_session=False,
+                budget_tokens=1000,
+                neighbours_before=0,
+                neighbours_after=0,
+                model_dir="",
             )
         ),
         ledger=SimpleNamespace(audit=audit),
