@@ -99,10 +99,15 @@ async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
     theirs = [r for r in calls if r["pid"] != done.first]
     assert starts[0]["pid"] == done.first
     assert {r["pid"] for r in theirs} <= set(by_pid)
-    (other_start,) = [r for r in theirs if r["event"] == "start"]
-    # The retry waited for the paused attempt's lease: renewed up to a quarter of its
-    # time-to-live before the pause, it lapsed no sooner than three quarters after.
-    assert other_start["t"] >= done.stopped + 0.75 * HEARTBEAT_S - 0.3, (done.stopped, calls)
+    # Under load the node left running may take more than one retry (one cut off in
+    # its turn); every one of them waited for the paused attempt's lease: renewed up to
+    # a quarter of its time-to-live before the pause, it lapsed no sooner than three
+    # quarters after. Exactly one ran to its end.
+    other_starts = [r for r in theirs if r["event"] == "start"]
+    assert other_starts, calls
+    for other_start in other_starts:
+        assert other_start["t"] >= done.stopped + 0.75 * HEARTBEAT_S - 0.3, (done.stopped, calls)
+    assert [r["event"] for r in theirs if r["event"] != "tick"].count("end") == 1, calls
     # Resumed, the paused attempt was cut off at once: its engine call cancelled
     # within a beat, never finished, never answered.
     assert mine[-1]["event"] == "cancelled", mine[-3:]
