@@ -225,15 +225,25 @@ def _thread_rows(conn: sqlite3.Connection, head: str, path: str | None) -> list[
     ).fetchall()
 
 
+def _last_changes(conn: sqlite3.Connection, head: str | None) -> dict[str, dict[str, Any]]:
+    """Each path the thread up to `head` touched, with its latest change, in the order
+    of those latest changes (a path changed again moves to the end)."""
+    last: dict[str, dict[str, Any]] = {}
+    for row in _thread_rows(conn, head, None) if head is not None else []:
+        last.pop(row[0], None)
+        last[row[0]] = _snapshot(row[1:])
+    return last
+
+
 def known_files(conn: sqlite3.Connection, head: str | None) -> dict[str, Any]:
     """The files the thread up to `head` knows, each as its latest change left it (a
     turn-start snapshot's `files`), and one hash over that list (`tree_sha256`), so two
     turns that start from the same files agree on it."""
-    last: dict[str, dict[str, Any]] = {}
-    for row in _thread_rows(conn, head, None) if head is not None else []:
-        path, _turn, _seq, op, _before, sha, size = row[:7]
-        last[path] = {"path": path, "op": op, "sha256": sha, "bytes": size}
-    files = [last[p] for p in sorted(last)]
+    last = _last_changes(conn, head)
+    files = [
+        {"path": p, "op": c["op"], "sha256": c["sha256"], "bytes": c["bytes"]}
+        for p, c in sorted(last.items())
+    ]
     listing = "\n".join(f"{f['path']}\t{f['sha256'] or '-'}" for f in files)
     return {
         "files": files,
@@ -254,11 +264,7 @@ def history(conn: sqlite3.Connection, name: str, path: str) -> list[dict[str, An
 def files(conn: sqlite3.Connection, name: str) -> list[dict[str, Any]]:
     """`file.list`: each path the session's thread touched, with its latest change."""
     _label, head = _head(conn, name)
-    last: dict[str, dict[str, Any]] = {}
-    for row in _thread_rows(conn, head, None) if head is not None else []:
-        last.pop(row[0], None)  # a path changed again moves to the end
-        last[row[0]] = {"path": row[0], **_snapshot(row[1:])}
-    return list(last.values())
+    return [{"path": path, **change} for path, change in _last_changes(conn, head).items()]
 
 
 def at(conn: sqlite3.Connection, name: str, path: str, turn: str | None) -> dict[str, Any]:
