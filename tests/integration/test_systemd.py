@@ -197,11 +197,22 @@ def _connect(path: Path) -> socket.socket:
             time.sleep(0.02)
 
 
-def _wait_for_path(path: Path) -> None:
+def _wait_for_listening(path: Path) -> None:
+    """Until `path` is a listening socket. Its file appears at bind(), before listen(),
+    and a connect in between is refused (seen on CI); /proc/net/unix shows the listen
+    flag (__SO_ACCEPTCON) without making a connection that would start brokerd."""
     deadline = time.monotonic() + WAIT
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
+    while not _listening(path):
+        assert time.monotonic() < deadline, f"nothing listened on {path}"
         time.sleep(0.02)
+
+
+def _listening(path: Path) -> bool:
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == str(path) and int(fields[3], 16) & 0x10000:
+            return True
+    return False
 
 
 def _activate(path: Path, *argv: str) -> list[str]:
@@ -312,7 +323,7 @@ def test_brokerd_serves_on_the_activated_socket(
     configured = tmp / "configured.sock"
     d = DaemonProcess(tmp, {"socket_path": str(configured)}, backend=backend)
     daemons.append(_spawn(d, _activate(d.socket, *_brokerd_argv(d, backend))))
-    _wait_for_path(d.socket)  # systemd-socket-activate starts brokerd on the first connection
+    _wait_for_listening(d.socket)  # systemd-socket-activate starts brokerd on the first connection
 
     async def talk() -> tuple[dict[str, object], object]:
         deliver = await _one_turn(d.socket)

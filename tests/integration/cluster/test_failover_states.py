@@ -211,12 +211,18 @@ async def timer_holder(address: str, timer: str) -> str:
     in that node's cache, and its next task goes to that node's sticky queue."""
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client
+    from temporalio.service import RPCError, RPCStatusCode
 
     client = await Client.connect(address)
     identity = ""
-    async for e in client.get_workflow_handle(f"timer:{timer}").fetch_history_events():
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            identity = e.workflow_task_started_event_attributes.identity
+    try:
+        async for e in client.get_workflow_handle(f"timer:{timer}").fetch_history_events():
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                identity = e.workflow_task_started_event_attributes.identity
+    except RPCError as e:
+        # timer.add commits first and starts the workflow after; until then, no holder
+        if e.status != RPCStatusCode.NOT_FOUND:
+            raise
     return identity
 
 
