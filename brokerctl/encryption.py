@@ -76,7 +76,10 @@ def encrypt(key_file: KeyFileOption) -> None:
     except KeyFileError as exc:
         _fail(exc, EX_CONFIG)
     _run("encrypt it", encrypt_in_place, path, key)
-    console.print(f"encrypted {path}; now set [ledger] key_file = {str(key_file)!r} in the config")
+    console.print(
+        f"encrypted {path}; now set [ledger] key_file = {str(key_file)!r} in the config",
+        markup=False,
+    )
 
 
 @app.command()
@@ -94,4 +97,6 @@ def rekey(
     except KeyFileError as exc:
         _fail(exc, EX_CONFIG)
     _run("rekey it", rekey_ledger, path, old, new)
-    console.print(f"rekeyed {path}; now set [ledger] key_file = {str(new_key_file)!r}")
+    console.print(
+        f"rekeyed {path}; now set [ledger] key_file = {str(new_key_file)!r}", markup=False
+    )

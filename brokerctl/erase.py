@@ -18,7 +18,7 @@ def erase(
     ] = False,
 ) -> None:
     """Forget ENTITY and every entity merged with it: their sessions, forks, workers,
-    contacts and files go, their words in groups become [erased]. Asks for the id again
+    contacts and files go, their words in groups become \\[erased]. Asks for the id again
     unless --yes; it cannot be undone (backups made before keep what they held)."""
     confirm = entity
     if not yes:

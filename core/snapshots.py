@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -129,6 +128,8 @@ def unified_diff(
         return "" if same else f"Binary versions of {path} differ\n"
     old = (before or b"").decode("utf-8", "replace").splitlines(keepends=True)
     new = (after or b"").decode("utf-8", "replace").splitlines(keepends=True)
+    import difflib  # only a diff needs it, and its import is a daemon start's cost
+
     lines = difflib.unified_diff(
         old, new, f"{path} ({before_name})", f"{path} ({after_name})", lineterm="\n"
     )

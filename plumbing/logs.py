@@ -14,9 +14,25 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import orjson
-import structlog
 
 from plumbing import redact
+
+
+def _import_structlog_without_rich() -> None:
+    """structlog imports rich, for pretty tracebacks, whenever it is installed. Our
+    records carry plain tracebacks, and rich's import is a seventh of a daemon's start
+    (docs/performance.md, "The test suite"), so it is hidden from structlog's import."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` now fails
+    try:
+        import structlog  # noqa: F401
+    finally:
+        del sys.modules["rich"]
+
+
+_import_structlog_without_rich()
+import structlog  # noqa: E402
 
 LEVELS = {
     "debug": logging.DEBUG,

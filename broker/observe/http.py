@@ -14,12 +14,15 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-import h11
 
 from plumbing import logs
+
+if TYPE_CHECKING:
+    import h11
 
 log = logs.get("broker.observe")
 REQUEST_TIMEOUT_S = 10.0
@@ -97,6 +100,8 @@ async def serve(
 
 
 async def _connection(stream: anyio.abc.ByteStream, handler: Handler) -> None:
+    import h11  # imported where a connection is served: most daemons serve none
+
     async with stream:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
         request: h11.Request | None = None

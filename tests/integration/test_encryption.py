@@ -151,6 +151,7 @@ async def test_encrypt_in_place_keeps_no_plain_copy_and_rekey_changes_the_key(
 
     done = ctl(d, "encrypt", "--key-file", str(first))
     assert done.returncode == 0, done.stderr
+    assert f"now set [ledger] key_file = '{first}'" in done.stdout  # the section named
     found = [name for name, data in every_file(short_tmp).items() if marker in data]
     assert found == [], f"plain copies remain: {found}"
     again = ctl(d, "encrypt", "--key-file", str(first))
@@ -168,6 +169,7 @@ async def test_encrypt_in_place_keeps_no_plain_copy_and_rekey_changes_the_key(
     second.chmod(0o400)
     done = ctl(d, "rekey", "--key-file", str(first), "--new-key-file", str(second))
     assert done.returncode == 0, done.stderr
+    assert f"now set [ledger] key_file = '{second}'" in done.stdout
     done = brokerd_once(d.config_path)  # the config still names the old key
     assert done.returncode == EX_DATAERR and "the key does not open" in done.stderr
     d.config["ledger"]["key_file"] = str(second)
