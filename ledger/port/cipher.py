@@ -91,9 +91,7 @@ def plain_driver() -> ModuleType:
     if forced == "sqlcipher3":
         return driver()
     if forced not in ("", "stdlib"):
-        from ledger.port.errors import LedgerError  # it imports this module
-
-        raise LedgerError(f"{DRIVER_ENV}={forced!r}: it is 'stdlib' or 'sqlcipher3'")
+        raise ValueError(f"{DRIVER_ENV}={forced!r}: it is 'stdlib' or 'sqlcipher3'")
     if forced or _cipher is None or sqlite3.sqlite_version_info >= SECURE_DELETE:
         return sqlite3
     return cast(ModuleType, _cipher)
