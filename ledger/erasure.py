@@ -47,9 +47,7 @@ from ledger.port.errors import Invalid, LedgerError, NotFound
 from ledger.proposals import forget as forget_proposals
 
 ERASED = "[erased]"
-TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step, at most
-TURNS_A_GROUP = 5  # turns removed together, until the step's budget is spent
-STEP_BUDGET_S = 0.02  # a step's own work past its first group; its commit comes on top
+TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
 SWEEP_A_STEP = 2000  # keys of a large table looked at a step
 FTS_PAGES_A_STEP = 4  # pages of full-text index merged a step
 CHECKPOINT_TRIES = 50  # a checkpoint that readers hold up is tried again, 20 ms apart
@@ -257,38 +255,20 @@ def digests_where(conn: sqlite3.Connection, where: str, params: list[Any]) -> se
     }
 
 
-def _step_turns(
-    conn: sqlite3.Connection,
-    plan: Plan,
-    counts: dict[str, int],
-    clock: Callable[[], float] = time.monotonic,
-) -> tuple[bool, Any]:
-    """Turns of their sessions, with everything hung on them, TURNS_A_GROUP at a time
-    until STEP_BUDGET_S is spent (or TURNS_A_STEP are gone): what a turn costs varies
-    with its words (each takes its terms out of the full-text index as it goes)."""
+def _step_turns(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
+    """Up to TURNS_A_STEP turns of their sessions, with everything hung on them."""
     if not plan.sessions:
         return True, None
-    deadline = clock() + STEP_BUDGET_S
-    for _ in range(0, TURNS_A_STEP, TURNS_A_GROUP):
-        if not _remove_turns(conn, plan, counts):
-            return True, None
-        if clock() >= deadline:
-            break
-    return False, None
-
-
-def _remove_turns(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> bool:
-    """The first TURNS_A_GROUP turns left of their sessions; False if none was left."""
     ids = [
         str(r[0])
         for r in conn.execute(
             f"SELECT id FROM turns WHERE session_label IN ({marks(plan.sessions)})"
             " ORDER BY id LIMIT ?",
-            [*plan.sessions, TURNS_A_GROUP],
+            [*plan.sessions, TURNS_A_STEP],
         )
     ]
     if not ids:
-        return False
+        return True, None
     t = marks(ids)
     digests = digests_where(conn, f"turn_id IN ({t})", ids)
     for table in BY_TURN:
@@ -300,7 +280,7 @@ def _remove_turns(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) 
     conn.execute(f"UPDATE turns SET parent_id = NULL WHERE parent_id IN ({t})", ids)
     conn.execute(f"DELETE FROM turns WHERE id IN ({t})", ids)
     drop_unnamed_blobs(conn, digests)
-    return True
+    return False, None
 
 
 def _step_live(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
