@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from ledger.port.cipher import DRIVER_ENV
 from tests import cluster
 from tests.temporal_runtime import default_runtime
 
@@ -240,6 +241,8 @@ class DaemonProcess:
         self._seed_ledger()
         log = self.log_path.open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+        if DRIVER_ENV in os.environ:  # a benchmark's choice of SQLite driver (bench.ab)
+            env[DRIVER_ENV] = os.environ[DRIVER_ENV]
         env.update(self.env)
         self.proc = subprocess.Popen(
             [
