@@ -4,6 +4,7 @@ and an erasure cut off by kill -9 that the next start finishes."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import shutil
@@ -52,7 +53,9 @@ def daemon(request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
 
 # The index's two ways of forgetting: FTS5 secure-delete (SQLite 3.42 and later, the
 # default driver here) and, forced to the standard library's older SQLite, the merge.
-DRIVERS = ["sqlcipher3"] + (["stdlib"] if sqlite3.sqlite_version_info < SECURE_DELETE else [])
+DRIVERS = (["sqlcipher3"] if importlib.util.find_spec("sqlcipher3") else []) + (
+    ["stdlib"] if sqlite3.sqlite_version_info < SECURE_DELETE else []
+)
 
 
 @pytest.fixture(params=[(b, v) for b in ("asyncio", "trio") for v in DRIVERS],

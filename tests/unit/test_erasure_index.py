@@ -80,6 +80,7 @@ def test_merged_index_holds_no_deleted_word(
 def test_with_secure_delete_no_segment_holds_a_deleted_word(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("sqlcipher3")
     monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")  # SQLite 3.53, plain without a key
     path = tmp_path / "l.db"
     _ledger(path)
@@ -97,6 +98,7 @@ def test_with_secure_delete_no_segment_holds_a_deleted_word(
 def test_an_older_sqlite_refuses_an_index_with_secure_delete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("sqlcipher3")
     monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")
     path = tmp_path / "l.db"
     _ledger(path)
@@ -119,6 +121,7 @@ def test_secure_delete_is_turned_on_once_for_a_ledger_made_without_it(
     on = secure_index(conn)
     conn.close()
     assert on == (sqlite3.sqlite_version_info >= SECURE_DELETE)
+    pytest.importorskip("sqlcipher3")
     monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")
     for _ in range(2):  # idempotent
         conn = connect(path)
