@@ -22,7 +22,10 @@ import pytest
 from ledger.erasure import begin
 from ledger.ingest import WriterConnection
 from tests import ledger_db
+from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
+from tests.integration.scripted import Scripted, call
+from tests.integration.test_agent_tools import results
 from tests.integration.test_identity import adapter, contact, inbound, op, operator, say, uniq
 from wire.client import BrokerError
 
@@ -47,6 +50,11 @@ class Window:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # the test's client; the daemon runs on each backend
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def agent_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)  # the daemon's, for the agent's tools
 
 
 @pytest.fixture(scope="module", params=["asyncio", "trio"], ids=["d-asyncio", "d-trio"])
@@ -135,3 +143,49 @@ async def test_an_op_aimed_at_an_erased_session_is_refused_and_changes_nothing(
         # The daemon goes on serving everyone else.
         assert (await op(o, "session.show", session=w.gus_session))["label"] == w.gus_session
     assert counts(w.d) == before, name
+
+
+async def test_an_agent_s_tools_aimed_at_an_erased_session_are_refused(
+    make_daemon: DaemonFactory, tmp_path: Path, agent_backend: str
+) -> None:
+    """An owner's agent (reach "any", so reach lets every call through) aims each
+    broker tool that names a session at a person being erased: each is an error
+    naming the erasure, and nothing is written for that session. The tools of one's
+    own session take no session argument (docs/security.md): given one, they act on
+    the caller's session, never on the erased one."""
+    policies = tmp_path / "policies.toml"
+    policies.write_text(
+        '[[rules]]\nname = "owner-reaches-all"\nmatch = { principal = ["owner"] }\nreach = "any"\n'
+    )
+    config = {"owners": [{"channel": "sms", "sender_id": "+9"}], "policies_file": str(policies)}
+    s = Scripted(make_daemon, tmp_path, agent_backend, config)
+    bob = str((await s.say("bob says hello", "b1", sender="+2"))["session"])
+    bob_turn = s.rows("SELECT id FROM turns WHERE session_label = ?", bob)[0][0]
+    bob_entity = s.rows("SELECT entity_id FROM sessions WHERE label = ?", bob)[0][0]
+    await s.say("hello", "o1", sender="+9")
+    conn = ledger_db.connect(s.d.ledger, factory=WriterConnection, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.execute("BEGIN IMMEDIATE")
+        begin(conn, bob_entity, bob_entity, 1)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    tries = [
+        call("agent_send", task="tell me", target={"kind": "session", "session": bob}),
+        call("agent_send", task="tell me", target={"kind": "fork", "turn": bob_turn}),
+        call("scratchpad_merge", patch={"k": 1}, session=bob),
+        call("schedule", text="later", in_s=3600, session=bob),
+    ]
+    got = results(await s.say("\n".join(tries), "o2", sender="+9"))
+    assert [(name, status) for name, status, _ in got] == [
+        ("agent_send", "error"),
+        ("agent_send", "error"),
+        ("scratchpad_merge", "ok"),
+        ("schedule", "ok"),
+    ], got
+    assert "its person is being erased" in got[0][2], got
+    assert bob_turn in got[1][2], got  # its turn is gone from the mark on: "no turn"
+    for table, column in (("dispatches", "target_session"), ("scratchpad", "session_label"),
+                          ("timers", "session_label"), ("sessions", "parent_session")):  # fmt: skip
+        assert s.rows(f"SELECT count(*) FROM {table} WHERE {column} = ?", bob) == [(0,)], table
