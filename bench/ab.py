@@ -10,12 +10,15 @@ working directory, so each side runs its own code with its own environment.
 Lines of the benchmark's output that match `--grep` are printed per run, and
 for every number on them, the median per side. `--base-args` and `--new-args`
 add arguments to one side's command, so with `--base .` one checkout is
-compared with itself under two settings (metrics off and on, say).
+compared with itself under two settings (metrics off and on, say); `--base-env` and
+`--new-env` (NAME=VALUE, repeatable) do the same with the environment (the SQLite
+driver, say: BROKER_SQLITE_DRIVER=stdlib).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -25,10 +28,15 @@ from pathlib import Path
 NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")
 
 
-def run(checkout: Path, command: list[str]) -> list[str]:
+def run(checkout: Path, command: list[str], env: dict[str, str] | None = None) -> list[str]:
     python = checkout / ".venv" / "bin" / "python"
     done = subprocess.run(
-        [str(python), "-m", *command], cwd=checkout, capture_output=True, text=True, check=False
+        [str(python), "-m", *command],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
     if done.returncode != 0:
         sys.exit(f"{checkout}: exit {done.returncode}\n{done.stderr[-2000:]}")
@@ -48,6 +56,8 @@ def main() -> None:
     parser.add_argument("--grep", default=".", help="regex: the output lines to compare")
     parser.add_argument("--base-args", default="", help="arguments added on the base side")
     parser.add_argument("--new-args", default="", help="arguments added on the new side")
+    parser.add_argument("--base-env", action="append", default=[], help="NAME=VALUE, base side")
+    parser.add_argument("--new-env", action="append", default=[], help="NAME=VALUE, new side")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- module and its args")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -59,7 +69,9 @@ def main() -> None:
     for pair in range(1, args.pairs + 1):
         for side, checkout in sides.items():
             extra = (args.base_args if side == "base" else args.new_args).split()
-            lines = [line for line in run(checkout, command + extra) if pattern.search(line)]
+            pairs_env = args.base_env if side == "base" else args.new_env
+            env = dict(item.split("=", 1) for item in pairs_env)
+            lines = [line for line in run(checkout, command + extra, env) if pattern.search(line)]
             picked[side].append(lines)
             print(f"pair {pair} {side}:")
             for line in lines:

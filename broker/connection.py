@@ -36,7 +36,8 @@ class Connection:
     at the end of it: the acks of a committed batch, or a turn's delta, reply and the
     next ack, cost one system call, not one each; on trio a post is written at once.
     What the socket does not take at once waits for the connection's flusher task,
-    and everything posted later waits behind it.
+    and everything posted or sent later waits behind it: a frame is never split by
+    another's bytes.
     """
 
     def __init__(self, stream: anyio.abc.SocketStream, conn_id: str) -> None:
@@ -129,14 +130,11 @@ class Connection:
     async def flush_forever(self) -> None:
         while True:
             await self._out_ready.wait()
-            self._out_ready = anyio.Event()
-            if self._out:
-                data, self._out, self._out_bytes = b"".join(self._out), [], 0
-                self._sending = True
-                try:
-                    await self.send_raw(data)
-                finally:
-                    self._sending = False
+            # What waits is taken only under the lock: it may begin with the rest of a
+            # frame the socket took part of, which nothing may be written before.
+            async with self._send_lock:
+                self._out_ready = anyio.Event()
+                await self._write_waiting(b"")
             if not self._out:
                 self._release_flush_waiters()
 
@@ -153,9 +151,24 @@ class Connection:
         await self.send_raw(encode(frame))
 
     async def send_raw(self, data: bytes) -> None:
+        """Write `data` after everything posted before it, and wait until it is written."""
         async with self._send_lock:
+            await self._write_waiting(data)
+        if not self._out and self._flush_waiters:
+            self._release_flush_waiters()
+
+    async def _write_waiting(self, data: bytes) -> None:
+        """Under the lock: what was posted and waits, then `data`, in one write."""
+        if self._out:
+            data, self._out, self._out_bytes = b"".join([*self._out, data]), [], 0
+        if not data:
+            return
+        self._sending = True
+        try:
             with anyio.fail_after(SEND_TIMEOUT_S):
                 await self.stream.send(data)
+        finally:
+            self._sending = False
 
     async def send_error(self, err: ProtocolError) -> None:
         await self.send(err.frame())

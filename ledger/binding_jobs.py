@@ -20,6 +20,7 @@ from core.bindings import Conversation, Owner
 from core.identity import Route, build_session_key, resolve_label
 from ledger import bindings, sessions
 from ledger.closing import refuse_closed
+from ledger.erased import refuse_erased
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import BindCommand
 from ledger.turns import command_done
@@ -63,6 +64,7 @@ def route_bind(conn: sqlite3.Connection, conversation: Conversation, name: str, 
     target = resolve(conn, name)
     if target is None:
         raise NotFound(f"no session {name!r}", field="session")
+    refuse_erased(conn, target, "session")
     owner = conversation_owner(conn, conversation)
     if owner is None:
         raise NotFound(NOT_HEARD, field="peer_id")

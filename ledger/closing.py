@@ -25,6 +25,7 @@ import sqlite3
 from typing import Any
 
 from core.closing import Held, IdleClose, close_refusal, idle_cutoff, mechanical_summary
+from ledger.erased import refuse_erased
 from ledger.port.errors import Conflict, NotFound
 
 TITLES_READ = 200  # the latest turns a mechanical summary is made of: a bounded walk
@@ -128,7 +129,9 @@ def close_idle(
 
 def refuse_closed(conn: sqlite3.Connection, label: str, field: str) -> None:
     """`Conflict` if session `label` is closed: a timer or a dispatch that would bring
-    it a new item is refused, as a close with pending work is."""
+    it a new item is refused, as a close with pending work is; `NotFound` if it is
+    being erased."""
+    refuse_erased(conn, label, field)
     row = conn.execute(
         "SELECT 1 FROM sessions WHERE label = ? AND status = 'closed'", (label,)
     ).fetchone()

@@ -13,6 +13,12 @@ A ledger encrypted at rest is opened with its key, here and nowhere else, throug
 SQLCipher (ledger/port/cipher.py); the first read tells a wrong key, or a key given
 for a plain file, from a ledger it opens, before anything is written.
 
+Every file is opened through `open_file`, which picks the driver (ledger/port/cipher.py):
+a plain ledger by the one whose SQLite has FTS5 secure-delete when there is one. Once
+the index has it on (`secure_index`, at migration), only such an SQLite reads it right:
+an older one is refused at open, naming the install, rather than let read a format it
+does not know.
+
 None binds through an adapter that returns it, registered once per process for every
 connection; it still binds as NULL, only cheaper than the sqlite3 module's own lookup
 (docs/performance.md).
@@ -26,10 +32,23 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 from urllib.parse import quote
 
-from ledger.port.cipher import DatabaseError, Error, Key, KeyFileError, driver, is_plain
+from ledger.port.cipher import (
+    INSTALL,
+    SECURE_DELETE,
+    DatabaseError,
+    Error,
+    Key,
+    KeyFileError,
+    OperationalError,
+    driver,
+    is_plain,
+    plain_driver,
+    secure_delete_in,
+)
 from ledger.port.errors import LedgerDamaged, LedgerError
 
 Synchronous = Literal["NORMAL", "FULL"]
@@ -133,12 +152,7 @@ def connect(
     """A connection to the ledger file, set up as every connection to it is; with
     `key`, through SQLCipher, and refused (a LedgerError) unless the key opens it."""
     target, uri = (readonly_uri(path), True) if readonly else (str(path), False)
-    if key is None:
-        conn = sqlite3.connect(
-            target, uri=uri, isolation_level=None, check_same_thread=False, factory=factory
-        )
-    else:
-        conn = open_keyed(path, target, uri, key, factory)
+    conn = open_file(path, target, uri, key, factory, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 5000")
     if not readonly:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -154,6 +168,101 @@ def connect(
     return conn
 
 
+def open_file(
+    path: Path | str,
+    target: str,
+    uri: bool,
+    key: Key | None,
+    factory: type[sqlite3.Connection] = sqlite3.Connection,
+    *,
+    isolation_level: Literal["DEFERRED"] | None = "DEFERRED",
+) -> sqlite3.Connection:
+    """A connection to the SQLite file `target` (the ledger at `path`, or a file
+    beside it), through the driver that opens it: SQLCipher with `key`, else the
+    plain driver. Refused (a LedgerError) when the ledger's full-text index needs a
+    newer SQLite than the driver's."""
+    if key is not None:
+        conn = open_keyed(path, target, uri, key, factory)
+        if isolation_level is not None:
+            conn.isolation_level = isolation_level
+        module = driver()
+    else:
+        module = plain_driver()
+        _register(module)
+        conn = module.connect(
+            target,
+            uri=uri,
+            isolation_level=isolation_level,
+            check_same_thread=False,
+            factory=_class_on(module, factory),
+        )
+    if not secure_delete_in(module):
+        try:
+            refuse_older_reader(conn, path, module)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+_REGISTERED: set[str] = set()
+
+
+def _register(module: ModuleType) -> None:
+    if module.__name__ not in _REGISTERED:
+        module.register_adapter(type(None), lambda none: none)  # cheaper; still NULL
+        _REGISTERED.add(module.__name__)
+
+
+def _class_on(module: ModuleType, factory: type[sqlite3.Connection]) -> type[sqlite3.Connection]:
+    return factory if module is sqlite3 else _cipher_class(factory)
+
+
+def secure_index(conn: sqlite3.Connection) -> bool:
+    """Whether the ledger's full-text index has FTS5 secure-delete on (or was written
+    with it: an index format only SQLite 3.42 and later reads)."""
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM messages_fts_config WHERE (k = 'secure-delete' AND v = 1)"
+            " OR (k = 'version' AND v >= 5)"
+        ).fetchone()
+    except OperationalError:  # no index yet (a new file, or not a ledger)
+        return False
+    return row is not None
+
+
+def refuse_older_reader(conn: sqlite3.Connection, path: Path | str, module: ModuleType) -> None:
+    """A LedgerError when the index of the ledger `conn` opened needs a newer SQLite
+    than `module`'s, before anything reads it."""
+    if secure_index(conn):
+        need = ".".join(map(str, SECURE_DELETE))
+        raise LedgerError(
+            f"the ledger {path} keeps its full-text index with FTS5 secure-delete, which"
+            f" needs SQLite {need} or later, and this Python's is {module.sqlite_version}:"
+            f" {INSTALL} (its SQLite opens plain ledgers too)"
+        )
+
+
+def turn_on_secure_index(conn: sqlite3.Connection) -> bool:
+    """Turn FTS5 secure-delete on for the ledger's index when the driver's SQLite has
+    it (idempotent; the index's own config records it); whether it is on."""
+    if secure_index(conn):
+        return True
+    found = str(conn.execute("SELECT sqlite_version()").fetchone()[0])
+    if tuple(int(x) for x in found.split(".")) < SECURE_DELETE:
+        return False
+    if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'messages_fts'").fetchone() is None:
+        return False
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('secure-delete', 1)")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return True
+
+
 def open_keyed(
     path: Path | str, target: str, uri: bool, key: Key, factory: type[sqlite3.Connection]
 ) -> sqlite3.Connection:
@@ -163,7 +272,7 @@ def open_keyed(
         cipher = driver()
     except KeyFileError as exc:
         raise LedgerError(str(exc)) from exc
-    cipher.register_adapter(type(None), lambda none: none)
+    _register(cipher)
     conn: sqlite3.Connection = cipher.connect(
         target,
         uri=uri,
@@ -234,6 +343,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
                 conn.execute("ROLLBACK")
             raise
         applied.append(f"{migration.version:04d}_{migration.name}")
+    turn_on_secure_index(conn)
     return applied
 
 

@@ -37,6 +37,7 @@ import orjson
 
 from ledger import audit, reach
 from ledger.closing import refuse_closed
+from ledger.erased import refuse_erased
 from ledger.items import load_item
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import Dispatched, Handoff, ItemInfo, Limits, Reaching, Reported
@@ -158,6 +159,7 @@ def _with_handoff(conn: sqlite3.Connection, task: str, parent: str, handoff: Han
 def _check_parent(conn: sqlite3.Connection, parent: str, depth: int, limits: Limits) -> None:
     if conn.execute("SELECT 1 FROM sessions WHERE label = ?", (parent,)).fetchone() is None:
         raise NotFound(f"no session {parent!r}", field="parent_session")
+    refuse_erased(conn, parent, "parent_session")
     if depth > limits.max_depth:
         raise Conflict(
             f"workers may nest {limits.max_depth} deep; {parent} is at {depth - 1}", field="target"

@@ -16,9 +16,11 @@ inbound rows and their inputs in the broker's `intent` events become `[erased]`
 and the titles of the turns that held them go;
 the threads stay whole. The large tables that have no index by sender or session
 (`inbound`, `queue_items`, `outbox`, `messages`) are swept in key order, a chunk a
-step, rather than indexed for this rare job at every write. The full-text index
-is then merged, a bounded number of pages a step, until it is one segment: FTS5
-keeps a deleted term in its old segment until a merge rewrites it. Freed pages
+step, rather than indexed for this rare job at every write. Where the
+SQLite has FTS5 secure-delete (ledger/db.py), each delete takes its terms out of the
+full-text index as it goes; elsewhere the index is then merged, a bounded number of
+pages a step, until it is one segment: FTS5 keeps a deleted term in its old segment
+until a merge rewrites it. Freed pages
 and cells are zeroed as they are freed (`secure_delete`, ledger/db.py); the WAL
 and PostgreSQL's dead tuples are the shell's to clear after the last step.
 """
@@ -35,7 +37,7 @@ from typing import Any
 
 from ledger import audit
 from ledger.closing import forget_session_words
-from ledger.db import connect
+from ledger.db import connect, secure_index
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.ingest import find_root, identity_of
 from ledger.merge import set_members
@@ -134,11 +136,14 @@ def begin(conn: sqlite3.Connection, entity: str, confirm: str, now: int) -> Plan
         )
     ]
     counts = {"sessions": len(sessions), "messages": 0, "files": 0}
+    # With FTS5 secure-delete on (it stays on), every delete takes its terms out of
+    # the index as it goes, and the index needs no merge at the end.
+    merge = getattr(conn, "full_text", None) is not None or not secure_index(conn)
     conn.execute(
         "INSERT INTO erasures (entity_id, entities, sessions, senders, step, cursor, counts,"
-        " started_at) VALUES (?, ?, ?, ?, 0, NULL, ?, ?)",
+        " started_at, index_merge) VALUES (?, ?, ?, ?, 0, NULL, ?, ?, ?)",
         (entity, json.dumps(entities), json.dumps(sessions), json.dumps(senders),
-         json.dumps(counts), now),
+         json.dumps(counts), now, int(merge)),
     )  # fmt: skip
     _cut_off(conn, entities, sessions, senders, now)
     audit.forget_turns_of(conn, sessions)  # the audit trail keeps no id of theirs
@@ -456,6 +461,11 @@ def _step_rest(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> 
 
 
 def _step_index(conn: sqlite3.Connection, plan: Plan, counts: dict[str, int]) -> tuple[bool, Any]:
+    row = conn.execute(
+        "SELECT index_merge FROM erasures WHERE entity_id = ?", (plan.entity,)
+    ).fetchone()
+    if row is not None and not row[0]:
+        return True, None  # every delete of this erasure took its terms out of the index
     left = merge_index(conn, -1 if plan.cursor is None else int(plan.cursor))
     return left == 0, left
 
@@ -470,6 +480,8 @@ def merge_index(conn: sqlite3.Connection, left: int = -1) -> int:
     takes, the rest is done at once ('optimize'), a longer hold, but the last."""
     if getattr(conn, "full_text", None) is not None:
         return 0  # PostgreSQL's own index: its dead entries go with VACUUM
+    if left < 0 and secure_index(conn):
+        return 0  # FTS5 secure-delete: deleted terms left the index as they went
     if left < 0:
         pages = int(conn.execute("SELECT count(*) FROM messages_fts_data").fetchone()[0])
         left = max(8, pages // FTS_PAGES_A_STEP)

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from core.session_state import merge_patch
+from ledger.erased import refuse_erased
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import TOTALS
 
@@ -85,6 +86,7 @@ def stored_scratchpad(conn: sqlite3.Connection, label: str) -> tuple[str, int] |
 
 
 def scratchpad_merge(conn: sqlite3.Connection, label: str, patch: dict[str, Any], now: int) -> Any:
+    refuse_erased(conn, label, "session")
     merged = merge_patch(scratchpad_get(conn, label), patch)
     state = orjson.dumps(merged)
     if len(state) > SCRATCHPAD_MAX_BYTES:  # refused whole

@@ -10,10 +10,9 @@ refused with `NotALedger`, naming the file and the tables it holds.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-from ledger.db import damaged, is_damage, open_keyed, readonly_uri
+from ledger.db import damaged, is_damage, open_file, readonly_uri
 from ledger.port.cipher import DatabaseError, Key
 from ledger.port.errors import LedgerError, NotALedger
 
@@ -37,10 +36,7 @@ def schema_of(path: Path, key: Key | None = None) -> int | None:
     if not plain and key is None:
         return None
     try:
-        if plain or key is None:
-            conn = sqlite3.connect(readonly_uri(path), uri=True)
-        else:
-            conn = open_keyed(path, readonly_uri(path), True, key, sqlite3.Connection)
+        conn = open_file(path, readonly_uri(path), True, None if plain else key)
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             tables = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}

@@ -19,7 +19,7 @@ from ledger.db import (
     integrity_check,
     is_damage,
     load_migrations,
-    open_keyed,
+    open_file,
     readonly_uri,
     schema_version,
 )
@@ -62,9 +62,7 @@ def activity(conn: sqlite3.Connection, stuck_before: int, schema: int, latest: i
 
 
 def _read_only(path: Path, key: Key | None) -> sqlite3.Connection:
-    if key is None:
-        return sqlite3.connect(readonly_uri(path), uri=True)
-    return open_keyed(path, readonly_uri(path), True, key, sqlite3.Connection)
+    return open_file(path, readonly_uri(path), True, key)
 
 
 def inspect_file(path: Path, stuck_before: int, key: Key | None = None) -> LedgerReport:

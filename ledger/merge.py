@@ -23,6 +23,7 @@ import sqlite3
 
 from core.identity import DM_TEMPLATE, DmCandidate, link_roots, pick_primary
 from ledger.bridges import record_bridges
+from ledger.erased import refuse_erased_entity
 from ledger.ingest import IdentityCache, find_root, identity_of
 from ledger.port.errors import NotFound
 from ledger.port.records import MergeResult
@@ -39,6 +40,7 @@ def merge_entities(
     for entity, field in ((src, "from"), (into, "into")):
         if conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity,)).fetchone() is None:
             raise NotFound(f"no entity {entity!r}", field=field)
+        refuse_erased_entity(conn, entity, field)
     cache.clear_resolution()
     root = find_root(conn, cache, into)
     link = link_roots(find_root(conn, cache, src), root)

@@ -24,6 +24,7 @@ from core.identity import (
     check_name,
     resolve_label,
 )
+from ledger.erased import refuse_erased, refuse_erased_entity
 from ledger.ingest import find_root, get_alias, get_session_ref, identity_of
 from ledger.merge import set_members
 from ledger.port.errors import Conflict, Invalid, NotFound
@@ -44,6 +45,7 @@ def name_entity(
         raise Invalid(str(exc), field="kind") from exc
     if conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity,)).fetchone() is None:
         raise NotFound(f"no entity {entity!r}", field="entity")
+    refuse_erased_entity(conn, entity, "entity")
     root = find_root(conn, identity_of(conn), entity)
     conn.execute(
         "UPDATE entities SET name = ?, kind = coalesce(?, kind) WHERE id = ?", (name, kind, root)
@@ -63,6 +65,7 @@ def add_alias(conn: sqlite3.Connection, alias: str, session: str, now: int) -> d
     ).label
     if target is None:
         raise NotFound(f"no session {session!r}", field="session")
+    refuse_erased(conn, target, "session")
     if get_session_ref(conn, alias) is not None:
         raise Conflict(f"{alias!r} is a session's label, not free for an alias", field="alias")
     taken = get_alias(conn, alias)

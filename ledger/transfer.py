@@ -23,7 +23,7 @@ from pathlib import Path
 import orjson
 
 from ledger.api.owner import claim
-from ledger.db import Synchronous, connect, open_keyed, readonly_uri
+from ledger.db import Synchronous, connect, open_file, open_keyed, readonly_uri
 from ledger.forgotten import shadow
 from ledger.port.cipher import Key, driver, is_plain
 from ledger.port.errors import LedgerError
@@ -77,16 +77,12 @@ def import_session(
 def backup(source: Path, target: Path, key: Key | None = None) -> list[str]:
     """Copy the ledger at `source` to `target` (encrypted with `key` when the ledger
     is); what `quick_check` found wrong."""
-    if key is None:
-        conn = sqlite3.connect(readonly_uri(source), uri=True)
-        copy = sqlite3.connect(target)
-    else:
-        conn = open_keyed(source, readonly_uri(source), True, key, sqlite3.Connection)
-        try:
-            copy = open_keyed(target, str(target), False, key, sqlite3.Connection)
-        except BaseException:
-            conn.close()
-            raise
+    conn = open_file(source, readonly_uri(source), True, key)
+    try:
+        copy = open_file(target, str(target), False, key)
+    except BaseException:
+        conn.close()
+        raise
     try:
         conn.backup(copy, pages=4096)
         return [r[0] for r in copy.execute("PRAGMA quick_check") if r[0] != "ok"]

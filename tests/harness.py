@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from ledger.port.cipher import DRIVER_ENV
 from tests import cluster
 from tests.temporal_runtime import default_runtime
 
@@ -177,8 +178,10 @@ class DaemonProcess:
         wrapper: list[str] | None = None,
         *,
         peer_of: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.env = env or {}  # the daemon's own, beside the test's (no BROKER_ from it)
         self.wrapper = wrapper or []  # a command the daemon runs under (bench.instructions)
         self.socket = workdir / "broker.sock"
         self.ledger = workdir / "ledger.db"
@@ -224,6 +227,8 @@ class DaemonProcess:
             return
         if ledger.get("key_file"):  # the template is plain; an encrypted ledger makes its own
             return
+        if self.env:  # a driver of its own (BROKER_SQLITE_DRIVER): a ledger of its own
+            return
         path = Path(ledger["path"])
         if not path.is_absolute():
             path = self.workdir / path
@@ -236,6 +241,9 @@ class DaemonProcess:
         self._seed_ledger()
         log = self.log_path.open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+        if DRIVER_ENV in os.environ:  # a benchmark's choice of SQLite driver (bench.ab)
+            env[DRIVER_ENV] = os.environ[DRIVER_ENV]
+        env.update(self.env)
         self.proc = subprocess.Popen(
             [
                 *self.wrapper,
@@ -316,7 +324,9 @@ class DaemonProcess:
             from ledger.postgres.connection import PgConnection
 
             return cast(sqlite3.Connection, PgConnection(self.config["ledger"]["dsn"]))
-        conn = sqlite3.connect(f"file:{self.ledger}?mode=ro", uri=True)
+        from ledger.port.cipher import plain_driver  # the daemon's own driver
+
+        conn: sqlite3.Connection = plain_driver().connect(f"file:{self.ledger}?mode=ro", uri=True)
         conn.execute("PRAGMA busy_timeout = 5000")
         return conn
 

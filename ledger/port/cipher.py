@@ -10,6 +10,12 @@ a traceback that shows one shows no secret. An encrypted ledger is opened throug
 SQLCipher (the `sqlcipher3` binding of the `encryption` extra), whose connections
 and exceptions are classes of their own: code that catches a driver's error or
 checks for a connection uses the tuples here, which hold both drivers' classes.
+
+A plain ledger is opened by the driver whose SQLite removes a deleted row's terms
+from the full-text index as it goes (FTS5's secure-delete, SQLite 3.42 and later):
+the standard library's when it is new enough, else SQLCipher's, which without a key
+is plain SQLite. Where neither is, the standard library's older SQLite serves, and
+the ledger keeps the index clean by merging it instead (ledger/erasure.py).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ except ImportError:  # the `encryption` extra is not installed
     _cipher = None
 
 INSTALL = "pip install 'agent-broker[encryption]'"
+SECURE_DELETE = (3, 42, 0)  # the first SQLite whose FTS5 has secure-delete
+DRIVER_ENV = "BROKER_SQLITE_DRIVER"  # "stdlib" or "sqlcipher3": one driver, forced
 MIN_PASSPHRASE = 16
 _RAW = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -73,6 +81,25 @@ def driver() -> ModuleType:
     if _cipher is None:
         raise KeyFileError(f"an encrypted ledger needs SQLCipher: {INSTALL}")
     return cast(ModuleType, _cipher)
+
+
+def plain_driver() -> ModuleType:
+    """The driver that opens a plain ledger: the first of the standard library's and
+    SQLCipher's whose SQLite has FTS5 secure-delete, else the standard library's.
+    `BROKER_SQLITE_DRIVER` forces one (benchmarks compare them)."""
+    forced = os.environ.get(DRIVER_ENV, "")
+    if forced == "sqlcipher3":
+        return driver()
+    if forced not in ("", "stdlib"):
+        raise ValueError(f"{DRIVER_ENV}={forced!r}: it is 'stdlib' or 'sqlcipher3'")
+    if forced or _cipher is None or sqlite3.sqlite_version_info >= SECURE_DELETE:
+        return sqlite3
+    return cast(ModuleType, _cipher)
+
+
+def secure_delete_in(module: ModuleType) -> bool:
+    """Whether the SQLite of the driver `module` has FTS5 secure-delete."""
+    return tuple(module.sqlite_version_info) >= SECURE_DELETE
 
 
 def read_key(path: Path | str) -> Key:

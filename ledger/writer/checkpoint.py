@@ -29,7 +29,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from ledger.db import open_keyed
+from ledger.db import open_file
 from ledger.port import cipher as driver
 from ledger.port.cipher import Key
 from plumbing import logs
@@ -68,11 +68,7 @@ class WalCheckpointer:
         self.last_error: str | None = None
         self._committed = threading.Event()
         self._stopping = threading.Event()
-        self._conn = (
-            sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            if key is None
-            else open_keyed(self.path, self.path, False, key, sqlite3.Connection)
-        )
+        self._conn = open_file(self.path, self.path, False, key, isolation_level=None)
         self._conn.execute("PRAGMA wal_autocheckpoint = 0")
         self._thread = threading.Thread(target=self._run, name="wal-checkpoint", daemon=True)
 

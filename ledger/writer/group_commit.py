@@ -42,12 +42,13 @@ import math
 import sqlite3
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.abc
 
 from ledger import audit
+from ledger.port.cipher import Connection
 from ledger.port.errors import LedgerWriteFailed, StorageFailed, WriterDied
 from ledger.port.errors import WriterClosed as WriterClosed  # their old home, for importers
 from ledger.port.errors import WriterOverloaded as WriterOverloaded
@@ -127,9 +128,11 @@ class LedgerWriter:
         on_rollback: Callable[[], None] | None = None,
         fail_exit_s: float = math.inf,
     ) -> None:
-        if isinstance(executor, sqlite3.Connection):
+        if isinstance(executor, Connection):  # either driver's
             executor = Transactor(executor, on_rollback)
-        self._link = ThreadLink(executor) if isinstance(executor, Transactor) else executor
+        self._link = (
+            ThreadLink(executor) if isinstance(executor, Transactor) else cast(BatchLink, executor)
+        )
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._admission = Admission(self.has_room, lambda: self._closed)

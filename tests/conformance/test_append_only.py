@@ -11,7 +11,6 @@ writes) changes or removes an event row that was there before it.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.engine_types import ToolCall
+from ledger.port.cipher import IntegrityError
 from ledger.port.protocols import LedgerPort
 from ledger.sqlite.store import Ledger
+from tests import ledger_db
 from tests.conformance import test_port_differential as diff
 from tests.conformance.records import inbound, ingest, turn
 
@@ -52,7 +53,7 @@ Snapshot = dict[str, dict[tuple[Any, ...], tuple[Any, ...]]]
 def raw(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A plain connection to the ledger the `port` fixture opened, beside its writer."""
     if backend == "sqlite":
-        conn = sqlite3.connect(tmp_path / "ledger.db", timeout=10, isolation_level=None)
+        conn = ledger_db.connect(tmp_path / "ledger.db", timeout=10, isolation_level=None)
         try:
             yield conn
         finally:
@@ -64,9 +65,9 @@ def raw(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterato
             yield pg
 
 
-def refused(backend: str) -> type[Exception]:
+def refused(backend: str) -> type[Exception] | tuple[type[Exception], ...]:
     if backend == "sqlite":
-        return sqlite3.IntegrityError
+        return IntegrityError  # either driver's
     import psycopg
 
     return psycopg.errors.RaiseException
@@ -179,7 +180,7 @@ async def run_example(sqlite_path: Path, dsn: str, data: st.DataObject) -> None:
         postgres.open(dsn) as pg,
     ):
         twin = diff.Twin(sqlite, pg)
-        lite = sqlite3.connect(sqlite_path, timeout=10, isolation_level=None)
+        lite = ledger_db.connect(sqlite_path, timeout=10, isolation_level=None)
         try:
             with psycopg.connect(dsn, autocommit=True) as pg_raw:
                 before = (snapshot(lite), snapshot(pg_raw))

@@ -11,10 +11,13 @@ from typing import Any
 import anyio
 import pytest
 
+from core.bindings import Conversation
 from core.identity import SessionSpec
+from core.timers import TimerSpec
 from ledger.port.erasure import ErasureRunning
 from ledger.port.errors import Invalid, NotFound
 from ledger.port.protocols import InboundRecord, LedgerPort, Request
+from ledger.port.records import Limits
 from ledger.sqlite.store import Ledger
 from plumbing.ids import new_id
 from tests.conformance.records import DM, inbound, tick, turn
@@ -239,3 +242,45 @@ async def test_from_the_mark_on_no_read_returns_anything_of_theirs(port: LedgerP
     assert await port.session_show(bob, 100) == before_bob
     shown = await port.session_show(group, 100)
     assert [t["title"] for t in shown["turns"]] == [None, "bob in the group"]
+
+
+async def test_from_the_mark_on_no_write_lands_in_what_it_covers(port: LedgerPort) -> None:
+    """Between the mark and the last step, a write that names one of the person's
+    sessions, or the person, is refused (`NotFound`, naming it) and changes nothing;
+    the erasure then leaves none of their rows, and others are served meanwhile."""
+    alice, _, alice_ent = await say(port, inbound("a1", "alice", "alice says hi"))
+    bob, _, bob_ent = await say(port, inbound("b1", "bob", "bob says hi"))
+    assert alice_ent is not None and bob_ent is not None
+    limits = Limits(max_depth=2, max_children=8, timeout_ms=60_000)
+    checked: list[str] = []
+
+    async def paused(sessions: list[str]) -> None:
+        for name, write in (
+            ("timer.add", port.add_timer(alice, TimerSpec("ping", tick() + 60_000, None), tick())),
+            ("scratchpad.merge", port.scratchpad_merge(alice, {"k": "v"}, tick())),
+            ("route.bind", port.route_bind(Conversation("chat", "dm", "bob", None), alice, tick())),
+            ("agent_send", port.dispatch(
+                parent=None, parent_turn=None, tool_call=None,
+                target={"kind": "session", "session": alice}, task="t", persona=None,
+                limits=limits, now=tick())),
+            ("agent_send parent", port.dispatch(
+                parent=alice, parent_turn=None, tool_call=None,
+                target={"kind": "session", "session": bob}, task="t", persona=None,
+                limits=limits, now=tick())),
+            ("entity.alias", port.add_alias("alice-alias", alice, tick())),
+            ("entity.name", port.name_entity(alice_ent, "Alice", None, tick())),
+            ("entity.merge into", port.merge_entities(bob_ent, alice_ent, tick())),
+            ("entity.merge from", port.merge_entities(alice_ent, bob_ent, tick())),
+        ):  # fmt: skip
+            with pytest.raises(NotFound) as refused:
+                await write
+            assert alice in str(refused.value) or alice_ent in str(refused.value), name
+            checked.append(name)
+        assert await port.scratchpad_get(bob) is not None  # the others are served
+        assert await port.list_timers(None) == []
+
+    await port.erase_entity(alice_ent, alice_ent, tick(), paused)
+    assert len(checked) == 9
+    assert await port.list_timers(None) == []
+    assert await port.route_list(None) == []
+    assert (await port.entity_show(bob_ent))["entity"] == bob_ent  # bob was not merged

@@ -7,7 +7,6 @@ command; `--version`; typer's shell completion; `send` and `recall`; and the
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import orjson
 import pytest
 
 from adapters.sdk import Adapter
+from tests import ledger_db
 from tests.ctl import in_process
 from tests.harness import DaemonProcess
 from tests.integration.test_adapters import next_deliver
@@ -77,7 +77,7 @@ def test_backup_copies_the_ledger_of_the_socket_given(
     args = ["-s", sock, "backup", copy] if where == "before" else ["backup", "-s", sock, copy]
     done = ctl(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    with sqlite3.connect(copy) as db:
+    with ledger_db.connect(copy) as db:
         assert db.execute("SELECT count(*) FROM sessions").fetchone() is not None
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import resource
-import sqlite3
 import time
 from typing import Any
 
@@ -28,6 +27,7 @@ import orjson
 import pytest
 
 from tests import ledger_checks as lc
+from tests import ledger_db
 from tests.conftest import DaemonFactory
 from tests.ctl import in_process
 from tests.harness import DaemonProcess, writer_pid
@@ -155,7 +155,7 @@ async def test_a_full_disk_holds_the_write_and_refuses_new_work(
 
     assert d.proc.poll() is None, "the daemon died"
     d.kill()
-    conn = sqlite3.connect(f"file:{d.ledger}?mode=ro", uri=True)
+    conn = ledger_db.connect(f"file:{d.ledger}?mode=ro", uri=True)
     try:
         assert conn.execute("PRAGMA quick_check").fetchall() == [("ok",)]
         rows = conn.execute(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import orjson
 
+from tests import ledger_db
 from tests.conftest import DaemonFactory
 from tests.ctl import in_process
 from tests.harness import DaemonProcess
@@ -43,7 +43,7 @@ def test_healthy_daemon(daemon: DaemonProcess) -> None:
 def test_stopped_daemon_with_a_stuck_turn(make_daemon: DaemonFactory) -> None:
     d = make_daemon()
     d.terminate()
-    with sqlite3.connect(d.ledger) as db:  # a turn that started an hour ago and never ended
+    with ledger_db.connect(d.ledger) as db:  # a turn that started an hour ago and never ended
         db.execute(
             "INSERT INTO sessions (label, kind, origin, created_at, updated_at)"
             " VALUES ('dm:ent_x', 'dm', 'inbound', 0, 0)"
@@ -74,7 +74,7 @@ def test_backup_while_running(daemon: DaemonProcess, tmp_path: Path) -> None:
     target = tmp_path / "copy.db"
     done = in_process("--config", str(daemon.config_path), "backup", str(target))
     assert done.returncode == 0, done.stderr
-    with sqlite3.connect(target) as copy:
+    with ledger_db.connect(target) as copy:
         assert copy.execute("PRAGMA user_version").fetchone()[0] >= 2
         assert copy.execute("PRAGMA quick_check").fetchone()[0] == "ok"
     again = in_process("--config", str(daemon.config_path), "backup", str(target))

@@ -4,6 +4,7 @@ and an erasure cut off by kill -9 that the next start finishes."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import shutil
@@ -18,8 +19,10 @@ import pytest
 
 from ledger.erasure import begin
 from ledger.ingest import WriterConnection
+from ledger.port.cipher import DRIVER_ENV, SECURE_DELETE
 from ledger.port.errors import NotFound
 from ledger.transfer import backup, export_session
+from tests import ledger_db
 from tests.ctl import in_process
 from tests.harness import DaemonProcess, write_config
 from tests.integration.test_identity import (
@@ -48,6 +51,26 @@ def daemon(request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# The index's two ways of forgetting: FTS5 secure-delete (SQLite 3.42 and later, the
+# default driver here) and, forced to the standard library's older SQLite, the merge.
+DRIVERS = (["sqlcipher3"] if importlib.util.find_spec("sqlcipher3") else []) + (
+    ["stdlib"] if sqlite3.sqlite_version_info < SECURE_DELETE else []
+)
+
+
+@pytest.fixture(params=[(b, v) for b in ("asyncio", "trio") for v in DRIVERS],
+                ids=lambda p: f"d-{p[0]}-{p[1]}")  # fmt: skip
+def erasing(request: pytest.FixtureRequest) -> Iterator[DaemonProcess]:
+    backend, driver = request.param
+    work = Path(tempfile.mkdtemp(prefix="brk-", dir="/tmp"))
+    d = DaemonProcess(work, {}, backend=backend, env={DRIVER_ENV: driver}).start()
+    try:
+        yield d
+    finally:
+        d.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def raw(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
 
@@ -57,9 +80,10 @@ def brokerctl(d: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_erase_through_the_daemon_leaves_no_byte(
-    daemon: DaemonProcess, tmp_path: Path
+    erasing: DaemonProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    d = daemon
+    d = erasing
+    monkeypatch.setenv(DRIVER_ENV, d.env[DRIVER_ENV])  # the test's reads and backup too
     channel = uniq("c")
     marker = uniq("zqxmark")
     async with await adapter(d, channel) as a, await operator(d) as o:
@@ -96,6 +120,8 @@ async def test_erase_through_the_daemon_leaves_no_byte(
         room = [h["session"] for h in await op(o, "recall.search", query="erased")]
         assert room and all(s.startswith("group:") for s in room)
 
+    secure = query(d, "SELECT index_merge = 0 FROM erasures") == [(1,)]
+    assert secure == (d.env[DRIVER_ENV] == "sqlcipher3")  # which way the index forgot
     copy = tmp_path / "after.db"
     assert backup(d.ledger, copy) == []
     for data in (raw(d.ledger), copy.read_bytes()):
@@ -112,7 +138,7 @@ async def test_an_erasure_cut_off_is_finished_at_the_next_start(daemon: DaemonPr
         erin = (await contact(o, channel, "erin"))["entity"]
     d.kill()  # kill -9
     # The marking transaction committed, and then the daemon died.
-    conn = sqlite3.connect(d.ledger, factory=WriterConnection, isolation_level=None)
+    conn = ledger_db.connect(d.ledger, factory=WriterConnection, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         begin(conn, erin, erin, 1)
@@ -214,7 +240,7 @@ async def test_between_the_mark_and_the_rows_the_daemon_reads_nothing_of_theirs(
         gus = await op(o, "session.show", session=(await contact(o, channel, "gus"))["session"])
         assert marker in json.dumps(await op(o, "session.show", session=fay_session))
 
-        conn = sqlite3.connect(d.ledger, factory=WriterConnection, isolation_level=None)
+        conn = ledger_db.connect(d.ledger, factory=WriterConnection, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("BEGIN IMMEDIATE")

@@ -5,19 +5,19 @@ through the same check (ledger/foreign.py)."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from ledger.api import NotALedger, SyncStore
+from tests import ledger_db
 from tests.harness import brokerd_once, write_config
 
 EX_DATAERR = 65
 
 
 def foreign(path: Path) -> bytes:
-    with sqlite3.connect(path) as db:
+    with ledger_db.connect(path) as db:
         db.execute("CREATE TABLE recipes (id INTEGER PRIMARY KEY, title TEXT)")
         db.execute("CREATE TABLE sessions (id INTEGER PRIMARY KEY, cookie TEXT)")
         db.execute("INSERT INTO recipes (title) VALUES ('soup')")

@@ -8,13 +8,13 @@ the daemon is down nobody knows the actors, and doctor says so.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import Any
 
 import anyio
 import pytest
 
+from tests import ledger_db
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.test_doctor import doctor
@@ -44,7 +44,7 @@ async def test_an_item_no_actor_was_handed_is_named(make_daemon: DaemonFactory) 
     d = make_daemon({"queue": {"stuck_after_s": STUCK_AFTER_S}})
     assert (await health(d))["stuck_items"] == []
     now = int(time.time() * 1000)
-    with sqlite3.connect(d.ledger, timeout=5) as db:  # beside the daemon's writer, as WAL allows
+    with ledger_db.connect(d.ledger, timeout=5) as db:  # beside the daemon's writer, as WAL allows
         db.execute(
             "INSERT INTO sessions (label, kind, origin, created_at, updated_at)"
             " VALUES ('dm:ent_stranded', 'dm', 'inbound', ?, ?)",
@@ -100,7 +100,7 @@ async def failing_session(d: DaemonProcess) -> str:
         with anyio.fail_after(10):
             while (await health(d))["actors"]:  # noqa: ASYNC110 - until the actor retires
                 await anyio.sleep(0.05)
-        with sqlite3.connect(d.ledger, timeout=5) as db:
+        with ledger_db.connect(d.ledger, timeout=5) as db:
             db.execute("UPDATE sessions SET queue_override = '{damaged' WHERE label = ?", (label,))
         await c.send(
             {

@@ -6,7 +6,6 @@ forkable, `item.cancel` and the `brokerctl` commands."""
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 from typing import Any
 
@@ -14,6 +13,7 @@ import anyio
 import orjson
 import pytest
 
+from tests import ledger_db
 from tests.conftest import DaemonFactory
 from tests.ctl import in_process
 from tests.harness import DaemonProcess
@@ -227,7 +227,7 @@ async def test_daily_reset_after_the_local_time(make_daemon: DaemonFactory, back
         same_day = await say(a, "+1", "same day")
     assert d.terminate() == 0
     # The conversation was a day earlier: move its times back, as a clock would have.
-    with sqlite3.connect(d.ledger) as db:
+    with ledger_db.connect(d.ledger) as db:
         db.execute(
             "UPDATE person_activity SET at = at - 86400000 WHERE session_label = ?", (session,)
         )

@@ -5,7 +5,6 @@ daemon's context load reads it, to hold the library's reads to."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,12 @@ from ledger.port.records import Thread, TurnRecord
 from ledger.reads import load_thread
 from ledger.turns import commit_turn
 from plumbing.ids import new_id
+from tests import ledger_db
 
 
 def load(path: Path, session: str) -> Thread:
     """The session's thread as the daemon's context load reads it."""
-    with contextlib.closing(sqlite3.connect(path)) as conn:
+    with contextlib.closing(ledger_db.connect(path)) as conn:
         head = conn.execute(
             "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
         ).fetchone()[0]
@@ -60,7 +60,7 @@ def daemon_compaction(
     compactor.py, through ledger/turns.py commit_turn): on the head, its summary the
     turn's one assistant message and its `compactions` row, the turns from
     `first_kept` to the head kept verbatim (None: none kept)."""
-    with sqlite3.connect(path, isolation_level=None) as conn:
+    with ledger_db.connect(path, isolation_level=None) as conn:
         conn.execute("BEGIN IMMEDIATE")
         head = conn.execute(
             "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
@@ -130,7 +130,7 @@ def _write_turn(
 ) -> str:
     """A turn of `turn_row` (type, status, reason, engine) holding `rows` (role,
     content) on the session's head, in one transaction as the daemon's writer does."""
-    with sqlite3.connect(path, isolation_level=None) as conn:
+    with ledger_db.connect(path, isolation_level=None) as conn:
         conn.execute("BEGIN IMMEDIATE")
         head = conn.execute(
             "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,8 @@ from typing import Any
 
 import anyio
 import pytest
+
+from tests import ledger_db
 
 pytest.importorskip("google.adk")
 
@@ -320,7 +321,7 @@ async def test_the_ledger_sees_an_adk_session_as_a_session_of_turns(
     assert info.turns == len(rich_events())
     exported = await service.store.export_jsonl("adk:weather:ada:s")
     assert exported.count(b"\n") > len(rich_events())
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM adk_shared_state").fetchone() == (0,)
 
 
@@ -376,7 +377,7 @@ def test_every_returned_append_event_survives_kill_9(path: Path) -> None:
 def test_a_file_that_is_not_a_ledger_is_refused_and_left_untouched(tmp_path: Path) -> None:
     # ADK's own SqliteSessionService file is another program's database.
     theirs = tmp_path / "adk.db"
-    with sqlite3.connect(theirs) as conn:
+    with ledger_db.connect(theirs) as conn:
         conn.execute("CREATE TABLE events (id TEXT, event_data TEXT)")
     before = theirs.read_bytes()
     with pytest.raises(NotALedger, match="events"):
@@ -434,7 +435,7 @@ def test_the_migration_moves_a_session_record_out_of_the_session_row(tmp_path: P
 
     migrations = load_migrations()
     (ours,) = [m for m in migrations if m.name == "adk_sessions"]
-    conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    conn = ledger_db.connect(tmp_path / "old.db", isolation_level=None)
     for migration in migrations[: migrations.index(ours)]:
         conn.executescript(migration.sql)
     record = {

@@ -11,12 +11,13 @@ import pytest
 
 from ledger.api import NotFound, Store
 from ledger.api.engine import ALONE_PASSES, FTS_LAG, IndexWhenDue
+from tests import ledger_db
 
 pytestmark = pytest.mark.anyio
 
 
 def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         return conn.execute(sql).fetchall()
 
 

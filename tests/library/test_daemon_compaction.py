@@ -6,7 +6,6 @@ library reads that thread as the daemon's own context load does
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from ledger.api import Store, SyncStore
 from ledger.port.records import Thread
 from ledger.sessions import thread_ids
+from tests import ledger_db
 from tests.conftest import DaemonFactory
 from tests.integration.test_compaction import SMALL, WORDS, chat
 from tests.integration.test_fork_export import ctl
@@ -35,7 +35,7 @@ def compacted_view(thread: Thread) -> list[Any]:
 
 
 def chain_length(path: Path, session: str) -> int:
-    with contextlib.closing(sqlite3.connect(path)) as conn:
+    with contextlib.closing(ledger_db.connect(path)) as conn:
         head = conn.execute(
             "SELECT head_turn_id FROM sessions WHERE label = ?", (session,)
         ).fetchone()[0]
@@ -278,7 +278,7 @@ def test_a_session_with_a_turn_the_daemon_committed_can_be_deleted(tmp_path: Pat
     with SyncStore.open(path) as store:
         store.delete("s")  # raised sqlite3.IntegrityError: FOREIGN KEY constraint failed
         assert store.list_sessions().sessions == []
-    with contextlib.closing(sqlite3.connect(path)) as conn:
+    with contextlib.closing(ledger_db.connect(path)) as conn:
         assert conn.execute("SELECT count(*) FROM turn_state").fetchone() == (0,)
 
 

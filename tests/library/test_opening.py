@@ -8,7 +8,6 @@ import hashlib
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -26,6 +25,7 @@ from ledger.api import (
 )
 from ledger.api.owner import claim, lock_path
 from ledger.db import load_migrations
+from tests import ledger_db
 from tests.harness import DaemonProcess
 
 
@@ -56,13 +56,13 @@ def test_a_text_file_is_not_a_ledger_and_is_untouched(tmp_path: Path) -> None:
 
 def test_another_programs_database_is_not_a_ledger_and_is_untouched(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         conn.execute("CREATE TABLE agent_messages (id INTEGER PRIMARY KEY, data TEXT)")
     before = fingerprint(path)
     with pytest.raises(NotALedger, match=r"not a ledger.*agent_messages"):
         SyncStore.open(path)
     assert fingerprint(path) == before
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
@@ -70,7 +70,7 @@ def test_a_newer_schema_is_refused_and_untouched(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     SyncStore.open(path).close()
     newer = len(load_migrations()) + 1
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         conn.execute(f"PRAGMA user_version = {newer}")
     before = fingerprint(path)
     with pytest.raises(SchemaTooNew, match=f"schema version {newer}, newer"):
@@ -178,7 +178,7 @@ def test_a_path_with_uri_characters_reads_that_file_and_no_other(tmp_path: Path,
 def test_a_database_with_tables_named_like_a_ledgers_is_untouched(tmp_path: Path) -> None:
     # Another program's chat database: sessions, turns and messages of its own.
     path = tmp_path / "chat.db"
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         conn.executescript(
             "CREATE TABLE sessions (id TEXT); CREATE TABLE turns (id TEXT);"
             " CREATE TABLE messages (id TEXT, body TEXT);"
@@ -188,7 +188,7 @@ def test_a_database_with_tables_named_like_a_ledgers_is_untouched(tmp_path: Path
     with pytest.raises(NotALedger, match=r"not a ledger.*messages"):
         SyncStore.open(path)
     assert fingerprint(path) == before
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     conn.close()
 

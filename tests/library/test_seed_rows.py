@@ -3,7 +3,6 @@ and 004), on asyncio and trio, and blocking."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from ledger.api import Store, SyncStore
 from ledger.api.records import estimate_tokens, within_tokens
 from ledger.migrations import __path__ as migrations_path
+from tests import ledger_db
 from tests.harness import DaemonProcess
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +30,7 @@ async def test_a_memory_store_has_the_whole_api_and_leaves_nothing(tmp_path: Pat
     assert second.metadata is None
     fork = await store.fork(turn, "branch")
     assert await store.items(fork.id) == [{"role": "user", "content": "hi"}]
-    with sqlite3.connect(path) as conn:  # the same schema as a file's, every migration
+    with ledger_db.connect(path) as conn:  # the same schema as a file's, every migration
         (version,) = conn.execute("PRAGMA user_version").fetchone()
     assert version == MIGRATIONS
     other = await Store.memory()

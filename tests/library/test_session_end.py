@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from ledger.api import Conflict, NotFound, SessionEnded, Store, SyncStore
+from tests import ledger_db
 from tests.harness import DaemonProcess
 
 pytestmark = pytest.mark.anyio
@@ -70,9 +71,8 @@ async def test_the_summary_is_kept(tmp_path: Path) -> None:
         await store.end("s", "all done")
 
     def read() -> Any:
-        import sqlite3
 
-        with sqlite3.connect(path) as conn:
+        with ledger_db.connect(path) as conn:
             return conn.execute(
                 "SELECT status, closing_summary, ended_at IS NOT NULL FROM sessions"
                 " WHERE label = 's'"

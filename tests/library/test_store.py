@@ -4,7 +4,6 @@ export and import, on asyncio and trio (tests/conftest.py `anyio_backend`)."""
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import anyio
 import pytest
 
 from ledger.api import Conflict, NotFound, Store, SyncStore, writes
+from tests import ledger_db
 
 pytestmark = pytest.mark.anyio
 
@@ -240,9 +240,8 @@ async def test_the_full_text_index_is_whole_once_the_store_closes(tmp_path: Path
     store = await Store.open(path)
     await store.append("s", [{"role": "user", "content": "zebra crossing"}])
     await store.aclose()
-    import sqlite3
 
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         hits = conn.execute(
             "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'zebra'"
         ).fetchone()[0]
@@ -382,7 +381,7 @@ def test_a_session_a_route_binding_points_at_is_not_deleted(tmp_path: Path) -> N
     path = tmp_path / "ledger.db"
     with SyncStore.open(path) as store:
         store.append("s", ["kept"])
-    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+    with contextlib.closing(ledger_db.connect(path)) as conn, conn:
         conn.execute(
             "INSERT INTO route_bindings (channel, peer_kind, peer_id, session_label, bound_by,"
             " created_at) VALUES ('chat', 'dm', 'alice', 's', 'fork', 0)"
@@ -400,7 +399,7 @@ def test_delete_handles_every_table_that_refers_to_a_session_or_a_turn(tmp_path:
     path = tmp_path / "ledger.db"
     with SyncStore.open(path):
         pass
-    with contextlib.closing(sqlite3.connect(path)) as conn:
+    with contextlib.closing(ledger_db.connect(path)) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         referring = {
             table

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -38,6 +37,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from ledger.api import Conflict, NotFound, SessionInfo, Store, SyncStore
 from ledger.sessions import thread_ids
+from tests import ledger_db
 from tests.library.daemon_turns import daemon_aborted_turn, daemon_compaction, daemon_turn
 
 LABELS = ["a", "b", "日本 ü", "x:y"]  # few: the calls meet on the same sessions
@@ -250,7 +250,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def learn_put_turns(self, label: str, turns: list[list[Any]]) -> None:
         """Register a new chain the store wrote, its ids read from the file."""
-        with sqlite3.connect(self.store.path) as conn:
+        with ledger_db.connect(self.store.path) as conn:
             ids = thread_ids(conn, self.store("get", label).head_turn)
         conn.close()
         parent = None
@@ -544,7 +544,7 @@ class StoreMachine(RuleBasedStateMachine):
         dropped = kept.index(turn_id)  # the kept turns after it, left off
         turn = self.model.turns[turn_id]
         assert new_head is not None and new_head not in self.model.turns
-        with sqlite3.connect(self.store.path) as conn:
+        with ledger_db.connect(self.store.path) as conn:
             (base,) = conn.execute(
                 "SELECT parent_id FROM turns WHERE id = ?", (new_head,)
             ).fetchone()
@@ -654,7 +654,7 @@ class StoreMachine(RuleBasedStateMachine):
         got = self.store("import_jsonl", data, new_label)
         assert new_label is None or got.id == new_label
         # The copy is a new chain of new turns, as long as the whole original one.
-        with sqlite3.connect(self.store.path) as conn:
+        with ledger_db.connect(self.store.path) as conn:
             ids = thread_ids(conn, got.head_turn)
         conn.close()
         originals = self.model_chain(session.head)
@@ -745,7 +745,7 @@ def test_a_pop_of_a_summary_does_not_bring_back_what_it_summarized(tmp_path: Pat
         store.compact("s", lambda items: ["one", "two"])
         assert store.pop("s") == "two"
         assert store.items("s") == ["one"]
-        with sqlite3.connect(tmp_path / "ledger.db") as conn:  # what the daemon reads
+        with ledger_db.connect(tmp_path / "ledger.db") as conn:  # what the daemon reads
             summary = conn.execute(
                 "SELECT summary FROM compactions WHERE turn_id = ?", (store.get("s").head_turn,)
             ).fetchone()
@@ -776,7 +776,7 @@ def test_a_message_written_after_a_delete_is_indexed_and_can_be_deleted(tmp_path
         store.append("c", ["zebra crossing"])
         store.delete("c")  # raised "database disk image is malformed" (FTS5)
         store.append("d", ["zebra crossing"])
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         hits = conn.execute(
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'crossing'"
         ).fetchall()

@@ -3,7 +3,6 @@ holds what the same appends through a Store hold, a turn at a time or batched.""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import anyio
@@ -12,6 +11,7 @@ import pytest
 from bench.peers import items_of
 from bench.schema_floor import floor
 from ledger.api import Store
+from tests import ledger_db
 
 SESSIONS, TURNS = 3, 5
 
@@ -31,7 +31,7 @@ async def threads(path: Path) -> list[list[object]]:
 
 
 def rows(path: Path) -> list[tuple[object, ...]]:
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         return conn.execute(
             "SELECT s.label, s.turns, count(DISTINCT t.id), count(m.id) FROM sessions s"
             " JOIN turns t ON t.session_label = s.label JOIN messages m ON m.turn_id = t.id"
@@ -46,7 +46,7 @@ def chains(path: Path) -> list[Chain]:
     """Each session's turns from its head back along their parents, without the ids
     and times that differ between two runs, but with how the times agree; and the
     turns no head reaches (none)."""
-    with sqlite3.connect(path) as conn:
+    with ledger_db.connect(path) as conn:
         shown: list[Chain] = []
         for label, head, count, updated in conn.execute(
             "SELECT label, head_turn_id, turns, updated_at FROM sessions ORDER BY label"

@@ -15,6 +15,7 @@ from ledger.db import connect
 from ledger.writer.checkpoint import WalCheckpointer
 from ledger.writer.jobs import JobSpec
 from ledger.writer.transactor import Transactor
+from tests import ledger_db
 
 PAGE = 4096
 FRAME = PAGE + 24
@@ -52,7 +53,7 @@ def _within(seconds: float, done: Callable[[], bool]) -> bool:
 
 
 def _limit(checkpointer: WalCheckpointer, db: Path) -> int:
-    conn = sqlite3.connect(db)
+    conn = ledger_db.connect(db)
     try:
         return checkpointer.wal_limit_bytes(conn)
     finally:
@@ -179,7 +180,7 @@ def test_a_failing_checkpoint_fails_no_write(
     assert checkpointer.failures == 2 and checkpointer.failing == 2
     assert checkpointer.last_error is not None and "closed" in checkpointer.last_error
     assert transactor.execute(_batch(1)) == [(None, None)]
-    check = sqlite3.connect(db)
+    check = ledger_db.connect(db)
     assert check.execute("SELECT count(*) FROM t").fetchone() == (1,)
     check.close()
 
@@ -192,7 +193,7 @@ def test_close_stops_the_thread_and_leaves_every_commit_readable(
         transactor.execute(_batch(3))
     transactor.close()
     assert not checkpointer._thread.is_alive()
-    check = sqlite3.connect(db)
+    check = ledger_db.connect(db)
     assert check.execute("SELECT count(*) FROM t").fetchone() == (30,)
     assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     check.close()

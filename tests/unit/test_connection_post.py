@@ -119,3 +119,26 @@ async def test_a_client_that_never_reads_is_disconnected_past_the_hard_limit(
     assert not conn.post(b"z", droppable=True)
     await conn.stream.aclose()
     await peer.aclose()
+
+
+async def test_a_send_after_a_partly_written_post_does_not_split_its_frame() -> None:
+    """A post the socket took only part of leaves the rest for the flusher; a `send`
+    (an op's reply, an error) that came then wrote its whole frame into the middle of
+    the posted one, and the client read a line that is not JSON."""
+    conn, peer = await _pair()
+    posted = b'{"type": "ack", "pad": "' + b"x" * 200_000 + b'"}\n'
+    async with anyio.create_task_group() as tg:
+        conn.tg = tg
+        tg.start_soon(conn.flush_forever)
+        assert conn.post(posted)
+        await anyio.lowlevel.checkpoint()  # asyncio writes at the end of the loop's turn
+        assert conn._out, "the socket took the whole frame: the test did not fill it"
+        sent = b'{"type": "error"}\n'
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(conn.send_raw, sent)
+                got = await _read(peer, len(posted) + len(sent))
+        tg.cancel_scope.cancel()
+    assert got == posted + sent
+    await conn.stream.aclose()
+    await peer.aclose()

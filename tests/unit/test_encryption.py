@@ -5,14 +5,13 @@ ledger with its writer thread or process, a backup, and the library's Store."""
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from broker.config import ConfigError, load_settings
 from ledger.db import connect, migrate
-from ledger.port.cipher import Key, KeyFileError, read_key
+from ledger.port.cipher import DatabaseError, Key, KeyFileError, read_key
 from ledger.port.errors import LedgerError
 from ledger.sqlite.store import Ledger
 from ledger.transfer import backup
@@ -140,7 +139,7 @@ def test_a_wrong_key_and_a_key_for_a_plain_file_say_which(tmp_path: Path) -> Non
         connect(secret, key=Key(HEX))
     with pytest.raises(LedgerError, match=r"plain\.db is not encrypted, but a key was given"):
         connect(plain, key=Key(HEX))
-    with pytest.raises(sqlite3.DatabaseError, match="not a database"):
+    with pytest.raises(DatabaseError, match="not a database"):
         connect(secret).execute("SELECT * FROM notes")
     assert (raw(secret), raw(plain)) == before  # nothing was written
     conn = connect(plain)  # a plain ledger without a key: as ever

@@ -1,15 +1,26 @@
-"""The full-text index after a delete: merged step by step to one segment, or at once
-when the steps allowed run out, and then no segment holds the deleted words."""
+"""The full-text index after a delete. With SQLite's older than 3.42 (the standard
+library's forced here): merged step by step to one segment, or at once when the steps
+allowed run out, and then no segment holds the deleted words. With a newer one (FTS5
+secure-delete, turned on at migration): no segment holds them from the delete on, and
+no merge is asked for. An SQLite without secure-delete refuses an index that has it."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from ledger.db import connect, migrate
+from ledger.db import connect, migrate, secure_index
 from ledger.erasure import merge_index, truncate_wal
 from ledger.fts import forget_deleted, index_new_messages
+from ledger.port.cipher import DRIVER_ENV, SECURE_DELETE
+from ledger.port.errors import LedgerError
+
+needs_secure = pytest.mark.skipif(
+    sqlite3.sqlite_version_info >= SECURE_DELETE,
+    reason="the standard library's SQLite has secure-delete: no older driver to force",
+)
 
 
 def _ledger(path: Path) -> None:
@@ -39,8 +50,12 @@ def _raw(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(path.parent.glob(path.name + "*")))
 
 
+@needs_secure
 @pytest.mark.parametrize("allowed", [-1, 1], ids=["stepwise", "at-once"])
-def test_merged_index_holds_no_deleted_word(tmp_path: Path, allowed: int) -> None:
+def test_merged_index_holds_no_deleted_word(
+    tmp_path: Path, allowed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DRIVER_ENV, "stdlib")
     path = tmp_path / "l.db"
     _ledger(path)
     assert b"zqxsecret0zz" in _raw(path)
@@ -60,3 +75,59 @@ def test_merged_index_holds_no_deleted_word(tmp_path: Path, allowed: int) -> Non
     assert all(f"zqxsecret{n}zz".encode() in data for n in range(6, 12))
     if allowed == 1:
         assert steps == 1
+
+
+def test_with_secure_delete_no_segment_holds_a_deleted_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sqlcipher3")
+    monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")  # SQLite 3.53, plain without a key
+    path = tmp_path / "l.db"
+    _ledger(path)
+    conn = connect(path)
+    assert secure_index(conn)
+    assert merge_index(conn) == 0  # nothing to merge: the words left as they went
+    conn.close()
+    truncate_wal(path)
+    data = _raw(path)
+    assert not any(f"zqxsecret{n}zz".encode() in data for n in range(6))
+    assert all(f"zqxsecret{n}zz".encode() in data for n in range(6, 12))
+
+
+@needs_secure
+def test_an_older_sqlite_refuses_an_index_with_secure_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sqlcipher3")
+    monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")
+    path = tmp_path / "l.db"
+    _ledger(path)
+    truncate_wal(path)
+    before = path.read_bytes()
+    monkeypatch.setenv(DRIVER_ENV, "stdlib")
+    for readonly in (False, True):
+        with pytest.raises(LedgerError, match=r"needs SQLite 3\.42\.0 or later.*pip install"):
+            connect(path, readonly=readonly)
+    assert path.read_bytes() == before  # nothing written
+
+
+def test_secure_delete_is_turned_on_once_for_a_ledger_made_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DRIVER_ENV, "stdlib")
+    path = tmp_path / "l.db"
+    _ledger(path)  # its deletes merged nothing yet
+    conn = connect(path)
+    on = secure_index(conn)
+    conn.close()
+    assert on == (sqlite3.sqlite_version_info >= SECURE_DELETE)
+    pytest.importorskip("sqlcipher3")
+    monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")
+    for _ in range(2):  # idempotent
+        conn = connect(path)
+        migrate(conn)
+        assert secure_index(conn)
+        assert conn.execute(
+            "SELECT count(*) FROM messages_fts_config WHERE k = 'secure-delete'"
+        ).fetchone() == (1,)
+        conn.close()

@@ -17,6 +17,7 @@ from ledger import state_records
 from ledger.port.records import TurnRecord
 from ledger.sqlite.store import Ledger
 from plumbing.ids import new_id
+from tests import ledger_db
 from tests.conformance.records import inbound, ingest, turn
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +57,7 @@ async def test_the_stored_record_is_the_one_worked_out_from_the_rows(tmp_path: P
     async with Ledger.open(tmp_path / "l.db", writer="thread", check_s=0) as ledger:
         _label, done = await a_thread(ledger)
         stored = [await ledger.state_record(r.turn_id) for r in done]
-    conn = sqlite3.connect(tmp_path / "l.db")
+    conn = ledger_db.connect(tmp_path / "l.db")
     try:
         conn.execute("DELETE FROM turn_state")
         worked_out = [state_records.state_at(conn, r.turn_id) for r in done]
@@ -77,7 +78,7 @@ async def test_a_ledger_without_rows_gets_them_again_from_its_next_turn(tmp_path
     async with Ledger.open(tmp_path / "l.db", writer="thread", check_s=0) as ledger:
         label, done = await a_thread(ledger)
         before = await ledger.state_record(done[-1].turn_id)
-    conn = sqlite3.connect(tmp_path / "l.db")
+    conn = ledger_db.connect(tmp_path / "l.db")
     conn.execute("DELETE FROM turn_state")  # as a ledger from before migration 0009
     conn.commit()
     conn.close()
@@ -91,7 +92,7 @@ async def test_a_ledger_without_rows_gets_them_again_from_its_next_turn(tmp_path
         rec = turn(label, done[-1].turn_id, items)
         await ledger.submit_turn(rec).result()
         after = await ledger.state_record(rec.turn_id)
-    conn = sqlite3.connect(tmp_path / "l.db")
+    conn = ledger_db.connect(tmp_path / "l.db")
     try:
         (raw,) = conn.execute(
             "SELECT state FROM turn_state WHERE turn_id = ?", (rec.turn_id,)

@@ -17,12 +17,14 @@ import anyio.lowlevel
 import pytest
 
 from ledger.db import connect
+from ledger.port.cipher import IntegrityError
 from ledger.port.errors import LedgerWriteFailed, NotFound, WriterClosed, WriterDied
 from ledger.sqlite.store import Ledger
 from ledger.writer.group_commit import LedgerWriter
 from ledger.writer.jobs import JobSpec, Pending
 from ledger.writer.process import ProcessLink, RemoteJobError, UnpicklableJob
 from plumbing import logs
+from tests import ledger_db
 from tests.harness import gone_within
 
 pytestmark = pytest.mark.anyio
@@ -52,7 +54,7 @@ def _pid(c: sqlite3.Connection) -> int:
 
 
 def _values(path: Path) -> list[str]:
-    conn = sqlite3.connect(path)
+    conn = ledger_db.connect(path)
     try:
         return [r[0] for r in conn.execute("SELECT v FROM t ORDER BY id")]
     finally:
@@ -115,7 +117,7 @@ async def test_a_failing_job_fails_alone_with_its_own_error(db: Path, process: P
         with pytest.raises(NotFound) as not_found:
             await batch[1].result()
         assert not_found.value.field == "thing"  # attributes survive the trip
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(IntegrityError):
             await batch[2].result()
         with pytest.raises(UnpicklableJob, match="module-level functions"):
             await batch[3].result()

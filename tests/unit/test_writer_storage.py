@@ -24,6 +24,7 @@ from ledger.port.errors import StorageFailed, WriterStuck
 from ledger.writer.group_commit import LedgerWriter
 from ledger.writer.jobs import JobSpec, Outcome, Pending
 from ledger.writer.transactor import Transactor
+from tests import ledger_db
 
 pytestmark = pytest.mark.anyio
 
@@ -65,7 +66,7 @@ class PipelinedLink:
 
 @pytest.fixture
 def conn(tmp_path: Path) -> sqlite3.Connection:
-    c = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None, check_same_thread=False)
+    c = ledger_db.connect(tmp_path / "ledger.db", isolation_level=None, check_same_thread=False)
     c.execute("PRAGMA journal_mode = WAL")
     c.execute("CREATE TABLE t (v TEXT)")
     return c
