@@ -5,8 +5,9 @@ the broker's own events (issue 21's `intent` and `llm`).
 
 `bench.instructions` counts the whole daemon and writer; this isolates the ledger
 work of one echo turn (ingest, mark running, commit with its state record and
-events, four turns a transaction over 100 sessions, the record pickled and
-unpickled as on its way to the writer process) so a change to the event rows
+events, four turns a transaction over 100 sessions, the record made as the daemon
+makes it, with its summary and on a session's first turn its system prompt, pickled
+and unpickled as on its way to the writer process) so a change to the event rows
 shows without the batching noise of a live daemon. Each count runs twice under
 `valgrind --tool=callgrind`, 200 and 1,000 turns, and prints the difference over
 800: instructions per turn. `--text`: characters of each person's message (the
@@ -29,7 +30,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from broker.mailbox.turn_parts import ARCHIVE_LINES
 from core import turn_events as te
+from core import turn_summary
 from core.identity import SessionSpec
 from core.session_state import EMPTY
 from ledger import ingest as li
@@ -91,15 +94,20 @@ def run(turns: int, kind: str, text_chars: int) -> None:
             records = []
             for a, turn_id in zip(accepted, ids, strict=True):
                 item = items[a.item]
+                output, events = "echo: " + item.content, events_of(item, kind)
                 rec = TurnRecord(
                     turn_id=turn_id, session=a.session, parent_id=heads.get(a.session),
                     type="turn", status="completed", reason=None, error=None,
-                    output="echo: " + item.content, engine="echo", model=None,
+                    output=output, engine="echo", model=None,
                     started_at=now, completed_at=now + 1, prompt_tokens=None,
                     completion_tokens=None, inputs=[item], item_status="done",
                     outbox=(new_id(), "chat", '{"type":"deliver","text":"x"}'),
-                    input_tokens=[10], output_tokens=12, events=events_of(item, kind),
+                    input_tokens=[10], output_tokens=12, events=events,
                     title="t", title_source="mechanical", outcome="completed",
+                    # made on the daemon's side, as broker/mailbox/turn_parts.py does
+                    summary=turn_summary.summarize("completed", output, [], events),
+                    # and the prompt with a session's first turn, as an actor sends it
+                    system_prompt=ARCHIVE_LINES if a.session not in heads else None,
                 )  # fmt: skip
                 records.append(pickle.loads(pickle.dumps(rec, protocol=5)))
             c.execute("BEGIN IMMEDIATE")

@@ -88,7 +88,7 @@ def session_show(conn: sqlite3.Connection, name: str, limit: int) -> dict[str, A
         "extends": row["extends"],  # the closed session this one follows (ledger/closing.py)
         "ended_at": row["ended_at"],
         "closing_summary": row["closing_summary"],
-        "system_prompt": row["system_prompt"],  # of its latest turn that gave one
+        "system_prompt": system_prompt(conn, label),  # of its latest turn that gave one
         "model": row["model"],
         "events_seq": row["event_seq"],  # the session_seq of its latest event
         "aliases": aliases_of(conn, label),
@@ -111,6 +111,13 @@ def session_row(conn: sqlite3.Connection, label: str) -> dict[str, Any]:
     # By the column names, not sqlite3.Row: that takes only the sqlite3 module's
     # cursors, and an encrypted ledger's are SQLCipher's.
     return {d[0]: value for d, value in zip(cur.description, row, strict=True)}
+
+
+def system_prompt(conn: sqlite3.Connection, label: str) -> str | None:
+    row = conn.execute(
+        "SELECT system_prompt FROM session_prompts WHERE session_label = ?", (label,)
+    ).fetchone()
+    return None if row is None else str(row[0])
 
 
 def queue_override(conn: sqlite3.Connection, label: str) -> str | None:

@@ -133,8 +133,7 @@ def commit_turn(
         " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
         " total_errors = total_errors + ?, total_events = total_events + ?,"
         " total_files_modified = total_files_modified + ?,"
-        " total_errors_resolved = total_errors_resolved + ?,"
-        " system_prompt = coalesce(?, system_prompt), model = coalesce(?, model),"
+        " total_errors_resolved = total_errors_resolved + ?, model = coalesce(?, model),"
         " event_seq = event_seq + ?"
         " WHERE label = ? AND head_turn_id IS ? AND status != 'erased' RETURNING event_seq",
         (
@@ -148,7 +147,6 @@ def commit_turn(
             totals["events"] + bool(paths),  # and its snapshot event
             files,
             totals["errors_resolved"],
-            rec.system_prompt,
             rec.model,
             numbered,
             rec.session,
@@ -157,6 +155,12 @@ def commit_turn(
     ).fetchone()
     if moved is None:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
+    if rec.system_prompt is not None:  # given only when it changed: off the session row
+        conn.execute(
+            "INSERT INTO session_prompts (session_label, system_prompt) VALUES (?, ?)"
+            " ON CONFLICT (session_label) DO UPDATE SET system_prompt = excluded.system_prompt",
+            (rec.session, rec.system_prompt),
+        )
     results = _write_turn(conn, rec, snapshot_max_bytes, int(moved[0]) - numbered + 1)
     record_turn_state(conn, rec)  # the thread's state record (ledger/state_records.py)
     conn.execute(

@@ -85,6 +85,16 @@ async def test_the_session_row_keeps_its_prompt_when_a_turn_gives_none(port: Led
     assert shown["turns"][-1]["summary"]["outcome"] == "completed: a reply"
 
 
+async def test_a_later_prompt_replaces_the_kept_one(port: LedgerPort) -> None:
+    session, head = await _turn_with_work(port)
+    await ingest(port, inbound("m2", text="and now?"))
+    [item] = await port.open_items(session)
+    rec = replace(turn(session, head, [item]), system_prompt="You are the billing agent.")
+    await port.submit_turn(rec).result()
+    shown = await port.session_show(session, 10)
+    assert (shown["system_prompt"], shown["model"]) == ("You are the billing agent.", "gpt-test")
+
+
 async def test_export_and_import_carry_summaries_and_metadata(port: LedgerPort) -> None:
     session, _ = await _turn_with_work(port)
     lines = await port.export_session(session, tick())
