@@ -11,6 +11,7 @@ import pytest
 
 from ledger import audit
 from ledger.db import connect, migrate
+from ledger.port import cipher
 from ledger.sessions import export_lines, import_lines
 
 
@@ -29,7 +30,7 @@ def test_rows_are_never_changed_nor_deleted(conn: sqlite3.Connection) -> None:
         "UPDATE audit SET target = '[erased]', uid = 5",
         "DELETE FROM audit",
     ):
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        with pytest.raises(cipher.IntegrityError, match="append-only"):
             conn.execute(sql)
     assert audit.rows(conn, None, None, 10) == [
         {"at": 1, "uid": 0, "role": "admin", "op": "entity.merge", "target": "e1", "outcome": "ok"}
@@ -48,7 +49,7 @@ def test_forget_replaces_a_person_s_ids_and_keeps_the_rows(conn: sqlite3.Connect
 
 
 def test_an_outcome_is_ok_or_refused(conn: sqlite3.Connection) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(cipher.IntegrityError):
         conn.execute("INSERT INTO audit (id, at, op, outcome) VALUES ('x', 1, 'health', 'maybe')")
 
 

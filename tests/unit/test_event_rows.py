@@ -10,6 +10,7 @@ import pytest
 
 from core.session_state import EVENT_TYPES
 from ledger.db import connect, load_migrations, migrate
+from ledger.port import cipher
 
 INSERT = (
     "INSERT INTO turn_events (turn_id, seq, session_label, type, payload, created_at)"
@@ -21,7 +22,7 @@ def test_every_event_type_is_taken_and_another_refused(conn: sqlite3.Connection)
     conn.executemany(INSERT, [("t1", n, kind, n) for n, kind in enumerate(EVENT_TYPES)])
     stored = [r[0] for r in conn.execute("SELECT type FROM turn_events ORDER BY seq")]
     assert stored == list(EVENT_TYPES)
-    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+    with pytest.raises(cipher.IntegrityError, match="CHECK"):
         conn.execute(INSERT, ("t1", 99, "thought", 99))
 
 

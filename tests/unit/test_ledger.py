@@ -16,6 +16,7 @@ from ledger import queries
 from ledger.db import Migration, connect, load_migrations, migrate, schema_version
 from ledger.ingest import IdentityCache, contact_entity, ingest
 from ledger.merge import merge_entities
+from ledger.port import cipher
 from ledger.port.errors import LedgerError, LedgerWriteFailed, NotFound, WriterClosed
 from ledger.port.records import Accepted, InboundRecord, MergeResult
 from ledger.sqlite.store import Ledger
@@ -209,7 +210,7 @@ def test_failed_migration_leaves_the_schema_at_a_whole_version(
     monkeypatch.setattr("ledger.db.load_migrations", lambda: fake)
     c = connect(db_path)
     try:
-        with pytest.raises(sqlite3.OperationalError, match="nowhere"):
+        with pytest.raises(cipher.OperationalError, match="nowhere"):
             migrate(c)
         assert schema_version(c) == 1
         assert table_names(c) == {"a"}
@@ -281,7 +282,7 @@ async def test_constraint_error_in_a_job_fails_only_that_job(plain: sqlite3.Conn
         dup = writer.submit(insert("same"))
         other = writer.submit(insert("other"))
         assert await first.result() > 0
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(cipher.IntegrityError):
             await dup.result()
         assert await other.result() > 0
         tg.cancel_scope.cancel()
@@ -311,7 +312,7 @@ async def test_failing_commit_fails_the_whole_batch(plain: sqlite3.Connection) -
         for p in batch:
             with pytest.raises(LedgerWriteFailed) as info:
                 await p.result()
-            assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+            assert isinstance(info.value.__cause__, cipher.IntegrityError)
         assert rollbacks
         assert writer.commits == 0
         # The writer goes on working after a failed commit.

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ledger.db import connect, load_migrations, migrate
+from ledger.port import cipher
 from ledger.queries import session_show
 
 MIGRATION = "session_prompts"
@@ -66,7 +67,7 @@ def test_a_prompt_goes_with_its_session(tmp_path: Path) -> None:
         )
     conn.execute("DELETE FROM sessions WHERE label = 'dm:a'")  # as erasure and delete do
     assert conn.execute("SELECT session_label FROM session_prompts").fetchall() == [("dm:b",)]
-    with pytest.raises(sqlite3.IntegrityError):  # never a prompt of no session
+    with pytest.raises(cipher.IntegrityError):  # never a prompt of no session
         conn.execute(
             "INSERT INTO session_prompts (session_label, system_prompt) VALUES ('dm:z', 'x')"
         )
