@@ -79,6 +79,7 @@ def encrypt(key_file: KeyFileOption) -> None:
     console.print(
         f"encrypted {path}; now set [ledger] key_file = {str(key_file)!r} in the config",
         markup=False,
+        soft_wrap=True,  # a path broken over two lines cannot be copied
     )
 
 
@@ -98,5 +99,7 @@ def rekey(
         _fail(exc, EX_CONFIG)
     _run("rekey it", rekey_ledger, path, old, new)
     console.print(
-        f"rekeyed {path}; now set [ledger] key_file = {str(new_key_file)!r}", markup=False
+        f"rekeyed {path}; now set [ledger] key_file = {str(new_key_file)!r}",
+        markup=False,
+        soft_wrap=True,
     )

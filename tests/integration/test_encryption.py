@@ -151,7 +151,7 @@ async def test_encrypt_in_place_keeps_no_plain_copy_and_rekey_changes_the_key(
 
     done = ctl(d, "encrypt", "--key-file", str(first))
     assert done.returncode == 0, done.stderr
-    assert f"now set [ledger] key_file = '{first}'" in done.stdout  # the section named
+    assert f"now set [ledger] key_file = '{first}'" in done.stdout  # the section named, unwrapped
     found = [name for name, data in every_file(short_tmp).items() if marker in data]
     assert found == [], f"plain copies remain: {found}"
     again = ctl(d, "encrypt", "--key-file", str(first))
