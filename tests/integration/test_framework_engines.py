@@ -8,7 +8,8 @@ making a worker whose result comes back), a message steered in during a tool cal
 reaches the next model call of the same turn, an interrupt that aborts the run, and a
 kill -9 mid-turn whose inputs run again once; the Agents SDK's handoff besides. No
 framework session store: the second turn's context comes from the ledger. The three
-SDKs run on asyncio only: a daemon with one of them refuses trio at start.
+SDKs run on asyncio only: a daemon with one of them refuses trio at start. Tests that
+neither kill their daemon nor need a fresh ledger share one daemon per kind (`shared`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +86,31 @@ def framework_daemon(make_daemon: DaemonFactory, short_tmp: Path, kind: str) -> 
     )
 
 
+@pytest.fixture(scope="module")
+def shared() -> Iterator[Callable[[str], DaemonProcess]]:
+    """One daemon per kind for the module's tests that neither kill it nor need its
+    ledger fresh (a framework's import is most of a start's CPU); started on first use.
+    Each test has its own senders, so its own sessions."""
+    started: dict[str, DaemonProcess] = {}
+    work = Path(tempfile.mkdtemp(prefix="brk-fw-", dir="/tmp"))
+
+    def daemon(kind: str) -> DaemonProcess:
+        if kind not in started:
+            k = KINDS[kind]
+            folder = work / kind
+            place(k, folder)
+            config = {"engine": {"kind": k.kind, k.key: k.entry}, "queue": {"debounce_ms": 0}}
+            started[kind] = DaemonProcess(folder, config).start(START_S)
+        return started[kind]
+
+    try:
+        yield daemon
+    finally:
+        for d in started.values():
+            d.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def events(d: DaemonProcess, turn_id: str, kind: str) -> list[dict[str, Any]]:
     rows = query(d, "SELECT payload FROM turn_events WHERE turn_id = ? AND type = ? ORDER BY seq",
                  turn_id, kind)  # fmt: skip
@@ -91,9 +119,9 @@ def events(d: DaemonProcess, turn_id: str, kind: str) -> list[dict[str, Any]]:
 
 @each_kind
 async def test_a_reply_and_the_agents_own_tool(
-    make_daemon: DaemonFactory, short_tmp: Path, kind: str
+    shared: Callable[[str], DaemonProcess], kind: str
 ) -> None:
-    d = framework_daemon(make_daemon, short_tmp, kind)
+    d = shared(kind)
     sender = uniq("+")
     async with await Adapter.connect(d, uniq("t")) as a:
         session = (await a.send_inbound(uniq("m"), "hello", sender))["session"]
@@ -114,8 +142,8 @@ async def test_a_reply_and_the_agents_own_tool(
     assert first["status"] == second["status"] == "completed"
 
 
-async def test_an_agents_sdk_handoff(make_daemon: DaemonFactory, short_tmp: Path) -> None:
-    d = framework_daemon(make_daemon, short_tmp, "openai-agents")
+async def test_an_agents_sdk_handoff(shared: Callable[[str], DaemonProcess]) -> None:
+    d = shared("openai-agents")
     async with await Adapter.connect(d, uniq("t")) as a:
         session = (await a.send_inbound(uniq("m"), "spanish please", uniq("+")))["session"]
         spanish = await a.deliver(session=session)
@@ -127,16 +155,21 @@ async def test_an_agents_sdk_handoff(make_daemon: DaemonFactory, short_tmp: Path
 
 @each_kind
 async def test_a_broker_tool_makes_a_worker_whose_result_comes_back(
-    make_daemon: DaemonFactory, short_tmp: Path, kind: str
+    shared: Callable[[str], DaemonProcess], kind: str
 ) -> None:
-    d = framework_daemon(make_daemon, short_tmp, kind)
+    d = shared(kind)
     async with await Adapter.connect(d, uniq("t")) as a:
         session = (await a.send_inbound(uniq("m"), "please delegate", uniq("+")))["session"]
         sent = await a.deliver(session=session)
         back = await a.deliver(session=session, within=20)
     assert sent["text"].startswith("tool said: ") and "worker:" in sent["text"]
     assert back["text"] == "worker done: one two three"
-    (spawned,) = query(d, "SELECT spawned_session FROM tool_calls WHERE name = 'agent_send'")
+    (spawned,) = query(
+        d,
+        "SELECT c.spawned_session FROM tool_calls c JOIN turns t ON t.id = c.turn_id"
+        " WHERE c.name = 'agent_send' AND t.session_label = ?",
+        session,
+    )
     assert spawned[0].startswith("worker:")
     (worker,) = turns(d, spawned[0])
     assert worker["status"] == "completed"
@@ -144,9 +177,9 @@ async def test_a_broker_tool_makes_a_worker_whose_result_comes_back(
 
 @each_kind
 async def test_a_message_steered_during_a_tool_call_reaches_the_next_model_call(
-    make_daemon: DaemonFactory, short_tmp: Path, kind: str
+    shared: Callable[[str], DaemonProcess], kind: str
 ) -> None:
-    d = framework_daemon(make_daemon, short_tmp, kind)
+    d = shared(kind)
     sender = uniq("+")
     held, steered, status = uniq("m"), uniq("m"), uniq("m")
     async with await Adapter.connect(d, uniq("t")) as a:
@@ -178,9 +211,9 @@ async def test_a_message_steered_during_a_tool_call_reaches_the_next_model_call(
 
 @each_kind
 async def test_an_interrupt_aborts_the_run(
-    make_daemon: DaemonFactory, short_tmp: Path, kind: str
+    shared: Callable[[str], DaemonProcess], kind: str
 ) -> None:
-    d = framework_daemon(make_daemon, short_tmp, kind)
+    d = shared(kind)
     sender = uniq("+")
     slow, then = uniq("m"), uniq("m")
     async with await Adapter.connect(d, uniq("t")) as a:
