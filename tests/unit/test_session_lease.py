@@ -6,6 +6,7 @@ is refused stops at once; a healthy long turn keeps its lease."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -185,3 +186,38 @@ async def test_a_writer_slower_than_the_renewals_keeps_the_lease(ledger: Ledger)
     with anyio.fail_after(10):
         assert await lease.run(lambda: engine.call("one", TTL_S * 4)) == "answer of one"
     assert [what for _who, what, _t in engine.log] == ["start", "end"]
+
+
+class Counting(Starving):
+    """Records when each renewal was sent."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__(ledger)
+        self.renewals: list[float] = []
+
+    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+        self.renewals.append(time.monotonic())
+        return await self.ledger.renew_lease(session, token, now, ttl_ms)
+
+
+async def test_a_paused_holder_resumed_past_its_time_sends_no_renewal_and_lets_go(
+    ledger: Ledger,
+) -> None:
+    """A node paused (its event loop stopped: SIGSTOP, a VM's pause) past its lease's
+    time, once resumed, cuts its turn off without renewing the lease first: a renewal
+    then would make the next attempt wait a whole time-to-live for nothing."""
+    counting = Counting(ledger)
+    lease = SessionLease(counting, "s1", "a/turn#1", TTL_S, lambda: None)
+    resumed: list[float] = []
+
+    async def paused_turn() -> str:
+        await anyio.sleep(TTL_S / 2)  # a renewal or two in its normal course
+        time.sleep(TTL_S * 1.5)  # noqa: ASYNC251  # the whole loop stopped, as when paused
+        resumed.append(time.monotonic())
+        await anyio.sleep(TTL_S * 4)
+        return "finished"
+
+    with anyio.fail_after(10), pytest.raises(LeaseLost):
+        await lease.run(paused_turn)
+    assert counting.renewals, "renewed before the pause"
+    assert all(sent < resumed[0] for sent in counting.renewals), (counting.renewals, resumed)

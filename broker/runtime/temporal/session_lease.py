@@ -134,12 +134,14 @@ class SessionLease:
     async def _renewing(self, scope: anyio.CancelScope) -> None:
         """A renewal every quarter of the time-to-live, each sent without waiting for
         the last to commit (a slow writer delays them all alike), at most
-        `RENEWALS_IN_FLIGHT` at once."""
+        `RENEWALS_IN_FLIGHT` at once; none once the lease is lost on this node's clock."""
         token = self.token
         assert token is not None
         async with anyio.create_task_group() as tg:
             while True:
                 await anyio.sleep(self.quarter_s)
+                if self.lost:  # a paused node, resumed: its turn is being cut off, and a
+                    continue  # renewal now would keep the next attempt waiting for nothing
                 if self._in_flight < RENEWALS_IN_FLIGHT:
                     self._in_flight += 1
                     tg.start_soon(self._renew, scope, token)
