@@ -140,8 +140,6 @@ class SessionLease:
         async with anyio.create_task_group() as tg:
             while True:
                 await anyio.sleep(self.quarter_s)
-                if self.lost:  # a paused node, resumed: its turn is being cut off, and a
-                    continue  # renewal now would keep the next attempt waiting for nothing
                 if self._in_flight < RENEWALS_IN_FLIGHT:
                     self._in_flight += 1
                     tg.start_soon(self._renew, scope, token)
@@ -149,6 +147,8 @@ class SessionLease:
     async def _renew(self, scope: anyio.CancelScope, token: int) -> None:
         sent = anyio.current_time()
         try:
+            if self.lost:  # a paused node, resumed: its turn is being cut off, and a
+                return  # renewal now would keep the next attempt waiting for nothing
             held = await self.ledger.renew_lease(self.session, token, self.wall_ms(), self.ttl_ms)
         except Exception as exc:  # a storage failure: the deadline decides
             log.warning("a lease's renewal failed", session=self.session, error=str(exc))
