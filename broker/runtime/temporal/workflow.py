@@ -46,13 +46,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    TimeoutError,
-    TimeoutType,
-)
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout  # not the builtin
 
 with workflow.unsafe.imports_passed_through():
     from broker.runtime.temporal.control import Control, ControlPush
@@ -514,7 +509,7 @@ def silenced(exc: ActivityError) -> bool:
     """The last attempt's node went silent: no heartbeat in time, the lease lost, or
     the attempt reached its node too late to run."""
     cause = exc.cause
-    if isinstance(cause, TimeoutError):
+    if isinstance(cause, ActivityTimeout):
         return cause.type == TimeoutType.HEARTBEAT
     return isinstance(cause, ApplicationError) and cause.type in (LEASE_LOST, STALE_ATTEMPT)
 
