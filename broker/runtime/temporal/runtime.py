@@ -53,9 +53,13 @@ from plumbing.ids import now_ms
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64
 RETRY_MAX_S = 2.0
-# One hand-off's bound: it takes milliseconds when Temporal answers, and past this the
-# node says `overloaded` rather than ack messages it cannot hand over.
+# A hand-off takes milliseconds when Temporal answers; one unanswered this long makes
+# the node say `overloaded` rather than ack messages it cannot hand over, but it is
+# not cut short: a loaded server answers late, and a hand-off cancelled and sent again
+# only adds to its load (each try cut at this bound, none landed for tens of seconds).
+# A try is given up, and sent again, only past SIGNAL_GIVE_UP_S.
 SIGNAL_TIMEOUT_S = 1.0
+SIGNAL_GIVE_UP_S = 10.0
 TURN_MARGIN_S = 60.0  # a turn's activity may also compact: beyond the engine's own bound
 # How often a node looks for items whose hand-off nobody recorded, and how old such an
 # item must be: longer than a live node takes to land a hand-off and record it (a
@@ -252,7 +256,11 @@ class TemporalRuntime:
         delay = 0.05
         while True:
             try:
-                await self._signal(item)
+                with anyio.fail_after(SIGNAL_GIVE_UP_S):
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._slow_after, SIGNAL_TIMEOUT_S)
+                        await self._signal(item)
+                        tg.cancel_scope.cancel()
             except Exception as exc:
                 if self._failing is None:
                     log.error(
@@ -273,23 +281,30 @@ class TemporalRuntime:
             self.handed_over += 1
             return
 
+    async def _slow_after(self, seconds: float) -> None:
+        """While a hand-off waits longer than `seconds`, the node refuses new messages."""
+        await anyio.sleep(seconds)
+        if self._failing is None:
+            address = self.settings.runtime.address
+            log.warning("Temporal slow to take a hand-off; refusing messages", address=address)
+            self._failing = f"the sessions' runtime (Temporal at {address}) is slow to answer"
+
     async def _signal(self, item: ItemInfo) -> None:
         rt = self.settings.runtime
         command = item.source == "person" and is_command(item.text or "")
         arrival = Arrival(list(item), self.mailboxes.ports.default_mode(item), command)
-        with anyio.fail_after(SIGNAL_TIMEOUT_S):
-            await self.client.start_workflow(
-                SessionWorkflow.run,
-                self._spec(item.session),
-                id=item.session,
-                task_queue=rt.task_queue,
-                start_signal=ITEM_SIGNAL,
-                start_signal_args=[arrival],
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                # A workflow task a dead node held is given to another one this soon
-                # (Temporal's default is 10 s): a session's failover bound.
-                task_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
-            )
+        await self.client.start_workflow(
+            SessionWorkflow.run,
+            self._spec(item.session),
+            id=item.session,
+            task_queue=rt.task_queue,
+            start_signal=ITEM_SIGNAL,
+            start_signal_args=[arrival],
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            # A workflow task a dead node held is given to another one this soon
+            # (Temporal's default is 10 s): a session's failover bound.
+            task_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
+        )
 
     def _spec(self, label: str) -> SessionSpec:
         s = self.settings
