@@ -24,6 +24,7 @@ the asyncio backend.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from datetime import timedelta
 
@@ -130,13 +131,22 @@ class TemporalRuntime:
         self._limit = anyio.CapacityLimiter(MAX_SIGNALS_IN_FLIGHT)
         self._tg: anyio.abc.TaskGroup | None = None
         self._failing: str | None = None
+        self._in_flight: dict[int, float] = {}  # hand-offs sent, by tag: when
+        self._tags = itertools.count()
         self._landed: set[str] = set()  # open items this node's signal landed
         self._open_before: frozenset[str] = frozenset()  # open at the last look
         self.handed_over = 0
 
     def failure(self) -> str | None:
-        """Why the node cannot hand messages over now, or None."""
-        return self._failing
+        """Why the node cannot hand messages over now, or None: the last hand-off
+        failed, or the oldest one in flight waits for longer than SIGNAL_TIMEOUT_S."""
+        if self._failing is not None:
+            return self._failing
+        oldest = next(iter(self._in_flight.values()), None)  # in start order
+        if oldest is not None and anyio.current_time() - oldest > SIGNAL_TIMEOUT_S:
+            address = self.settings.runtime.address
+            return f"the sessions' runtime (Temporal at {address}) is slow to answer"
+        return None
 
     def timers(self) -> TemporalTimers:
         """The node's timers: Temporal timer workflows in place of the wheel."""
@@ -256,11 +266,13 @@ class TemporalRuntime:
         delay = 0.05
         while True:
             try:
-                with anyio.fail_after(SIGNAL_GIVE_UP_S):
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(self._slow_after, SIGNAL_TIMEOUT_S)
+                tag = next(self._tags)
+                self._in_flight[tag] = anyio.current_time()
+                try:
+                    with anyio.fail_after(SIGNAL_GIVE_UP_S):
                         await self._signal(item)
-                        tg.cancel_scope.cancel()
+                finally:
+                    del self._in_flight[tag]
             except Exception as exc:
                 if self._failing is None:
                     log.error(
@@ -280,14 +292,6 @@ class TemporalRuntime:
             self._record_landed(item)
             self.handed_over += 1
             return
-
-    async def _slow_after(self, seconds: float) -> None:
-        """While a hand-off waits longer than `seconds`, the node refuses new messages."""
-        await anyio.sleep(seconds)
-        if self._failing is None:
-            address = self.settings.runtime.address
-            log.warning("Temporal slow to take a hand-off; refusing messages", address=address)
-            self._failing = f"the sessions' runtime (Temporal at {address}) is slow to answer"
 
     async def _signal(self, item: ItemInfo) -> None:
         rt = self.settings.runtime
