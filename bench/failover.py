@@ -158,12 +158,18 @@ def report(d: DaemonProcess, acked: dict[str, tuple[str, int]], kills: list[int]
     answered = answer_times(d)
     overlaps = sum(1 for ts in times.values() for a, b in itertools.pairwise(ts) if b[0] < a[1])
     per_kill = []
+    worst: list[tuple[int, int, str]] = []  # (wait ms, kill ms, session)
     for kill in kills:
         first: dict[str, int] = {}
         for m, (session, at) in acked.items():
             if at <= kill < answered.get(m, 0):
                 first[session] = min(first.get(session, answered[m]), answered[m])
         per_kill.append(max((end - kill for end in first.values()), default=0))
+        if first:
+            session = max(first, key=lambda x: first[x])
+            worst.append((first[session] - kill, kill, session))
+    for wait, kill, session in sorted(worst, reverse=True)[:3]:
+        explain(d, wait, kill, session, kills, times[session])
     for m in [m for m, n in done.items() if m in acked and n > 1][:3]:
         print(
             "consumed twice:",
@@ -196,6 +202,36 @@ def report(d: DaemonProcess, acked: dict[str, tuple[str, int]], kills: list[int]
         f"answered again after a kill (ms): p50 {statistics.median(per_kill):.0f},"
         f" max {max(per_kill)}; per kill {per_kill}"
     )
+
+
+def explain(
+    d: DaemonProcess,
+    wait: int,
+    kill: int,
+    session: str,
+    kills: list[int],
+    turns: list[tuple[int, int, str]],
+) -> None:
+    """Where a slow session's wait went: its items and turns around the kill, in ms
+    from it, and the kills meanwhile."""
+    print(f"slowest after the kill at {kill}: {session}, {wait} ms")
+    print("  kills meanwhile (ms after):", [k - kill for k in kills if kill <= k <= kill + wait])
+    items = query(
+        d,
+        "SELECT q.id, q.status, q.created_at, q.handed_at, q.reason FROM queue_items q"
+        " WHERE q.session_label = ? AND q.created_at BETWEEN ? AND ? ORDER BY q.seq",
+        session,
+        kill - 30_000,
+        kill + wait,
+    )
+    for item_id, status, created, handed, reason in items:
+        handed_ms = None if handed is None else int(handed) - kill
+        print(
+            f"  item {item_id} {status} {reason} created {int(created) - kill} handed {handed_ms}"
+        )
+    for start, end, status in turns:
+        if kill - 30_000 <= start <= kill + wait:
+            print(f"  turn {status} {start - kill}..{end - kill}")
 
 
 def main() -> None:

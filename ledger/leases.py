@@ -45,8 +45,11 @@ def renew(conn: sqlite3.Connection, session: str, token: int, now: int, ttl_ms: 
 
 
 def release(conn: sqlite3.Connection, session: str, token: int) -> None:
-    """Let the lease go at once, if this taking still holds it."""
+    """Let the lease go at once, if this taking still holds it, for good: the token
+    moves on, so a renewal of this taking still in flight (sent before the release,
+    committed after it) is refused rather than hold the lease again for nobody."""
     conn.execute(
-        "UPDATE session_leases SET expires_at = 0 WHERE session_label = ? AND token = ?",
+        "UPDATE session_leases SET expires_at = 0, token = token + 1"
+        " WHERE session_label = ? AND token = ?",
         (session, token),
     )

@@ -46,3 +46,13 @@ async def test_a_lapsed_lease_nobody_took_is_renewed_by_its_holder(port: LedgerP
     first = await port.take_lease("s1", "a:1", 10_000, TTL)
     assert await port.renew_lease("s1", first.token, 12_000, TTL)
     assert not (await port.take_lease("s1", "b:2", 12_500, TTL)).taken
+
+
+async def test_a_released_lease_is_renewed_no_more(port: LedgerPort) -> None:
+    """A renewal of the taking that released it, committed after the release (sent
+    before it, from a busy writer), is refused: the lease stays free."""
+    first = await port.take_lease("s1", "a:1", 10_000, TTL)
+    await port.submit_release_lease("s1", first.token).result()
+    assert not await port.renew_lease("s1", first.token, 10_100, TTL)
+    second = await port.take_lease("s1", "b:2", 10_200, TTL)
+    assert second.taken and second.token > first.token

@@ -27,11 +27,13 @@ from broker.runtime.temporal.session_records import (
     DROP_ITEMS,
     FAIL_ITEMS,
     ITEM_SIGNAL,
+    LEASE_LOST,
     NODE_STOPPING,
     PUSH_CONTROL,
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
+    STALE_ATTEMPT,
     Arrival,
     Drops,
     FailedTurn,
@@ -68,6 +70,9 @@ class Node:
     pushed: list[ControlPush] = field(default_factory=list)
     commands_fail: bool = False  # each `run_commands` fails, as after its last attempt
     commands: list[list[str]] = field(default_factory=list)
+    # Runs of a turn (or of commands) whose last attempt, as the workflow sees it,
+    # ended on a silent node: each raises this error type, until none is left.
+    silent: list[str] = field(default_factory=list)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
@@ -77,6 +82,7 @@ class Node:
     async def run_items(self, order: TurnOrder) -> TurnResult:
         self.turns.append([str(r[0]) for r in order.records])
         self.started.set()
+        self._silence()
         if self.failing is not None:
             # Not retryable: what the workflow sees once the fifth attempt failed.
             raise ApplicationError("it broke", type=self.failing, non_retryable=True)
@@ -93,9 +99,14 @@ class Node:
     @activity.defn(name=RUN_COMMANDS)
     async def run_commands(self, order: TurnOrder) -> QueueSetup:
         self.commands.append([str(r[0]) for r in order.records])
+        self._silence()
         if self.commands_fail:
             raise ApplicationError("it broke", type="RuntimeError", non_retryable=True)
         return await self.session_queue(order.label)
+
+    def _silence(self) -> None:
+        if self.silent:  # not retryable: as the workflow sees the last attempt
+            raise ApplicationError("silent", type=self.silent.pop(0), non_retryable=True)
 
     @activity.defn(name=DROP_ITEMS)
     async def drop_items(self, drops: Drops) -> None:
@@ -176,12 +187,13 @@ async def arrive(
     mode: str,
     idle_s: float = 5,
     history_max_events: int = 0,
+    turn_timeout_s: float = 60,
 ) -> WorkflowHandle[Any, Any]:
     spec = SessionSpec(
         label,
         idle_s,
         steerable=True,
-        turn_timeout_s=60,
+        turn_timeout_s=turn_timeout_s,
         heartbeat_timeout_s=1,
         history_max_events=history_max_events,
     )
@@ -435,6 +447,71 @@ async def test_a_turn_whose_node_stops_runs_again_and_is_not_failed(
     await until(lambda: fake.turns[-1] == ["b"], "the next turn, after a's")
     assert fake.failed == []
     assert {tuple(t) for t in fake.turns[:-1]} == {("a",)}
+
+
+async def test_a_turn_whose_attempts_ran_out_on_silent_nodes_runs_again_and_is_answered(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py: a turn whose last attempt lost its lease, or reached a node too
+    late to run, is not failed (a paused node's polls take retries it cannot run):
+    its activity starts again, and its answer is the turn's own."""
+    fake, queue = node
+    fake.silent = [LEASE_LOST, STALE_ATTEMPT, LEASE_LOST]
+    fake.release.set()
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    handle = await arrive(client, queue, label, record("a", 1), "followup")
+    await until(lambda: len(fake.turns) == 4, "the turn run a fourth time")
+    await arrive(client, queue, label, record("b", 2), "followup")
+    await until(lambda: fake.turns[-1] == ["b"], "the next turn, after a's")
+    assert fake.turns == [["a"]] * 4 + [["b"]]
+    assert fake.failed == [] and fake.dropped == []
+    await replayer().replay_workflow(await handle.fetch_history())  # deterministic
+
+
+async def test_a_turn_silent_past_its_own_bound_is_failed(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py: silence is retried only within the turn's bound (`turn_timeout_s`)
+    from its first start: a turn whose every node goes silent (one that kills or
+    stalls each node it runs on) is failed at last, and the session goes on."""
+    fake, queue = node
+    fake.silent = [LEASE_LOST] * 1000
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    await arrive(client, queue, label, record("a", 1), "followup", turn_timeout_s=1)
+    await until(lambda: len(fake.failed) == 1, "the turn failed")
+    runs = len(fake.turns)
+    assert runs > 1
+    fake.silent = []
+    fake.release.set()
+    await arrive(client, queue, label, record("b", 2), "followup", turn_timeout_s=1)
+    await until(lambda: fake.turns[-1] == ["b"], "the next turn")
+    assert fake.turns == [["a"]] * runs + [["b"]]
+    assert [f.kind for f in fake.failed] == [LEASE_LOST]
+
+
+async def test_chat_commands_whose_attempts_ran_out_on_silent_nodes_run_again(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py: as a turn, chat commands whose last attempt lost the lease run
+    again rather than be dropped."""
+    fake, queue = node
+    fake.silent = [LEASE_LOST, LEASE_LOST]
+    fake.release.set()
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    spec = SessionSpec(label, 5, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
+    await client.start_workflow(
+        SessionWorkflow.run,
+        spec,
+        id=label,
+        task_queue=queue,
+        start_signal=ITEM_SIGNAL,
+        start_signal_args=[Arrival(record("c", 1), "followup", command=True)],
+    )
+    await until(lambda: len(fake.commands) == 3, "the commands run a third time")
+    await arrive(client, queue, label, record("a", 2), "followup")
+    await until(lambda: fake.turns == [["a"]], "the next message's turn")
+    assert fake.commands == [["c"]] * 3
+    assert fake.dropped == []
 
 
 @pytest.fixture(scope="module")

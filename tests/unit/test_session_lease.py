@@ -6,6 +6,7 @@ is refused stops at once; a healthy long turn keeps its lease."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from ledger.writer.jobs import Pending
 from plumbing.ids import now_ms
 
 pytestmark = pytest.mark.anyio
-TTL_S = 0.4
+TTL_S = 0.8  # a quarter of it is the renewals' pace: wide enough for a loaded machine
 
 
 class Starving:
@@ -178,10 +179,45 @@ async def test_an_error_of_the_turn_is_raised_as_it_is_and_the_lease_released(
 
 
 async def test_a_writer_slower_than_the_renewals_keeps_the_lease(ledger: Ledger) -> None:
-    """Renewals do not wait for each other: each commits 0.4 TTL after it was sent
+    """Renewals do not wait for each other: each commits 0.3 TTL after it was sent
     (longer than the quarter TTL between them), and a turn of 4 TTL keeps its lease."""
     engine = Engine()
-    lease = SessionLease(SlowWriter(ledger, 0.4 * TTL_S), "s1", "a/turn#1", TTL_S, lambda: None)
+    lease = SessionLease(SlowWriter(ledger, 0.3 * TTL_S), "s1", "a/turn#1", TTL_S, lambda: None)
     with anyio.fail_after(10):
         assert await lease.run(lambda: engine.call("one", TTL_S * 4)) == "answer of one"
     assert [what for _who, what, _t in engine.log] == ["start", "end"]
+
+
+class Counting(Starving):
+    """Records when each renewal was sent."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__(ledger)
+        self.renewals: list[float] = []
+
+    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+        self.renewals.append(time.monotonic())
+        return await self.ledger.renew_lease(session, token, now, ttl_ms)
+
+
+async def test_a_paused_holder_resumed_past_its_time_sends_no_renewal_and_lets_go(
+    ledger: Ledger,
+) -> None:
+    """A node paused (its event loop stopped: SIGSTOP, a VM's pause) past its lease's
+    time, once resumed, cuts its turn off without renewing the lease first: a renewal
+    then would make the next attempt wait a whole time-to-live for nothing."""
+    counting = Counting(ledger)
+    lease = SessionLease(counting, "s1", "a/turn#1", TTL_S, lambda: None)
+    resumed: list[float] = []
+
+    async def paused_turn() -> str:
+        await anyio.sleep(TTL_S / 2)  # a renewal or two in its normal course
+        time.sleep(TTL_S * 1.5)  # noqa: ASYNC251  # the whole loop stopped, as when paused
+        resumed.append(time.monotonic())
+        await anyio.sleep(TTL_S * 4)
+        return "finished"
+
+    with anyio.fail_after(10), pytest.raises(LeaseLost):
+        await lease.run(paused_turn)
+    assert counting.renewals, "renewed before the pause"
+    assert all(sent < resumed[0] for sent in counting.renewals), (counting.renewals, resumed)

@@ -19,7 +19,10 @@ failed, the person told, the items consumed, as when a local turn's engine fails
 A turn, and chat commands run between turns, run only while their attempt holds the
 session's lease (session_lease.py): a retry waits for a silent attempt's lease to
 lapse, and an attempt that lost it is cut off where it stands, engine call and all,
-so two attempts of one turn never run at once.
+so two attempts of one turn never run at once. An attempt the server no longer holds
+writes nothing either: one that reaches its node a heartbeat timeout after the server
+started it (a poll answered while its node was paused) does not run, and one
+cancelled because the server timed it out is cut off as by a lost lease, not aborted.
 
 The activity heartbeats every `POLL_S` while the turn runs, and so do chat commands
 run between turns, whose waits on a busy node (room in the ledger's queue of writes)
@@ -33,6 +36,7 @@ without an error leaves its actor's context to the node
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -59,6 +63,7 @@ from broker.runtime.temporal.session_records import (
     RUN_COMMANDS,
     RUN_ITEMS,
     SESSION_QUEUE,
+    STALE_ATTEMPT,
     Drops,
     FailedTurn,
     QueueSetup,
@@ -195,6 +200,7 @@ class Activities:
     ) -> TurnResult:
         if self.mailboxes.draining:  # this node stops: another one, or its restart, runs it
             raise ApplicationError("the node is stopping", type=NODE_STOPPING)
+        refuse_stale(self.mailboxes.settings.runtime.heartbeat_timeout_s)
         lease = self._lease(order.label)
         try:
             return await lease.run(lambda: self._leased_turn(order, ports, after_a_failure, lease))
@@ -277,7 +283,7 @@ class Activities:
                             # to be sent (throttled by the SDK).
                             turn.abort(control.abort)
             except anyio.get_cancelled_exc_class():
-                if not lease.lost:  # lost: cut off where it stands, nothing written
+                if not lease.lost and not superseded():  # else cut off, nothing written
                     with anyio.CancelScope(shield=True):
                         await self._abort(actor, handle, order.turn_no, live.latest)
                 tg.cancel_scope.cancel()
@@ -330,6 +336,7 @@ class Activities:
 
     @activity.defn(name=RUN_COMMANDS)
     async def run_commands(self, order: TurnOrder) -> QueueSetup:
+        refuse_stale(self.mailboxes.settings.runtime.heartbeat_timeout_s)
         try:
             return await self._lease(order.label).run(lambda: self._leased_commands(order))
         except LeaseLost as exc:
@@ -355,6 +362,24 @@ class Activities:
             await ports.admit()  # room first (actor.py); overloaded: Temporal retries
             ports.drop_item(drops.label, item_id, reason, None)
         await self.mailboxes.ledger.settled()
+
+
+def refuse_stale(heartbeat_timeout_s: float) -> None:
+    """An attempt the server started a heartbeat timeout ago or more, before any beat of
+    it could leave this node (a poll answered while the node was paused), is one the
+    server has given up: it must not run. The clocks are assumed to agree (as for
+    the lease): one a little ahead refuses an attempt that had little time left."""
+    age_s = time.time() - activity.info().started_time.timestamp()
+    if age_s >= heartbeat_timeout_s:
+        log.warning("an attempt reached this node too late to run", late_s=round(age_s, 2))
+        raise ApplicationError("the attempt was given up by the server", type=STALE_ATTEMPT)
+
+
+def superseded() -> bool:
+    """This attempt was cancelled because the server no longer holds it (timed out,
+    so another attempt runs the turn): it ends as one that lost its lease."""
+    details = activity.cancellation_details()
+    return details is not None and (details.not_found or details.timed_out)
 
 
 async def heartbeat_every(every_s: float) -> None:

@@ -24,6 +24,7 @@ the asyncio backend.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from datetime import timedelta
 
@@ -53,9 +54,13 @@ from plumbing.ids import now_ms
 log = logs.get("broker.runtime.temporal")
 MAX_SIGNALS_IN_FLIGHT = 64
 RETRY_MAX_S = 2.0
-# One hand-off's bound: it takes milliseconds when Temporal answers, and past this the
-# node says `overloaded` rather than ack messages it cannot hand over.
+# A hand-off takes milliseconds when Temporal answers; one unanswered this long makes
+# the node say `overloaded` rather than ack messages it cannot hand over, but it is
+# not cut short: a loaded server answers late, and a hand-off cancelled and sent again
+# only adds to its load (each try cut at this bound, none landed for tens of seconds).
+# A try is given up, and sent again, only past SIGNAL_GIVE_UP_S.
 SIGNAL_TIMEOUT_S = 1.0
+SIGNAL_GIVE_UP_S = 10.0
 TURN_MARGIN_S = 60.0  # a turn's activity may also compact: beyond the engine's own bound
 # How often a node looks for items whose hand-off nobody recorded, and how old such an
 # item must be: longer than a live node takes to land a hand-off and record it (a
@@ -110,6 +115,13 @@ def workflow_runner(rt: RuntimeSettings) -> WorkflowRunner:
     )
 
 
+def heartbeat_throttle_s(rt: RuntimeSettings) -> float:
+    """How often at most a turn's heartbeat reaches the server: a quarter of the
+    heartbeat timeout, so a live node's turn is taken from it only after it missed
+    three beats in a row."""
+    return rt.heartbeat_timeout_s / 4
+
+
 class TemporalRuntime:
     def __init__(self, settings: Settings, mailboxes: Mailboxes, client: Client) -> None:
         self.settings = settings
@@ -119,13 +131,22 @@ class TemporalRuntime:
         self._limit = anyio.CapacityLimiter(MAX_SIGNALS_IN_FLIGHT)
         self._tg: anyio.abc.TaskGroup | None = None
         self._failing: str | None = None
+        self._in_flight: dict[int, float] = {}  # hand-offs sent, by tag: when
+        self._tags = itertools.count()
         self._landed: set[str] = set()  # open items this node's signal landed
         self._open_before: frozenset[str] = frozenset()  # open at the last look
         self.handed_over = 0
 
     def failure(self) -> str | None:
-        """Why the node cannot hand messages over now, or None."""
-        return self._failing
+        """Why the node cannot hand messages over now, or None: the last hand-off
+        failed, or the oldest one in flight waits for longer than SIGNAL_TIMEOUT_S."""
+        if self._failing is not None:
+            return self._failing
+        oldest = next(iter(self._in_flight.values()), None)  # in start order
+        if oldest is not None and anyio.current_time() - oldest > SIGNAL_TIMEOUT_S:
+            address = self.settings.runtime.address
+            return f"the sessions' runtime (Temporal at {address}) is slow to answer"
+        return None
 
     def timers(self) -> TemporalTimers:
         """The node's timers: Temporal timer workflows in place of the wheel."""
@@ -152,6 +173,10 @@ class TemporalRuntime:
             identity=self.settings.node_id or None,
             # A dead node's cached workflows move to another as soon as its turns do.
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
+            # The SDK sends a turn's heartbeats to the server at most this often (its
+            # own choice, 0.8 of the timeout, leaves a busy node a fifth of it to be
+            # late by before its live turn is given to another node).
+            max_heartbeat_throttle_interval=timedelta(seconds=heartbeat_throttle_s(rt)),
             graceful_shutdown_timeout=timedelta(seconds=1),
         )
         async with anyio.create_task_group() as tg:
@@ -241,7 +266,13 @@ class TemporalRuntime:
         delay = 0.05
         while True:
             try:
-                await self._signal(item)
+                tag = next(self._tags)
+                self._in_flight[tag] = anyio.current_time()
+                try:
+                    with anyio.fail_after(SIGNAL_GIVE_UP_S):
+                        await self._signal(item)
+                finally:
+                    del self._in_flight[tag]
             except Exception as exc:
                 if self._failing is None:
                     log.error(
@@ -266,19 +297,18 @@ class TemporalRuntime:
         rt = self.settings.runtime
         command = item.source == "person" and is_command(item.text or "")
         arrival = Arrival(list(item), self.mailboxes.ports.default_mode(item), command)
-        with anyio.fail_after(SIGNAL_TIMEOUT_S):
-            await self.client.start_workflow(
-                SessionWorkflow.run,
-                self._spec(item.session),
-                id=item.session,
-                task_queue=rt.task_queue,
-                start_signal=ITEM_SIGNAL,
-                start_signal_args=[arrival],
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                # A workflow task a dead node held is given to another one this soon
-                # (Temporal's default is 10 s): a session's failover bound.
-                task_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
-            )
+        await self.client.start_workflow(
+            SessionWorkflow.run,
+            self._spec(item.session),
+            id=item.session,
+            task_queue=rt.task_queue,
+            start_signal=ITEM_SIGNAL,
+            start_signal_args=[arrival],
+            retry_policy=RetryPolicy(maximum_attempts=1),
+            # A workflow task a dead node held is given to another one this soon
+            # (Temporal's default is 10 s): a session's failover bound.
+            task_timeout=timedelta(seconds=rt.heartbeat_timeout_s),
+        )
 
     def _spec(self, label: str) -> SessionSpec:
         s = self.settings

@@ -134,7 +134,7 @@ class SessionLease:
     async def _renewing(self, scope: anyio.CancelScope) -> None:
         """A renewal every quarter of the time-to-live, each sent without waiting for
         the last to commit (a slow writer delays them all alike), at most
-        `RENEWALS_IN_FLIGHT` at once."""
+        `RENEWALS_IN_FLIGHT` at once; none once the lease is lost on this node's clock."""
         token = self.token
         assert token is not None
         async with anyio.create_task_group() as tg:
@@ -147,6 +147,8 @@ class SessionLease:
     async def _renew(self, scope: anyio.CancelScope, token: int) -> None:
         sent = anyio.current_time()
         try:
+            if self.lost:  # a paused node, resumed: its turn is being cut off, and a
+                return  # renewal now would keep the next attempt waiting for nothing
             held = await self.ledger.renew_lease(self.session, token, self.wall_ms(), self.ttl_ms)
         except Exception as exc:  # a storage failure: the deadline decides
             log.warning("a lease's renewal failed", session=self.session, error=str(exc))

@@ -17,6 +17,7 @@ FAIL_ITEMS = "fail_items"
 FAILED_DROP = "failed"  # a dropped item's reason when even its failed turn was not recorded
 NODE_STOPPING = "NodeStopping"  # the activity's error when its node stops: not a failure
 LEASE_LOST = "LeaseLost"  # an attempt cut off by the loss of its session's lease
+STALE_ATTEMPT = "StaleAttempt"  # an attempt that reached its node after the server gave it up
 ITEM_SIGNAL = "arrive"
 CONTROL_QUERY = "control"
 PUSH_CONTROL = "push_control"
@@ -24,6 +25,8 @@ PUSH_CONTROL = "push_control"
 LEAN = "fewer-round-trips"
 # the patch that bounds a run's history (`SessionSpec.history_max_events`).
 BOUNDED = "bounded-history"
+# the patch that runs a turn again when its attempts ran out on silent nodes.
+SILENCES = "silences-retried"
 
 
 @dataclass

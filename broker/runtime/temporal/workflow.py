@@ -18,7 +18,11 @@ run cannot run a finished item twice. An interrupt cancels the running turn's
 activity; the reason, steered items and chat commands are pushed to the turn on this
 node (`push_control`), and the `control` query answers a turn that runs elsewhere.
 
-A turn activity that failed every attempt ends as a local turn that fails: a
+Silence is not failure: a turn activity whose last attempt ended because its node went
+silent (no heartbeat in time, or its session's lease lost) is started again, its
+attempts afresh, for as long as the turn's own bound (`turn_timeout_s`) from its first
+start, since a paused node's pending polls take retries it cannot run. A turn activity
+that failed every attempt otherwise ends as a local turn that fails: a
 `fail_items` activity records it failed with the runtime's reason and tells the
 person, consuming its items, before the next turn starts (else they would be handed
 over and fail again, for ever); if that too fails, the items are dropped (reason
@@ -42,7 +46,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout  # not the builtin
 
 with workflow.unsafe.imports_passed_through():
     from broker.runtime.temporal.control import Control, ControlPush
@@ -56,11 +61,14 @@ with workflow.unsafe.imports_passed_through():
         FAILED_DROP,
         ITEM_SIGNAL,
         LEAN,
+        LEASE_LOST,
         NODE_STOPPING,
         PUSH_CONTROL,
         RUN_COMMANDS,
         RUN_ITEMS,
         SESSION_QUEUE,
+        SILENCES,
+        STALE_ATTEMPT,
         Arrival,
         Drops,
         FailedTurn,
@@ -112,6 +120,7 @@ class SessionWorkflow:
         self._pending: m.StartTurn | None = None
         self._turn: tuple[int, workflow.ActivityHandle[TurnResult]] | None = None
         self._order: TurnOrder | None = None  # the running turn's, for `fail_items`
+        self._since = 0.0  # when the running turn's first activity began
         self._ended_unstarted: int | None = None
         self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
         self._mode: str | None = None
@@ -323,6 +332,7 @@ class SessionWorkflow:
             [self._records[i.id] for i in start.items],
             [self._noted.pop(i.id) for i in start.dropped_note if i.id in self._noted],
         )
+        self._since = self._now()
         self._run_turn(order)
 
     def _run_turn(self, order: TurnOrder) -> None:
@@ -356,6 +366,9 @@ class SessionWorkflow:
                 result = TurnResult("aborted")
             elif _node_stopped(exc) and order is not None:
                 self._run_turn(order)  # not a failure; it runs again
+                return
+            elif order is not None and silence_retried(self.spec, exc, self._since):
+                self._run_turn(order)
                 return
             else:
                 result = await fail_turn(self.spec, order, exc)
@@ -411,21 +424,35 @@ async def quick_step(
 
 async def run_commands(spec: SessionSpec, commands: list[list[Any]]) -> QueueSetup | None:
     """The queue's limits after the commands; None when their activity failed every
-    attempt: they are dropped, the error not raised, which would fail the run."""
-    try:
-        setup: QueueSetup = await workflow.execute_activity(
-            RUN_COMMANDS,
-            TurnOrder(spec.label, 0, commands),
-            result_type=QueueSetup,
-            start_to_close_timeout=timedelta(seconds=spec.turn_timeout_s),
-            heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
-            retry_policy=RetryPolicy(maximum_attempts=3),
-        )
-        return setup
-    except ActivityError:
-        workflow.logger.error("chat commands failed every attempt; they are dropped")
+    attempt (not on silent nodes only): they are dropped, the error not raised, which
+    would fail the run."""
+    since = workflow.now().timestamp()
+    while True:
+        try:
+            setup: QueueSetup = await workflow.execute_activity(
+                RUN_COMMANDS,
+                TurnOrder(spec.label, 0, commands),
+                result_type=QueueSetup,
+                start_to_close_timeout=timedelta(seconds=spec.turn_timeout_s),
+                heartbeat_timeout=timedelta(seconds=spec.heartbeat_timeout_s),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+            return setup
+        except ActivityError as exc:
+            if not silence_retried(spec, exc, since):
+                break
+    workflow.logger.error("chat commands failed every attempt; they are dropped")
     await drop_failed(spec, spec.label, commands)
     return None
+
+
+def silence_retried(spec: SessionSpec, exc: ActivityError, since: float) -> bool:
+    """True when an activity's attempts ran out on silent nodes within the turn's own
+    bound from `since`: it is to start again."""
+    if not silenced(exc) or workflow.now().timestamp() - since >= spec.turn_timeout_s:
+        return False
+    workflow.logger.warning("attempts ran out on silent nodes; started again")
+    return workflow.patched(SILENCES)
 
 
 async def push_control(spec: SessionSpec, push: ControlPush) -> None:
@@ -476,6 +503,15 @@ async def drop_failed(spec: SessionSpec, label: str, records: list[list[Any]]) -
     drops = [(str(record[0]), FAILED_DROP) for record in records]
     retry = RetryPolicy(maximum_interval=timedelta(seconds=5))
     await quick_step(DROP_ITEMS, Drops(label, drops), spec, retry=retry)
+
+
+def silenced(exc: ActivityError) -> bool:
+    """The last attempt's node went silent: no heartbeat in time, the lease lost, or
+    the attempt reached its node too late to run."""
+    cause = exc.cause
+    if isinstance(cause, ActivityTimeout):
+        return cause.type == TimeoutType.HEARTBEAT
+    return isinstance(cause, ApplicationError) and cause.type in (LEASE_LOST, STALE_ATTEMPT)
 
 
 def _node_stopped(exc: ActivityError) -> bool:

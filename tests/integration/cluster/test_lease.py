@@ -89,6 +89,9 @@ async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
         for r in calls:
             if r["event"] != "tick":
                 print(n, r["pid"], r["event"], round(r["t"] - done.stopped, 2))
+        # Whichever node ran it, the person is answered by the turn's text: no attempt
+        # the server gave up (a poll answered while its node was paused) wrote an abort.
+        assert (done.told["status"], done.told["text"]) == ("final", done.text), (n, calls)
         starts = [r for r in calls if r["event"] == "start"]
         if any(r["pid"] != done.first for r in starts):
             break
