@@ -429,7 +429,13 @@ DELETED_BY_TURN = (
     "file_snapshots",
 )
 DELETED_BEFORE_TURNS = ("outbox",)
-DELETED_BY_SESSION = ("session_history", "scratchpad", "session_aliases", "adk_sessions")
+DELETED_BY_SESSION = (
+    "session_history",
+    "scratchpad",
+    "session_aliases",
+    "adk_sessions",
+    "session_prompts",
+)
 
 
 def _blockers(conn: sqlite3.Connection, label: str) -> list[str]:

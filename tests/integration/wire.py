@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import sqlite3
 import tempfile
 import tomllib
 import uuid
@@ -281,14 +280,10 @@ def query(d: DaemonProcess, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 def turns(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
     """Every turn of the session in start order (turn ids are ULIDs), with its inputs."""
     conn = d.db()
-    conn.row_factory = sqlite3.Row
     try:
-        rows = [
-            dict(r)
-            for r in conn.execute(
-                "SELECT * FROM turns WHERE session_label = ? ORDER BY id", (session,)
-            )
-        ]
+        cur = conn.execute("SELECT * FROM turns WHERE session_label = ? ORDER BY id", (session,))
+        names = [c[0] for c in cur.description]  # either SQLite driver's rows, or PostgreSQL's
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         for row in rows:
             row["inputs"] = [
                 r[0]
