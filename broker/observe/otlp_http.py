@@ -101,7 +101,11 @@ class OtlpHttp:
                     return None
                 retry, reason = answer.status_code in RETRY_STATUS, f"HTTP {answer.status_code}"
             except requests.RequestException as exc:
-                retry, reason = isinstance(exc, requests.ConnectionError), str(exc)
+                retry = isinstance(exc, requests.ConnectionError) and not isinstance(
+                    exc,
+                    requests.exceptions.SSLError,  # a certificate will not pass later
+                )
+                reason = str(exc)
             if not retry or time.monotonic() + backoff > deadline:
                 return reason
             time.sleep(backoff)
