@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,10 +33,11 @@ import anyio.abc
 from broker.observe.hub import Observer
 from broker.observe.notes import as_facts, facts
 from ledger.port.records import TurnRecord
-from plumbing import logs
+from plumbing import gc_policy, logs
 
 if TYPE_CHECKING:
     from broker.config import Settings
+    from broker.observe.tracing import Tracing
 
 log = logs.get("broker.observe")
 SHIP_EVERY_S = 0.5
@@ -124,13 +126,15 @@ class TraceShipper(Observer):
 
 
 def main(argv: list[str]) -> int:
-    from broker.observe.tracing import Tracing
+    from broker.observe.tracing import Tracing  # the `tracing` extra, in this process only
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's to handle; it closes the pipe
     config = json.loads(argv[1])
     tracing = Tracing.open(
         config["endpoint"], config["capture_content"], config["service"], config["instance"]
     )
+    gc_policy.tune()
+    replay = handlers(tracing)
     stdin = sys.stdin.buffer
     try:
         while True:
@@ -138,23 +142,25 @@ def main(argv: list[str]) -> int:
             if len(header) < _HEADER.size:
                 return 0
             (size,) = _HEADER.unpack(header)
-            for note in pickle.loads(stdin.read(size)):
-                _replay(tracing, note)
+            for kind, *args in pickle.loads(stdin.read(size)):
+                replay[kind](*args)
             tracing.flush()
     finally:
         tracing.shutdown()  # sends what it holds, bounded by the exporter's timeout
 
 
-def _replay(tracing: Any, note: tuple[Any, ...]) -> None:
-    kind, *args = note
-    if kind == "ingest":
-        tracing.ingest(*args)
-    elif kind == "engine_call":
-        tracing.engine_call(*args)
-    elif kind == "tool_call":
-        tracing.tool_call(*args)
-    elif kind == "turn":
-        tracing.turn(as_facts(args[0]), args[1])
+def handlers(tracing: Tracing) -> dict[str, Callable[..., None]]:
+    """What takes each kind of note the daemon ships."""
+
+    def turn(values: tuple[Any, ...], written: str) -> None:
+        tracing.turn(as_facts(values), written)
+
+    return {
+        "ingest": tracing.ingest,
+        "engine_call": tracing.engine_call,
+        "tool_call": tracing.tool_call,
+        "turn": turn,
+    }
 
 
 if __name__ == "__main__":

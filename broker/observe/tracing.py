@@ -23,6 +23,7 @@ What is kept per running turn is bounded, and so is a request.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -198,9 +199,9 @@ class Tracing:
         return found
 
     def turn(self, rec: TurnFacts, written: str) -> None:
-        calls = self._calls.pop(rec.turn_id, [])
-        tools = self._tools.pop(rec.turn_id, [])
-        inputs = [self._ids_of(i.id) for i in rec.inputs]
+        calls = self._calls.pop(rec.turn_id, None)
+        tools = self._tools.pop(rec.turn_id, None)
+        inputs = [self._ids_of(item) for item, _ in rec.inputs]
         if inputs:  # in its first message's trace, under that message's ingest
             trace, parent, _ = inputs[0]
             flags = REMOTE
@@ -208,16 +209,10 @@ class Tracing:
             trace, parent, flags = trace_of("turn", rec.turn_id), b"", LOCAL
         agent = span_of("turn", rec.turn_id)
         rest = [
-            _OP_INVOKE,
+            _repeated(rec.engine, rec.type, rec.status, written, rec.model),
             _CONVERSATION.text(rec.session),
-            attribute("gen_ai.provider.name", rec.engine),
             _TURN.text(rec.turn_id),
-            attribute("broker.turn.type", rec.type),
-            attribute("broker.turn.status", rec.status),
-            attribute("broker.turn.written", written),
         ]
-        if rec.model:
-            rest.append(attribute("gen_ai.request.model", rec.model))
         if rec.prompt_tokens is not None:
             rest.append(_INPUT_TOKENS.int(rec.prompt_tokens))
         if rec.completion_tokens is not None:
@@ -225,7 +220,7 @@ class Tracing:
         if rec.status != "completed":
             rest.append(attribute("error.type", rec.reason or rec.status))
         if self.capture_content:
-            rest.append(_INPUT_MESSAGES.text(_messages("user", [i.text for i in rec.inputs])))
+            rest.append(_INPUT_MESSAGES.text(_messages("user", [text for _, text in rec.inputs])))
             rest.append(_OUTPUT_MESSAGES.text(_messages("assistant", [rec.output])))
         for linked, ingest, ack in inputs:
             rest.append(wire.link(linked, ingest, REMOTE, _LINK_INGEST))
@@ -281,16 +276,13 @@ class Tracing:
         agent: bytes,
     ) -> None:
         model = data.get("model") or model
-        rest = [_OP_CHAT]
-        if model:
-            rest.append(attribute("gen_ai.request.model", model))
+        stop = data.get("stop_reason")
+        rest = [_chat_repeated(model, str(stop) if stop else None)]
         prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
         if isinstance(prompt, int):
             rest.append(_INPUT_TOKENS.int(prompt))
         if isinstance(completion, int):
             rest.append(_OUTPUT_TOKENS.int(completion))
-        if data.get("stop_reason"):
-            rest.append(attribute("gen_ai.response.finish_reasons", (str(data["stop_reason"]),)))
         self._add(
             wire.span(
                 trace,
@@ -308,15 +300,16 @@ class Tracing:
     def _tool_spans(
         self, rec: TurnFacts, tools: list[tuple[str, int, int, str]], trace: bytes, agent: bytes
     ) -> None:
-        recorded = {call.name: call for call in rec.tool_calls}
+        recorded = {name: (call_id, args, result) for call_id, name, args, result in rec.tool_calls}
         for name, began, ended, status in tools:
             rest = [_OP_TOOL, attribute("gen_ai.tool.name", name), _FUNCTION]
             call = recorded.get(name)
             if call is not None:
-                rest.append(_CALL_ID.text(call.id))
+                call_id, args, result = call
+                rest.append(_CALL_ID.text(call_id))
                 if self.capture_content:
-                    rest.append(_ARGUMENTS.text(_cut(call.arguments)))
-                    rest.append(_RESULT.text(_cut(call.result)))
+                    rest.append(_ARGUMENTS.text(_cut(args)))
+                    rest.append(_RESULT.text(_cut(result)))
             if status != "ok":
                 rest.append(attribute("error.type", status))
                 rest.append(wire.error_status(status))
@@ -335,16 +328,36 @@ class Tracing:
             )
 
 
-_CHAT_NAMES: dict[str | None, bytes] = {}
+@functools.lru_cache(maxsize=1024)
+def _repeated(engine: str, type: str, status: str, written: str, model: str | None) -> bytes:
+    """An `invoke_agent` span's attributes that repeat from turn to turn."""
+    return b"".join(
+        (
+            _OP_INVOKE,
+            attribute("gen_ai.provider.name", engine),
+            attribute("broker.turn.type", type),
+            attribute("broker.turn.status", status),
+            attribute("broker.turn.written", written),
+            attribute("gen_ai.request.model", model) if model else b"",
+        )
+    )
 
 
+@functools.lru_cache(maxsize=1024)
+def _chat_repeated(model: str | None, stop_reason: str | None) -> bytes:
+    """A `chat` span's attributes that repeat from call to call."""
+    return b"".join(
+        (
+            _OP_CHAT,
+            attribute("gen_ai.request.model", model) if model else b"",
+            attribute("gen_ai.response.finish_reasons", (stop_reason,)) if stop_reason else b"",
+        )
+    )
+
+
+@functools.lru_cache(maxsize=1024)
 def _chat_name(model: str | None) -> bytes:
-    found = _CHAT_NAMES.get(model)
-    if found is None:
-        found = wire.name(f"chat {model}" if model else "chat")
-        if len(_CHAT_NAMES) < 1024:
-            _CHAT_NAMES[model] = found
-    return found
+    return wire.name(f"chat {model}" if model else "chat")
 
 
 def _messages(role: str, texts: list[str | None]) -> str:
