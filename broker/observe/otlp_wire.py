@@ -20,8 +20,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-_Q = struct.Struct("<Q").pack
 _I = struct.Struct("<I").pack
+# A span's fixed fields, tag and all: trace id (1) and span id (2); start (7) and end (8)
+# times; flags (16).
+_IDS = struct.Struct("<H16sH8s").pack
+_TIMES = struct.Struct("<BQBQ").pack
+_FLAGS = struct.Struct("<HI").pack
 _ONE_BYTE = [bytes((n,)) for n in range(128)]
 INTERNAL, SERVER, CLIENT = (
     Span.SpanKind.SPAN_KIND_INTERNAL,
@@ -148,20 +152,13 @@ def span(
     fields."""
     body = b"".join(
         (
-            b"\x0a\x10",
-            trace,
-            b"\x12\x08",
-            span_id,
+            _IDS(0x100A, trace, 0x0812, span_id),
             b"\x22\x08" + parent if parent else b"",
             name_field,
             _KINDS[kind],
-            b"\x39",
-            _Q(began_ns),
-            b"\x41",
-            _Q(ended_ns),
+            _TIMES(0x39, began_ns, 0x41, ended_ns),
             *rest,
-            b"\x85\x01",  # flags, 16, fixed32
-            _I(flags),
+            _FLAGS(0x0185, flags),  # flags, 16, fixed32
         )
     )
     return b"\x12" + varint(len(body)) + body
