@@ -26,7 +26,6 @@ _I = struct.Struct("<I").pack
 _IDS = struct.Struct("<H16sH8s").pack
 _TIMES = struct.Struct("<BQBQ").pack
 _FLAGS = struct.Struct("<HI").pack
-_ONE_BYTE = [bytes((n,)) for n in range(128)]
 INTERNAL, SERVER, CLIENT = (
     Span.SpanKind.SPAN_KIND_INTERNAL,
     Span.SpanKind.SPAN_KIND_SERVER,
@@ -37,10 +36,7 @@ _SPAN_ATTRIBUTE = b"\x4a"  # Span.attributes, 9
 _LINK_ATTRIBUTE = b"\x22"  # Span.Link.attributes, 4
 
 
-def varint(n: int) -> bytes:
-    """`n` as a protobuf varint (a negative int64 as its 64-bit two's complement)."""
-    if 0 <= n < 128:
-        return _ONE_BYTE[n]
+def _varint(n: int) -> bytes:
     n &= (1 << 64) - 1
     out = bytearray()
     while n >= 0x80:
@@ -48,6 +44,15 @@ def varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+_SMALL = 1 << 14  # the sizes and counts a span's fields mostly have: varints of 1-2 bytes
+_VARINTS = [_varint(n) for n in range(_SMALL)]
+
+
+def varint(n: int) -> bytes:
+    """`n` as a protobuf varint (a negative int64 as its 64-bit two's complement)."""
+    return _VARINTS[n] if 0 <= n < _SMALL else _varint(n)
 
 
 def field(tag: bytes, body: bytes) -> bytes:
@@ -104,14 +109,32 @@ class Key:
         self.prefix = field(b"\x0a", key.encode())
 
     def text(self, value: str) -> bytes:
-        v = _utf8(value)
-        any_value = b"\x0a" + varint(len(v)) + v
-        kv = self.prefix + b"\x12" + varint(len(any_value)) + any_value
-        return _SPAN_ATTRIBUTE + varint(len(kv)) + kv
+        try:
+            v = value.encode()
+        except UnicodeEncodeError:
+            v = _utf8(value)
+        n = len(v)
+        if n > 100:
+            any_value = b"\x0a" + varint(n) + v
+            kv = self.prefix + b"\x12" + varint(len(any_value)) + any_value
+            return _SPAN_ATTRIBUTE + varint(len(kv)) + kv
+        size = len(self.prefix) + n + 4  # below _SMALL: each size is one table entry
+        return b"".join(
+            (
+                _SPAN_ATTRIBUTE,
+                _VARINTS[size],
+                self.prefix,
+                b"\x12",
+                _VARINTS[n + 2],
+                b"\x0a",
+                _VARINTS[n],
+                v,
+            )
+        )
 
     def int(self, value: int) -> bytes:
         any_value = b"\x18" + varint(value)
-        kv = self.prefix + b"\x12" + varint(len(any_value)) + any_value
+        kv = self.prefix + b"\x12" + _VARINTS[len(any_value)] + any_value
         return _SPAN_ATTRIBUTE + varint(len(kv)) + kv
 
 
@@ -161,7 +184,8 @@ def span(
             _FLAGS(0x0185, flags),  # flags, 16, fixed32
         )
     )
-    return b"\x12" + varint(len(body)) + body
+    n = len(body)
+    return b"\x12" + (_VARINTS[n] if n < _SMALL else _varint(n)) + body
 
 
 class Request:

@@ -4,7 +4,7 @@ Why a process: making a turn's spans, encoding them for OTLP and posting them
 is Python work per span and per attribute, and in the daemon's process it would
 be its event loop's time and its GIL, and a collector that answers slowly would
 hold them. So the hooks only note what happened as small tuples
-(`TraceShipper`, in the daemon); twice a second the notes go, pickled, down a
+(`TraceShipper`, in the daemon); once a second the notes go, pickled, down a
 pipe to the exporter child (`main`), which makes the spans (tracing.py) and
 sends them, one request a shipment.
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from broker.observe.tracing import Tracing
 
 log = logs.get("broker.observe")
-SHIP_EVERY_S = 0.5
+SHIP_EVERY_S = 1.0
 MAX_PENDING = 100_000  # notes waiting for the next shipment; past it they are dropped
 STOP_TIMEOUT_S = 5.0
 _HEADER = struct.Struct("!Q")

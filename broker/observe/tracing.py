@@ -58,7 +58,10 @@ class Sender(Protocol):
 
 def _id(kind: str, key: str, size: int) -> bytes:
     digest = hashlib.blake2b(f"{kind}:{key}".encode(), digest_size=size).digest()
-    return digest if any(digest) else b"\0" * (size - 1) + b"\1"
+    return digest if digest != _ZEROS[size] else b"\0" * (size - 1) + b"\1"
+
+
+_ZEROS = {8: b"\0" * 8, 16: b"\0" * 16}  # an invalid id
 
 
 def trace_of(kind: str, key: str) -> bytes:
