@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 import anyio.abc
@@ -43,6 +43,7 @@ log = logs.get("broker.observe")
 SHIP_EVERY_S = 1.0
 MAX_PENDING = 100_000  # notes waiting for the next shipment; past it they are dropped
 STOP_TIMEOUT_S = 5.0
+BAD_NOTES_EVERY_S = 60.0
 _HEADER = struct.Struct("!Q")
 
 
@@ -134,19 +135,32 @@ def main(argv: list[str]) -> int:
         config["endpoint"], config["capture_content"], config["service"], config["instance"]
     )
     gc_policy.tune()
-    replay = handlers(tracing)
-    stdin = sys.stdin.buffer
     try:
-        while True:
-            header = stdin.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return 0
-            (size,) = _HEADER.unpack(header)
-            for kind, *args in pickle.loads(stdin.read(size)):
-                replay[kind](*args)
-            tracing.flush()
+        serve(sys.stdin.buffer, tracing)
     finally:
         tracing.shutdown()  # sends what it holds, bounded by the exporter's timeout
+    return 0
+
+
+def serve(shipments: BinaryIO, tracing: Tracing) -> None:
+    """Make and send the spans of each shipment until the stream ends. A note that
+    cannot be made into spans costs only its own (logged at most once a minute)."""
+    replay = handlers(tracing)
+    failed, why, said_at = 0, "", -BAD_NOTES_EVERY_S
+    while True:
+        header = shipments.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return
+        (size,) = _HEADER.unpack(header)
+        for kind, *args in pickle.loads(shipments.read(size)):
+            try:
+                replay[kind](*args)
+            except Exception as exc:
+                failed, why = failed + 1, f"{kind}: {exc!r}"
+        tracing.flush()
+        if failed and time.monotonic() >= said_at + BAD_NOTES_EVERY_S:
+            log.error("trace notes made no spans", notes=failed, last=why)
+            failed, said_at = 0, time.monotonic()
 
 
 def handlers(tracing: Tracing) -> dict[str, Callable[..., None]]:

@@ -3,7 +3,9 @@ built field by field; and a turn's spans carry every attribute of the GenAI conv
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 from typing import Any
 
 from hypothesis import given
@@ -16,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 
 from broker.observe import otlp_wire as wire
 from broker.observe.notes import as_facts
+from broker.observe.trace_export import _HEADER, serve
 from broker.observe.tracing import Tracing, span_of, trace_of
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -280,3 +283,16 @@ def test_a_kept_attribute_keeps_its_value_s_type() -> None:
         "double_value",
         "string_value",
     ]
+
+
+def test_a_note_that_makes_no_spans_costs_only_its_own() -> None:
+    taken = Taken()
+    tracing = Tracing(taken, Resource.create({"service.name": "b"}), capture=False)
+    good = ("ingest", 1_000, 2_000, "dm:ent_1", "item1")
+    bad = [("turn", ("too", "short"), "thread"), ("nonsense",), ("ingest", "x")]
+    shipments = b"".join(
+        _HEADER.pack(len(data)) + data
+        for data in (pickle.dumps([*bad, good]), pickle.dumps([good]))
+    )
+    serve(io.BytesIO(shipments), tracing)
+    assert [len(r.resource_spans[0].scope_spans[0].spans) for r in taken.requests] == [2, 2]
