@@ -60,15 +60,10 @@ def run(
         if backend != "asyncio":
             print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
             raise typer.Exit(EX_CONFIG)
-    if (bad_key := unusable_env_key(settings)) is not None:
-        print(f"brokerd: {bad_key}", file=sys.stderr)
-        raise typer.Exit(EX_CONFIG)
-    if (missing := missing_extra(settings)) is not None:
-        print(f"brokerd: {missing}", file=sys.stderr)
-        raise typer.Exit(EX_CONFIG)
-    if (bad_otlp := unusable_otlp_env(settings)) is not None:
-        print(f"brokerd: {bad_otlp}", file=sys.stderr)
-        raise typer.Exit(EX_CONFIG)
+    for problem in (unusable_env_key, missing_extra, unusable_otlp_env):  # in this order
+        if (sentence := problem(settings)) is not None:
+            print(f"brokerd: {sentence}", file=sys.stderr)
+            raise typer.Exit(EX_CONFIG)
     try:
         check_engines(settings, config_path(config))  # the operator's code, found now
         check_mcp(settings, [spec.name for spec in WORKER_SPECS])
