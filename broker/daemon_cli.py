@@ -60,12 +60,10 @@ def run(
         if backend != "asyncio":
             print(f'brokerd: engine kind "{kind}" needs --backend asyncio', file=sys.stderr)
             raise typer.Exit(EX_CONFIG)
-    if (bad_key := unusable_env_key(settings)) is not None:
-        print(f"brokerd: {bad_key}", file=sys.stderr)
-        raise typer.Exit(EX_CONFIG)
-    if (missing := missing_extra(settings)) is not None:
-        print(f"brokerd: {missing}", file=sys.stderr)
-        raise typer.Exit(EX_CONFIG)
+    for problem in (unusable_env_key, missing_extra, unusable_otlp_env):  # in this order
+        if (sentence := problem(settings)) is not None:
+            print(f"brokerd: {sentence}", file=sys.stderr)
+            raise typer.Exit(EX_CONFIG)
     try:
         check_engines(settings, config_path(config))  # the operator's code, found now
         check_mcp(settings, [spec.name for spec in WORKER_SPECS])
@@ -154,7 +152,21 @@ def unusable_env_key(settings: Settings) -> str | None:
     )
 
 
-TRACING = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+def unusable_otlp_env(settings: Settings) -> str | None:
+    """The sentence for an `OTEL_EXPORTER_OTLP_*` variable the trace exporter would not
+    take (broker/observe/otlp_http.py), when tracing is on."""
+    if not settings.tracing.otlp_endpoint:
+        return None
+    from broker.observe.otlp_http import OtlpHttp
+
+    try:
+        OtlpHttp.to(settings.tracing.otlp_endpoint).close()
+    except ValueError as exc:
+        return f"tracing.otlp_endpoint: {exc}"
+    return None
+
+
+TRACING = ("opentelemetry.sdk", "opentelemetry.proto", "requests")
 CONSOLE = ("starlette", "jinja2", "hypercorn")
 
 

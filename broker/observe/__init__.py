@@ -2,7 +2,8 @@
 
 The daemon's code reports what happens to `hub.observer`; `metrics` turns it
 into Prometheus figures served by `http`, and `tracing` (the `tracing` extra)
-into spans exported over OTLP/HTTP.
+into spans, written as OTLP bytes by `otlp_wire` and posted by `otlp_http` from
+the exporter process of `trace_export`.
 """
 
 from broker.observe.hub import Observer, install

@@ -12,17 +12,8 @@ from typing import Any, NamedTuple
 
 from ledger.port.records import TurnRecord
 
-
-class Input(NamedTuple):
-    id: str
-    text: str | None
-
-
-class Call(NamedTuple):
-    id: str
-    name: str
-    arguments: str
-    result: str
+Input = tuple[str, str | None]  # an input item's id, and its text when captured
+Call = tuple[str, str, str, str]  # a tool call's id, name, and (captured) arguments, result
 
 
 class TurnFacts(NamedTuple):
@@ -70,7 +61,4 @@ def facts(rec: TurnRecord, capture: bool) -> tuple[Any, ...]:
 
 
 def as_facts(values: tuple[Any, ...]) -> TurnFacts:
-    f = TurnFacts(*values)
-    return f._replace(
-        inputs=[Input(*i) for i in f.inputs], tool_calls=[Call(*c) for c in f.tool_calls]
-    )
+    return TurnFacts._make(values)

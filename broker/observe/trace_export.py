@@ -4,7 +4,7 @@ Why a process: making a turn's spans, encoding them for OTLP and posting them
 is Python work per span and per attribute, and in the daemon's process it would
 be its event loop's time and its GIL, and a collector that answers slowly would
 hold them. So the hooks only note what happened as small tuples
-(`TraceShipper`, in the daemon); twice a second the notes go, pickled, down a
+(`TraceShipper`, in the daemon); once a second the notes go, pickled, down a
 pipe to the exporter child (`main`), which makes the spans (tracing.py) and
 sends them, one request a shipment.
 
@@ -24,7 +24,8 @@ import struct
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import anyio
 import anyio.abc
@@ -32,15 +33,17 @@ import anyio.abc
 from broker.observe.hub import Observer
 from broker.observe.notes import as_facts, facts
 from ledger.port.records import TurnRecord
-from plumbing import logs
+from plumbing import gc_policy, logs
 
 if TYPE_CHECKING:
     from broker.config import Settings
+    from broker.observe.tracing import Tracing
 
 log = logs.get("broker.observe")
-SHIP_EVERY_S = 0.5
+SHIP_EVERY_S = 1.0
 MAX_PENDING = 100_000  # notes waiting for the next shipment; past it they are dropped
 STOP_TIMEOUT_S = 5.0
+BAD_NOTES_EVERY_S = 60.0
 _HEADER = struct.Struct("!Q")
 
 
@@ -124,37 +127,54 @@ class TraceShipper(Observer):
 
 
 def main(argv: list[str]) -> int:
-    from broker.observe.tracing import Tracing
+    from broker.observe.tracing import Tracing  # the `tracing` extra, in this process only
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's to handle; it closes the pipe
     config = json.loads(argv[1])
     tracing = Tracing.open(
         config["endpoint"], config["capture_content"], config["service"], config["instance"]
     )
-    stdin = sys.stdin.buffer
+    gc_policy.tune()
     try:
-        while True:
-            header = stdin.read(_HEADER.size)
-            if len(header) < _HEADER.size:
-                return 0
-            (size,) = _HEADER.unpack(header)
-            for note in pickle.loads(stdin.read(size)):
-                _replay(tracing, note)
-            tracing.flush()
+        serve(sys.stdin.buffer, tracing)
     finally:
         tracing.shutdown()  # sends what it holds, bounded by the exporter's timeout
+    return 0
 
 
-def _replay(tracing: Any, note: tuple[Any, ...]) -> None:
-    kind, *args = note
-    if kind == "ingest":
-        tracing.ingest(*args)
-    elif kind == "engine_call":
-        tracing.engine_call(*args)
-    elif kind == "tool_call":
-        tracing.tool_call(*args)
-    elif kind == "turn":
-        tracing.turn(as_facts(args[0]), args[1])
+def serve(shipments: BinaryIO, tracing: Tracing) -> None:
+    """Make and send the spans of each shipment until the stream ends. A note that
+    cannot be made into spans costs only its own (logged at most once a minute)."""
+    replay = handlers(tracing)
+    failed, why, said_at = 0, "", -BAD_NOTES_EVERY_S
+    while True:
+        header = shipments.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return
+        (size,) = _HEADER.unpack(header)
+        for kind, *args in pickle.loads(shipments.read(size)):
+            try:
+                replay[kind](*args)
+            except Exception as exc:
+                failed, why = failed + 1, f"{kind}: {exc!r}"
+        tracing.flush()
+        if failed and time.monotonic() >= said_at + BAD_NOTES_EVERY_S:
+            log.error("trace notes made no spans", notes=failed, last=why)
+            failed, said_at = 0, time.monotonic()
+
+
+def handlers(tracing: Tracing) -> dict[str, Callable[..., None]]:
+    """What takes each kind of note the daemon ships."""
+
+    def turn(values: tuple[Any, ...], written: str) -> None:
+        tracing.turn(as_facts(values), written)
+
+    return {
+        "ingest": tracing.ingest,
+        "engine_call": tracing.engine_call,
+        "tool_call": tracing.tool_call,
+        "turn": turn,
+    }
 
 
 if __name__ == "__main__":

@@ -15,55 +15,53 @@ so they join without passing a context around. Message text, tool arguments
 and results go into spans only with `capture_content`.
 
 Every span is whole when it is made (its times are in the notes), so it is
-written straight into the OTLP request (opentelemetry-proto's messages) rather
-than lived through the SDK's span, context, sampler and processor, and a
-shipment's spans leave as one request through the SDK's OTLP/HTTP exporter's
-connection (its endpoint, headers, certificates and compression, as the
-`OTEL_EXPORTER_OTLP_*` variables set them). What is kept per running turn is
-bounded, and so is a request.
+written straight into the OTLP request's bytes (otlp_wire.py) rather than lived
+through the SDK's span, context, sampler and processor, and a shipment's spans
+leave as one request posted as the SDK's OTLP/HTTP exporter would (otlp_http.py).
+What is kept per running turn is bounded, and so is a request.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol
 
-import requests
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource as ProtoResource
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 from opentelemetry.sdk.resources import Resource
 
+from broker.observe import otlp_wire as wire
 from broker.observe.notes import TurnFacts
+from broker.observe.otlp_wire import CLIENT, INTERNAL, SERVER, Key, attribute
 from plumbing import logs
 
 log = logs.get("broker.observe")
-EXPORT_TIMEOUT_S = 3.0
 EXPORT_BATCH = 4096  # spans in one OTLP request at most
 OPEN_TURNS = 4096  # turns whose calls are kept until their record comes
 OPEN_ITEMS = 16384  # items whose span ids are kept for their turn
 CONTENT_CHARS = 8192  # of one message, tool argument or result in a span
 LOST_EVERY_S = 60.0  # spans the collector did not take are logged at most this often
-RETRY_STATUS = frozenset({429, 502, 503, 504})
 # A span's flags: whether its parent is remote is known (and, with 0x200, it is).
 LOCAL, REMOTE = 0x100, 0x300
-INTERNAL, SERVER, CLIENT = (
-    Span.SpanKind.SPAN_KIND_INTERNAL,
-    Span.SpanKind.SPAN_KIND_SERVER,
-    Span.SpanKind.SPAN_KIND_CLIENT,
-)
 _random = random.Random()
+
+
+class Sender(Protocol):
+    def send(self, request: bytes) -> str | None:
+        """None once the collector took `request`, else why not."""
+
+    def close(self) -> None: ...
 
 
 def _id(kind: str, key: str, size: int) -> bytes:
     digest = hashlib.blake2b(f"{kind}:{key}".encode(), digest_size=size).digest()
-    return digest if any(digest) else b"\0" * (size - 1) + b"\1"
+    return digest if digest != _ZEROS[size] else b"\0" * (size - 1) + b"\1"
+
+
+_ZEROS = {8: b"\0" * 8, 16: b"\0" * 16}  # an invalid id
 
 
 def trace_of(kind: str, key: str) -> bytes:
@@ -75,47 +73,23 @@ def span_of(kind: str, key: str) -> bytes:
     return _id(f"span.{kind}", key, 8)
 
 
-def _const(key: str, value: str) -> KeyValue:
-    kv = KeyValue(key=key)
-    kv.value.string_value = value
-    return kv
-
-
-_INVOKE = _const("gen_ai.operation.name", "invoke_agent")
-_CHAT = _const("gen_ai.operation.name", "chat")
-_TOOL = _const("gen_ai.operation.name", "execute_tool")
-_FUNCTION = _const("gen_ai.tool.type", "function")
-_LINK_INGEST = _const("broker.link", "ingest")
-_LINK_ACK = _const("broker.link", "ack")
-
-
-def _set(span: Span | ProtoResource, key: str, value: object) -> None:
-    kv = span.attributes.add()
-    kv.key = key
-    if isinstance(value, str):
-        kv.value.string_value = value
-    elif isinstance(value, bool):
-        kv.value.bool_value = value
-    elif isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, float):
-        kv.value.double_value = value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            kv.value.array_value.values.add().string_value = str(v)
-    else:
-        kv.value.string_value = str(value)
-
-
-def _text(span: Span, key: str, value: str) -> None:
-    kv = span.attributes.add()
-    kv.key = key
-    kv.value.string_value = value
-
-
-def _error(span: Span, message: str) -> None:
-    span.status.code = Status.StatusCode.STATUS_CODE_ERROR
-    span.status.message = message
+_INGEST, _ACK, _INVOKE = wire.name("ingest"), wire.name("ack"), wire.name("invoke_agent")
+_OP_INVOKE = attribute("gen_ai.operation.name", "invoke_agent")
+_OP_CHAT = attribute("gen_ai.operation.name", "chat")
+_OP_TOOL = attribute("gen_ai.operation.name", "execute_tool")
+_FUNCTION = attribute("gen_ai.tool.type", "function")
+_LINK_INGEST = wire.link_attribute("broker.link", "ingest")
+_LINK_ACK = wire.link_attribute("broker.link", "ack")
+_CONVERSATION = Key("gen_ai.conversation.id")
+_ITEM = Key("broker.item.id")
+_TURN = Key("broker.turn.id")
+_INPUT_TOKENS = Key("gen_ai.usage.input_tokens")
+_OUTPUT_TOKENS = Key("gen_ai.usage.output_tokens")
+_CALL_ID = Key("gen_ai.tool.call.id")
+_INPUT_MESSAGES = Key("gen_ai.input.messages")
+_OUTPUT_MESSAGES = Key("gen_ai.output.messages")
+_ARGUMENTS = Key("gen_ai.tool.call.arguments")
+_RESULT = Key("gen_ai.tool.call.result")
 
 
 def _ns(ms: int) -> int:
@@ -129,15 +103,12 @@ def _cut(text: str) -> str:
 class Tracing:
     """The hooks' reports made into spans (see the module's docstring)."""
 
-    def __init__(self, exporter: OTLPSpanExporter, resource: Resource, capture: bool) -> None:
-        self.exporter = exporter
-        self.resource = ProtoResource()
-        for key, value in resource.attributes.items():
-            _set(self.resource, key, value)
+    def __init__(self, sender: Sender, resource: Resource, capture: bool) -> None:
+        self.sender = sender
+        self.request = wire.Request(resource.attributes, "broker")
         self.capture_content = capture
-        self.made = 0  # spans in the request being made
+        self.spans: list[bytes] = []  # of the request being made
         self.lost, self.lost_said_at = 0, -LOST_EVERY_S
-        self._start()
         # turn id -> its engine calls (began, ended); its tool calls (name, began, ended, status)
         self._calls: OrderedDict[str, list[tuple[int, int]]] = OrderedDict()
         self._tools: OrderedDict[str, list[tuple[str, int, int, str]]] = OrderedDict()
@@ -146,43 +117,20 @@ class Tracing:
     @classmethod
     def open(cls, endpoint: str, capture_content: bool, service: str, instance: str) -> Tracing:
         """Spans of `service` (this node: `instance`) sent to the OTLP/HTTP `endpoint`."""
-        resource = Resource.create({"service.name": service, "service.instance.id": instance})
-        exporter = OTLPSpanExporter(
-            endpoint=endpoint.rstrip("/") + "/v1/traces", timeout=EXPORT_TIMEOUT_S
-        )
-        return cls(exporter, resource, capture_content)
+        from broker.observe.otlp_http import OtlpHttp
 
-    def _start(self) -> None:
-        self.request = ExportTraceServiceRequest()
-        spans = self.request.resource_spans.add()
-        spans.resource.CopyFrom(self.resource)
-        scope = spans.scope_spans.add()
-        scope.scope.name = "broker"
-        self.spans = scope.spans
-        self.made = 0
+        resource = Resource.create({"service.name": service, "service.instance.id": instance})
+        return cls(OtlpHttp.to(endpoint), resource, capture_content)
 
     def flush(self) -> None:
-        """Send the spans made so far, within the exporter's timeout; those the collector
-        does not take are counted as lost."""
-        if not self.made:
+        """Send the spans made so far; those the collector does not take are counted as
+        lost."""
+        if not self.spans:
             return
-        data, made = self.request.SerializeToString(), self.made
-        self._start()
-        deadline = time.monotonic() + EXPORT_TIMEOUT_S
-        backoff = 0.25
-        while True:
-            try:
-                answer = self.exporter._export(data, max(0.1, deadline - time.monotonic()))
-                if answer.ok:
-                    return
-                retry, reason = answer.status_code in RETRY_STATUS, f"HTTP {answer.status_code}"
-            except requests.RequestException as exc:
-                retry, reason = isinstance(exc, requests.ConnectionError), str(exc)
-            if not retry or time.monotonic() + backoff > deadline:
-                self._lost(made, reason)
-                return
-            time.sleep(backoff)
-            backoff *= 2
+        spans, self.spans = self.spans, []
+        failed = self.sender.send(self.request.encode(spans))
+        if failed is not None:
+            self._lost(len(spans), failed)
 
     def _lost(self, spans: int, reason: str) -> None:
         """Count spans the collector did not take; say so at most once a `LOST_EVERY_S`."""
@@ -195,44 +143,35 @@ class Tracing:
     def shutdown(self) -> None:
         """Send what is made and stop."""
         self.flush()
-        self.exporter.shutdown()  # type: ignore[no-untyped-call]
+        self.sender.close()
 
-    def _span(
-        self,
-        name: str,
-        trace: bytes,
-        span_id: bytes,
-        parent: bytes,
-        flags: int,
-        kind: Any,
-        began_ns: int,
-        ended_ns: int,
-    ) -> Span:
-        if self.made >= EXPORT_BATCH:
+    def _add(self, span: bytes) -> None:
+        self.spans.append(span)
+        if len(self.spans) >= EXPORT_BATCH:
             self.flush()
-        self.made += 1
-        span = self.spans.add()
-        span.trace_id = trace
-        span.span_id = span_id
-        if parent:
-            span.parent_span_id = parent
-        span.flags = flags
-        span.name = name
-        span.kind = kind
-        span.start_time_unix_nano = began_ns
-        span.end_time_unix_nano = max(began_ns, ended_ns)
-        return span
 
     # -- the hooks --------------------------------------------------------------
 
     def ingest(self, began_ns: int, acked_ns: int, session: str, item: str) -> None:
         """A message's ingest, handed to the writer at `began_ns`, acked at `acked_ns`."""
         trace, ingest, ack = self._ids_of(item)
-        span = self._span("ingest", trace, ingest, b"", LOCAL, SERVER, began_ns, acked_ns)
-        _text(span, "gen_ai.conversation.id", session)
-        _text(span, "broker.item.id", item)
-        span = self._span("ack", trace, ack, ingest, LOCAL, INTERNAL, acked_ns, 0)
-        _text(span, "broker.item.id", item)
+        of_item = _ITEM.text(item)
+        self._add(
+            wire.span(
+                trace,
+                ingest,
+                b"",
+                LOCAL,
+                _INGEST,
+                SERVER,
+                began_ns,
+                max(began_ns, acked_ns),
+                (_CONVERSATION.text(session), of_item),
+            )
+        )
+        self._add(
+            wire.span(trace, ack, ingest, LOCAL, _ACK, INTERNAL, acked_ns, acked_ns, (of_item,))
+        )
 
     def _ids_of(self, item: str) -> tuple[bytes, bytes, bytes]:
         """An item's trace, ingest span and ack span ids, kept for its turn to come."""
@@ -263,54 +202,52 @@ class Tracing:
         return found
 
     def turn(self, rec: TurnFacts, written: str) -> None:
-        calls = self._calls.pop(rec.turn_id, [])
-        tools = self._tools.pop(rec.turn_id, [])
-        inputs = [self._ids_of(i.id) for i in rec.inputs]
+        calls = self._calls.pop(rec.turn_id, None)
+        tools = self._tools.pop(rec.turn_id, None)
+        inputs = [self._ids_of(item) for item, _ in rec.inputs]
         if inputs:  # in its first message's trace, under that message's ingest
             trace, parent, _ = inputs[0]
             flags = REMOTE
         else:
             trace, parent, flags = trace_of("turn", rec.turn_id), b"", LOCAL
         agent = span_of("turn", rec.turn_id)
-        span = self._span(
-            "invoke_agent",
-            trace,
-            agent,
-            parent,
-            flags,
-            INTERNAL,
-            _ns(rec.started_at),
-            _ns(max(rec.completed_at, rec.started_at)),
-        )
-        for linked, ingest, ack in inputs:
-            for span_id, mark in ((ingest, _LINK_INGEST), (ack, _LINK_ACK)):
-                link = span.links.add()
-                link.trace_id = linked
-                link.span_id = span_id
-                link.flags = REMOTE
-                link.attributes.append(mark)
-        span.attributes.append(_INVOKE)
-        _text(span, "gen_ai.conversation.id", rec.session)
-        _text(span, "gen_ai.provider.name", rec.engine)
-        _text(span, "broker.turn.id", rec.turn_id)
-        _text(span, "broker.turn.type", rec.type)
-        _text(span, "broker.turn.status", rec.status)
-        _text(span, "broker.turn.written", written)
-        if rec.model:
-            _set(span, "gen_ai.request.model", rec.model)
+        rest = [
+            _repeated(rec.engine, rec.type, rec.status, written, rec.model),
+            _CONVERSATION.text(rec.session),
+            _TURN.text(rec.turn_id),
+        ]
         if rec.prompt_tokens is not None:
-            _set(span, "gen_ai.usage.input_tokens", rec.prompt_tokens)
+            rest.append(_INPUT_TOKENS.int(rec.prompt_tokens))
         if rec.completion_tokens is not None:
-            _set(span, "gen_ai.usage.output_tokens", rec.completion_tokens)
+            rest.append(_OUTPUT_TOKENS.int(rec.completion_tokens))
         if rec.status != "completed":
-            _set(span, "error.type", rec.reason or rec.status)
-        if rec.status == "failed":
-            _error(span, rec.error or rec.reason or "failed")
+            rest.append(attribute("error.type", rec.reason or rec.status))
         if self.capture_content:
-            _set(span, "gen_ai.input.messages", _messages("user", [i.text for i in rec.inputs]))
-            _set(span, "gen_ai.output.messages", _messages("assistant", [rec.output]))
-        self._chats(rec, calls, trace, agent)
-        self._tool_spans(rec, tools, trace, agent)
+            rest.append(_INPUT_MESSAGES.text(_messages("user", [text for _, text in rec.inputs])))
+            rest.append(_OUTPUT_MESSAGES.text(_messages("assistant", [rec.output])))
+        for linked, ingest, ack in inputs:
+            rest.append(wire.link(linked, ingest, REMOTE, _LINK_INGEST))
+            rest.append(wire.link(linked, ack, REMOTE, _LINK_ACK))
+        if rec.status == "failed":
+            rest.append(wire.error_status(rec.error or rec.reason or "failed"))
+        began = _ns(rec.started_at)
+        self._add(
+            wire.span(
+                trace,
+                agent,
+                parent,
+                flags,
+                _INVOKE,
+                INTERNAL,
+                began,
+                max(began, _ns(rec.completed_at)),
+                rest,
+            )
+        )
+        if calls:
+            self._chats(rec, calls, trace, agent)
+        if tools:
+            self._tool_spans(rec, tools, trace, agent)
 
     def _chats(
         self, rec: TurnFacts, calls: list[tuple[int, int]], trace: bytes, agent: bytes
@@ -318,8 +255,6 @@ class Tracing:
         """One `chat` per model call: the engine's own reports of its calls (each with
         its duration) inside the engine call they came from, else the call itself."""
         reported = [data for kind, data in rec.events if kind == "llm"]
-        if not calls:
-            return
         per_call = max(1, len(reported) // len(calls)) if reported else 1
         for n, (began, ended) in enumerate(calls):
             mine = reported[n * per_call : (n + 1) * per_call] if reported else []
@@ -344,55 +279,88 @@ class Tracing:
         agent: bytes,
     ) -> None:
         model = data.get("model") or model
-        span = self._span(
-            f"chat {model}" if model else "chat",
-            trace,
-            _random.randbytes(8),
-            agent,
-            LOCAL,
-            CLIENT,
-            _ns(began),
-            _ns(ended),
-        )
-        span.attributes.append(_CHAT)
-        if model:
-            _set(span, "gen_ai.request.model", model)
-        for ours, theirs in (
-            ("prompt_tokens", "gen_ai.usage.input_tokens"),
-            ("completion_tokens", "gen_ai.usage.output_tokens"),
-        ):
-            if isinstance(data.get(ours), int):
-                _set(span, theirs, data[ours])
-        if data.get("stop_reason"):
-            _set(span, "gen_ai.response.finish_reasons", [str(data["stop_reason"])])
-
-    def _tool_spans(
-        self, rec: TurnFacts, tools: list[tuple[str, int, int, str]], trace: bytes, agent: bytes
-    ) -> None:
-        recorded = {call.name: call for call in rec.tool_calls}
-        for name, began, ended, status in tools:
-            span = self._span(
-                f"execute_tool {name}",
+        stop = data.get("stop_reason")
+        rest = [_chat_repeated(model, str(stop) if stop else None)]
+        prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
+        if isinstance(prompt, int):
+            rest.append(_INPUT_TOKENS.int(prompt))
+        if isinstance(completion, int):
+            rest.append(_OUTPUT_TOKENS.int(completion))
+        self._add(
+            wire.span(
                 trace,
                 _random.randbytes(8),
                 agent,
                 LOCAL,
-                INTERNAL,
+                _chat_name(model),
+                CLIENT,
                 _ns(began),
-                _ns(ended),
+                _ns(max(began, ended)),
+                rest,
             )
-            span.attributes.append(_TOOL)
-            _set(span, "gen_ai.tool.name", name)
-            span.attributes.append(_FUNCTION)
+        )
+
+    def _tool_spans(
+        self, rec: TurnFacts, tools: list[tuple[str, int, int, str]], trace: bytes, agent: bytes
+    ) -> None:
+        recorded = {name: (call_id, args, result) for call_id, name, args, result in rec.tool_calls}
+        for name, began, ended, status in tools:
+            rest = [_OP_TOOL, attribute("gen_ai.tool.name", name), _FUNCTION]
             call = recorded.get(name)
             if call is not None:
-                _set(span, "gen_ai.tool.call.id", call.id)
+                call_id, args, result = call
+                rest.append(_CALL_ID.text(call_id))
                 if self.capture_content:
-                    _set(span, "gen_ai.tool.call.arguments", _cut(call.arguments))
-                    _set(span, "gen_ai.tool.call.result", _cut(call.result))
+                    rest.append(_ARGUMENTS.text(_cut(args)))
+                    rest.append(_RESULT.text(_cut(result)))
             if status != "ok":
-                _set(span, "error.type", status)
-                _error(span, status)
+                rest.append(attribute("error.type", status))
+                rest.append(wire.error_status(status))
+            self._add(
+                wire.span(
+                    trace,
+                    _random.randbytes(8),
+                    agent,
+                    LOCAL,
+                    wire.name(f"execute_tool {name}"),
+                    INTERNAL,
+                    _ns(began),
+                    _ns(max(began, ended)),
+                    rest,
+                )
+            )
+
+
+@functools.lru_cache(maxsize=1024)
+def _repeated(engine: str, type: str, status: str, written: str, model: str | None) -> bytes:
+    """An `invoke_agent` span's attributes that repeat from turn to turn."""
+    return b"".join(
+        (
+            _OP_INVOKE,
+            attribute("gen_ai.provider.name", engine),
+            attribute("broker.turn.type", type),
+            attribute("broker.turn.status", status),
+            attribute("broker.turn.written", written),
+            attribute("gen_ai.request.model", model) if model else b"",
+        )
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _chat_repeated(model: str | None, stop_reason: str | None) -> bytes:
+    """A `chat` span's attributes that repeat from call to call."""
+    return b"".join(
+        (
+            _OP_CHAT,
+            attribute("gen_ai.request.model", model) if model else b"",
+            attribute("gen_ai.response.finish_reasons", (stop_reason,)) if stop_reason else b"",
+        )
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _chat_name(model: str | None) -> bytes:
+    return wire.name(f"chat {model}" if model else "chat")
 
 
 def _messages(role: str, texts: list[str | None]) -> str:

@@ -8,12 +8,15 @@ it; a missing program fails the test naming the Debian package that has it
 from __future__ import annotations
 
 import contextlib
+import gzip
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -122,9 +125,13 @@ def prometheus(tmp: Path, target: str, interval_s: float = 0.5) -> Iterator[Prom
 
 @dataclass
 class OtlpReceiver:
-    """An OTLP/HTTP trace receiver: decodes each export with opentelemetry-proto."""
+    """An OTLP/HTTP trace receiver: decodes each export with opentelemetry-proto,
+    inflating a gzip or deflate body. It answers the statuses in `answers` first, in
+    order, then 200."""
 
     url: str
+    path: str = "/v1/traces"
+    answers: list[int] = field(default_factory=list)
     requests: list[Any] = field(default_factory=list)  # ExportTraceServiceRequest
     arrived: list[float] = field(default_factory=list)  # time.monotonic() of each
     headers: list[dict[str, str]] = field(default_factory=list)  # of each, names lowercase
@@ -152,24 +159,41 @@ class OtlpReceiver:
 
 
 @contextlib.contextmanager
-def otlp_receiver() -> Iterator[OtlpReceiver]:
+def otlp_receiver(
+    path: str = "/v1/traces", tls: ssl.SSLContext | None = None, answers: Sequence[int] = ()
+) -> Iterator[OtlpReceiver]:
+    """A receiver on a free loopback port taking exports at `path`, over TLS with `tls`."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
         ExportTraceServiceResponse,
     )
 
     port = free_port()
-    receiver = OtlpReceiver(f"http://127.0.0.1:{port}")
+    scheme = "https" if tls else "http"
+    receiver = OtlpReceiver(f"{scheme}://127.0.0.1:{port}", path, list(answers))
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            if self.path != "/v1/traces" or self.headers.get("content-type") != (
-                "application/x-protobuf"
+            with receiver.lock:
+                status = receiver.answers.pop(0) if receiver.answers else 200
+                if status != 200:
+                    receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
+            if status == 200 and (
+                self.path != receiver.path
+                or self.headers.get("content-type") != "application/x-protobuf"
             ):
-                self.send_response(404)
+                status = 404
+            if status != 200:
+                self.send_response(status)
+                self.send_header("content-length", "0")
                 self.end_headers()
                 return
+            encoding = self.headers.get("content-encoding")
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
             with receiver.lock:
@@ -187,6 +211,8 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

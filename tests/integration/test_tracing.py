@@ -117,14 +117,17 @@ async def test_content_only_when_captured(
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_the_exporter_sends_the_headers_the_environment_names(
+async def test_the_exporter_sends_as_the_environment_says(
     make_daemon: DaemonFactory, tmp_path: Path, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A collector that wants a key: the OpenTelemetry exporter's own variable, which the
-    # daemon's trace exporter process inherits.
+    # A collector that wants a key and compressed bodies: the OpenTelemetry exporter's own
+    # variables, which the daemon's trace exporter process inherits (each variable's
+    # handling: test_otlp_http.py).
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer%20k3y")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
     with otlp_receiver() as receiver:
         await run_turn(make_daemon, tmp_path, anyio_backend, receiver, False)
         await eventually(lambda: spans_named(receiver, "invoke_agent"))
         sent = list(receiver.headers)
     assert sent and all(h.get("authorization") == "Bearer k3y" for h in sent)
+    assert all(h.get("content-encoding") == "gzip" for h in sent)
