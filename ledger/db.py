@@ -255,7 +255,12 @@ def turn_on_secure_index(conn: sqlite3.Connection) -> bool:
         return False
     conn.execute("BEGIN IMMEDIATE")
     try:
+        # An empty index has its structure and averages rows only; one with segments
+        # may hold words deleted before now, which one whole merge is to clear.
+        used = conn.execute("SELECT count(*) > 2 FROM messages_fts_data").fetchone()[0]
         conn.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('secure-delete', 1)")
+        if used:
+            conn.execute("INSERT OR REPLACE INTO index_upkeep (id, whole_merge_due) VALUES (1, 1)")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -138,7 +138,11 @@ def begin(conn: sqlite3.Connection, entity: str, confirm: str, now: int) -> Plan
     counts = {"sessions": len(sessions), "messages": 0, "files": 0}
     # With FTS5 secure-delete on (it stays on), every delete takes its terms out of
     # the index as it goes, and the index needs no merge at the end.
-    merge = getattr(conn, "full_text", None) is not None or not secure_index(conn)
+    merge = (
+        getattr(conn, "full_text", None) is not None
+        or not secure_index(conn)
+        or whole_merge_due(conn)
+    )
     conn.execute(
         "INSERT INTO erasures (entity_id, entities, sessions, senders, step, cursor, counts,"
         " started_at, index_merge) VALUES (?, ?, ?, ?, 0, NULL, ?, ?, ?)",
@@ -480,7 +484,7 @@ def merge_index(conn: sqlite3.Connection, left: int = -1) -> int:
     takes, the rest is done at once ('optimize'), a longer hold, but the last."""
     if getattr(conn, "full_text", None) is not None:
         return 0  # PostgreSQL's own index: its dead entries go with VACUUM
-    if left < 0 and secure_index(conn):
+    if left < 0 and secure_index(conn) and not whole_merge_due(conn):
         return 0  # FTS5 secure-delete: deleted terms left the index as they went
     if left < 0:
         pages = int(conn.execute("SELECT count(*) FROM messages_fts_data").fetchone()[0])
@@ -489,12 +493,19 @@ def merge_index(conn: sqlite3.Connection, left: int = -1) -> int:
     conn.execute(
         "INSERT INTO messages_fts (messages_fts, rank) VALUES ('merge', ?)", (-FTS_PAGES_A_STEP,)
     )
-    if conn.total_changes - before < 2:
-        return 0
-    if left <= 1:
+    if conn.total_changes - before >= 2 and left > 1:
+        return left - 1
+    if conn.total_changes - before >= 2:
         conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
-        return 0
-    return left - 1
+    conn.execute("DELETE FROM index_upkeep")  # one segment: no word deleted before is left
+    return 0
+
+
+def whole_merge_due(conn: sqlite3.Connection) -> bool:
+    """Whether words deleted before secure-delete was turned on may still lie in the
+    SQLite index's old segments (migration 0033), for one whole merge to clear."""
+    row = conn.execute("SELECT whole_merge_due FROM index_upkeep WHERE id = 1").fetchone()
+    return row is not None and bool(row[0])
 
 
 STEPS: tuple[Step, ...] = (

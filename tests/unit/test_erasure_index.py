@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ledger.db import connect, migrate, secure_index
-from ledger.erasure import merge_index, truncate_wal
+from ledger.erasure import merge_index, truncate_wal, whole_merge_due
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.port.cipher import DRIVER_ENV, SECURE_DELETE
 from ledger.port.errors import LedgerError
@@ -131,3 +131,42 @@ def test_secure_delete_is_turned_on_once_for_a_ledger_made_without_it(
             "SELECT count(*) FROM messages_fts_config WHERE k = 'secure-delete'"
         ).fetchone() == (1,)
         conn.close()
+
+
+def test_words_deleted_before_the_switch_go_with_the_next_whole_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger made without secure-delete whose deletes merged nothing: turning the
+    option on leaves those words in old segments, so one whole merge is due, and the
+    next merge (an erasure's or an expiry's) takes them out and is then no more due."""
+    pytest.importorskip("sqlcipher3")
+    monkeypatch.setenv(DRIVER_ENV, "stdlib")
+    path = tmp_path / "l.db"
+    _ledger(path)
+    if sqlite3.sqlite_version_info >= SECURE_DELETE:
+        pytest.skip("the standard library's SQLite has secure-delete: no ledger without it")
+    monkeypatch.setenv(DRIVER_ENV, "sqlcipher3")
+    conn = connect(path)
+    migrate(conn)  # turns the option on
+    assert secure_index(conn) and whole_merge_due(conn)
+    conn.close()
+    truncate_wal(path)
+    assert b"zqxsecret0zz" in _raw(path)  # deleted, still in an old segment
+    conn = connect(path)
+    left = merge_index(conn)
+    while left:
+        left = merge_index(conn, left)
+    assert not whole_merge_due(conn)
+    assert merge_index(conn) == 0  # and later merges ask nothing again
+    conn.close()
+    truncate_wal(path)
+    raw = _raw(path)
+    assert not any(f"zqxsecret{n}zz".encode() in raw for n in range(6))
+    assert b"zqxsecret6zz" in raw  # what was not deleted stays
+
+
+def test_a_new_ledger_owes_no_whole_merge(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "l.db")
+    migrate(conn)
+    assert not whole_merge_due(conn)
+    conn.close()
