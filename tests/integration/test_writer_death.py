@@ -212,7 +212,8 @@ async def test_the_writer_lost_message_on_debian_python_3_11_2(short_tmp: Path) 
     proc = start_on_debian_python(d.config_path)
     try:
         with anyio.fail_after(20):
-            while not d.socket.exists():  # noqa: ASYNC110 - waits on another process
+            # Until it accepts: the socket's file appears at bind, before it listens.
+            while not d._accepting():  # noqa: ASYNC110 - waits on another process
                 await anyio.sleep(0.05)
             pid = await writer_pid(d.socket)
         assert pid is not None
@@ -222,6 +223,8 @@ async def test_the_writer_lost_message_on_debian_python_3_11_2(short_tmp: Path) 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:  # else collected open later, failing another test
+            proc.stderr.close()
     assert proc.returncode == 1, err
     assert "Traceback" not in err, err
     assert "brokerd: stopped: the ledger writer process was killed by SIGKILL" in err
