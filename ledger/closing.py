@@ -131,11 +131,7 @@ def refuse_closed(conn: sqlite3.Connection, label: str, field: str) -> None:
     """`Conflict` if session `label` is closed: a timer or a dispatch that would bring
     it a new item is refused, as a close with pending work is; `NotFound` if it is
     being erased."""
-    refuse_erased(conn, label, field)
-    row = conn.execute(
-        "SELECT 1 FROM sessions WHERE label = ? AND status = 'closed'", (label,)
-    ).fetchone()
-    if row is not None:
+    if refuse_erased(conn, label, field) == "closed":
         raise Conflict(f"{label} is closed: it takes no more work", field=field)
 
 

@@ -24,13 +24,15 @@ def _covered(conn: sqlite3.Connection, column: str, value: str) -> bool:
     )
 
 
-def refuse_erased(conn: sqlite3.Connection, label: str, field: str) -> None:
-    """`NotFound` if session `label` is one a running erasure covers."""
+def refuse_erased(conn: sqlite3.Connection, label: str, field: str) -> str | None:
+    """`NotFound` if session `label` is one a running erasure covers; else its status
+    (None: no such session)."""
     row = conn.execute("SELECT status FROM sessions WHERE label = ?", (label,)).fetchone()
     if row is not None and row[0] != "erased":
-        return
+        return str(row[0])
     if row is not None or _covered(conn, "sessions", label):
         raise NotFound(f"no session {label!r}: its person is being erased", field=field)
+    return None
 
 
 def refuse_erased_entity(conn: sqlite3.Connection, entity: str, field: str) -> None:

@@ -286,19 +286,7 @@ class Tracing:
             rest.append(_INPUT_TOKENS.int(prompt))
         if isinstance(completion, int):
             rest.append(_OUTPUT_TOKENS.int(completion))
-        self._add(
-            wire.span(
-                trace,
-                _random.randbytes(8),
-                agent,
-                LOCAL,
-                _chat_name(model),
-                CLIENT,
-                _ns(began),
-                _ns(max(began, ended)),
-                rest,
-            )
-        )
+        self._child(trace, agent, _chat_name(model), CLIENT, began, ended, rest)
 
     def _tool_spans(
         self, rec: TurnFacts, tools: list[tuple[str, int, int, str]], trace: bytes, agent: bytes
@@ -316,19 +304,34 @@ class Tracing:
             if status != "ok":
                 rest.append(attribute("error.type", status))
                 rest.append(wire.error_status(status))
-            self._add(
-                wire.span(
-                    trace,
-                    _random.randbytes(8),
-                    agent,
-                    LOCAL,
-                    wire.name(f"execute_tool {name}"),
-                    INTERNAL,
-                    _ns(began),
-                    _ns(max(began, ended)),
-                    rest,
-                )
+            self._child(
+                trace, agent, wire.name(f"execute_tool {name}"), INTERNAL, began, ended, rest
             )
+
+    def _child(
+        self,
+        trace: bytes,
+        agent: bytes,
+        name: bytes,
+        kind: int,
+        began: int,
+        ended: int,
+        rest: list[bytes],
+    ) -> None:
+        """A span under the turn's `invoke_agent`, from `began` to `ended` (ms)."""
+        self._add(
+            wire.span(
+                trace,
+                _random.randbytes(8),
+                agent,
+                LOCAL,
+                name,
+                kind,
+                _ns(began),
+                _ns(max(began, ended)),
+                rest,
+            )
+        )
 
 
 @functools.lru_cache(maxsize=1024)

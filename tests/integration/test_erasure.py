@@ -17,8 +17,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from ledger.erasure import begin
-from ledger.ingest import WriterConnection
 from ledger.port.cipher import DRIVER_ENV, SECURE_DELETE
 from ledger.port.errors import NotFound
 from ledger.transfer import backup, export_session
@@ -138,13 +136,7 @@ async def test_an_erasure_cut_off_is_finished_at_the_next_start(daemon: DaemonPr
         erin = (await contact(o, channel, "erin"))["entity"]
     d.kill()  # kill -9
     # The marking transaction committed, and then the daemon died.
-    conn = ledger_db.connect(d.ledger, factory=WriterConnection, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        begin(conn, erin, erin, 1)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    ledger_db.mark_erasure(d.ledger, erin)
     d.start()
     async with await operator(d) as o:
         for _ in range(100):
@@ -240,14 +232,7 @@ async def test_between_the_mark_and_the_rows_the_daemon_reads_nothing_of_theirs(
         gus = await op(o, "session.show", session=(await contact(o, channel, "gus"))["session"])
         assert marker in json.dumps(await op(o, "session.show", session=fay_session))
 
-        conn = ledger_db.connect(d.ledger, factory=WriterConnection, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout = 5000")
-            conn.execute("BEGIN IMMEDIATE")
-            begin(conn, fay, fay, 1)
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
+        ledger_db.mark_erasure(d.ledger, fay)
 
         for name, args in (
             ("session.show", {"session": fay_session}),

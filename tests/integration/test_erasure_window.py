@@ -19,14 +19,13 @@ from typing import Any
 import anyio
 import pytest
 
-from ledger.erasure import begin
-from ledger.ingest import WriterConnection
 from tests import ledger_db
 from tests.conftest import DaemonFactory
 from tests.harness import DaemonProcess
 from tests.integration.scripted import Scripted, call
 from tests.integration.test_agent_tools import results
 from tests.integration.test_identity import adapter, contact, inbound, op, operator, say, uniq
+from tests.integration.wire import table_counts
 from wire.client import BrokerError
 
 pytestmark = pytest.mark.anyio
@@ -75,24 +74,13 @@ async def _open_window(d: DaemonProcess) -> Window:
         await say(a, inbound(uniq("m"), "gus", text="gus says hello"))
         fay, gus = await contact(o, channel, "fay"), await contact(o, channel, "gus")
         shown = await op(o, "session.show", session=fay["session"])
-    conn = ledger_db.connect(d.ledger, factory=WriterConnection, isolation_level=None)
-    try:
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.execute("BEGIN IMMEDIATE")
-        begin(conn, fay["entity"], fay["entity"], 1)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    ledger_db.mark_erasure(d.ledger, fay["entity"])
     return Window(d, channel, fay["entity"], fay["session"], shown["head"],
                   gus["entity"], gus["session"])  # fmt: skip
 
 
 def counts(d: DaemonProcess) -> dict[str, int]:
-    conn = d.db()
-    try:
-        return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
-    finally:
-        conn.close()
+    return table_counts(d, TABLES)
 
 
 def asked(w: Window) -> dict[str, dict[str, Any]]:
@@ -163,14 +151,7 @@ async def test_an_agent_s_tools_aimed_at_an_erased_session_are_refused(
     bob_turn = s.rows("SELECT id FROM turns WHERE session_label = ?", bob)[0][0]
     bob_entity = s.rows("SELECT entity_id FROM sessions WHERE label = ?", bob)[0][0]
     await s.say("hello", "o1", sender="+9")
-    conn = ledger_db.connect(s.d.ledger, factory=WriterConnection, isolation_level=None)
-    try:
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.execute("BEGIN IMMEDIATE")
-        begin(conn, bob_entity, bob_entity, 1)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    ledger_db.mark_erasure(s.d.ledger, bob_entity)
     tries = [
         call("agent_send", task="tell me", target={"kind": "session", "session": bob}),
         call("agent_send", task="tell me", target={"kind": "fork", "turn": bob_turn}),

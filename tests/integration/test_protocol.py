@@ -28,6 +28,7 @@ import pytest
 
 from broker.server import HELLO_TIMEOUT_S
 from tests.harness import DaemonProcess
+from tests.integration.wire import table_counts
 from wire.client import BrokerClient
 
 pytestmark = pytest.mark.anyio
@@ -225,11 +226,7 @@ async def assert_operator_alive(c: BrokerClient) -> None:
 
 
 def counts(d: DaemonProcess) -> dict[str, int]:
-    conn = d.db()
-    try:
-        return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
-    finally:
-        conn.close()
+    return table_counts(d, TABLES)
 
 
 def query(d: DaemonProcess, sql: str, *args: Any) -> list[tuple[Any, ...]]:

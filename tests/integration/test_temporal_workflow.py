@@ -188,6 +188,7 @@ async def arrive(
     idle_s: float = 5,
     history_max_events: int = 0,
     turn_timeout_s: float = 60,
+    command: bool = False,
 ) -> WorkflowHandle[Any, Any]:
     spec = SessionSpec(
         label,
@@ -203,7 +204,7 @@ async def arrive(
         id=label,
         task_queue=queue,
         start_signal=ITEM_SIGNAL,
-        start_signal_args=[Arrival(rec, mode)],
+        start_signal_args=[Arrival(rec, mode, command=command)],
     )
 
 
@@ -414,15 +415,7 @@ async def test_chat_commands_that_fail_every_attempt_are_dropped_and_the_session
     fake.commands_fail = True
     fake.release.set()
     label = f"s-{uuid.uuid4().hex[:8]}"
-    spec = SessionSpec(label, 5, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
-    await client.start_workflow(
-        SessionWorkflow.run,
-        spec,
-        id=label,
-        task_queue=queue,
-        start_signal=ITEM_SIGNAL,
-        start_signal_args=[Arrival(record("c", 1), "followup", command=True)],
-    )
+    await arrive(client, queue, label, record("c", 1), "followup", command=True)
     await until(lambda: fake.dropped == [("c", "failed")], "the command dropped")
     fake.commands_fail = False
     await arrive(client, queue, label, record("a", 2), "followup")
@@ -498,15 +491,7 @@ async def test_chat_commands_whose_attempts_ran_out_on_silent_nodes_run_again(
     fake.silent = [LEASE_LOST, LEASE_LOST]
     fake.release.set()
     label = f"s-{uuid.uuid4().hex[:8]}"
-    spec = SessionSpec(label, 5, steerable=True, turn_timeout_s=60, heartbeat_timeout_s=1)
-    await client.start_workflow(
-        SessionWorkflow.run,
-        spec,
-        id=label,
-        task_queue=queue,
-        start_signal=ITEM_SIGNAL,
-        start_signal_args=[Arrival(record("c", 1), "followup", command=True)],
-    )
+    await arrive(client, queue, label, record("c", 1), "followup", command=True)
     await until(lambda: len(fake.commands) == 3, "the commands run a third time")
     await arrive(client, queue, label, record("a", 2), "followup")
     await until(lambda: fake.turns == [["a"]], "the next message's turn")

@@ -277,6 +277,15 @@ def query(d: DaemonProcess, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+def table_counts(d: DaemonProcess, tables: tuple[str, ...]) -> dict[str, int]:
+    """Rows in each of `tables`: what a refused request must leave as it was."""
+    conn = d.db()
+    try:
+        return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in tables}
+    finally:
+        conn.close()
+
+
 def turns(d: DaemonProcess, session: str) -> list[dict[str, Any]]:
     """Every turn of the session in start order (turn ids are ULIDs), with its inputs."""
     conn = d.db()
