@@ -262,14 +262,17 @@ class DaemonProcess:
         )
         log.close()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
-            if self._accepting():
-                return self
-            time.sleep(0.02)
-        self.kill()
-        raise TimeoutError(f"daemon did not become ready:\n{self.log()}")
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+                if self._accepting():
+                    return self
+                time.sleep(0.02)
+            raise TimeoutError(f"daemon did not become ready:\n{self.log()}")
+        except BaseException:  # a start given up (or a test's timeout) leaves no process
+            self.kill()
+            raise
 
     def _accepting(self) -> bool:
         if not self.socket.exists():
