@@ -39,7 +39,7 @@ from ledger import ingest as li
 from ledger import state_records
 from ledger import turns as lt
 from ledger.db import connect, migrate
-from ledger.ingest import WriterConnection, ingest
+from ledger.ingest import WriterCaches, WriterConnection, ingest
 from ledger.port.records import InboundRecord, TurnRecord
 from plumbing.ids import new_id
 
@@ -71,7 +71,7 @@ def events_of(item: Any, kind: str) -> list[te.Event]:
 def run(turns: int, kind: str, text_chars: int) -> None:
     with tempfile.TemporaryDirectory(prefix="wt-", dir="/tmp") as tmp:
         c = connect(Path(tmp) / "ledger.db", factory=WriterConnection)  # with its caches
-        assert isinstance(c, WriterConnection)
+        assert isinstance(c, WriterCaches)  # on either driver (ledger/port/cipher.py)
         migrate(c)
         cache, heads, now = c.identity, dict[str, str](), 1_000
         for first in range(0, turns, BATCH):

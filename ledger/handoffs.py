@@ -10,7 +10,9 @@ the order the ledger queued them even when they came in through different nodes.
 workflow ignores an item it already holds, so a late record costs one redundant
 signal, never a second turn.
 
-The local runtime never records hand-offs: its actors read the ledger directly.
+The local runtime never records hand-offs: its actors read the ledger directly. So
+the reads find these items among those in flight (SQLite's `queue_items_open`), and
+queuing an item writes no index of its own for them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import sqlite3
 
 from ledger.items import ITEM_COLUMNS, item_from_row
 from ledger.port.records import ItemInfo
+
+# The condition of SQLite's partial index `queue_items_open`, spelled as it is there so
+# that the planner reads these items from it (only those in flight), not from the table.
+_IN_FLIGHT = "q.status IN ('queued', 'running')"
 
 
 def mark_handed(conn: sqlite3.Connection, item_ids: list[str], now: int) -> None:
@@ -35,7 +41,8 @@ def unhanded_items(conn: sqlite3.Connection, before_ms: int, limit: int) -> list
     rows = conn.execute(
         f"SELECT {ITEM_COLUMNS} FROM queue_items q LEFT JOIN inbound i ON i.id = q.inbound_id"
         " WHERE q.status = 'queued' AND q.handed_at IS NULL AND q.created_at < ?"
-        " ORDER BY q.seq LIMIT ?",
+        # `+q.seq`: not the table read in seq order up to the LIMIT, but the index
+        f" AND {_IN_FLIGHT} ORDER BY +q.seq LIMIT ?",
         (before_ms, limit),
     )
     return [item_from_row(r) for r in rows]
@@ -47,7 +54,7 @@ def unhanded_before(conn: sqlite3.Connection, session: str, seq: int) -> list[It
     rows = conn.execute(
         f"SELECT {ITEM_COLUMNS} FROM queue_items q LEFT JOIN inbound i ON i.id = q.inbound_id"
         " WHERE q.session_label = ? AND q.status = 'queued' AND q.handed_at IS NULL"
-        " AND q.seq < ? ORDER BY q.seq",
+        f" AND q.seq < ? AND {_IN_FLIGHT} ORDER BY q.seq",
         (session, seq),
     )
     return [item_from_row(r) for r in rows]
