@@ -62,6 +62,13 @@ async def writer_pid(daemon: DaemonProcess) -> int | None:
     return int(pid) if pid else None
 
 
+async def writer_batches(daemon: DaemonProcess) -> tuple[int, int]:
+    """The writer's commits and the jobs they held, since the daemon started."""
+    async with await BrokerClient.connect(daemon.socket) as op:
+        health = await op.op("health")
+    return int(health["writer_commits"]), int(health["writer_jobs"])
+
+
 def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float, float]:
     """CPU seconds of the daemon, its writer, and its trace exporter (0 when none)."""
     assert daemon.proc is not None
@@ -119,7 +126,9 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
 
         ads.answered.clear()
         done_before = ads.expected_delivered
+        batches0 = await writer_batches(daemon)
         cpu0 = cpu_of(daemon, writer)
+        own0 = time.process_time()
         t0 = time.perf_counter()
         for s in range(sessions):
             await send(s)
@@ -132,7 +141,9 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
                 await send(int(msg_id[1:].split("-")[0]))
         elapsed = time.perf_counter() - t0
         cpu1 = cpu_of(daemon, writer)
+        own = time.process_time() - own0
         turns = ads.expected_delivered - done_before
+        batches1 = await writer_batches(daemon)
         await ads.close()
         tg.cancel_scope.cancel()
     deliver = [ads.delivered_at[m] - t for m, t in ads.sent_at.items() if m in ads.delivered_at]
@@ -144,6 +155,9 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
         "daemon_us": (cpu1[0] - cpu0[0]) / max(1, turns) * 1e6,
         "writer_us": (cpu1[1] - cpu0[1]) / max(1, turns) * 1e6,
         "exporter_us": (cpu1[2] - cpu0[2]) / max(1, turns) * 1e6,
+        "bench_us": own / max(1, turns) * 1e6,
+        "commits": batches1[0] - batches0[0],
+        "jobs": batches1[1] - batches0[1],
         "errors": len(ads.errors),
     }
 
@@ -208,6 +222,7 @@ async def at_rate(daemon: DaemonProcess, args: argparse.Namespace) -> dict[str, 
         "added_p50": pct(deliver, 50) - engine_ms,
         "daemon_us": (cpu1[0] - cpu0[0]) / max(1, len(deliver)) * 1e6,
         "writer_us": (cpu1[1] - cpu0[1]) / max(1, len(deliver)) * 1e6,
+        "exporter_us": (cpu1[2] - cpu0[2]) / max(1, len(deliver)) * 1e6,
         "errors": len(ads.errors),
         "commit_p99": bucket_quantile(buckets, commits, 0.99) if commits else None,
     }
@@ -256,6 +271,9 @@ def run(args: argparse.Namespace, otlp: str | None) -> None:
         print(f"    CPU per turn: trace exporter    {c['exporter_us']:>10.0f} µs")
         total = c["daemon_us"] + c["writer_us"] + c["exporter_us"]
         print(f"    CPU per turn: all processes     {total:>10.0f} µs")
+        print(f"    CPU per turn: this bench        {c['bench_us']:>10.0f} µs (adapters, receiver)")
+        per_commit, per_turn = c["jobs"] / max(1, c["commits"]), c["jobs"] / max(1, c["turns"])
+        print(f"    writer jobs a commit / a turn   {per_commit:>10.1f} / {per_turn:.2f}")
         if c["errors"]:
             print(f"    errors: {c['errors']}")
     if "rate" in parts:
@@ -266,6 +284,9 @@ def run(args: argparse.Namespace, otlp: str | None) -> None:
         print(
             f"    CPU per turn: daemon / writer   {r['daemon_us']:>10.0f} / {r['writer_us']:.0f} µs"
         )
+        print(f"    CPU per turn: trace exporter    {r['exporter_us']:>10.0f} µs")
+        total = r["daemon_us"] + r["writer_us"] + r["exporter_us"]
+        print(f"    CPU per turn: all processes     {total:>10.0f} µs")
         if r["commit_p99"]:
             print(f"    writer batch commit p99         {r['commit_p99']}")
         if r["missing"] or r["errors"]:
