@@ -19,7 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from broker.observe import otlp_wire as wire
 from broker.observe.notes import as_facts
 from broker.observe.trace_export import frame, serve
-from broker.observe.tracing import Tracing, span_of, trace_of
+from broker.observe.tracing import OPEN_ITEMS, Tracing, span_of, trace_of
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 ID = st.binary(min_size=8, max_size=8)
@@ -315,3 +315,12 @@ def test_a_shipment_arrives_whole_marshalled_or_else_pickled() -> None:
     assert frame([("turn", odd, "thread")])[8] == 1  # pickle
     assert sorted(made[0]) == sorted(made[1]) == ["ack", "chat m-1", "ingest", "invoke_agent"]
     assert attrs(made[0]["chat m-1"][0]) == attrs(made[1]["chat m-1"][0])
+
+
+def test_the_ids_kept_for_turns_to_come_are_the_newest_items() -> None:
+    tracing = Tracing(Taken(), Resource.create({"service.name": "b"}), capture=False)
+    for n in range(OPEN_ITEMS + 100):
+        tracing.ingest(1_000, 2_000, "dm:ent_1", f"item{n}")
+        tracing.spans.clear()
+    kept = list(tracing._items)
+    assert kept == [f"item{n}" for n in range(100, OPEN_ITEMS + 100)]
