@@ -11,10 +11,15 @@ production. Adapters confirm every `deliver`. Two parts, each on its own daemon:
 
 - closed: every one of `--sessions` sessions has one message outstanding at all
   times (a person waiting for the reply before writing again), for `--seconds`;
-  turns/s, send-to-deliver p50/p99, and the CPU the daemon and its writer
-  process spend per turn.
+  turns/s, send-to-deliver p50/p99, and the CPU the daemon, its writer process
+  and its trace exporter spend per turn. A closed loop's CPU a turn follows its
+  throughput (part of the work is per second or per writer batch, not per
+  turn), so it also shows the writer's jobs a commit and a turn, and this
+  bench's own CPU (its adapters and OTLP receiver share the machine).
 - rate: `--rate` messages/s offered, paced, round robin over the sessions;
-  send-to-deliver p50/p99 and what the broker adds to the engine's time.
+  send-to-deliver p50/p99, what the broker adds to the engine's time, and CPU a
+  turn as above; it is a fixed rate's figure only while the p50 stays near the
+  engine's time (a backlog batches turns and lowers it).
 
 A speed trick in the code stays only where it moves these numbers by 2% or more
 (docs/performance.md); compare two versions as interleaved A/B runs.
