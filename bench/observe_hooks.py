@@ -6,7 +6,7 @@ bench.realistic measures the whole daemon with `--observe`, but on a busy
 machine its pairs move by more than the few percent in question. This runs the
 hooks of one echo turn (an inbound acked, a writer batch, a first chunk, eight
 deltas, an engine call, the turn's record) `--turns` times against each
-observer, and then the trace exporter's side: the shipped notes unpickled and
+observer, and then the trace exporter's side: the shipped notes decoded and
 made into OTLP spans, serialized as the request that would leave (the HTTP post
 itself is not counted here; bench.realistic counts it). Figures are CPU
 microseconds a turn, the best of `--rounds`.
@@ -15,7 +15,6 @@ microseconds a turn, the best of `--rounds`.
 from __future__ import annotations
 
 import argparse
-import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 from broker.config import Settings
 from broker.observe import hub
 from broker.observe.metrics import Metrics
-from broker.observe.trace_export import TraceShipper, handlers
+from broker.observe.trace_export import _HEADER, TraceShipper, frame, handlers, notes_of
 from broker.observe.tracing import Tracing
 from ledger.port.records import ItemInfo, TurnRecord
 
@@ -76,7 +75,7 @@ def hooks(records: list[TurnRecord], observers: list[hub.Observer]) -> float:
         if n % SHIPMENT == SHIPMENT - 1:
             for observer in observers:
                 if isinstance(observer, TraceShipper):
-                    shipped = pickle.dumps(observer.pending, protocol=pickle.HIGHEST_PROTOCOL)
+                    shipped = frame(observer.pending)
                     observer.pending = []
                     observer.shipped.append(shipped)  # type: ignore[attr-defined]
     spent = time.process_time() - began
@@ -103,7 +102,8 @@ def exporter(shipments: list[bytes]) -> float:
     replay = handlers(tracing)
     began = time.process_time()
     for shipment in shipments:
-        for kind, *args in pickle.loads(shipment):
+        _, how = _HEADER.unpack_from(shipment)
+        for kind, *args in notes_of(how, shipment[_HEADER.size :]):
             replay[kind](*args)
         tracing.flush()
     return time.process_time() - began

@@ -11,10 +11,15 @@ production. Adapters confirm every `deliver`. Two parts, each on its own daemon:
 
 - closed: every one of `--sessions` sessions has one message outstanding at all
   times (a person waiting for the reply before writing again), for `--seconds`;
-  turns/s, send-to-deliver p50/p99, and the CPU the daemon and its writer
-  process spend per turn.
+  turns/s, send-to-deliver p50/p99, and the CPU the daemon, its writer process
+  and its trace exporter spend per turn. A closed loop's CPU a turn follows its
+  throughput (part of the work is per second or per writer batch, not per
+  turn), so it also shows the writer's jobs a commit and a turn, and this
+  bench's own CPU (its adapters and OTLP receiver share the machine).
 - rate: `--rate` messages/s offered, paced, round robin over the sessions;
-  send-to-deliver p50/p99 and what the broker adds to the engine's time.
+  send-to-deliver p50/p99, what the broker adds to the engine's time, and CPU a
+  turn as above; it is a fixed rate's figure only while the p50 stays near the
+  engine's time (a backlog batches turns and lowers it).
 
 A speed trick in the code stays only where it moves these numbers by 2% or more
 (docs/performance.md); compare two versions as interleaved A/B runs.
@@ -60,6 +65,13 @@ async def writer_pid(daemon: DaemonProcess) -> int | None:
     async with await BrokerClient.connect(daemon.socket) as op:
         pid = (await op.op("health")).get("writer_pid")
     return int(pid) if pid else None
+
+
+async def writer_batches(daemon: DaemonProcess) -> tuple[int, int]:
+    """The writer's commits and the jobs they held, since the daemon started."""
+    async with await BrokerClient.connect(daemon.socket) as op:
+        health = await op.op("health")
+    return int(health["writer_commits"]), int(health["writer_jobs"])
 
 
 def cpu_of(daemon: DaemonProcess, writer: int | None) -> tuple[float, float, float]:
@@ -119,7 +131,9 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
 
         ads.answered.clear()
         done_before = ads.expected_delivered
+        batches0 = await writer_batches(daemon)
         cpu0 = cpu_of(daemon, writer)
+        own0 = time.process_time()
         t0 = time.perf_counter()
         for s in range(sessions):
             await send(s)
@@ -132,7 +146,9 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
                 await send(int(msg_id[1:].split("-")[0]))
         elapsed = time.perf_counter() - t0
         cpu1 = cpu_of(daemon, writer)
+        own = time.process_time() - own0
         turns = ads.expected_delivered - done_before
+        batches1 = await writer_batches(daemon)
         await ads.close()
         tg.cancel_scope.cancel()
     deliver = [ads.delivered_at[m] - t for m, t in ads.sent_at.items() if m in ads.delivered_at]
@@ -144,6 +160,9 @@ async def closed_loop(daemon: DaemonProcess, args: argparse.Namespace) -> dict[s
         "daemon_us": (cpu1[0] - cpu0[0]) / max(1, turns) * 1e6,
         "writer_us": (cpu1[1] - cpu0[1]) / max(1, turns) * 1e6,
         "exporter_us": (cpu1[2] - cpu0[2]) / max(1, turns) * 1e6,
+        "bench_us": own / max(1, turns) * 1e6,
+        "commits": batches1[0] - batches0[0],
+        "jobs": batches1[1] - batches0[1],
         "errors": len(ads.errors),
     }
 
@@ -208,6 +227,7 @@ async def at_rate(daemon: DaemonProcess, args: argparse.Namespace) -> dict[str, 
         "added_p50": pct(deliver, 50) - engine_ms,
         "daemon_us": (cpu1[0] - cpu0[0]) / max(1, len(deliver)) * 1e6,
         "writer_us": (cpu1[1] - cpu0[1]) / max(1, len(deliver)) * 1e6,
+        "exporter_us": (cpu1[2] - cpu0[2]) / max(1, len(deliver)) * 1e6,
         "errors": len(ads.errors),
         "commit_p99": bucket_quantile(buckets, commits, 0.99) if commits else None,
     }
@@ -256,6 +276,9 @@ def run(args: argparse.Namespace, otlp: str | None) -> None:
         print(f"    CPU per turn: trace exporter    {c['exporter_us']:>10.0f} µs")
         total = c["daemon_us"] + c["writer_us"] + c["exporter_us"]
         print(f"    CPU per turn: all processes     {total:>10.0f} µs")
+        print(f"    CPU per turn: this bench        {c['bench_us']:>10.0f} µs (adapters, receiver)")
+        per_commit, per_turn = c["jobs"] / max(1, c["commits"]), c["jobs"] / max(1, c["turns"])
+        print(f"    writer jobs a commit / a turn   {per_commit:>10.1f} / {per_turn:.2f}")
         if c["errors"]:
             print(f"    errors: {c['errors']}")
     if "rate" in parts:
@@ -266,6 +289,9 @@ def run(args: argparse.Namespace, otlp: str | None) -> None:
         print(
             f"    CPU per turn: daemon / writer   {r['daemon_us']:>10.0f} / {r['writer_us']:.0f} µs"
         )
+        print(f"    CPU per turn: trace exporter    {r['exporter_us']:>10.0f} µs")
+        total = r["daemon_us"] + r["writer_us"] + r["exporter_us"]
+        print(f"    CPU per turn: all processes     {total:>10.0f} µs")
         if r["commit_p99"]:
             print(f"    writer batch commit p99         {r['commit_p99']}")
         if r["missing"] or r["errors"]:

@@ -4,9 +4,12 @@ Why a process: making a turn's spans, encoding them for OTLP and posting them
 is Python work per span and per attribute, and in the daemon's process it would
 be its event loop's time and its GIL, and a collector that answers slowly would
 hold them. So the hooks only note what happened as small tuples
-(`TraceShipper`, in the daemon); once a second the notes go, pickled, down a
-pipe to the exporter child (`main`), which makes the spans (tracing.py) and
-sends them, one request a shipment.
+(`TraceShipper`, in the daemon); once a second the notes go down a pipe to the
+exporter child (`main`), which makes the spans (tracing.py) and sends them, one
+request a shipment. The notes are plain tuples of strings and numbers, so they
+travel in marshal's encoding, the cheapest the daemon can make; a shipment
+holding anything marshal cannot encode (an engine's own object in a model
+call's event) travels pickled instead.
 
 The daemon never waits on it: notes past `MAX_PENDING` are dropped and
 counted, a pipe that is full waits only the shipping task, and a child that
@@ -17,6 +20,7 @@ pipe closes (the daemon stopped, or died), after sending what it holds.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import pickle
 import signal
@@ -44,7 +48,8 @@ SHIP_EVERY_S = 1.0
 MAX_PENDING = 100_000  # notes waiting for the next shipment; past it they are dropped
 STOP_TIMEOUT_S = 5.0
 BAD_NOTES_EVERY_S = 60.0
-_HEADER = struct.Struct("!Q")
+_HEADER = struct.Struct("!QB")  # a shipment's size, and how it is encoded
+_MARSHAL, _PICKLE = 0, 1
 
 
 class TraceShipper(Observer):
@@ -112,15 +117,30 @@ class TraceShipper(Observer):
         if not self.pending:
             return True
         batch, self.pending = self.pending, []
-        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        data = frame(batch)
         assert process.stdin is not None
         try:
-            await process.stdin.send(_HEADER.pack(len(data)) + data)
+            await process.stdin.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             log.error("the trace exporter stopped; no more traces are sent", error=str(exc))
             self.pending = []
             return False
         return True
+
+
+def frame(notes: list[tuple[Any, ...]]) -> bytes:
+    """A shipment of notes as it goes down the pipe."""
+    try:
+        data, how = marshal.dumps(notes), _MARSHAL
+    except ValueError:  # an object marshal does not know
+        data, how = pickle.dumps(notes, protocol=pickle.HIGHEST_PROTOCOL), _PICKLE
+    return _HEADER.pack(len(data), how) + data
+
+
+def notes_of(how: int, data: bytes) -> list[tuple[Any, ...]]:
+    """A shipment's notes, from the bytes `frame` made."""
+    notes: list[tuple[Any, ...]] = marshal.loads(data) if how == _MARSHAL else pickle.loads(data)
+    return notes
 
 
 # -- the child ----------------------------------------------------------------
@@ -151,8 +171,8 @@ def serve(shipments: BinaryIO, tracing: Tracing) -> None:
         header = shipments.read(_HEADER.size)
         if len(header) < _HEADER.size:
             return
-        (size,) = _HEADER.unpack(header)
-        for kind, *args in pickle.loads(shipments.read(size)):
+        size, how = _HEADER.unpack(header)
+        for kind, *args in notes_of(how, shipments.read(size)):
             try:
                 replay[kind](*args)
             except Exception as exc:

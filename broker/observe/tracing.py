@@ -112,7 +112,9 @@ class Tracing:
         # turn id -> its engine calls (began, ended); its tool calls (name, began, ended, status)
         self._calls: OrderedDict[str, list[tuple[int, int]]] = OrderedDict()
         self._tools: OrderedDict[str, list[tuple[str, int, int, str]]] = OrderedDict()
-        self._items: dict[str, tuple[bytes, bytes, bytes]] = {}  # item -> its ids
+        # item -> its ids, oldest first (a plain dict's oldest key is found by a scan
+        # over the slots its deletions left, which grows until the dict is rebuilt)
+        self._items: OrderedDict[str, tuple[bytes, bytes, bytes]] = OrderedDict()
 
     @classmethod
     def open(cls, endpoint: str, capture_content: bool, service: str, instance: str) -> Tracing:
@@ -183,7 +185,7 @@ class Tracing:
                 span_of("ack", item),
             )
             if len(self._items) > OPEN_ITEMS:
-                del self._items[next(iter(self._items))]
+                self._items.popitem(last=False)
         return found
 
     def engine_call(self, turn: str, began_ms: int, ended_ms: int) -> None:

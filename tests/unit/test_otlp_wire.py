@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import pickle
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import given
@@ -18,8 +18,8 @@ from opentelemetry.sdk.resources import Resource
 
 from broker.observe import otlp_wire as wire
 from broker.observe.notes import as_facts
-from broker.observe.trace_export import _HEADER, serve
-from broker.observe.tracing import Tracing, span_of, trace_of
+from broker.observe.trace_export import frame, serve
+from broker.observe.tracing import OPEN_ITEMS, Tracing, span_of, trace_of
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 ID = st.binary(min_size=8, max_size=8)
@@ -290,9 +290,37 @@ def test_a_note_that_makes_no_spans_costs_only_its_own() -> None:
     tracing = Tracing(taken, Resource.create({"service.name": "b"}), capture=False)
     good = ("ingest", 1_000, 2_000, "dm:ent_1", "item1")
     bad = [("turn", ("too", "short"), "thread"), ("nonsense",), ("ingest", "x")]
-    shipments = b"".join(
-        _HEADER.pack(len(data)) + data
-        for data in (pickle.dumps([*bad, good]), pickle.dumps([good]))
-    )
+    shipments = frame([*bad, good]) + frame([good])
     serve(io.BytesIO(shipments), tracing)
     assert [len(r.resource_spans[0].scope_spans[0].spans) for r in taken.requests] == [2, 2]
+
+
+def test_a_shipment_arrives_whole_marshalled_or_else_pickled() -> None:
+    """Plain notes travel marshalled; a turn whose model call's event holds an object
+    marshal does not know (a Decimal) travels pickled, and makes the same spans."""
+    plain = facts("completed", capture=False)
+    odd = (*plain[:14], [("llm", {**plain[14][0][1], "cost": Decimal("0.01")})], plain[15])
+    made: list[dict[str, list[Span]]] = []
+    for values in (plain, odd):
+        taken = Taken()
+        tracing = Tracing(taken, Resource.create({"service.name": "b"}), capture=False)
+        notes = [
+            ("ingest", 999_000_000, 999_500_000, "dm:ent_1", "item1"),
+            ("engine_call", "turn1", 1_000, 1_030),
+            ("turn", values, "thread"),
+        ]
+        serve(io.BytesIO(frame(notes)), tracing)
+        made.append(taken.spans())
+    assert frame([("turn", plain, "thread")])[8] == 0  # marshal
+    assert frame([("turn", odd, "thread")])[8] == 1  # pickle
+    assert sorted(made[0]) == sorted(made[1]) == ["ack", "chat m-1", "ingest", "invoke_agent"]
+    assert attrs(made[0]["chat m-1"][0]) == attrs(made[1]["chat m-1"][0])
+
+
+def test_the_ids_kept_for_turns_to_come_are_the_newest_items() -> None:
+    tracing = Tracing(Taken(), Resource.create({"service.name": "b"}), capture=False)
+    for n in range(OPEN_ITEMS + 100):
+        tracing.ingest(1_000, 2_000, "dm:ent_1", f"item{n}")
+        tracing.spans.clear()
+    kept = list(tracing._items)
+    assert kept == [f"item{n}" for n in range(100, OPEN_ITEMS + 100)]
