@@ -16,10 +16,14 @@ from ledger.writer.jobs import Pending
 
 
 class SqliteLeases(Connected):
-    async def take_lease(self, session: str, holder: str, now: int, ttl_ms: int) -> LeaseTaking:
+    async def take_lease(
+        self, session: str, holder: str, now: int | None, ttl_ms: int
+    ) -> LeaseTaking:
         return await self.writer.call(leases.take, session, holder, now, ttl_ms)
 
-    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, session: str, token: int, now: int | None, ttl_ms: int
+    ) -> int | None:
         return await self.writer.call(leases.renew, session, token, now, ttl_ms)
 
     def submit_release_lease(self, session: str, token: int) -> Pending[None]:

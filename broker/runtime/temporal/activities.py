@@ -52,7 +52,7 @@ from broker.mailbox.warm_threads import WarmThreads
 from broker.runtime.temporal.control import Control, ControlPush
 from broker.runtime.temporal.failed_turn import failing_ports, failure_text
 from broker.runtime.temporal.live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
-from broker.runtime.temporal.session_lease import LeaseLost, SessionLease
+from broker.runtime.temporal.session_lease import LeaseLost, SessionLease, lease_ttl_s
 from broker.runtime.temporal.session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
@@ -191,7 +191,7 @@ class Activities:
             self.mailboxes.ledger,
             label,
             f"{settings.node_id}/{info.activity_id}#{info.attempt}",
-            settings.runtime.heartbeat_timeout_s,
+            lease_ttl_s(settings.runtime.heartbeat_timeout_s),
             activity.heartbeat,
         )
 
