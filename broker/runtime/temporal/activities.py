@@ -24,10 +24,11 @@ writes nothing either: one that reaches its node a heartbeat timeout after the s
 started it (a poll answered while its node was paused) does not run, and one
 cancelled because the server timed it out is cut off as by a lost lease, not aborted.
 
-The activity heartbeats every `POLL_S` while the turn runs, and so do chat commands
-run between turns, whose waits on a busy node (room in the ledger's queue of writes)
-are slow, not dead. The workflow's news for the turn (steered items, an abort, chat
-commands the turn's actor answers) is pushed to it when it runs on the workflow's node
+The activity heartbeats every 0.2 s from the moment it holds its session's lease to its
+end (session_lease.py), chat commands run between turns too: their waits on a busy
+node (the ledger's writes and reads, room in its queue of writes) are slow, not dead.
+The workflow's news for the turn (steered items, an abort, chat commands the turn's
+actor answers) is pushed to it when it runs on the workflow's node
 (live_turns.py), and asked for with the `control` query every `QUERY_EVERY_S`
 otherwise; steering goes through the workflow, not the ledger. A turn that ended
 without an error leaves its actor's context to the node
@@ -263,10 +264,6 @@ class Activities:
                     control = live.take()
                     if actor.ended.is_set():
                         break
-                    # Not before the first wait: the SDK sends a turn's first beat to
-                    # the server at once, a round trip a turn shorter than POLL_S
-                    # does without.
-                    activity.heartbeat()
                     if actor._live and actor.turn is None and actor.state.quiet:
                         actor.result = TurnResult("completed")  # nothing of it could run
                         break
@@ -347,8 +344,7 @@ class Activities:
         if not items:
             return await self.session_queue(order.label)
         actor = OneTurnActor(order.label, self.mailboxes.ports, [])
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(heartbeat_every, POLL_S)  # a busy node is slow, not dead
+        async with anyio.create_task_group() as tg:  # heartbeating: the lease beats
             tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
             await actor.looping.wait()
             await self.mailboxes.ledger.settled()
@@ -380,13 +376,6 @@ def superseded() -> bool:
     so another attempt runs the turn): it ends as one that lost its lease."""
     details = activity.cancellation_details()
     return details is not None and (details.not_found or details.timed_out)
-
-
-async def heartbeat_every(every_s: float) -> None:
-    """Heartbeats every `every_s`, until cancelled; not at once, as a turn's beats."""
-    while True:
-        await anyio.sleep(every_s)
-        activity.heartbeat()
 
 
 async def _wake_when_ended(actor: OneTurnActor, live: LiveTurn) -> None:

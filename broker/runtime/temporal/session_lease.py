@@ -3,9 +3,12 @@
 Temporal gives the turn of a node that went silent to another node, and the silent
 node may be alive (starved, paused): without more, both attempts would run the
 engine at once. So an attempt runs its turn only inside `SessionLease.run`, which
-takes the session's lease first, waiting (and heartbeating) until the last holder's
-lapsed or was released, renews it every quarter of its time-to-live while the turn
-runs, and releases it at the end.
+takes the session's lease first, waiting until the last holder's lapsed or was
+released, renews it every quarter of its time-to-live while the turn runs, and
+releases it at the end. It heartbeats from its start to its end, every `BEAT_S`: a
+turn's steps before its engine call (recording a cut-off turn, loading its thread) are
+writes and reads that a busy node's ledger answers slowly, and an attempt that holds
+its lease is alive, not silent.
 
 The holder acts on its own clock, never past what the ledger granted: the lease
 counts as held until a quarter of its time-to-live before the granted expiry. The
@@ -41,7 +44,7 @@ from plumbing.ids import now_ms
 
 T = TypeVar("T")
 log = logs.get("broker.runtime.temporal")
-BEAT_S = 0.2  # the heartbeat while waiting for the lease, as a turn's
+BEAT_S = 0.2  # the heartbeat's pace, as a turn's
 RENEWALS_IN_FLIGHT = 3
 FIRST_LOOK_S = 0.025  # a held lease is looked at again this soon, then twice as late
 
@@ -96,7 +99,22 @@ class SessionLease:
         return scope is not None and anyio.current_time() >= scope.deadline
 
     async def run(self, body: Callable[[], Awaitable[T]]) -> T:
-        """`body()` while holding the lease; LeaseLost if it was lost meanwhile."""
+        """`body()` while holding the lease; LeaseLost if it was lost meanwhile.
+        Heartbeats all along, the taking included."""
+        result: T | None = None
+        failed: Exception | None = None  # raised as it is, not in a group
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._beating)
+            try:
+                result = await self._run(body)
+            except Exception as exc:
+                failed = exc
+            tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return result  # type: ignore[return-value]  # _run() returned: result is set
+
+    async def _run(self, body: Callable[[], Awaitable[T]]) -> T:
         sent, deadline = await self._take()
         result: T | None = None
         failed: Exception | None = None  # raised as it is, not in a group
@@ -159,10 +177,15 @@ class SessionLease:
             # Soon at first (a release may be on its way, lazily), then less often.
             left = max((taking.expires_at - now_ms()) / 1000, 0.0) + 0.01
             wait, step = min(left, step), min(step * 2, self.quarter_s)
-            end = anyio.current_time() + wait
-            while (left := end - anyio.current_time()) > 0:
-                await anyio.sleep(min(BEAT_S, left))
-                self.beat()
+            await anyio.sleep(wait)
+
+    async def _beating(self) -> None:
+        """Heartbeats until cancelled; not at once (the SDK sends a turn's first
+        beat to the server at once, a round trip a turn shorter than `BEAT_S` does
+        without)."""
+        while True:
+            await anyio.sleep(BEAT_S)
+            self.beat()
 
     async def _renewing(self, scope: anyio.CancelScope, sent: float) -> None:
         """A renewal every quarter of the time-to-live from when the taking was sent
