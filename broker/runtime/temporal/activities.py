@@ -89,6 +89,10 @@ def item_from_record(record: list[Any]) -> ItemInfo:
 class OneTurnActor(SessionActor):
     """A session actor that runs the one turn it is given, then stops opening turns."""
 
+    # Its attempt's lease taking, a write waited for, came after every write this node
+    # had submitted (an earlier actor's among them): nothing to wait for.
+    settle_first = False
+
     def __init__(self, label: str, ports: ActorPorts, noted: list[ItemInfo]) -> None:
         super().__init__(label, ports)
         self.noted = noted  # dropped under "summarize": this turn's note names them
@@ -168,7 +172,8 @@ class Activities:
                     turns=len(recovered),
                     session=order.label,
                 )
-        await ledger.settled()
+        # No `settled()` first: the lease's taking, a write waited for, committed after
+        # every write this node had submitted before it (the writer resolves in order).
         held = {i.id: i for i in await ledger.open_items(order.label)}
         wanted = [item_from_record(r) for r in order.records]
         return [held[i.id]._replace(mode=i.mode) for i in wanted if i.id in held]
