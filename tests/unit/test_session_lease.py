@@ -257,14 +257,11 @@ async def test_a_paused_holder_resumed_past_its_time_sends_no_renewal_and_lets_g
 
 async def test_a_holder_heartbeats_from_its_taking_to_its_end(ledger: Ledger) -> None:
     """A turn's steps before its engine call wait on a busy node's ledger: the attempt
-    that holds its lease heartbeats all along (not at once: a turn shorter than a beat
-    sends none), and not after its end."""
+    that holds its lease heartbeats all along, and not after its end."""
     beats: list[float] = []
     lease = SessionLease(ledger, "s1", "a/turn#1", TTL_S, lambda: beats.append(0))
     with anyio.fail_after(10):
-        await lease.run(lambda: anyio.sleep(0.01))
-        assert beats == []
-        await lease.run(lambda: anyio.sleep(5 * BEAT_S))  # a wait of five beats
+        await lease.run(lambda: anyio.sleep(10 * BEAT_S))  # a wait of ten beats
         counted = len(beats)
         await anyio.sleep(3 * BEAT_S)
     assert counted >= 2
