@@ -77,9 +77,9 @@ class SessionLease:
         self._scope: anyio.CancelScope | None = None
         self._in_flight = 0  # renewals sent and not answered yet
         self._due = 0.0  # when the next renewal is to be sent
-        # For the log of a lost lease: the slowest write of the lease (sent to answered)
-        # and the renewing task's latest wake-up past its time.
-        self._slowest_s = self._latest_s = 0.0
+        # For the log of a lost lease: the slowest write of the lease (sent to answered,
+        # and ran to answered) and the renewing task's latest wake-up past its time.
+        self._slowest_s = self._slowest_answer_s = self._latest_s = 0.0
 
     @property
     def quarter_s(self) -> float:
@@ -136,6 +136,7 @@ class SessionLease:
                 session=self.session,
                 why="refused" if self._refused else "its time ran out",
                 slowest_write_s=round(self._slowest_s, 3),
+                slowest_answer_s=round(self._slowest_answer_s, 3),
                 latest_renewal_late_s=round(
                     max(self._latest_s, anyio.current_time() - self._due), 3
                 ),
@@ -153,7 +154,9 @@ class SessionLease:
         answered = anyio.current_time()
         self._slowest_s = max(self._slowest_s, answered - sent)
         waited_s = (expires_at - self.ttl_ms - sent_ms) / 1000
-        return sent + min(max(waited_s, 0.0), answered - sent)
+        ran = sent + min(max(waited_s, 0.0), answered - sent)
+        self._slowest_answer_s = max(self._slowest_answer_s, answered - ran)
+        return ran
 
     async def _take(self) -> tuple[float, float]:
         """Wait until the lease is this attempt's; when the taking that won it was sent,
