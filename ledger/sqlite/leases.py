@@ -2,7 +2,10 @@
 (ledger/leases.py).
 
 Each taking and renewal is one job on the writer, waited for: the answer is what the
-caller acts on, and it holds only once committed. A release is a lazy job that joins
+caller acts on, and it holds only once committed. A renewal runs at the end of the
+writer's next batch (`submit_last`: it commutes with every other job), so its answer
+comes soon after it ran, the time that counts against the lease, however long the
+writer's queue. A release is a lazy job that joins
 the writer's next batch: a taking on the same node comes after it in that batch, and
 one on another node that comes first finds the lease held and looks again soon.
 """
@@ -24,7 +27,7 @@ class SqliteLeases(Connected):
     async def renew_lease(
         self, session: str, token: int, now: int | None, ttl_ms: int
     ) -> int | None:
-        return await self.writer.call(leases.renew, session, token, now, ttl_ms)
+        return await self.writer.submit_last(leases.renew, session, token, now, ttl_ms).result()
 
     def submit_release_lease(self, session: str, token: int) -> Pending[None]:
         return self.writer.submit_lazy(leases.release, session, token)
