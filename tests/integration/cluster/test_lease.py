@@ -137,7 +137,11 @@ async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
     # Exactly one call ran to its end, and nothing of the turn ran after it.
     assert [r["event"] for r in calls].count("end") == 1, calls
     assert max(calls, key=lambda r: float(r["t"]))["event"] == "end", calls
-    assert "lost its session's lease" in by_pid[done.first].log()
+    # Resumed, the paused attempt finds its lease's time over and, as likely first, the
+    # server's cancellation of an attempt it timed out: either cuts it off, writing
+    # nothing (activities.py `superseded`).
+    paused_log = by_pid[done.first].log()
+    assert "lost its session's lease" in paused_log or "Activity cancelled" in paused_log
     d = cluster.nodes[1]
     ran = turns(d, done.session)
     assert [t["status"] for t in ran].count("completed") == 1, ran
