@@ -196,10 +196,10 @@ async def test_an_error_of_the_turn_is_raised_as_it_is_and_the_lease_released(
 
 
 async def test_a_writer_slower_than_the_renewals_keeps_the_lease(ledger: Ledger) -> None:
-    """Renewals do not wait for each other: each is answered 0.3 TTL after it ran (longer
+    """Renewals do not wait for each other: each is answered 0.27 TTL after it ran (longer
     than the quarter TTL between them), and a turn of 2 TTL keeps its lease."""
     engine = Engine()
-    slow = SlowWriter(ledger, queued_s=0.0, answered_s=0.3 * TTL_S)
+    slow = SlowWriter(ledger, queued_s=0.0, answered_s=0.27 * TTL_S)
     lease = SessionLease(slow, "s1", "a/turn#1", TTL_S, lambda: None)
     with anyio.fail_after(10):
         assert await lease.run(lambda: engine.call("one", TTL_S * 2)) == "answer of one"
