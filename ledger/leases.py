@@ -7,7 +7,10 @@ succeeds only once the last one lapsed or was released, and every taking makes a
 larger `token`, so a renewal or release names the taking it belongs to and an
 attempt that lost the lease can never renew it. Expiry times are the taking node's
 clock (ms), so the nodes' clocks are assumed to agree within the margin the holder
-keeps (broker/runtime/temporal/session_lease.py).
+keeps (broker/runtime/temporal/session_lease.py). A caller that gives no `now` has the
+lease counted from when its write runs, read from the writer's clock: the time its
+write waited in the writer's queue is not taken from the lease, and the expiry
+returned tells the caller when that was.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from __future__ import annotations
 import sqlite3
 
 from ledger.port.records import LeaseTaking
+from plumbing.ids import now_ms
 
 
-def take(conn: sqlite3.Connection, session: str, holder: str, now: int, ttl_ms: int) -> LeaseTaking:
+def take(
+    conn: sqlite3.Connection, session: str, holder: str, now: int | None, ttl_ms: int
+) -> LeaseTaking:
     """Take the session's lease for `holder` until `now + ttl_ms` if it is free (never
     taken, released, or lapsed); else say who holds it and until when."""
+    now = now_ms() if now is None else now
     conn.execute(
         "INSERT INTO session_leases (session_label, token, holder, expires_at)"
         " VALUES (?, 1, ?, ?) ON CONFLICT (session_label) DO UPDATE SET"
@@ -34,14 +41,17 @@ def take(conn: sqlite3.Connection, session: str, holder: str, now: int, ttl_ms: 
     return LeaseTaking(owner == holder, int(token), str(owner), int(expires_at))
 
 
-def renew(conn: sqlite3.Connection, session: str, token: int, now: int, ttl_ms: int) -> bool:
-    """Hold the lease until `now + ttl_ms`; False if this taking lost it (another
-    attempt took it since)."""
+def renew(
+    conn: sqlite3.Connection, session: str, token: int, now: int | None, ttl_ms: int
+) -> int | None:
+    """Hold the lease until `now + ttl_ms`, and say until when; None if this taking lost
+    it (another attempt took it since)."""
+    expires_at = (now_ms() if now is None else now) + ttl_ms
     cur = conn.execute(
         "UPDATE session_leases SET expires_at = ? WHERE session_label = ? AND token = ?",
-        (now + ttl_ms, session, token),
+        (expires_at, session, token),
     )
-    return cur.rowcount == 1
+    return expires_at if cur.rowcount == 1 else None
 
 
 def release(conn: sqlite3.Connection, session: str, token: int) -> None:

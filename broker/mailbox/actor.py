@@ -56,6 +56,9 @@ Posted = ItemInfo | lc.Event | Command | CompactRequest | ThreadRequest
 
 
 class SessionActor:
+    # Whether `run` waits for the writes submitted before it: an earlier actor's.
+    settle_first = True
+
     def __init__(self, label: str, ports: ActorPorts, *, draining: bool = False) -> None:
         self.label, self.ports, self.clock = label, ports, ports.clock
         self.items: dict[str, ItemInfo] = {}
@@ -117,7 +120,8 @@ class SessionActor:
             backlog = await self.ports.recover(self.label)
         # An earlier actor of this session may have retired with writes not yet
         # committed (a `/new`, a `/queue` override): load only after them.
-        await self.ports.settled()
+        if self.settle_first:
+            await self.ports.settled()
         start, ctx = await self.ports.load(self.label)
         self.facts.load(start, ctx)
         backlog = [i for i in backlog if i.id not in self.cancelled]

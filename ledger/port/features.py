@@ -176,12 +176,17 @@ class LeasePort(Protocol):
     """Session leases for a cluster: which attempt of a turn may run it
     (ledger/leases.py)."""
 
-    async def take_lease(self, session: str, holder: str, now: int, ttl_ms: int) -> LeaseTaking:
-        """Take the session's lease if it is free; else who holds it, until when."""
+    async def take_lease(
+        self, session: str, holder: str, now: int | None, ttl_ms: int
+    ) -> LeaseTaking:
+        """Take the session's lease if it is free; else who holds it, until when. With
+        `now` None the lease counts from when the write runs (its expiry says when)."""
         ...
 
-    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
-        """Hold it longer; False once another taking has it."""
+    async def renew_lease(
+        self, session: str, token: int, now: int | None, ttl_ms: int
+    ) -> int | None:
+        """Hold it longer: the new expiry (ms); None once another taking has it."""
         ...
 
     def submit_release_lease(self, session: str, token: int) -> Committing[None]:

@@ -4,7 +4,10 @@ on a PostgreSQL database.
 The same single writer (ledger/writer/group_commit.py: group commit, one transaction
 per batch, an ack only after COMMIT, storage failures held back and retried) runs
 the same jobs on one PostgreSQL connection in a worker thread, and the reads run on
-a small pool of connections of their own, in threads, as SQLite's readers do. What
+a small pool of connections of their own, in threads, as SQLite's readers do. Session
+leases' renewals have a writer and a connection of their own (ledger/sqlite/leases.py):
+a lease counts from its renewal's run to its answer, which the main writer's long
+batches under load would stretch past the lease's time. What
 is SQLite's alone has no counterpart here: no WAL file to size, no checkpointer, no
 quick_check; full-text search is PostgreSQL's (recall.py). A database that cannot
 be reached at open raises `LedgerUnreachable` naming the address without its
@@ -31,7 +34,7 @@ from ledger.postgres.connection import PgConnection
 from ledger.postgres.schema import load_migrations, migrate, schema_version
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.store import Ledger
-from ledger.writer.group_commit import ThreadLink
+from ledger.writer.group_commit import LedgerWriter, ThreadLink
 from ledger.writer.transactor import Transactor
 
 
@@ -97,6 +100,7 @@ class PgLedger(Ledger):
                 writer = connect_writer(dsn)
                 opened.append(writer)
                 applied = migrate(writer)
+                opened.append(WriterPgConnection(dsn))  # the leases' writer's
                 for _ in range(readers):
                     opened.append(PgConnection(dsn))
             except BaseException as exc:
@@ -109,7 +113,7 @@ class PgLedger(Ledger):
                 ) from exc
             return applied, writer, opened[1:]
 
-        applied, writer_conn, read_conns = await anyio.to_thread.run_sync(opener)
+        applied, writer_conn, (lease_conn, *read_conns) = await anyio.to_thread.run_sync(opener)
         transactor = Transactor(cast(Any, writer_conn), on_rollback=writer_conn.identity.clear)
         pool = ReaderPool(cast(Any, read_conns))
         link = ThreadLink(transactor)
@@ -118,15 +122,20 @@ class PgLedger(Ledger):
         ledger.location = address_of(dsn)
         ledger.dsn = dsn  # for the VACUUM after an erasure (ledger/sqlite/erasure.py)
         ledger.migrations_applied = applied
+        ledger.lease_writer = LedgerWriter(
+            ThreadLink(Transactor(cast(Any, lease_conn))), fail_exit_s=write_fail_exit_s
+        )
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(ledger.writer.run)
+                await tg.start(ledger.lease_writer.run)
                 try:
                     yield ledger
                 finally:
                     tg.cancel_scope.cancel()
         finally:
             ledger.readers.close()
+            await ledger.lease_writer.aclose()
             await ledger.writer.aclose()
 
 

@@ -47,4 +47,5 @@ class Connected:
     writes are queued on and the readers its reads run on, both set by `Ledger`."""
 
     writer: LedgerWriter
+    lease_writer: LedgerWriter  # session leases' renewals: `writer`, or one of their own
     readers: ReaderPool

@@ -120,6 +120,7 @@ class Ledger(
         self.key: Key | None = None  # set by `open` for an encrypted ledger
         self.location = str(path)  # for logs: the file, or the database (ledger/postgres)
         self.writer = LedgerWriter(link, fail_exit_s=write_fail_exit_s, max_queue=writer_queue)
+        self.lease_writer = self.writer
         self.readers = readers
         self._process = process  # the writer process, None when it is a thread
         self.writer_pid = process.pid if process is not None else None

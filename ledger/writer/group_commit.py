@@ -33,7 +33,11 @@ a job for a full queue, and the others (an operator's op, the timer sweep, a rel
 await each write they make, one at a time. A lazy job (`submit_lazy`) waits up to
 `lazy_s` for a batch to join, so a write nobody waits on (a delivery confirmation)
 does not cost a transaction of its own; it goes at the head of the batch it joins, so
-only jobs that commute with every other job may be lazy.
+only jobs that commute with every other job may be lazy. A job submitted to run last
+(`submit_last`) goes at the end of the next batch, ahead of older jobs that batch has
+no room for, so its outcome comes as soon after it ran as a commit allows (a lease's
+renewal, whose time counts from when it ran); it too must commute with every other
+job, and `settled` does not wait for it.
 """
 
 from __future__ import annotations
@@ -139,6 +143,7 @@ class LedgerWriter:
         self.admit = self._admission.admit  # backpressure
         self._queue: deque[Pending[Any]] = deque()
         self._lazy: deque[Pending[Any]] = deque()  # jobs waiting for a batch to join
+        self._tail: deque[Pending[Any]] = deque()  # jobs for the end of the next batch
         self._lazy_s = lazy_s
         self._lazy_since = 0.0  # when the oldest waiting lazy job was submitted
         self._last: Pending[Any] | None = None  # the newest job of `submit` (for `settled`)
@@ -203,6 +208,14 @@ class LedgerWriter:
         self._lazy.append(pending)
         return pending
 
+    def submit_last(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
+        """Like `submit`, for a job that commutes with every other: at the end of the
+        next batch."""
+        pending = self._pending(fn, args, kwargs)
+        self._tail.append(pending)
+        self._wake.set()
+        return pending
+
     def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
         if self._closed:
             raise WriterClosed("the ledger writer has stopped")
@@ -239,14 +252,18 @@ class LedgerWriter:
                 tg.start_soon(self._receiver)
                 tg.start_soon(self._watch_failure)
                 while self._dead is None:
-                    if not self._queue:
+                    if not self._queue and not self._tail:
                         self._wake = anyio.Event()
                         if not self._lazy:
                             await self._wake.wait()
                             continue
                         with anyio.move_on_after(self._lazy_due() - anyio.current_time()):
                             await self._wake.wait()
-                        if not self._queue and anyio.current_time() < self._lazy_due():
+                        if (
+                            not self._queue
+                            and not self._tail
+                            and anyio.current_time() < self._lazy_due()
+                        ):
                             continue
                     await self._room()
                     if self._failures.holding():
@@ -287,7 +304,7 @@ class LedgerWriter:
         return len(self._handed) < self._link.depth
 
     def _waiting(self) -> bool:
-        return bool(self._queue or self._lazy)
+        return bool(self._queue or self._lazy or self._tail)
 
     def _lazy_due(self) -> float:
         return self._lazy_since + self._lazy_s
@@ -303,9 +320,14 @@ class LedgerWriter:
             return
         if self._failures.holding():
             return  # the failed jobs go first, after the back-off
-        lazy, queue = self._lazy, self._queue
+        lazy, queue, tail = self._lazy, self._queue, self._tail
         batch = [lazy.popleft() for _ in range(min(len(lazy), self._max_batch))]
-        batch += [queue.popleft() for _ in range(min(len(queue), self._max_batch - len(batch)))]
+        last = [tail.popleft() for _ in range(min(len(tail), self._max_batch - len(batch)))]
+        batch += [
+            queue.popleft()
+            for _ in range(min(len(queue), self._max_batch - len(batch) - len(last)))
+        ]
+        batch += last
         self._admission.made_room()
         if self._resume:
             self._resume = False
@@ -332,7 +354,7 @@ class LedgerWriter:
                 self._link_has_work = anyio.Event()
                 await self._link_has_work.wait()
             await self._receive_batch()
-            if self._queue and self._fits():
+            if (self._queue or self._tail) and self._fits():
                 # Before resolving: the transactions need not wait for the callers.
                 await self._send_batch()
             self._resolve_committed()
@@ -403,10 +425,11 @@ class LedgerWriter:
         """After a death: what was never handed over fails with it."""
         held_back = self._failures.held_back
         if self._dead is not None and (self._waiting() or held_back):
-            batch = [*held_back, *self._lazy, *self._queue]
+            batch = [*held_back, *self._lazy, *self._queue, *self._tail]
             held_back.clear()
             self._lazy.clear()
             self._queue.clear()
+            self._tail.clear()
             self._committed.append((batch, [(None, self._dead)] * len(batch)))
 
     def _resolve_committed(self) -> None:

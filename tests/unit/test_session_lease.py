@@ -13,14 +13,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from broker.runtime.temporal.session_lease import LeaseLost, SessionLease
+from broker.runtime.temporal.session_lease import BEAT_S, LeaseLost, SessionLease
 from ledger.port.records import LeaseTaking
 from ledger.sqlite.store import Ledger
 from ledger.writer.jobs import Pending
 from plumbing.ids import now_ms
 
 pytestmark = pytest.mark.anyio
-TTL_S = 0.8  # a quarter of it is the renewals' pace: wide enough for a loaded machine
+TTL_S = 2.0  # a node late by half of it loses its lease: wide enough for a loaded machine
 
 
 class Starving:
@@ -31,10 +31,14 @@ class Starving:
         self.ledger = ledger
         self.starved = False
 
-    async def take_lease(self, session: str, holder: str, now: int, ttl_ms: int) -> LeaseTaking:
+    async def take_lease(
+        self, session: str, holder: str, now: int | None, ttl_ms: int
+    ) -> LeaseTaking:
         return await self.ledger.take_lease(session, holder, now, ttl_ms)
 
-    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, session: str, token: int, now: int | None, ttl_ms: int
+    ) -> int | None:
         if self.starved:
             await anyio.sleep_forever()
         return await self.ledger.renew_lease(session, token, now, ttl_ms)
@@ -44,15 +48,28 @@ class Starving:
 
 
 class SlowWriter(Starving):
-    """A busy node's ledger: every renewal commits `delay_s` after it was sent."""
+    """A busy node's ledger: every renewal waits `queued_s` in the writer's queue before
+    it runs, and its answer comes `answered_s` after it ran."""
 
-    def __init__(self, ledger: Ledger, delay_s: float) -> None:
+    def __init__(self, ledger: Ledger, queued_s: float, answered_s: float = 0.0) -> None:
         super().__init__(ledger)
-        self.delay_s = delay_s
+        self.queued_s, self.answered_s = queued_s, answered_s
 
-    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
-        await anyio.sleep(self.delay_s)
-        return await self.ledger.renew_lease(session, token, now, ttl_ms)
+    async def take_lease(
+        self, session: str, holder: str, now: int | None, ttl_ms: int
+    ) -> LeaseTaking:
+        await anyio.sleep(self.queued_s)
+        taking = await self.ledger.take_lease(session, holder, now, ttl_ms)
+        await anyio.sleep(self.answered_s)
+        return taking
+
+    async def renew_lease(
+        self, session: str, token: int, now: int | None, ttl_ms: int
+    ) -> int | None:
+        await anyio.sleep(self.queued_s)
+        held = await self.ledger.renew_lease(session, token, now, ttl_ms)
+        await anyio.sleep(self.answered_s)
+        return held
 
 
 class Engine:
@@ -153,7 +170,7 @@ async def test_a_long_healthy_turn_keeps_its_lease_and_the_next_waits_for_it(
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(two_after_start)
-            answers.append(await first.run(lambda: engine.call("one", TTL_S * 4)))
+            answers.append(await first.run(lambda: engine.call("one", TTL_S * 2)))
     assert answers == ["answer of one", "answer of two"]
     assert [(who, what) for who, what, _ in engine.log] == [
         ("one", "start"),
@@ -179,12 +196,25 @@ async def test_an_error_of_the_turn_is_raised_as_it_is_and_the_lease_released(
 
 
 async def test_a_writer_slower_than_the_renewals_keeps_the_lease(ledger: Ledger) -> None:
-    """Renewals do not wait for each other: each commits 0.3 TTL after it was sent
-    (longer than the quarter TTL between them), and a turn of 4 TTL keeps its lease."""
+    """Renewals do not wait for each other: each is answered 0.27 TTL after it ran (longer
+    than the quarter TTL between them), and a turn of 2 TTL keeps its lease."""
     engine = Engine()
-    lease = SessionLease(SlowWriter(ledger, 0.3 * TTL_S), "s1", "a/turn#1", TTL_S, lambda: None)
+    slow = SlowWriter(ledger, queued_s=0.0, answered_s=0.27 * TTL_S)
+    lease = SessionLease(slow, "s1", "a/turn#1", TTL_S, lambda: None)
     with anyio.fail_after(10):
-        assert await lease.run(lambda: engine.call("one", TTL_S * 4)) == "answer of one"
+        assert await lease.run(lambda: engine.call("one", TTL_S * 2)) == "answer of one"
+    assert [what for _who, what, _t in engine.log] == ["start", "end"]
+
+
+async def test_writes_that_wait_long_in_the_writers_queue_keep_the_lease(ledger: Ledger) -> None:
+    """A busy writer's queue: the taking and every renewal wait 0.45 TTL before they run
+    (counted from their sending, the taking's wait and the first renewal's would take
+    0.9 TTL of the lease's 0.75), and a turn of 2 TTL keeps its lease: a lease counts
+    from when its write ran."""
+    engine = Engine()
+    lease = SessionLease(SlowWriter(ledger, 0.45 * TTL_S), "s1", "a/turn#1", TTL_S, lambda: None)
+    with anyio.fail_after(10):
+        assert await lease.run(lambda: engine.call("one", TTL_S * 2)) == "answer of one"
     assert [what for _who, what, _t in engine.log] == ["start", "end"]
 
 
@@ -195,7 +225,9 @@ class Counting(Starving):
         super().__init__(ledger)
         self.renewals: list[float] = []
 
-    async def renew_lease(self, session: str, token: int, now: int, ttl_ms: int) -> bool:
+    async def renew_lease(
+        self, session: str, token: int, now: int | None, ttl_ms: int
+    ) -> int | None:
         self.renewals.append(time.monotonic())
         return await self.ledger.renew_lease(session, token, now, ttl_ms)
 
@@ -221,3 +253,16 @@ async def test_a_paused_holder_resumed_past_its_time_sends_no_renewal_and_lets_g
         await lease.run(paused_turn)
     assert counting.renewals, "renewed before the pause"
     assert all(sent < resumed[0] for sent in counting.renewals), (counting.renewals, resumed)
+
+
+async def test_a_holder_heartbeats_from_its_taking_to_its_end(ledger: Ledger) -> None:
+    """A turn's steps before its engine call wait on a busy node's ledger: the attempt
+    that holds its lease heartbeats all along, and not after its end."""
+    beats: list[float] = []
+    lease = SessionLease(ledger, "s1", "a/turn#1", TTL_S, lambda: beats.append(0))
+    with anyio.fail_after(10):
+        await lease.run(lambda: anyio.sleep(10 * BEAT_S))  # a wait of ten beats
+        counted = len(beats)
+        await anyio.sleep(3 * BEAT_S)
+    assert counted >= 2
+    assert len(beats) == counted

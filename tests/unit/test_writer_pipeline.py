@@ -282,3 +282,26 @@ async def test_a_lazy_job_left_alone_behind_a_waiting_send_still_goes() -> None:
             assert link.sizes == [1, 1, 1]
         finally:
             link.open_up()  # never leave the writer's shutdown waiting on the gate
+
+
+async def test_a_job_submitted_last_ends_the_next_batch_ahead_of_what_does_not_fit() -> None:
+    """A job that must be answered soon after it ran (a lease's renewal) goes at the end
+    of the next batch, ahead of older jobs that batch has no room for."""
+    link = ScriptedLink(commit_s=0.01)
+    writer = LedgerWriter(link, max_batch=4, lazy_s=60.0)
+    order: list[int] = []
+
+    def _noted(conn: Any, value: int) -> int:
+        order.append(value)
+        return value
+
+    async with running(writer):
+        queued = [writer.submit(_noted, i) for i in range(10)]
+        last = writer.submit_last(_noted, 100)
+        with anyio.fail_after(5):
+            assert await last.result() == 100
+            assert [await p.result() for p in queued] == list(range(10))
+        await writer.settled()
+    # It ended the first batch, which had room for three of the ten queued before it.
+    assert order == [0, 1, 2, 100, *range(3, 10)]
+    assert link.sizes == [4, 4, 3]

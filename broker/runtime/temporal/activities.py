@@ -24,10 +24,11 @@ writes nothing either: one that reaches its node a heartbeat timeout after the s
 started it (a poll answered while its node was paused) does not run, and one
 cancelled because the server timed it out is cut off as by a lost lease, not aborted.
 
-The activity heartbeats every `POLL_S` while the turn runs, and so do chat commands
-run between turns, whose waits on a busy node (room in the ledger's queue of writes)
-are slow, not dead. The workflow's news for the turn (steered items, an abort, chat
-commands the turn's actor answers) is pushed to it when it runs on the workflow's node
+The activity heartbeats every 0.2 s from the moment it holds its session's lease to its
+end (session_lease.py), chat commands run between turns too: their waits on a busy
+node (the ledger's writes and reads, room in its queue of writes) are slow, not dead.
+The workflow's news for the turn (steered items, an abort, chat commands the turn's
+actor answers) is pushed to it when it runs on the workflow's node
 (live_turns.py), and asked for with the `control` query every `QUERY_EVERY_S`
 otherwise; steering goes through the workflow, not the ledger. A turn that ended
 without an error leaves its actor's context to the node
@@ -52,7 +53,7 @@ from broker.mailbox.warm_threads import WarmThreads
 from broker.runtime.temporal.control import Control, ControlPush
 from broker.runtime.temporal.failed_turn import failing_ports, failure_text
 from broker.runtime.temporal.live_turns import QUERY_EVERY_S, LiveTurn, LiveTurns
-from broker.runtime.temporal.session_lease import LeaseLost, SessionLease
+from broker.runtime.temporal.session_lease import LeaseLost, SessionLease, lease_ttl_s
 from broker.runtime.temporal.session_records import (
     CONTROL_QUERY,
     DROP_ITEMS,
@@ -87,6 +88,10 @@ def item_from_record(record: list[Any]) -> ItemInfo:
 
 class OneTurnActor(SessionActor):
     """A session actor that runs the one turn it is given, then stops opening turns."""
+
+    # Its attempt's lease taking, a write waited for, came after every write this node
+    # had submitted (an earlier actor's among them): nothing to wait for.
+    settle_first = False
 
     def __init__(self, label: str, ports: ActorPorts, noted: list[ItemInfo]) -> None:
         super().__init__(label, ports)
@@ -167,7 +172,8 @@ class Activities:
                     turns=len(recovered),
                     session=order.label,
                 )
-        await ledger.settled()
+        # No `settled()` first: the lease's taking, a write waited for, committed after
+        # every write this node had submitted before it (the writer resolves in order).
         held = {i.id: i for i in await ledger.open_items(order.label)}
         wanted = [item_from_record(r) for r in order.records]
         return [held[i.id]._replace(mode=i.mode) for i in wanted if i.id in held]
@@ -191,7 +197,7 @@ class Activities:
             self.mailboxes.ledger,
             label,
             f"{settings.node_id}/{info.activity_id}#{info.attempt}",
-            settings.runtime.heartbeat_timeout_s,
+            lease_ttl_s(settings.runtime.heartbeat_timeout_s),
             activity.heartbeat,
         )
 
@@ -263,10 +269,6 @@ class Activities:
                     control = live.take()
                     if actor.ended.is_set():
                         break
-                    # Not before the first wait: the SDK sends a turn's first beat to
-                    # the server at once, a round trip a turn shorter than POLL_S
-                    # does without.
-                    activity.heartbeat()
                     if actor._live and actor.turn is None and actor.state.quiet:
                         actor.result = TurnResult("completed")  # nothing of it could run
                         break
@@ -347,8 +349,7 @@ class Activities:
         if not items:
             return await self.session_queue(order.label)
         actor = OneTurnActor(order.label, self.mailboxes.ports, [])
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(heartbeat_every, POLL_S)  # a busy node is slow, not dead
+        async with anyio.create_task_group() as tg:  # heartbeating: the lease beats
             tg.start_soon(actor.run, items)  # it runs the commands first (actor.run)
             await actor.looping.wait()
             await self.mailboxes.ledger.settled()
@@ -380,13 +381,6 @@ def superseded() -> bool:
     so another attempt runs the turn): it ends as one that lost its lease."""
     details = activity.cancellation_details()
     return details is not None and (details.not_found or details.timed_out)
-
-
-async def heartbeat_every(every_s: float) -> None:
-    """Heartbeats every `every_s`, until cancelled; not at once, as a turn's beats."""
-    while True:
-        await anyio.sleep(every_s)
-        activity.heartbeat()
 
 
 async def _wake_when_ended(actor: OneTurnActor, live: LiveTurn) -> None:

@@ -3,21 +3,31 @@
 Temporal gives the turn of a node that went silent to another node, and the silent
 node may be alive (starved, paused): without more, both attempts would run the
 engine at once. So an attempt runs its turn only inside `SessionLease.run`, which
-takes the session's lease first, waiting (and heartbeating) until the last holder's
-lapsed or was released, renews it every quarter of its time-to-live while the turn
-runs (a renewal does not wait for the one before to commit, so a slow writer loses
-the lease only past half its time-to-live of delay), and releases it at the end.
+takes the session's lease first, waiting until the last holder's lapsed or was
+released, renews it every quarter of its time-to-live while the turn runs, and
+releases it at the end. It heartbeats from its start to its end, every `BEAT_S`: a
+turn's steps before its engine call (recording a cut-off turn, loading its thread) are
+writes and reads that a busy node's ledger answers slowly, and an attempt that holds
+its lease is alive, not silent.
 
 The holder acts on its own clock, never past what the ledger granted: the lease
-counts as held until a quarter of its time-to-live before the granted expiry, taken
-from when the renewal was sent. At that point, or as soon as a renewal is refused
-(another attempt took the lease), the turn is cancelled where it stands (its engine
-call with it), with no abort written: for the ledger it is a turn cut off, as by a
-crash, which the next attempt records as such. A retry cannot take the lease before
-it lapsed, which is never before the holder stopped, clocks agreeing within that
-quarter. With the time-to-live equal to the heartbeat timeout, a dead node's lease
-lapses within one heartbeat timeout of its death, about when Temporal gives its turn
-to another node.
+counts as held until a quarter of its time-to-live before the granted expiry. The
+ledger counts a lease from when its write ran, not from when it was sent, and the
+holder learns that moment from the expiry it was granted (bounded by when it sent the
+write and when the answer came), so a write that waited in a busy writer's queue
+costs the holder nothing; only the time from the write to its answer, and a late
+renewal, do. Renewals do not wait for each other to commit. At the lease's end on
+this clock, or as soon as a renewal is refused (another attempt took the lease), the
+turn is cancelled where it stands (its engine call with it), with no abort written:
+for the ledger it is a turn cut off, as by a crash, which the next attempt records as
+such. A retry cannot take the lease before it lapsed, which is never before the
+holder stopped, clocks agreeing within that quarter.
+
+A lease lives one and a half heartbeat timeouts (`lease_ttl_s`), so a live node whose
+event loop or writer is late keeps its lease as long as Temporal keeps its turn there
+(heartbeats reach the server at most every quarter heartbeat timeout, so a node late
+by three quarters of one loses its turn: half the lease's time-to-live), while a dead
+node's lease lapses within one and a half heartbeat timeouts of its death.
 """
 
 from __future__ import annotations
@@ -34,9 +44,14 @@ from plumbing.ids import now_ms
 
 T = TypeVar("T")
 log = logs.get("broker.runtime.temporal")
-BEAT_S = 0.2  # the heartbeat while waiting for the lease, as a turn's
+BEAT_S = 0.2  # the heartbeat's pace, as a turn's
 RENEWALS_IN_FLIGHT = 3
 FIRST_LOOK_S = 0.025  # a held lease is looked at again this soon, then twice as late
+
+
+def lease_ttl_s(heartbeat_timeout_s: float) -> float:
+    """A session lease's time-to-live for a turn with this heartbeat timeout."""
+    return 1.5 * heartbeat_timeout_s
 
 
 class LeaseLost(Exception):
@@ -53,15 +68,18 @@ class SessionLease:
         holder: str,
         ttl_s: float,
         beat: Callable[[], None],
-        wall_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.ledger, self.session, self.ttl_s = ledger, session, ttl_s
         self.holder = f"{holder}~{uuid.uuid4().hex[:8]}"
-        self.beat, self.wall_ms = beat, wall_ms
+        self.beat = beat
         self.token: int | None = None
         self._refused = False
         self._scope: anyio.CancelScope | None = None
         self._in_flight = 0  # renewals sent and not answered yet
+        self._due = 0.0  # when the next renewal is to be sent
+        # For the log of a lost lease: the slowest write of the lease (sent to answered,
+        # and ran to answered) and the renewing task's latest wake-up past its time.
+        self._slowest_s = self._slowest_answer_s = self._latest_s = 0.0
 
     @property
     def quarter_s(self) -> float:
@@ -81,15 +99,30 @@ class SessionLease:
         return scope is not None and anyio.current_time() >= scope.deadline
 
     async def run(self, body: Callable[[], Awaitable[T]]) -> T:
-        """`body()` while holding the lease; LeaseLost if it was lost meanwhile."""
-        deadline = await self._take()
+        """`body()` while holding the lease; LeaseLost if it was lost meanwhile.
+        Heartbeats all along, the taking included."""
+        result: T | None = None
+        failed: Exception | None = None  # raised as it is, not in a group
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._beating)
+            try:
+                result = await self._run(body)
+            except Exception as exc:
+                failed = exc
+            tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+        return result  # type: ignore[return-value]  # _run() returned: result is set
+
+    async def _run(self, body: Callable[[], Awaitable[T]]) -> T:
+        sent, deadline = await self._take()
         result: T | None = None
         failed: Exception | None = None  # raised as it is, not in a group
         try:
             async with anyio.create_task_group() as tg:
                 with anyio.CancelScope(deadline=deadline) as scope:
                     self._scope = scope
-                    tg.start_soon(self._renewing, scope)
+                    tg.start_soon(self._renewing, scope, sent)
                     try:
                         result = await body()
                     except Exception as exc:
@@ -98,68 +131,101 @@ class SessionLease:
         finally:
             self._release()
         if self._refused or scope.cancelled_caught:
-            log.warning("a turn lost its session's lease: cut off", session=self.session)
+            log.warning(
+                "a turn lost its session's lease: cut off",
+                session=self.session,
+                why="refused" if self._refused else "its time ran out",
+                slowest_write_s=round(self._slowest_s, 3),
+                slowest_answer_s=round(self._slowest_answer_s, 3),
+                latest_renewal_late_s=round(
+                    max(self._latest_s, anyio.current_time() - self._due), 3
+                ),
+                renewals_in_flight=self._in_flight,
+            )
             raise LeaseLost(f"the lease of session {self.session} was lost") from failed
         if failed is not None:
             raise failed
         return result  # type: ignore[return-value]  # body() returned: result is set
 
-    async def _take(self) -> float:
-        """Wait until the lease is this attempt's; the local deadline it is held to."""
+    def _granted(self, sent: float, sent_ms: int, expires_at: int) -> float:
+        """When, on this node's monotonic clock, the write that granted `expires_at`
+        ran: the ledger's clock at it (the expiry less the time-to-live) put on this
+        clock, never before the write was sent nor after its answer came."""
+        answered = anyio.current_time()
+        self._slowest_s = max(self._slowest_s, answered - sent)
+        waited_s = (expires_at - self.ttl_ms - sent_ms) / 1000
+        ran = sent + min(max(waited_s, 0.0), answered - sent)
+        self._slowest_answer_s = max(self._slowest_answer_s, answered - ran)
+        return ran
+
+    async def _take(self) -> tuple[float, float]:
+        """Wait until the lease is this attempt's; when the taking that won it was sent,
+        and the local deadline it is held to."""
         told, step = False, FIRST_LOOK_S
         while True:
-            sent = anyio.current_time()
-            taking = await self.ledger.take_lease(
-                self.session, self.holder, self.wall_ms(), self.ttl_ms
-            )
+            sent, sent_ms = anyio.current_time(), now_ms()
+            taking = await self.ledger.take_lease(self.session, self.holder, None, self.ttl_ms)
             if taking.taken:
                 self.token = taking.token
-                return sent + self.ttl_s - self.quarter_s
+                granted = self._granted(sent, sent_ms, taking.expires_at)
+                return sent, granted + self.ttl_s - self.quarter_s
             if not told:
                 told = True
                 log.info(
                     "waiting for the session's lease to lapse",
                     session=self.session,
                     holder=taking.holder,
-                    for_ms=taking.expires_at - self.wall_ms(),
+                    for_ms=taking.expires_at - now_ms(),
                 )
             # Soon at first (a release may be on its way, lazily), then less often.
-            left = max((taking.expires_at - self.wall_ms()) / 1000, 0.0) + 0.01
+            left = max((taking.expires_at - now_ms()) / 1000, 0.0) + 0.01
             wait, step = min(left, step), min(step * 2, self.quarter_s)
-            end = anyio.current_time() + wait
-            while (left := end - anyio.current_time()) > 0:
-                await anyio.sleep(min(BEAT_S, left))
-                self.beat()
+            await anyio.sleep(wait)
 
-    async def _renewing(self, scope: anyio.CancelScope) -> None:
-        """A renewal every quarter of the time-to-live, each sent without waiting for
-        the last to commit (a slow writer delays them all alike), at most
-        `RENEWALS_IN_FLIGHT` at once; none once the lease is lost on this node's clock."""
+    async def _beating(self) -> None:
+        """Heartbeats until cancelled; not at once (the SDK sends a turn's first
+        beat to the server at once, a round trip a turn shorter than `BEAT_S` does
+        without)."""
+        while True:
+            await anyio.sleep(BEAT_S)
+            self.beat()
+
+    async def _renewing(self, scope: anyio.CancelScope, sent: float) -> None:
+        """A renewal every quarter of the time-to-live from when the taking was sent
+        (so each waits in a busy writer's queue about as long as the write before it,
+        and the wait cancels out), each sent without waiting for the last to commit, at
+        most `RENEWALS_IN_FLIGHT` at once; none once the lease is lost on this node's
+        clock. One that went late is followed by the next half a quarter later."""
         token = self.token
         assert token is not None
+        self._due = sent + self.quarter_s
         async with anyio.create_task_group() as tg:
             while True:
-                await anyio.sleep(self.quarter_s)
+                await anyio.sleep_until(self._due)
+                now = anyio.current_time()
+                self._latest_s = max(self._latest_s, now - self._due)
                 if self._in_flight < RENEWALS_IN_FLIGHT:
                     self._in_flight += 1
                     tg.start_soon(self._renew, scope, token)
+                self._due = max(self._due + self.quarter_s, now + self.quarter_s / 2)
 
     async def _renew(self, scope: anyio.CancelScope, token: int) -> None:
-        sent = anyio.current_time()
+        sent, sent_ms = anyio.current_time(), now_ms()
         try:
             if self.lost:  # a paused node, resumed: its turn is being cut off, and a
                 return  # renewal now would keep the next attempt waiting for nothing
-            held = await self.ledger.renew_lease(self.session, token, self.wall_ms(), self.ttl_ms)
+            expires_at = await self.ledger.renew_lease(self.session, token, None, self.ttl_ms)
         except Exception as exc:  # a storage failure: the deadline decides
             log.warning("a lease's renewal failed", session=self.session, error=str(exc))
             return
         finally:
             self._in_flight -= 1
-        if not held:
+        if expires_at is None:
             self._refused = True
             scope.cancel()
         else:
-            scope.deadline = max(scope.deadline, sent + self.ttl_s - self.quarter_s)
+            held = self._granted(sent, sent_ms, expires_at) + self.ttl_s - self.quarter_s
+            scope.deadline = max(scope.deadline, held)
 
     def _release(self) -> None:
         """Let the lease go, lazily: the next taking on this node comes after it in the

@@ -28,7 +28,7 @@ from tests.integration.cluster.conftest import ClusterFactory
 from tests.integration.wire import Adapter, query, turns, uniq, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(180)]
-HEARTBEAT_S = 2.0  # tests/cluster.py: the lease's time-to-live too
+HEARTBEAT_S = 2.0  # tests/cluster.py; the lease lives 1.5 times that (session_lease.py)
 ENGINE_S = 4.0
 PAUSE_S = 3 * HEARTBEAT_S
 
@@ -123,7 +123,8 @@ async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
     # No retry ran the engine while the paused attempt could: one on the node left
     # running began only once the paused attempt's lease lapsed (renewed up to a quarter
     # of its time-to-live before the pause, it lapsed no sooner than three quarters
-    # after), and none overlapped the paused attempt's last beat or another retry.
+    # after: checked here against the heartbeat timeout's, shorter, for renewals late
+    # under load), and none overlapped the paused attempt's last beat or another retry.
     # Under load a retry may itself be cut off, and the resumed node may take the next.
     assert any(pid != done.first for pid, _, _ in retries), calls
     for pid, start, _ in retries:
@@ -136,7 +137,12 @@ async def test_a_paused_attempt_is_cut_off_and_its_retry_runs_the_engine_alone(
     # Exactly one call ran to its end, and nothing of the turn ran after it.
     assert [r["event"] for r in calls].count("end") == 1, calls
     assert max(calls, key=lambda r: float(r["t"]))["event"] == "end", calls
-    assert "lost its session's lease" in by_pid[done.first].log()
+    # Resumed, the paused attempt finds its lease's time over and, as likely first, the
+    # server's cancellation of an attempt it timed out: either cuts it off, writing
+    # nothing (activities.py `superseded`); its activity ends lost or cancelled (once
+    # seen: a scope's cancellation that reached the activity as such, not as LeaseLost).
+    paused_log = by_pid[done.first].log()
+    assert "lost its session's lease" in paused_log or "CancelledError" in paused_log
     d = cluster.nodes[1]
     ran = turns(d, done.session)
     assert [t["status"] for t in ran].count("completed") == 1, ran
