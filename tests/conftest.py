@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from tests import cluster, harness, temporal_runtime
+from tests import cluster, harness, prefork, temporal_runtime
 from tests.harness import DaemonProcess
 
 if TYPE_CHECKING:
@@ -59,6 +59,21 @@ def _daemons_copy_the_template(ledger_template: Path) -> Iterator[None]:
     harness.use_template(ledger_template)
     yield
     harness.use_template(None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemons_are_forked() -> Iterator[None]:
+    """Each daemon of the run is forked from one process of this test process that
+    has its imports done (tests/prefork.py). `TEST_DAEMON_EXEC=1` starts each in an
+    interpreter of its own, as a real start does."""
+    if os.environ.get("TEST_DAEMON_EXEC") == "1" or not prefork.available():
+        yield
+        return
+    server = prefork.Server()
+    harness.use_forks(server)
+    yield
+    harness.use_forks(None)
+    server.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
