@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from tests import cluster, harness, temporal_runtime
+from tests import cluster, harness, prefork, temporal_runtime
 from tests.harness import DaemonProcess
 
 if TYPE_CHECKING:
@@ -62,6 +63,21 @@ def _daemons_copy_the_template(ledger_template: Path) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _daemons_are_forked() -> Iterator[None]:
+    """Each daemon of the run is forked from one process of this test process that
+    has its imports done (tests/prefork.py). `TEST_DAEMON_EXEC=1` starts each in an
+    interpreter of its own, as a real start does."""
+    if os.environ.get("TEST_DAEMON_EXEC") == "1" or not prefork.available():
+        yield
+        return
+    server = prefork.Server()
+    harness.use_forks(server)
+    yield
+    harness.use_forks(None)
+    server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _runtime_switch(request: pytest.FixtureRequest) -> Iterator[None]:
     """`TEST_RUNTIME=temporal`: every daemon of the run on the Temporal runtime."""
     if not temporal_runtime.wanted():
@@ -73,8 +89,39 @@ def _runtime_switch(request: pytest.FixtureRequest) -> Iterator[None]:
     temporal_runtime.set_address(None)
 
 
+# The modules that run longest, longest first. scripts/test hands whole modules to
+# its workers in collection order (`--dist loadfile --no-loadscope-reorder`): these
+# start first, so that none is left running alone at the end of a parallel run.
+LONGEST_FIRST = (
+    "tests/unit/test_pg_unicode_words.py",
+    "tests/conformance/test_port_differential.py",
+    "tests/integration/postgres/test_replies.py",
+    "tests/integration/test_framework_engines.py",
+    "tests/realservers/test_matrix.py",
+    "tests/integration/test_erasure.py",
+    "tests/integration/test_mcp_tools.py",
+    "tests/integration/test_threads.py",
+    "tests/integration/test_console.py",
+    "tests/integration/test_temporal.py",
+    "tests/library/test_session_models.py",
+    "tests/library/test_store_model.py",
+    "tests/integration/test_shutdown.py",
+    "tests/integration/test_encryption.py",
+    "tests/integration/test_crash_ingest.py",
+    "tests/realservers/test_mail.py",
+    "tests/conformance/test_turns.py",
+    "tests/unit/test_writer_process.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `TEST_CLUSTER=2` every test is of the two-node configuration."""
+    """The modules of LONGEST_FIRST first, then the others by their number of tests,
+    most first (what xdist's own reordering would do); the order within a module is
+    kept. Under `TEST_CLUSTER=2` every test is of the two-node configuration."""
+    module = {item: item.nodeid.split("::")[0] for item in items}
+    sizes = Counter(module.values())
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: (rank.get(module[item], len(rank)), -sizes[module[item]]))
     if cluster.wanted():
         for item in items:
             item.add_marker(pytest.mark.cluster)

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from ledger.port.cipher import DRIVER_ENV
 from tests import cluster
+from tests.prefork import Forked, Server
 from tests.temporal_runtime import default_runtime
 
 # A start not ready by then has failed; a start returns as soon as the daemon accepts.
@@ -33,6 +34,8 @@ START_S = 60.0
 
 # The migrated ledger a daemon's first start copies (see the module's docstring).
 _template: Path | None = None
+# Where daemons are forked from instead of started afresh (tests/prefork.py).
+_forks: Server | None = None
 
 
 def migrated_template(directory: Path) -> Path:
@@ -53,6 +56,15 @@ def use_template(path: Path | None) -> None:
     """Daemons started from now on copy `path` as their new ledger (None: no copy)."""
     global _template
     _template = path
+
+
+def use_forks(server: Server | None) -> Server | None:
+    """Daemons started from now on are forked by `server` (None: each its own
+    interpreter), except those with a command or environment of their own; the
+    server used until now."""
+    global _forks
+    before, _forks = _forks, server
+    return before
 
 
 def _toml_value(value: Any) -> str:
@@ -214,7 +226,7 @@ class DaemonProcess:
             base = {**peer_of, "socket_path": str(self.socket), "node_id": "n1"}
         self.config = base
         write_config(self.config_path, base)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | Forked | None = None
         self.peers: list[DaemonProcess] = []
         if pair is not None:
             (workdir / "n1").mkdir(exist_ok=True)
@@ -239,28 +251,23 @@ class DaemonProcess:
         for peer in self.peers:
             peer.start(timeout)
         self._seed_ledger()
-        log = self.log_path.open("ab")
         env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
         if DRIVER_ENV in os.environ:  # a benchmark's choice of SQLite driver (bench.ab)
             env[DRIVER_ENV] = os.environ[DRIVER_ENV]
         env.update(self.env)
-        self.proc = subprocess.Popen(
-            [
-                *self.wrapper,
-                sys.executable,
-                "-m",
-                "broker",
-                "--config",
-                str(self.config_path),
-                "--backend",
-                self.backend,
-            ],
-            stdout=log,
-            stderr=log,
-            env=env,
-            cwd=self.workdir,
-        )
-        log.close()
+        args = ["--config", str(self.config_path), "--backend", self.backend]
+        if _forks is not None and not self.wrapper and not self.env and _forks.suits(env):
+            self.proc = _forks.spawn(args, self.workdir, env, self.log_path, timeout)
+        else:
+            with self.log_path.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [*self.wrapper, sys.executable, "-m", "broker", *args],
+                    stdin=subprocess.DEVNULL,  # not the test's (xdist talks over it)
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                    cwd=self.workdir,
+                )
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
@@ -311,11 +318,11 @@ class DaemonProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                return self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
                 raise
-        return int(self.proc.returncode)
+        return int(self.proc.returncode or 0)
 
     def restart(self) -> DaemonProcess:
         self.kill()
