@@ -64,9 +64,6 @@ class Semantic:
                         " 'semantic' extra (scripts/setup adds its model)"
                     )
                 self._encoder = Encoder.load(self.folder)
-                # One BLAS thread: OpenBLAS's spinning helpers cost 1.5x the CPU for 1.2x
-                # the speed, and on a busy machine took the event loop's turn.
-                _one_blas_thread()
             except EncoderUnavailable as exc:
                 self._error = exc
                 raise
@@ -118,16 +115,6 @@ class Semantic:
         rows = [(m, s, c, v) for (m, s, c), v in zip(todo, vectors, strict=True)]
         await ledger.embeddings_store(through, rows)
         return True
-
-
-def _one_blas_thread() -> None:
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError as exc:
-        raise EncoderUnavailable(
-            f"recall by meaning needs the 'semantic' extra (threadpoolctl): {exc}"
-        ) from exc
-    threadpool_limits(limits=1, user_api="blas")  # the daemon's process: it owns numpy
 
 
 @cache

@@ -5,8 +5,8 @@ The model is a sentence-transformers BERT folder (`config.json`, `model.safetens
 one vector: the tokenizer's ids (cut to the model's sequence length), the embeddings
 and every layer's attention and feed-forward with exact GELU and LayerNorm, then the
 mean of the token vectors under the attention mask, L2-normalised, so the cosine of
-two texts is their dot product. The work is synchronous and CPU bound: callers run
-it in a worker thread. Without the `semantic` extra or a model, `load` raises
+two texts is their dot product. The work is synchronous and CPU bound, on one BLAS
+thread: callers run it in a worker thread. Without the `semantic` extra or a model, `load` raises
 `EncoderUnavailable` with a sentence saying what is missing; nothing else fails.
 """
 
@@ -59,16 +59,21 @@ class Encoder:
         try:
             import numpy as np
             from safetensors.numpy import load_file
+            from threadpoolctl import threadpool_limits
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EncoderUnavailable(
                 f"recall by meaning needs the 'semantic' extra (numpy, safetensors,"
-                f" tokenizers): {exc}"
+                f" threadpoolctl, tokenizers): {exc}"
             ) from exc
         missing = [n for n in NEEDED if not (folder / n).is_file()]
         if missing:
             raise EncoderUnavailable(f"the model folder {folder} has no {', '.join(missing)}")
         self._np = np
+        # One BLAS thread, for the process that encodes (the daemon, a bench): OpenBLAS's
+        # spinning helpers cost 1.5x the CPU for 1.2x the speed, and on a busy machine
+        # they took the event loop's turn.
+        threadpool_limits(limits=1, user_api="blas")
         cfg = json.loads((folder / "config.json").read_text())
         self.heads = int(cfg["num_attention_heads"])
         self.eps = float(cfg.get("layer_norm_eps", 1e-12))
