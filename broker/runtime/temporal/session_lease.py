@@ -103,34 +103,21 @@ class SessionLease:
         Heartbeats all along, the taking included."""
         result: T | None = None
         failed: Exception | None = None  # raised as it is, not in a group
+        scope: anyio.CancelScope | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._beating)
             try:
-                result = await self._run(body)
-            except Exception as exc:
-                failed = exc
-            tg.cancel_scope.cancel()
-        if failed is not None:
-            raise failed
-        return result  # type: ignore[return-value]  # _run() returned: result is set
-
-    async def _run(self, body: Callable[[], Awaitable[T]]) -> T:
-        sent, deadline = await self._take()
-        result: T | None = None
-        failed: Exception | None = None  # raised as it is, not in a group
-        try:
-            async with anyio.create_task_group() as tg:
+                sent, deadline = await self._take()
                 with anyio.CancelScope(deadline=deadline) as scope:
                     self._scope = scope
                     tg.start_soon(self._renewing, scope, sent)
-                    try:
-                        result = await body()
-                    except Exception as exc:
-                        failed = exc
-                tg.cancel_scope.cancel()
-        finally:
-            self._release()
-        if self._refused or scope.cancelled_caught:
+                    result = await body()
+            except Exception as exc:
+                failed = exc
+            finally:
+                tg.cancel_scope.cancel()  # no renewal sent after the release
+                self._release()
+        if self._refused or (scope is not None and scope.cancelled_caught):
             log.warning(
                 "a turn lost its session's lease: cut off",
                 session=self.session,
