@@ -23,7 +23,7 @@ Temporal) after each floor run, so the numbers come from the same minutes.
 
 The switches add what our workflow does besides a turn, one at a time:
 `--history-max-events` goes on as a new run past that many events (workflow.py;
-our default is 60), `--idle-timer` starts one durable timer a run for its quiet spells
+our default is 120), `--idle-timer` starts one durable timer a run for its quiet spells
 , `--run-setup` runs a local activity at every run's start (the queue's setup).
 `--local-turn` is not our shape but a probe of another: the turn as a local activity
 (inside the workflow task: no activity task, one workflow task a turn), which gives up

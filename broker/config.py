@@ -637,7 +637,7 @@ class RuntimeSettings(_Section):
         ' Prometheus (task latencies, cache hits, the sessions\' replays); "": none.',
     )
     history_max_events: int = Field(
-        60,
+        120,
         ge=0,
         le=50_000,
         description="A session's workflow run goes on as a new run, between two turns, once"

@@ -73,9 +73,13 @@ class Node:
     # Runs of a turn (or of commands) whose last attempt, as the workflow sees it,
     # ended on a silent node: each raises this error type, until none is left.
     silent: list[str] = field(default_factory=list)
+    setups: int = 0  # the queue's setup read at a run's start
+    # Items whose turn's actor answers a chat command (its result names one taken).
+    commanding: set[str] = field(default_factory=set)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
+        self.setups += 1
         return QueueSetup(self.debounce_s, None, "old")
 
     @activity.defn(name=RUN_ITEMS)
@@ -94,7 +98,8 @@ class Node:
         except anyio.get_cancelled_exc_class():
             self.cancelled.append(order.turn_no)
             raise
-        return TurnResult("completed")
+        taken = [f"cmd-{r[0]}" for r in order.records if r[0] in self.commanding]
+        return TurnResult("completed", commands_taken=taken)
 
     @activity.defn(name=RUN_COMMANDS)
     async def run_commands(self, order: TurnOrder) -> QueueSetup:
@@ -102,7 +107,7 @@ class Node:
         self._silence()
         if self.commands_fail:
             raise ApplicationError("it broke", type="RuntimeError", non_retryable=True)
-        return await self.session_queue(order.label)
+        return QueueSetup(self.debounce_s, None, "old")
 
     def _silence(self) -> None:
         if self.silent:  # not retryable: as the workflow sees the last attempt
@@ -331,12 +336,30 @@ async def test_a_run_an_older_node_began_replays_on_this_code(
 async def test_a_history_longer_than_the_bound_made_before_it_replays(
     runner: Callable[[], WorkflowRunner],
 ) -> None:
-    """workflow.py: a run of twelve turns (116 events, past the default bound of
-    `history_max_events`) made by the code before the bound (`c7188e5`) replays here
-    as it was: its input names no bound, and the cut is behind a patch."""
+    """workflow.py: a run of twelve turns (116 events, past the bound of its day, 60)
+    made by the code before the bound (`c7188e5`) replays here as it was: its input
+    names no bound, and the cut is behind a patch."""
     saved = Path(__file__).parent / "histories" / "session_before_bound.json"
     history = WorkflowHistory.from_json("before-bound", saved.read_text())
     assert len(history.events) > 100
+    await replayer(runner).replay_workflow(history)
+
+
+@pytest.mark.parametrize("runner", RUNNERS, ids=["sandboxed", "unsandboxed"])
+async def test_a_run_gone_on_as_new_that_read_its_setup_replays(
+    runner: Callable[[], WorkflowRunner],
+) -> None:
+    """workflow.py: a run begun by a cut and cut again in turn (bound 40), made by the
+    code before a new run carried its queue setup (`99eaf7b`), replays here as it was:
+    its input carries no setup, so it reads it at its start (the local activity's
+    marker) as it did."""
+    saved = Path(__file__).parent / "histories" / "session_before_carried_setup.json"
+    history = WorkflowHistory.from_json("before-carried-setup", saved.read_text())
+    first = history.events[0].workflow_execution_started_event_attributes
+    assert first.continued_execution_run_id  # begun by a cut
+    markers = [e.marker_recorded_event_attributes.marker_name for e in history.events]
+    assert "core_local_activity" in markers
+    assert history.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
     await replayer(runner).replay_workflow(history)
 
 
@@ -555,6 +578,30 @@ async def test_a_run_goes_on_as_new_past_its_history_bound_and_replays(
         # The bound, the turn that passed it, the patch's marker and the cut itself.
         assert len(history.events) <= 40 + 15
         await replayer().replay_workflow(history)  # deterministic, the cut included
+
+
+async def test_a_run_gone_on_as_new_keeps_the_queue_setup_unless_a_turn_ran_a_command(
+    client: Client, node: tuple[Node, str]
+) -> None:
+    """workflow.py: a run that went on as new starts with the last run's queue setup,
+    with no step of its own; after a turn whose actor answered a chat command (a
+    `/queue` may have changed the setup in the ledger alone) the next run reads it."""
+    fake, queue = node
+    fake.release.set()
+    fake.commanding = {"i7"}
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    for n in range(16):
+        await arrive(client, queue, label, record(f"i{n}", n + 1), "followup", 30, 40)
+        await until(lambda n=n: len(fake.turns) == n + 1, f"turn {n + 1}")  # type: ignore[misc]
+    assert fake.turns == [[f"i{n}"] for n in range(16)]
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{label}'")]
+    assert len(runs) >= 4  # 16 turns of about 9 events each, cut at 40
+    # The first run's start, and the run after the one whose turn i7 took a command.
+    assert fake.setups == 2
+    for run in runs:
+        if run.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            history = await client.get_workflow_handle(label, run_id=run.run_id).fetch_history()
+            await replayer().replay_workflow(history)
 
 
 async def test_a_carried_item_sent_again_before_the_new_run_starts_is_a_repeat(

@@ -54,7 +54,7 @@ def test_an_unknown_runtime_kind_is_refused(tmp_path: Path) -> None:
 
 def test_a_runs_history_bound_and_the_metrics_address_have_defaults(tmp_path: Path) -> None:
     runtime = load_settings().runtime
-    assert (runtime.history_max_events, runtime.metrics_address) == (60, "")
+    assert (runtime.history_max_events, runtime.metrics_address) == (120, "")
     loaded = settings_from(
         tmp_path,
         '[runtime]\nhistory_max_events = 0\nmetrics_address = "127.0.0.1:9464"\n',
