@@ -336,30 +336,12 @@ async def test_a_run_an_older_node_began_replays_on_this_code(
 async def test_a_history_longer_than_the_bound_made_before_it_replays(
     runner: Callable[[], WorkflowRunner],
 ) -> None:
-    """workflow.py: a run of twelve turns (116 events, past the bound of its day, 60)
-    made by the code before the bound (`c7188e5`) replays here as it was: its input
-    names no bound, and the cut is behind a patch."""
+    """workflow.py: a run of twelve turns (116 events, past the default bound of
+    `history_max_events`) made by the code before the bound (`c7188e5`) replays here
+    as it was: its input names no bound, and the cut is behind a patch."""
     saved = Path(__file__).parent / "histories" / "session_before_bound.json"
     history = WorkflowHistory.from_json("before-bound", saved.read_text())
     assert len(history.events) > 100
-    await replayer(runner).replay_workflow(history)
-
-
-@pytest.mark.parametrize("runner", RUNNERS, ids=["sandboxed", "unsandboxed"])
-async def test_a_run_gone_on_as_new_that_read_its_setup_replays(
-    runner: Callable[[], WorkflowRunner],
-) -> None:
-    """workflow.py: a run begun by a cut and cut again in turn (bound 40), made by the
-    code before a new run carried its queue setup (`99eaf7b`), replays here as it was:
-    its input carries no setup, so it reads it at its start (the local activity's
-    marker) as it did."""
-    saved = Path(__file__).parent / "histories" / "session_before_carried_setup.json"
-    history = WorkflowHistory.from_json("before-carried-setup", saved.read_text())
-    first = history.events[0].workflow_execution_started_event_attributes
-    assert first.continued_execution_run_id  # begun by a cut
-    markers = [e.marker_recorded_event_attributes.marker_name for e in history.events]
-    assert "core_local_activity" in markers
-    assert history.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
     await replayer(runner).replay_workflow(history)
 
 
