@@ -112,15 +112,6 @@ def test_a_record_of_an_older_node_gets_its_missing_fields_defaults() -> None:
     payload = Payload(metadata={"encoding": b"json/plain"}, data=orjson.dumps(old))
     [spec] = data_converter().payload_converter.from_payloads([payload], [SessionSpec])
     assert spec == SessionSpec("s", 30, False, 90, 5, [], 0)
-    assert spec.setup is None  # read at the run's start, as that node did
-
-
-def test_a_carried_queue_setup_comes_back_as_it_went() -> None:
-    spec = SessionSpec("s", 30, False, 90, 5, [], 120, QueueSetup(0.5, 3, "summarize", "steer"))
-    converter = data_converter().payload_converter
-    [back] = converter.from_payloads(converter.to_payloads([spec]), [SessionSpec])
-    assert back == spec
-    assert isinstance(back.setup, QueueSetup)
 
 
 @dataclass
