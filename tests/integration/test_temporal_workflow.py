@@ -73,13 +73,9 @@ class Node:
     # Runs of a turn (or of commands) whose last attempt, as the workflow sees it,
     # ended on a silent node: each raises this error type, until none is left.
     silent: list[str] = field(default_factory=list)
-    setups: int = 0  # the queue's setup read at a run's start
-    # Items whose turn's actor answers a chat command (its result names one taken).
-    commanding: set[str] = field(default_factory=set)
 
     @activity.defn(name=SESSION_QUEUE)
     async def session_queue(self, label: str) -> QueueSetup:
-        self.setups += 1
         return QueueSetup(self.debounce_s, None, "old")
 
     @activity.defn(name=RUN_ITEMS)
@@ -98,8 +94,7 @@ class Node:
         except anyio.get_cancelled_exc_class():
             self.cancelled.append(order.turn_no)
             raise
-        taken = [f"cmd-{r[0]}" for r in order.records if r[0] in self.commanding]
-        return TurnResult("completed", commands_taken=taken)
+        return TurnResult("completed")
 
     @activity.defn(name=RUN_COMMANDS)
     async def run_commands(self, order: TurnOrder) -> QueueSetup:
@@ -107,7 +102,7 @@ class Node:
         self._silence()
         if self.commands_fail:
             raise ApplicationError("it broke", type="RuntimeError", non_retryable=True)
-        return QueueSetup(self.debounce_s, None, "old")
+        return await self.session_queue(order.label)
 
     def _silence(self) -> None:
         if self.silent:  # not retryable: as the workflow sees the last attempt
@@ -560,30 +555,6 @@ async def test_a_run_goes_on_as_new_past_its_history_bound_and_replays(
         # The bound, the turn that passed it, the patch's marker and the cut itself.
         assert len(history.events) <= 40 + 15
         await replayer().replay_workflow(history)  # deterministic, the cut included
-
-
-async def test_a_run_gone_on_as_new_keeps_the_queue_setup_unless_a_turn_ran_a_command(
-    client: Client, node: tuple[Node, str]
-) -> None:
-    """workflow.py: a run that went on as new starts with the last run's queue setup,
-    with no step of its own; after a turn whose actor answered a chat command (a
-    `/queue` may have changed the setup in the ledger alone) the next run reads it."""
-    fake, queue = node
-    fake.release.set()
-    fake.commanding = {"i7"}
-    label = f"s-{uuid.uuid4().hex[:8]}"
-    for n in range(16):
-        await arrive(client, queue, label, record(f"i{n}", n + 1), "followup", 30, 40)
-        await until(lambda n=n: len(fake.turns) == n + 1, f"turn {n + 1}")  # type: ignore[misc]
-    assert fake.turns == [[f"i{n}"] for n in range(16)]
-    runs = [r async for r in client.list_workflows(f"WorkflowId = '{label}'")]
-    assert len(runs) >= 4  # 16 turns of about 9 events each, cut at 40
-    # The first run's start, and the run after the one whose turn i7 took a command.
-    assert fake.setups == 2
-    for run in runs:
-        if run.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
-            history = await client.get_workflow_handle(label, run_id=run.run_id).fetch_history()
-            await replayer().replay_workflow(history)
 
 
 async def test_a_carried_item_sent_again_before_the_new_run_starts_is_a_repeat(

@@ -43,8 +43,6 @@ class SessionSpec:
     # workflow.py: a run goes on as a new one past this many history events (0:
     # at Temporal's suggestion only, as a run an older node began).
     history_max_events: int = 0
-    # The queue's setup the last run went on with (None: read it at the run's start).
-    setup: QueueSetup | None = None
 
 
 @dataclass

@@ -34,12 +34,9 @@ A run ends when quiet (no turn, nothing waiting) for `idle_s`, told by one timer
 outlives the turns between; the next arrival's signal-with-start begins a new run. A
 run goes on as a new one (continue-as-new between two turns, carrying what waits) when
 Temporal suggests it or once its history holds `history_max_events`, as a takeover
-replays the whole history; the new run goes on with the queue's setup of the last
-(read again only after a turn's actor answered a chat command, which may have
-changed it in the ledger alone), so it starts with no step of its own. What changed
-the commands a run makes is behind `workflow.patched` markers (`LEAN`, `BOUNDED`), or
-decided by the run's input (a carried setup), so a run an older node began replays on
-a newer one as its history has it.
+replays the whole history. What changed the commands a run makes is behind
+`workflow.patched` markers (`LEAN`, `BOUNDED`), so a run an older node began replays
+on a newer one as its history has it.
 """
 
 from __future__ import annotations
@@ -127,7 +124,6 @@ class SessionWorkflow:
         self._ended_unstarted: int | None = None
         self._noted: dict[str, list[Any]] = {}  # dropped under "summarize", for the note
         self._mode: str | None = None
-        self._setup: QueueSetup | None = None  # None once a turn's actor ran a command
         self._idle = IdleTimer()
         self._news = False  # the running turn's control changed, not pushed yet
 
@@ -152,7 +148,7 @@ class SessionWorkflow:
     async def run(self, spec: SessionSpec) -> None:
         self.spec = spec
         replay = ReplayNote()
-        setup = spec.setup or await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
+        setup = await quick_step(SESSION_QUEUE, spec.label, spec, QueueSetup)
         limits = self._configure(setup)
         carried = [a for a in spec.carried if not a.command]
         self._commands.extend(a.record for a in spec.carried if a.command)
@@ -214,11 +210,10 @@ class SessionWorkflow:
             spec.heartbeat_timeout_s,
             [*waiting, *commands, *self._arrivals],
             spec.history_max_events,
-            self._setup,
         )
 
     def _configure(self, setup: QueueSetup) -> m.Limits:
-        self._mode, self._setup = setup.mode, setup
+        self._mode = setup.mode
         drop: m.DropPolicy = setup.drop  # type: ignore[assignment]
         return m.Limits(setup.debounce_s, setup.cap, drop)
 
@@ -380,8 +375,6 @@ class SessionWorkflow:
         self._abort.pop(turn_no, None)
         self._steer.pop(turn_no, None)
         taken = set(result.commands_taken)
-        if taken:  # a `/queue` the turn's actor answered is the ledger's, not this run's
-            self._setup = None
         for command in self._turn_commands.pop(turn_no, ()):
             if str(command[0]) not in taken:  # came too late for the turn: after it
                 self._commands.append(command)
