@@ -11,14 +11,29 @@ keeps (broker/runtime/temporal/session_lease.py). A caller that gives no `now` h
 lease counted from when its write runs, read from the writer's clock: the time its
 write waited in the writer's queue is not taken from the lease, and the expiry
 returned tells the caller when that was.
+
+A running turn's writes are fenced by its taking (`fenced`, ledger/port/fencing.py):
+each checks, in its own transaction, that its token is still the session's. Only a
+taking moves the token on to another attempt, so a write that passes the check
+commits before any later taking, and one after it changes nothing. On PostgreSQL the
+check holds the lease's row in key-share mode until the write commits, so a taking
+on another node (which changes the key, `token`) waits for it, while a renewal (which
+changes `expires_at` alone, no key) does not.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from ledger.port.errors import LeaseFenced
 from ledger.port.records import LeaseTaking
 from plumbing.ids import now_ms
+
+T = TypeVar("T")
+_HOLDS = "SELECT token FROM session_leases WHERE session_label = ?"
+_HOLDS_LOCKED = _HOLDS + " FOR KEY SHARE"  # a server's rows are written by many nodes
 
 
 def take(
@@ -63,3 +78,22 @@ def release(conn: sqlite3.Connection, session: str, token: int) -> None:
         " WHERE session_label = ? AND token = ?",
         (session, token),
     )
+
+
+def fenced(
+    conn: sqlite3.Connection,
+    session: str,
+    token: int,
+    fn: Callable[..., T],
+    /,
+    *args: Any,
+    **kwargs: Any,
+) -> T:
+    """`fn(conn, *args, **kwargs)` if the taking `token` still holds the session's lease;
+    else LeaseFenced, having changed nothing. One primary-key read."""
+    held = conn.execute(
+        _HOLDS_LOCKED if getattr(conn, "locks_rows", False) else _HOLDS, (session,)
+    ).fetchone()
+    if held is None or int(held[0]) != token:
+        raise LeaseFenced(f"the lease of session {session} was taken by another attempt")
+    return fn(conn, *args, **kwargs)
