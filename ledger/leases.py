@@ -14,11 +14,11 @@ returned tells the caller when that was.
 
 A running turn's writes are fenced by its taking (`fenced`, ledger/port/fencing.py):
 each checks, in its own transaction, that its token is still the session's. Only a
-taking moves the token on to another attempt, so a write that passes the check
+taking moves the token on (a release leaves it), so a write that passes the check
 commits before any later taking, and one after it changes nothing. On PostgreSQL the
 check holds the lease's row in key-share mode until the write commits, so a taking
-on another node (which changes the key, `token`) waits for it, while a renewal (which
-changes `expires_at` alone, no key) does not.
+on another node (which changes the key, `token`) waits for it, while a renewal or a
+release (which change `expires_at` alone) does not.
 """
 
 from __future__ import annotations
@@ -63,19 +63,22 @@ def renew(
     it (another attempt took it since)."""
     expires_at = (now_ms() if now is None else now) + ttl_ms
     cur = conn.execute(
-        "UPDATE session_leases SET expires_at = ? WHERE session_label = ? AND token = ?",
+        "UPDATE session_leases SET expires_at = ?"
+        " WHERE session_label = ? AND token = ? AND expires_at <> 0",
         (expires_at, session, token),
     )
     return expires_at if cur.rowcount == 1 else None
 
 
 def release(conn: sqlite3.Connection, session: str, token: int) -> None:
-    """Let the lease go at once, if this taking still holds it, for good: the token
-    moves on, so a renewal of this taking still in flight (sent before the release,
-    committed after it) is refused rather than hold the lease again for nobody."""
+    """Let the lease go at once, if this taking still holds it, for good: a released
+    lease (expiry 0) is renewed no more, so a renewal of this taking still in flight
+    (sent before the release, committed after it) is refused rather than hold the lease
+    again for nobody. The token stays until the next taking, so a write of this
+    taking that joins a batch behind its release (which is lazy: at the batch's head)
+    still lands; nobody else has read the session since."""
     conn.execute(
-        "UPDATE session_leases SET expires_at = 0, token = token + 1"
-        " WHERE session_label = ? AND token = ?",
+        "UPDATE session_leases SET expires_at = 0 WHERE session_label = ? AND token = ?",
         (session, token),
     )
 
