@@ -78,6 +78,7 @@ class SessionLease:
         self.beat = beat
         self.token: int | None = None
         self._refused = False
+        self._why = "refused"  # how the ledger refused this taking: a renewal or a write
         self._scope: anyio.CancelScope | None = None
         self._in_flight = 0  # renewals sent and not answered yet
         self._due = 0.0  # when the next renewal is to be sent
@@ -125,7 +126,7 @@ class SessionLease:
             log.warning(
                 "a turn lost its session's lease: cut off",
                 session=self.session,
-                why="refused" if self._refused else "its time ran out",
+                why=self._why if self._refused else "its time ran out",
                 slowest_write_s=round(self._slowest_s, 3),
                 slowest_answer_s=round(self._slowest_answer_s, 3),
                 latest_renewal_late_s=round(
@@ -152,7 +153,7 @@ class SessionLease:
 
     def _fenced_out(self) -> None:
         """A write of this taking was refused: another attempt took the lease."""
-        self._refused = True
+        self._refused, self._why = True, "a write was fenced"
         if self._scope is not None:
             self._scope.cancel()
 
