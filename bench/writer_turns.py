@@ -15,7 +15,9 @@ shows without the batching noise of a live daemon. Each count runs twice under
 work, for its share (docs/performance.md, "The per-turn cost of round 2's features"):
 `state` (no state record), `parent-read` (a parent's record not in the writer's
 memory taken as empty instead of read: ledger/state_records.py), `activity`
-(no note of the person's activity).
+(no note of the person's activity). `--fenced`: each turn's writes fenced by its
+session's lease, as a clustered turn's are (ledger/port/fencing.py), for the check's
+cost.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from core import turn_summary
 from core.identity import SessionSpec
 from core.session_state import EMPTY
 from ledger import ingest as li
-from ledger import state_records
+from ledger import leases, state_records
 from ledger import turns as lt
 from ledger.db import connect, migrate
 from ledger.ingest import WriterCaches, WriterConnection, ingest
@@ -68,12 +70,27 @@ def events_of(item: Any, kind: str) -> list[te.Event]:
     ]
 
 
-def run(turns: int, kind: str, text_chars: int) -> None:
+def fence(c: Any, tokens: dict[str, int] | None, session: str, now: int) -> tuple[Any, ...]:
+    """The leading arguments that fence a job of `session` (none unfenced), its lease
+    taken at its first turn."""
+    if tokens is None:
+        return ()
+    if session not in tokens:
+        tokens[session] = leases.take(c, session, "bench", now, 1 << 40).token
+    return (session, tokens[session])
+
+
+def run(turns: int, kind: str, text_chars: int, fenced: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="wt-", dir="/tmp") as tmp:
         c = connect(Path(tmp) / "ledger.db", factory=WriterConnection)  # with its caches
         assert isinstance(c, WriterCaches)  # on either driver (ledger/port/cipher.py)
         migrate(c)
         cache, heads, now = c.identity, dict[str, str](), 1_000
+        tokens: dict[str, int] | None = {} if fenced else None
+        mark_running: Any = leases.fenced if fenced else lt.mark_running
+        commit_turn: Any = leases.fenced if fenced else lt.commit_turn
+        wrapped: tuple[Any, ...] = (lt.mark_running,) if fenced else ()
+        committed: tuple[Any, ...] = (lt.commit_turn,) if fenced else ()
         for first in range(0, turns, BATCH):
             c.execute("BEGIN IMMEDIATE")
             accepted = []
@@ -89,7 +106,8 @@ def run(turns: int, kind: str, text_chars: int) -> None:
             ids = [new_id() for _ in accepted]
             c.execute("BEGIN IMMEDIATE")
             for a, turn_id in zip(accepted, ids, strict=True):
-                lt.mark_running(c, turn_id, [a.item], now)
+                held = fence(c, tokens, a.session, now)
+                mark_running(c, *held, *wrapped, turn_id, [a.item], now)
             c.execute("COMMIT")
             records = []
             for a, turn_id in zip(accepted, ids, strict=True):
@@ -112,18 +130,19 @@ def run(turns: int, kind: str, text_chars: int) -> None:
                 records.append(pickle.loads(pickle.dumps(rec, protocol=5)))
             c.execute("BEGIN IMMEDIATE")
             for rec in records:
-                lt.commit_turn(c, rec)
+                commit_turn(c, *fence(c, tokens, rec.session, now), *committed, rec)
                 heads[rec.session] = rec.turn_id
             c.execute("COMMIT")
             now += 10
         c.close()
 
 
-def counted(turns: int, kind: str, text_chars: int, off: str | None) -> int:
+def counted(turns: int, kind: str, text_chars: int, off: str | None, fenced: bool = False) -> int:
     command = [
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
         "-m", "bench.writer_turns", "--run", str(turns), "--events", kind,
         "--text", str(text_chars), *(["--off", off] if off else []),
+        *(["--fenced"] if fenced else []),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     found = COLLECTED.search(done.stderr)
@@ -139,18 +158,20 @@ def main() -> None:
     parser.add_argument("--events", choices=("both", "none"), default="both")
     parser.add_argument("--text", type=int, default=30)
     parser.add_argument("--off", choices=OFF)
+    parser.add_argument("--fenced", action="store_true")
     parser.add_argument("--run", type=int, help=argparse.SUPPRESS)  # one run, uncounted
     args = parser.parse_args()
     if args.run is not None:
         switch_off(args.off)
-        run(args.run, args.events, args.text)
+        run(args.run, args.events, args.text, args.fenced)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("bench.writer_turns needs valgrind (Debian package valgrind)")
-    short = counted(200, args.events, args.text, args.off)
-    long = counted(1000, args.events, args.text, args.off)
+    short = counted(200, args.events, args.text, args.off, args.fenced)
+    long = counted(1000, args.events, args.text, args.off, args.fenced)
     print(
-        f"events {args.events}, text {args.text} chars, off {args.off or '-'}:"
+        f"events {args.events}, text {args.text} chars, off {args.off or '-'},"
+        f" fenced {'yes' if args.fenced else 'no'}:"
         f" {(long - short) / 800:,.0f} instructions per turn"
     )
 

@@ -31,6 +31,12 @@ class LedgerWriteFailed(Exception):
     """The transaction holding the job did not commit; nothing of it was kept."""
 
 
+class LeaseFenced(LedgerWriteFailed):
+    """A running turn's write carried a lease token that no longer holds its session's
+    lease (ledger/port/fencing.py): another attempt took the lease, so the write changed
+    nothing and its attempt is cut off."""
+
+
 class WriterOverloaded(Exception):
     """The writer's queue stayed full; the caller should shed load."""
 

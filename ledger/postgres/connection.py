@@ -197,6 +197,8 @@ def _params(params: Sequence[Any]) -> tuple[Any, ...]:
 class PgConnection:
     """One PostgreSQL session used the way the jobs use an sqlite3 connection."""
 
+    locks_rows = True  # other nodes write the same rows: a job may lock one it reads
+
     def __init__(self, dsn: str, *, reader: bool = True) -> None:
         self._dsn = dsn
         self._reader = reader

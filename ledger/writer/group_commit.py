@@ -51,11 +51,12 @@ from typing import Any, Protocol, TypeVar, cast
 import anyio
 import anyio.abc
 
-from ledger import audit
+from ledger import audit, leases
 from ledger.port.cipher import Connection
-from ledger.port.errors import LedgerWriteFailed, StorageFailed, WriterDied
+from ledger.port.errors import LeaseFenced, LedgerWriteFailed, StorageFailed, WriterDied
 from ledger.port.errors import WriterClosed as WriterClosed  # their old home, for importers
 from ledger.port.errors import WriterOverloaded as WriterOverloaded
+from ledger.port.fencing import FENCE, Fence
 from ledger.writer.admission import Admission
 from ledger.writer.failures import StorageFailures, WriteFailure
 from ledger.writer.jobs import JobSpec, Outcome, Pending, resume_writes
@@ -110,6 +111,21 @@ class ThreadLink:
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self._executor.close)
+
+
+class _Fenced(Pending[T]):
+    """A fenced job's outcome: a refusal also tells its fence, at once."""
+
+    __slots__ = ("fence",)
+
+    def __init__(self, job: JobSpec, next_batch: Callable[[], anyio.Event], fence: Fence) -> None:
+        super().__init__(job, next_batch)
+        self.fence = fence
+
+    def _resolve(self, value: Any, error: BaseException | None) -> None:
+        super()._resolve(value, error)
+        if isinstance(error, LeaseFenced):
+            self.fence.on_refused()
 
 
 class LedgerWriter:
@@ -191,9 +207,15 @@ class LedgerWriter:
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Pending[T]:
         """Queue `fn(conn, *args, **kwargs)` without waiting (room first: `admit`).
 
-        Raises WriterClosed.
+        Raises WriterClosed. A job submitted by a running clustered turn carries its
+        lease's fence (ledger/port/fencing.py).
         """
-        pending = self._pending(fn, args, kwargs)
+        fence = FENCE.get()
+        if fence is not None and fence.active:
+            job = self._job(leases.fenced, (fence.session, fence.token, fn, *args), kwargs)
+            pending: Pending[T] = _Fenced(job, self._next_batch_event, fence)
+        else:
+            pending = Pending(self._job(fn, args, kwargs), self._next_batch_event)
         self._queue.append(pending)
         self._last = pending
         self._wake.set()
@@ -217,15 +239,16 @@ class LedgerWriter:
         return pending
 
     def _pending(self, fn: Callable[..., T], args: Any, kwargs: Any) -> Pending[T]:
+        return Pending(self._job(fn, args, kwargs), self._next_batch_event)
+
+    def _job(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> JobSpec:
         if self._closed:
             raise WriterClosed("the ledger writer has stopped")
         acting = audit.ACTING.get()
         row = acting.take() if acting is not None else None
         if row is not None:  # an operator op's first write carries its audit row
-            return Pending(
-                JobSpec(audit.run_audited, (row, fn, *args), kwargs), self._next_batch_event
-            )
-        return Pending(JobSpec(fn, args, kwargs), self._next_batch_event)
+            return JobSpec(audit.run_audited, (row, fn, *args), kwargs)
+        return JobSpec(fn, args, kwargs)
 
     async def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         return await self.submit(fn, *args, **kwargs).result()

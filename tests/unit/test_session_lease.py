@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from broker.runtime.temporal.session_lease import BEAT_S, LeaseLost, SessionLease
+from ledger.port.errors import LeaseFenced
 from ledger.port.records import LeaseTaking
 from ledger.sqlite.store import Ledger
 from ledger.writer.jobs import Pending
@@ -152,6 +153,30 @@ async def test_an_attempt_whose_renewal_is_refused_stops_at_once(ledger: Ledger)
     assert taken_over.is_set()
     (start,) = [t for who, what, t in engine.log if what == "start"]
     assert stopped - start < TTL_S  # the first renewal (a quarter TTL in) was refused
+    assert engine.running is None
+
+
+async def test_an_attempt_whose_write_is_fenced_is_cut_off(ledger: Ledger) -> None:
+    """A write nobody awaits, submitted after another attempt took the lease, changes
+    nothing and cuts its attempt off (ledger/port/fencing.py), renewals or not."""
+    engine, starving = Engine(), Starving(ledger)
+    lease = SessionLease(starving, "s1", "a/turn#1", TTL_S, lambda: None)
+    written: list[Pending[None]] = []
+
+    async def turn() -> str:
+        starving.starved = True  # only the write can tell it the lease is gone
+        later = now_ms() + round(TTL_S * 1000) + 1  # a node whose clock runs a TTL ahead
+        assert (await ledger.take_lease("s1", "b/turn#2", later, 10_000)).taken
+        written.append(ledger.submit_progress("t1", "s1", "half an answer", now_ms()))
+        return await engine.call("one", 30)
+
+    with anyio.fail_after(10):
+        with pytest.raises(LeaseLost):
+            await lease.run(turn)
+        await written[0].wait()
+    assert lease._why == "a write was fenced"  # its renewals never came back
+    with pytest.raises(LeaseFenced):
+        written[0].get()
     assert engine.running is None
 
 

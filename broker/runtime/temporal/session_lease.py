@@ -5,10 +5,13 @@ node may be alive (starved, paused): without more, both attempts would run the
 engine at once. So an attempt runs its turn only inside `SessionLease.run`, which
 takes the session's lease first, waiting until the last holder's lapsed or was
 released, renews it every quarter of its time-to-live while the turn runs, and
-releases it at the end. It heartbeats from its start to its end, every `BEAT_S`: a
-turn's steps before its engine call (recording a cut-off turn, loading its thread) are
-writes and reads that a busy node's ledger answers slowly, and an attempt that holds
-its lease is alive, not silent.
+releases it at the end. Every write the turn submits to the ledger meanwhile carries
+the taking's token and is refused once another attempt took the lease
+(ledger/port/fencing.py), however long it waited in this node's writer: a refusal
+cuts the turn off as a refused renewal does. It heartbeats from its start to its end,
+every `BEAT_S`: a turn's steps before its engine call (recording a cut-off turn,
+loading its thread) are writes and reads that a busy node's ledger answers slowly, and
+an attempt that holds its lease is alive, not silent.
 
 The holder acts on its own clock, never past what the ledger granted: the lease
 counts as held until a quarter of its time-to-live before the granted expiry. The
@@ -39,6 +42,7 @@ from typing import TypeVar
 import anyio
 
 from ledger.port import LeasePort
+from ledger.port.fencing import FENCE, Fence
 from plumbing import logs
 from plumbing.ids import now_ms
 
@@ -74,6 +78,7 @@ class SessionLease:
         self.beat = beat
         self.token: int | None = None
         self._refused = False
+        self._why = "refused"  # how the ledger refused this taking: a renewal or a write
         self._scope: anyio.CancelScope | None = None
         self._in_flight = 0  # renewals sent and not answered yet
         self._due = 0.0  # when the next renewal is to be sent
@@ -111,7 +116,7 @@ class SessionLease:
                 with anyio.CancelScope(deadline=deadline) as scope:
                     self._scope = scope
                     tg.start_soon(self._renewing, scope, sent)
-                    result = await body()
+                    result = await self._fenced(body)
             except Exception as exc:
                 failed = exc
             finally:
@@ -121,7 +126,7 @@ class SessionLease:
             log.warning(
                 "a turn lost its session's lease: cut off",
                 session=self.session,
-                why="refused" if self._refused else "its time ran out",
+                why=self._why if self._refused else "its time ran out",
                 slowest_write_s=round(self._slowest_s, 3),
                 slowest_answer_s=round(self._slowest_answer_s, 3),
                 latest_renewal_late_s=round(
@@ -133,6 +138,24 @@ class SessionLease:
         if failed is not None:
             raise failed
         return result  # type: ignore[return-value]  # body() returned: result is set
+
+    async def _fenced(self, body: Callable[[], Awaitable[T]]) -> T:
+        """`body()` with every write its tasks submit fenced by this taking
+        (ledger/port/fencing.py): one the ledger refuses cuts the turn off."""
+        assert self.token is not None
+        fence = Fence(self.session, self.token, self._fenced_out)
+        reset = FENCE.set(fence)
+        try:
+            return await body()
+        finally:
+            fence.active = False
+            FENCE.reset(reset)
+
+    def _fenced_out(self) -> None:
+        """A write of this taking was refused: another attempt took the lease."""
+        self._refused, self._why = True, "a write was fenced"
+        if self._scope is not None:
+            self._scope.cancel()
 
     def _granted(self, sent: float, sent_ms: int, expires_at: int) -> float:
         """When, on this node's monotonic clock, the write that granted `expires_at`
