@@ -124,7 +124,8 @@ def commit_turn(
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
     # The head moves and the running totals grow in one statement, which also takes
-    # the session sequence numbers of the events the commit writes.
+    # the session sequence numbers of the events the commit writes; the numbers are
+    # read back by key, cheaper than a RETURNING clause (docs/performance.md).
     numbered = max(len(rec.events) - rec.events_written, 0) + bool(paths)
     moved = conn.execute(
         "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
@@ -135,7 +136,7 @@ def commit_turn(
         " total_files_modified = total_files_modified + ?,"
         " total_errors_resolved = total_errors_resolved + ?, model = coalesce(?, model),"
         " event_seq = event_seq + ?"
-        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased' RETURNING event_seq",
+        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased'",
         (
             rec.turn_id,
             rec.completed_at,
@@ -152,8 +153,8 @@ def commit_turn(
             rec.session,
             rec.parent_id,
         ),
-    ).fetchone()
-    if moved is None:
+    ).rowcount
+    if moved != 1:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
     if rec.system_prompt is not None:  # given only when it changed: off the session row
         conn.execute(
@@ -161,7 +162,13 @@ def commit_turn(
             " ON CONFLICT (session_label) DO UPDATE SET system_prompt = excluded.system_prompt",
             (rec.session, rec.system_prompt),
         )
-    results = _write_turn(conn, rec, snapshot_max_bytes, int(moved[0]) - numbered + 1)
+    first_seq = None
+    if numbered:
+        (last,) = conn.execute(
+            "SELECT event_seq FROM sessions WHERE label = ?", (rec.session,)
+        ).fetchone()
+        first_seq = int(last) - numbered + 1
+    results = _write_turn(conn, rec, snapshot_max_bytes, first_seq)
     record_turn_state(conn, rec)  # the thread's state record (ledger/state_records.py)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
