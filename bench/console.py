@@ -34,7 +34,7 @@ from ledger.fts import index_new_messages
 from tests.harness import DaemonProcess
 from tests.integration.observe_servers import free_port
 
-VERSION = "1"
+VERSION = "2"  # the ledger it builds: a new one when its schema changes
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 TOKEN = "bench-console-token-0123456789"
 WORDS = "the turn asks for a summary of the build log and the failing test".split()  # noqa: SIM905
@@ -97,7 +97,8 @@ def build(path: Path, sessions: int, turns: int) -> None:
         )
         conn.executemany(
             "INSERT INTO sessions (label, kind, entity_id, head_turn_id, origin, turns,"
-            " created_at, updated_at) VALUES (?1, 'dm', ?2, ?3, 'inbound', ?4, ?5, ?6)",
+            " created_at, updated_at, updated_block)"
+            " VALUES (?1, 'dm', ?2, ?3, 'inbound', ?4, ?5, ?6, ?6 >> 20)",
             rows,
         )
     index_new_messages(conn)

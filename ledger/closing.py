@@ -27,6 +27,7 @@ from typing import Any
 from core.closing import Held, IdleClose, close_refusal, idle_cutoff, mechanical_summary
 from ledger.erased import refuse_erased
 from ledger.port.errors import Conflict, NotFound
+from ledger.recent import block_of
 
 TITLES_READ = 200  # the latest turns a mechanical summary is made of: a bounded walk
 IDLE_A_JOB = 50  # sessions one `close_idle` job closes at most
@@ -68,8 +69,8 @@ def close_session(
         summary, source = mechanical_summary(*thread_titles(conn, head)), "mechanical"
     conn.execute(
         "UPDATE sessions SET status = 'closed', ended_at = ?, closing_summary = ?,"
-        " updated_at = ? WHERE label = ?",
-        (now, summary, now, label),
+        " updated_at = ?, updated_block = ? WHERE label = ?",
+        (now, summary, now, block_of(now), label),
     )
     cache = getattr(conn, "identity", None)
     if cache is not None:  # the writer's key -> label caches now lead elsewhere

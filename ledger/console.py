@@ -18,15 +18,19 @@ from ledger.people import person
 from ledger.port.errors import NotFound
 from ledger.snapshots import blob
 
-# The page's rows are picked first, on the index of the order (`sessions_updated`), so a
-# page reads its own rows and those before it, never a sort of every session; the joins
-# and the counts are then made for those rows alone.
+# The page's rows are picked first, on the index of the order (`sessions_recent`, by the
+# block of time a session changed in: ledger/recent.py), so a page reads its own rows
+# and those before it, sorting only the blocks it reads, never every session; the joins
+# and the counts are then made for those rows alone. The range on the block, always true
+# (no block is negative), is what makes SQLite's planner read that index, not sort.
 SESSIONS_PAGE = (
     "SELECT s.label, s.kind, s.status, s.turns, s.parent_session, s.entity_id,"
     " e.name, s.updated_at, s.title, e.merged_into,"
     " (SELECT count(*) FROM queue_items q"
     "  WHERE q.session_label = s.label AND q.status IN ('queued', 'running'))"
-    " FROM (SELECT label FROM sessions ORDER BY updated_at DESC, label LIMIT ? OFFSET ?) p"
+    " FROM (SELECT label FROM sessions WHERE updated_block >= 0"
+    "  ORDER BY updated_block DESC, updated_at DESC, label"
+    "  LIMIT ? OFFSET ?) p"
     " JOIN sessions s ON s.label = p.label LEFT JOIN entities e ON e.id = s.entity_id"
     " ORDER BY s.updated_at DESC, s.label"
 )

@@ -41,6 +41,7 @@ from ledger.erased import refuse_erased
 from ledger.items import load_item
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import Dispatched, Handoff, ItemInfo, Limits, Reaching, Reported
+from ledger.recent import block_of
 from ledger.sessions import fork, label_free
 from plumbing.ids import new_id
 
@@ -208,9 +209,10 @@ def _target_session(
         label = f"worker:{hint}"
     conn.execute(
         "INSERT INTO sessions (label, kind, persona, origin, status, parent_session,"
-        " parent_turn_id, spawn_tool_call_id, task, task_status, created_at, updated_at)"
-        " VALUES (?, 'worker', ?, 'subagent', 'active', ?, ?, ?, ?, 'running', ?, ?)",
-        (label, persona, parent, parent_turn, tool_call, task, now, now),
+        " parent_turn_id, spawn_tool_call_id, task, task_status, created_at, updated_at,"
+        " updated_block) VALUES (?, 'worker', ?, 'subagent', 'active', ?, ?, ?, ?, 'running',"
+        " ?, ?, ?)",
+        (label, persona, parent, parent_turn, tool_call, task, now, now, block_of(now)),
     )
     return label
 

@@ -45,6 +45,7 @@ from ledger.port.cipher import Key
 from ledger.port.erasure import ErasureRunning
 from ledger.port.errors import Invalid, LedgerError, NotFound
 from ledger.proposals import forget as forget_proposals
+from ledger.recent import block_of
 
 ERASED = "[erased]"
 TURNS_A_STEP = 50  # turns (with their messages, calls, events, files) removed a step
@@ -194,8 +195,9 @@ def _cut_off(
             [now, *sessions, *sessions],
         )
         conn.execute(
-            f"UPDATE sessions SET status = 'erased', updated_at = ? WHERE label IN ({s})",
-            [now, *sessions],
+            "UPDATE sessions SET status = 'erased', updated_at = ?, updated_block = ?"
+            f" WHERE label IN ({s})",
+            [now, block_of(now), *sessions],
         )
     # Their items queued in other sessions (a group) do not run either.
     who, params = _senders_sql(senders)

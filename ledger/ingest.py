@@ -37,6 +37,7 @@ from core.titles import session_slug, session_title
 from ledger.bindings import bound_session
 from ledger.closing import held
 from ledger.port.records import Accepted, InboundRecord
+from ledger.recent import block_of
 from ledger.resets import on_person_message
 from ledger.state_records import LastRecords
 from plumbing.ids import new_entity_id, new_id
@@ -307,8 +308,8 @@ class _NewSession:
         kind = "dm" if self.peer_kind == "dm" else "group"
         conn.execute(
             "INSERT INTO sessions (label, kind, entity_id, persona, origin, status, extends,"
-            " title, slug, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, 'inbound', 'active', ?, ?, ?, ?, ?)",
+            " title, slug, created_at, updated_at, updated_block)"
+            " VALUES (?, ?, ?, ?, 'inbound', 'active', ?, ?, ?, ?, ?, ?)",
             (
                 label,
                 kind,
@@ -319,6 +320,7 @@ class _NewSession:
                 session_slug(self.text, label),
                 self.now,
                 self.now,
+                block_of(self.now),
             ),
         )
         return label

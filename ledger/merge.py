@@ -27,6 +27,7 @@ from ledger.erased import refuse_erased_entity
 from ledger.ingest import IdentityCache, find_root, identity_of
 from ledger.port.errors import NotFound
 from ledger.port.records import MergeResult
+from ledger.recent import block_of
 
 
 def merge_job(conn: sqlite3.Connection, src: str, into: str, now: int) -> MergeResult:
@@ -98,9 +99,9 @@ def _propagate(
     demoted = [str(r[0]) for r in rows if r[0] != primary]
     for label in demoted:
         conn.execute(
-            "UPDATE sessions SET status = 'merged', merged_into = ?, updated_at = ?"
-            " WHERE label = ?",
-            (primary, now, label),
+            "UPDATE sessions SET status = 'merged', merged_into = ?, updated_at = ?,"
+            " updated_block = ? WHERE label = ?",
+            (primary, now, block_of(now), label),
         )
         conn.execute(
             "UPDATE session_aliases SET session_label = ? WHERE session_label = ?",

@@ -37,13 +37,13 @@ def sessions_list(conn: sqlite3.Connection, status: str | None, limit: int) -> l
         "SELECT s.label, s.status, s.turns, s.parent_session, s.kind,"
         " (SELECT count(*) FROM queue_items q"
         f" WHERE q.session_label = s.label AND q.status IN {OPEN}), s.thread"
-        " FROM sessions s"
+        " FROM sessions s WHERE s.updated_block >= 0"  # on its index, as ledger/console.py
     )
     args: list[Any] = []
     if status:
-        sql += " WHERE s.status = ?"
+        sql += " AND s.status = ?"
         args.append(status)
-    sql += " ORDER BY s.updated_at DESC, s.label LIMIT ?"
+    sql += " ORDER BY s.updated_block DESC, s.updated_at DESC, s.label LIMIT ?"  # ledger/recent.py
     args.append(limit)
     return [
         {

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 from core.resets import ResetPolicy, decide
 from ledger.closing import refuse_closed
 from ledger.port.errors import NotFound
+from ledger.recent import block_of
 
 
 @lru_cache(maxsize=64)
@@ -69,8 +70,8 @@ def decide_thread(
     )
     conn.execute(
         "UPDATE sessions SET thread = ?, thread_started_at = ?, thread_turns_base = NULL,"
-        " updated_at = ? WHERE label = ?",
-        (n, now, now, session),
+        " updated_at = ?, updated_block = ? WHERE label = ?",
+        (n, now, now, block_of(now), session),
     )
     return n
 

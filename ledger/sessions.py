@@ -30,6 +30,7 @@ from ledger import audit, snapshots
 from ledger.live_events import take_session_seqs
 from ledger.port import cipher as driver
 from ledger.port.errors import Conflict, NotFound
+from ledger.recent import block_of
 from plumbing.ids import new_id
 
 EXPORT_FORMAT = "agent-broker-session"
@@ -61,9 +62,9 @@ def fork(conn: sqlite3.Connection, turn_id: str, label: str | None, now: int) ->
         raise Conflict(f"the label {label!r} is taken", field="label")
     conn.execute(
         "INSERT INTO sessions (label, kind, head_turn_id, persona, origin, status,"
-        " parent_session, parent_turn_id, created_at, updated_at)"
-        " VALUES (?, 'fork', ?, ?, 'fork', 'active', ?, ?, ?, ?)",
-        (label, turn_id, row[1], row[0], turn_id, now, now),
+        " parent_session, parent_turn_id, created_at, updated_at, updated_block)"
+        " VALUES (?, 'fork', ?, ?, 'fork', 'active', ?, ?, ?, ?, ?)",
+        (label, turn_id, row[1], row[0], turn_id, now, now, block_of(now)),
     )
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
@@ -247,9 +248,9 @@ def import_lines(
     if not label_free(conn, label):
         raise Conflict(f"the label {label!r} is taken", field="label")
     conn.execute(
-        "INSERT INTO sessions (label, kind, persona, origin, status, created_at, updated_at)"
-        " VALUES (?, 'import', ?, 'import', 'active', ?, ?)",
-        (label, header.get("persona"), now, now),
+        "INSERT INTO sessions (label, kind, persona, origin, status, created_at, updated_at,"
+        " updated_block) VALUES (?, 'import', ?, 'import', 'active', ?, ?, ?)",
+        (label, header.get("persona"), now, now, block_of(now)),
     )
     parent: str | None = None
     count = 0

@@ -22,6 +22,7 @@ from typing import Any
 from core.resets import AUTOMATIC
 from ledger.port.errors import Conflict, NotFound
 from ledger.port.records import Carry, TurnRecord
+from ledger.recent import block_of
 from ledger.state_records import drop_seed, seed_thread, state_at
 from ledger.turns import commit_turn
 
@@ -72,7 +73,9 @@ def start_thread(
         )
         ended_head, ended_turns = None, 0
     conn.execute(
-        "UPDATE sessions SET head_turn_id = NULL, updated_at = ? WHERE label = ?", (now, session)
+        "UPDATE sessions SET head_turn_id = NULL, updated_at = ?, updated_block = ?"
+        " WHERE label = ?",
+        (now, block_of(now), session),
     )
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"

@@ -26,6 +26,7 @@ from ledger.closing import refuse_closed
 from ledger.items import load_item
 from ledger.port.errors import NotFound
 from ledger.port.records import ItemInfo, OneTimer, TimerInfo
+from ledger.recent import block_of
 from plumbing.ids import new_id
 
 _COLUMNS = "id, session_label, text, next_at, every_ms, fired"
@@ -53,9 +54,9 @@ def _owner(conn: sqlite3.Connection, name: str, now: int) -> str:
             field="session",
         )
     conn.execute(
-        "INSERT INTO sessions (label, kind, origin, status, created_at, updated_at)"
-        " VALUES (?, 'system', 'operator', 'active', ?, ?)",
-        (name, now, now),
+        "INSERT INTO sessions (label, kind, origin, status, created_at, updated_at,"
+        " updated_block) VALUES (?, 'system', 'operator', 'active', ?, ?, ?)",
+        (name, now, now, block_of(now)),
     )
     return name
 

@@ -37,6 +37,7 @@ from ledger.events import stored_scratchpad
 from ledger.items import ITEM_COLUMNS, item_from_row
 from ledger.port.errors import HeadMoved, NotFound
 from ledger.port.records import ActorStart, ItemInfo, OutboxKey, Route, TurnRecord
+from ledger.recent import block_of
 from ledger.resets import pending_thread
 from ledger.state_records import record_turn_state
 from plumbing.ids import new_id
@@ -111,6 +112,21 @@ def session_head(conn: sqlite3.Connection, label: str) -> tuple[str | None, str 
     return row[0], row[1]
 
 
+_MOVE_HEAD = (
+    "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
+    " total_prompt_tokens = total_prompt_tokens + ?,"
+    " total_completion_tokens = total_completion_tokens + ?,"
+    " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
+    " total_errors = total_errors + ?, total_events = total_events + ?,"
+    " total_files_modified = total_files_modified + ?,"
+    " total_errors_resolved = total_errors_resolved + ?, model = coalesce(?, model),"
+    " event_seq = event_seq + ?"
+)
+_MOVE_HEAD_WHERE = " WHERE label = ? AND head_turn_id IS ? AND status != 'erased'"
+_MOVE_HEAD_SQL = _MOVE_HEAD + _MOVE_HEAD_WHERE + " AND updated_block = ?"
+_MOVE_HEAD_BLOCK_SQL = _MOVE_HEAD + ", updated_block = ?" + _MOVE_HEAD_WHERE
+
+
 def commit_turn(
     conn: sqlite3.Connection, rec: TurnRecord, snapshot_max_bytes: int | None = None
 ) -> list[ItemInfo]:
@@ -124,36 +140,29 @@ def commit_turn(
     paths = ev.modified(rec.events)
     files = ev.new_files(conn, rec.session, rec.turn_id, paths) if paths else 0
     # The head moves and the running totals grow in one statement, which also takes
-    # the session sequence numbers of the events the commit writes.
+    # the session sequence numbers of the events the commit writes; the numbers are
+    # read back by key, cheaper than a RETURNING clause (docs/performance.md).
     numbered = max(len(rec.events) - rec.events_written, 0) + bool(paths)
-    moved = conn.execute(
-        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?,"
-        " total_prompt_tokens = total_prompt_tokens + ?,"
-        " total_completion_tokens = total_completion_tokens + ?,"
-        " total_model_calls = total_model_calls + ?, total_tool_calls = total_tool_calls + ?,"
-        " total_errors = total_errors + ?, total_events = total_events + ?,"
-        " total_files_modified = total_files_modified + ?,"
-        " total_errors_resolved = total_errors_resolved + ?, model = coalesce(?, model),"
-        " event_seq = event_seq + ?"
-        " WHERE label = ? AND head_turn_id IS ? AND status != 'erased' RETURNING event_seq",
-        (
-            rec.turn_id,
-            rec.completed_at,
-            rec.prompt_tokens or 0,
-            rec.completion_tokens or 0,
-            model_calls(rec.events),
-            len(rec.tool_calls),
-            totals["errors"],
-            totals["events"] + bool(paths),  # and its snapshot event
-            files,
-            totals["errors_resolved"],
-            rec.model,
-            numbered,
-            rec.session,
-            rec.parent_id,
-        ),
-    ).fetchone()
-    if moved is None:
+    args = (
+        rec.turn_id,
+        rec.completed_at,
+        rec.prompt_tokens or 0,
+        rec.completion_tokens or 0,
+        model_calls(rec.events),
+        len(rec.tool_calls),
+        totals["errors"],
+        totals["events"] + bool(paths),  # and its snapshot event
+        files,
+        totals["errors_resolved"],
+        rec.model,
+        numbered,
+    )
+    block = block_of(rec.completed_at)  # written only when it changes (ledger/recent.py)
+    head = (rec.session, rec.parent_id)
+    moved = conn.execute(_MOVE_HEAD_SQL, (*args, *head, block)).rowcount
+    if moved == 0:
+        moved = conn.execute(_MOVE_HEAD_BLOCK_SQL, (*args, block, *head)).rowcount
+    if moved != 1:
         raise HeadMoved(f"the head of {rec.session} moved while turn {rec.turn_id} ran")
     if rec.system_prompt is not None:  # given only when it changed: off the session row
         conn.execute(
@@ -161,7 +170,13 @@ def commit_turn(
             " ON CONFLICT (session_label) DO UPDATE SET system_prompt = excluded.system_prompt",
             (rec.session, rec.system_prompt),
         )
-    results = _write_turn(conn, rec, snapshot_max_bytes, int(moved[0]) - numbered + 1)
+    first_seq = None
+    if numbered:
+        (last,) = conn.execute(
+            "SELECT event_seq FROM sessions WHERE label = ?", (rec.session,)
+        ).fetchone()
+        first_seq = int(last) - numbered + 1
+    results = _write_turn(conn, rec, snapshot_max_bytes, first_seq)
     record_turn_state(conn, rec)  # the thread's state record (ledger/state_records.py)
     conn.execute(
         "INSERT INTO session_history (session_label, turn_id, prev_turn_id, reason, changed_at)"
@@ -535,9 +550,9 @@ def command_done(
     set_item_status(conn, [(item_id, "done", reason)], now)
     if override is not False:
         conn.execute(
-            "UPDATE sessions SET queue_override = ?, updated_at = ? WHERE label ="
-            " (SELECT session_label FROM queue_items WHERE id = ?)",
-            (override, now, item_id),
+            "UPDATE sessions SET queue_override = ?, updated_at = ?, updated_block = ?"
+            " WHERE label = (SELECT session_label FROM queue_items WHERE id = ?)",
+            (override, now, block_of(now), item_id),
         )
     if reply is not None:
         out_id, session, channel, frame = reply

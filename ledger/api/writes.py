@@ -41,6 +41,7 @@ from ledger.closing import close_session
 from ledger.fts import forget_deleted, index_new_messages
 from ledger.port.errors import Conflict, NotFound
 from ledger.reads import hidden
+from ledger.recent import block_of
 from plumbing.ids import new_id
 
 
@@ -92,8 +93,8 @@ def create_session(
         raise Conflict(f"{label!r} is an alias of another session", field="session")
     conn.execute(
         "INSERT INTO sessions (label, kind, origin, status, title, metadata, created_at,"
-        " updated_at) VALUES (?, 'library', 'library', 'active', ?, ?, ?, ?)",
-        (label, title, metadata, now, now),
+        " updated_at, updated_block) VALUES (?, 'library', 'library', 'active', ?, ?, ?, ?, ?)",
+        (label, title, metadata, now, now, block_of(now)),
     )
     return True
 
@@ -135,17 +136,17 @@ def _move_head(
     """Point the session at `head`; a `reason` notes the move in `session_history`."""
     if turns_delta is None:  # a new thread: count it afresh
         conn.execute(
-            "UPDATE sessions SET head_turn_id = ?, updated_at = ?, turns = (WITH RECURSIVE"
-            " c(id) AS (SELECT ? UNION ALL SELECT t.parent_id FROM turns t JOIN c ON t.id = c.id"
-            " WHERE t.parent_id IS NOT NULL) SELECT count(*) FROM c WHERE id IS NOT NULL)"
-            " WHERE label = ?",
-            (head, now, head, label),
+            "UPDATE sessions SET head_turn_id = ?, updated_at = ?, updated_block = ?,"
+            " turns = (WITH RECURSIVE c(id) AS (SELECT ? UNION ALL SELECT t.parent_id"
+            " FROM turns t JOIN c ON t.id = c.id WHERE t.parent_id IS NOT NULL)"
+            " SELECT count(*) FROM c WHERE id IS NOT NULL) WHERE label = ?",
+            (head, now, block_of(now), head, label),
         )
     else:
         conn.execute(
-            "UPDATE sessions SET head_turn_id = ?, turns = max(turns + ?, 0), updated_at = ?"
-            " WHERE label = ?",
-            (head, turns_delta, now, label),
+            "UPDATE sessions SET head_turn_id = ?, turns = max(turns + ?, 0), updated_at = ?,"
+            " updated_block = ? WHERE label = ?",
+            (head, turns_delta, now, block_of(now), label),
         )
     if reason is None:  # an append: its parent link says it
         return
@@ -167,6 +168,10 @@ _ADD_USAGE_SQL = (
     "UPDATE sessions SET total_prompt_tokens = total_prompt_tokens + ?,"
     " total_completion_tokens = total_completion_tokens + ? WHERE label = ?"
 )
+_APPEND_HEAD = "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
+_OPEN = " AND status NOT IN ('closed', 'erased')"
+_APPEND_HEAD_SQL = _APPEND_HEAD + " WHERE label = ?" + _OPEN + " AND updated_block = ?"
+_APPEND_HEAD_BLOCK_SQL = _APPEND_HEAD + ", updated_block = ? WHERE label = ?" + _OPEN
 
 
 def append_turn(
@@ -191,11 +196,10 @@ def append_turn(
         "INSERT INTO messages (turn_id, seq, role, content, created_at) VALUES (?, ?, ?, ?, ?)",
         [(turn_id, seq, role, content, now) for seq, (role, content) in enumerate(rows)],
     )
-    moved = conn.execute(
-        "UPDATE sessions SET head_turn_id = ?, turns = turns + 1, updated_at = ?"
-        " WHERE label = ? AND status NOT IN ('closed', 'erased')",
-        (turn_id, now, label),
-    ).rowcount
+    block = block_of(now)  # written only when it changes (ledger/recent.py)
+    moved = conn.execute(_APPEND_HEAD_SQL, (turn_id, now, label, block)).rowcount
+    if moved == 0:
+        moved = conn.execute(_APPEND_HEAD_BLOCK_SQL, (turn_id, now, block, label)).rowcount
     if moved == 0:  # no such session: the turn above has no parent, as a first turn
         refuse_ended(conn, label)  # or a closed one: the job rolls back
         if not create or _exists(conn, label):  # an erased one: gone (ledger/forgotten.py)
@@ -377,8 +381,8 @@ def set_title(
 ) -> None:
     cur = conn.execute(
         "UPDATE sessions SET title = coalesce(?, title), metadata = coalesce(?, metadata),"
-        " updated_at = ? WHERE label = ? AND status != 'erased'",
-        (title, metadata, now, label),
+        " updated_at = ?, updated_block = ? WHERE label = ? AND status != 'erased'",
+        (title, metadata, now, block_of(now), label),
     )
     if cur.rowcount == 0:
         raise NotFound(f"no session {label!r}", field="session")
