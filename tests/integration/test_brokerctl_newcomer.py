@@ -108,8 +108,19 @@ def test_shell_completion_completes_commands(tmp_path: Path) -> None:
     done = ctl(cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "sessions" in done.stdout.split()
-    shown = ctl("--show-completion", "bash", cwd=tmp_path)
-    assert shown.returncode == 0 and "_BROKERCTL_COMPLETE" in shown.stdout
+    # As a person types it in bash: typer names the shell it finds above brokerctl
+    # (shellingham), which under a test runner may be none (`; exit` keeps bash there).
+    shown = subprocess.run(
+        ["bash", "-c", '"$@" --show-completion; exit $?', "bash", *CTL],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("BROKER_")},
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "_BROKERCTL_COMPLETE" in shown.stdout
 
 
 def test_send_hands_a_task_to_a_new_session_and_recall_finds_it(
