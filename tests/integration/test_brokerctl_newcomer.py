@@ -35,11 +35,14 @@ def daemon() -> Iterator[DaemonProcess]:
 
 
 def ctl(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str, cwd: Path, env: dict[str, str] | None = None, in_bash: bool = False
 ) -> subprocess.CompletedProcess[str]:
+    """brokerctl run with `args`; `in_bash`: typed in a bash (`; exit` keeps bash there
+    rather than replaced by brokerctl), as the shell it finds above it matters."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    shell = ["bash", "-c", '"$@"; exit $?', "bash"] if in_bash else []
     return subprocess.run(
-        [*CTL, *args],
+        [*shell, *CTL, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -108,17 +111,9 @@ def test_shell_completion_completes_commands(tmp_path: Path) -> None:
     done = ctl(cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "sessions" in done.stdout.split()
-    # As a person types it in bash: typer names the shell it finds above brokerctl
-    # (shellingham), which under a test runner may be none (`; exit` keeps bash there).
-    shown = subprocess.run(
-        ["bash", "-c", '"$@" --show-completion; exit $?', "bash", *CTL],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env={k: v for k, v in os.environ.items() if not k.startswith("BROKER_")},
-        check=False,
-    )
+    # typer names the shell it finds above brokerctl (shellingham), which under a test
+    # runner may be none: asked as a person asks it, in bash.
+    shown = ctl("--show-completion", cwd=tmp_path, in_bash=True)
     assert shown.returncode == 0, shown.stderr
     assert "_BROKERCTL_COMPLETE" in shown.stdout
 

@@ -4,6 +4,8 @@ and the order read through the block's index is the order of `updated_at` itself
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from ledger.recent import BLOCK_BITS, block_of
 from plumbing.ids import new_id
 
 BLOCK = 1 << BLOCK_BITS
+LEDGER = Path(__file__).resolve().parents[2] / "ledger"
 
 
 @pytest.fixture
@@ -110,3 +113,49 @@ def test_the_listing_order_is_that_of_updated_at(conn: sqlite3.Connection) -> No
         page = console.sessions_page(conn, limit, offset)
         assert [row["label"] for row in page] == expected[offset : offset + limit]
     assert [s["label"] for s in queries.sessions_list(conn, None, 10)] == expected
+
+
+def _statements(tree: ast.Module) -> Iterator[str]:
+    """The SQL a module spells: its string literals and f-strings, whole, with the
+    module-level string constants and the `+` joins of them resolved."""
+    names: dict[str, str] = {}
+
+    def text(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) else "{}" for v in node.values]
+            return "".join(str(p) for p in parts)
+        if isinstance(node, ast.Name):
+            return names.get(node.id)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = text(node.left), text(node.right)
+            return left + right if left is not None and right is not None else None
+        return None
+
+    for stmt in tree.body:
+        if not isinstance(stmt, ast.Assign) or not isinstance(stmt.targets[0], ast.Name):
+            continue
+        if (value := text(stmt.value)) is not None:
+            names[stmt.targets[0].id] = value
+    parts = {id(c) for n in ast.walk(tree) if isinstance(n, ast.BinOp) for c in (n.left, n.right)}
+    for node in ast.walk(tree):
+        if id(node) not in parts and (value := text(node)) is not None:
+            yield " ".join(value.split())
+
+
+def test_every_statement_that_writes_updated_at_writes_or_checks_the_block() -> None:
+    """The block is `updated_at`'s, kept by every statement that writes `updated_at`
+    (ledger/recent.py): a new one that forgets it fails here, not in a console's order."""
+    writes_at = re.compile(
+        r"UPDATE sessions SET .*\bupdated_at = .* WHERE |INSERT INTO sessions \(.*\bupdated_at\b"
+    )
+    found, missing = 0, []
+    for path in sorted(LEDGER.rglob("*.py")):
+        for sql in _statements(ast.parse(path.read_text())):
+            if writes_at.search(sql):
+                found += 1
+                if "updated_block" not in sql:
+                    missing.append(f"{path.relative_to(LEDGER.parent)}: {sql[:100]}")
+    assert found >= 15, found  # the scan sees the ledger's statements
+    assert not missing, missing
