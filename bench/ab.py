@@ -4,7 +4,9 @@
                                  [--grep 'turns/s|p99'] -- bench.turns --parts tput
 
 This VM's speed drifts by up to 2x over minutes, so two versions are compared
-in pairs run back to back (base, new, base, new, ...), never as two blocks. Each
+in pairs run back to back, never as two blocks, and which side runs first
+alternates from pair to pair (base, new, new, base, ...): a run is slower for
+following another one, so a fixed order favours the side that goes first. Each
 run is `<checkout>/.venv/bin/python -m <module> <args>` with the checkout as its
 working directory, so each side runs its own code with its own environment.
 Lines of the benchmark's output that match `--grep` are printed per run, and
@@ -67,7 +69,10 @@ def main() -> None:
     sides = {"base": args.base.resolve(), "new": Path.cwd()}
     picked: dict[str, list[list[str]]] = {side: [] for side in sides}
     for pair in range(1, args.pairs + 1):
-        for side, checkout in sides.items():
+        # Which side runs first alternates: a run seems to pay for the one before it
+        # (docs/performance.md, "Comparing two versions").
+        order = list(sides.items()) if pair % 2 else list(sides.items())[::-1]
+        for side, checkout in order:
             extra = (args.base_args if side == "base" else args.new_args).split()
             pairs_env = args.base_env if side == "base" else args.new_env
             env = dict(item.split("=", 1) for item in pairs_env)

@@ -1,6 +1,7 @@
 """Instructions per ingested message and per turn, counted by callgrind.
 
     .venv/bin/python -m bench.instructions [--messages 3000] [--turns 2000] [--sessions 100]
+                                           [--chunks 1] [--chunk-ms 0]
 
 Rates and CPU times on a shared 2-core VM move by 30% between identical runs
 (other guests take the CPU: "steal"), so they cannot tell a 3% change from
@@ -15,7 +16,8 @@ difference of the messages cancels start-up and warm-up:
 - ingest: closed loop, 8 adapter connections, the messages of bench.ingest
   (collect mode with a long debounce, so no turns run).
 - turns: bench.turns' throughput part, echo engine, one message a turn over
-  `--sessions` sessions.
+  `--sessions` sessions; `--chunks 8 --chunk-ms 4` streams each reply as
+  bench.realistic's engine does.
 
 Needs valgrind; Python runs about 50x slower under it, so this takes minutes.
 Under valgrind every batch is smaller than at full speed, so the figures are
@@ -84,17 +86,19 @@ def ingest_run(messages: int) -> tuple[int, int]:
     return counted(config, body)
 
 
-def turns_run(messages: int, sessions: int) -> tuple[int, int]:
+def turns_run(messages: int, sessions: int, chunks: int = 1, chunk_ms: int = 0) -> tuple[int, int]:
     args = argparse.Namespace(
         messages=messages, sessions=sessions, connections=4, window=512, writer="process"
     )
+    config = daemon_config(args, 0, 600.0)
+    config["engine"] = {"kind": "echo", "chunks": chunks, "delay_ms": chunk_ms}
 
     async def body(daemon: DaemonProcess) -> None:
         result = await throughput(daemon, args)
         if result["errors"]:
             raise RuntimeError(f"{result['errors']} turns failed")
 
-    return counted(daemon_config(args, 0, 600.0), body)
+    return counted(config, body)
 
 
 def per_message(short: tuple[int, int], long: tuple[int, int], extra: int) -> tuple[float, float]:
@@ -109,6 +113,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2000, help="turns: the long run")
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--parts", default="ingest,turns")
+    parser.add_argument("--chunks", type=int, default=1, help="turns: deltas a reply")
+    parser.add_argument("--chunk-ms", type=int, default=0, help="turns: ms between deltas")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("bench.instructions needs valgrind (Debian package valgrind)")
@@ -122,8 +128,9 @@ def main() -> None:
     if "turns" in parts:
         short_n = args.turns // 4
         long_n = args.turns
-        short = turns_run(short_n, args.sessions)
-        daemon, writer = per_message(short, turns_run(long_n, args.sessions), long_n - short_n)
+        short = turns_run(short_n, args.sessions, args.chunks, args.chunk_ms)
+        long = turns_run(long_n, args.sessions, args.chunks, args.chunk_ms)
+        daemon, writer = per_message(short, long, long_n - short_n)
         print(f"{'turns':<9}{f'{long_n - short_n} turns':>16}{daemon:>15,.0f}{writer:>15,.0f}")
     print("(instructions per message or turn: the long run's count minus the short one's)")
 
