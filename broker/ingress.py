@@ -35,6 +35,7 @@ from broker.router import Router
 from ledger.port.errors import LedgerWriteFailed, WriterClosed, WriterDied, WriterOverloaded
 from ledger.port.protocols import Accepted, Committing, InboundRecord, IngestPort
 from plumbing import logs
+from plumbing.clock import loop_clock
 from plumbing.ids import now_ms
 from wire.frames import parse_inbound
 from wire.framing import ProtocolError, encode
@@ -77,6 +78,7 @@ class Ingress:
         self.ledger = ledger
         self.router = router
         self.on_committed = on_committed
+        self._clock = loop_clock()  # anyio's clock (plumbing/clock.py)
         self.adapters: dict[str, AdapterState] = {}
         self.frame_handlers: dict[str, Callable[[Connection, dict[str, Any]], Any]] = {}
         self.accepting = True  # False while the daemon shuts down
@@ -186,7 +188,7 @@ class Ingress:
         # closed: the daemon stops (its writer died) while this frame was routed.
         try:
             self._filed.send_nowait(
-                Filed(pending, state, size, msg.msg_id, req, routed.record, anyio.current_time())
+                Filed(pending, state, size, msg.msg_id, req, routed.record, self._clock())
             )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise ProtocolError(
@@ -244,7 +246,7 @@ class Ingress:
         observer = hub.observer
         observer.inbound("duplicate" if acc.duplicate else "acked")
         if observer is not hub.SILENT:
-            observer.acked(filed.at, anyio.current_time(), acc.session, acc.item)
+            observer.acked(filed.at, self._clock(), acc.session, acc.item)
         if not acc.duplicate:
             self.on_committed(acc, filed.record)
 

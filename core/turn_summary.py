@@ -28,6 +28,7 @@ MODIFYING_OPS = ("write", "edit", "create", "delete")
 # Words in a tool's name that say it changes the files it names.
 CHANGING_WORDS = ("write", "edit", "create", "delete", "remove", "patch", "apply", "move", "rename")
 KEYS = ("actions_taken", "decisions", "files_read", "files_modified", "outcome")
+LISTED_KINDS = frozenset({"action", "file", "decision"})  # the events a summary lists
 
 Summary = dict[str, Any]
 
@@ -36,9 +37,30 @@ def summarize(
     outcome: str,
     reply: str,
     tool_calls: Sequence[ToolCall],
-    events: Iterable[tuple[str, Mapping[str, Any]]],
+    events: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> Summary:
     """The summary of a turn that ended with `outcome` (its status line) and `reply`."""
+    line = outcome
+    if outcome == "completed" and (said := first_line(reply, OUTCOME_CHARS)):
+        line = f"completed: {said}"
+    if not tool_calls and not any(kind in LISTED_KINDS for kind, _ in events):
+        # Most turns call no tool and report nothing listed: only the outcome is said.
+        return {
+            "actions_taken": [],
+            "decisions": [],
+            "files_read": [],
+            "files_modified": [],
+            "outcome": line,
+        }
+    return _walk(line, tool_calls, events)
+
+
+def _walk(
+    line: str,
+    tool_calls: Sequence[ToolCall],
+    events: Sequence[tuple[str, Mapping[str, Any]]],
+) -> Summary:
+    """The summary, its lists made from every call and event."""
     actions: list[str] = []
     decisions: list[str] = []
     read: list[str] = []
@@ -67,9 +89,6 @@ def summarize(
         elif kind == "decision" and (text := _text(payload)):
             decisions.append(first_line(text, TEXT_CHARS))
     changed = _once(modified)
-    line = outcome
-    if outcome == "completed" and (said := first_line(reply, OUTCOME_CHARS)):
-        line = f"completed: {said}"
     return {
         "actions_taken": _once(actions)[:MAX_ITEMS],
         "decisions": _once(decisions)[:MAX_ITEMS],

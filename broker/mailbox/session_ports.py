@@ -32,6 +32,7 @@ from ledger.port.errors import WriterClosed, WriterOverloaded
 from ledger.port.protocols import Committing, LedgerPort
 from ledger.port.records import ActorStart, Carry, ItemInfo
 from plumbing import logs
+from plumbing.clock import loop_clock
 from plumbing.ids import now_ms
 
 log = logs.get("broker.actor")
@@ -61,8 +62,8 @@ class SessionPorts:
         self.counter = TokenCounter(settings.engine.encoding)
         self.engines: dict[str, Engine] = {}  # of personas that name one
         self.deliveries = deliveries
-        # anyio's clock (a test's MockClock on trio).
-        self.clock: Callable[[], float] = anyio.current_time
+        # anyio's clock (a test's MockClock on trio), bound to the loop it is made in.
+        self.clock: Callable[[], float] = loop_clock()
         self.warm: WarmThreads | None = None  # the Temporal runtime's (warm_threads.py)
         # Made only while `drain` waits on it: a turn's end costs nothing otherwise.
         self._turn_ended: anyio.Event | None = None

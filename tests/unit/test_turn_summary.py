@@ -81,6 +81,22 @@ def test_every_list_is_bounded_and_holds_each_entry_once(names: list[str]) -> No
         assert len(set(got[key])) == len(got[key])
 
 
+@given(
+    st.sampled_from(["completed", "aborted", "failed (timeout): too long"]),
+    st.text(max_size=300),
+    st.lists(st.sampled_from(["intent", "llm", "error", "progress"]), max_size=4),
+)
+def test_a_turn_with_nothing_listed_gets_what_the_whole_walk_gives(
+    outcome: str, reply: str, kinds: list[str]
+) -> None:
+    # Such a turn takes a short path; a `file` event without a path takes the whole
+    # walk and adds nothing, so the two must agree.
+    events: list[tuple[str, dict[str, Any]]] = [(k, {"text": "x"}) for k in kinds]
+    short = summarize(outcome, reply, [], events)
+    assert short == summarize(outcome, reply, [], [*events, ("file", {})])
+    assert short["actions_taken"] == short["files_modified"] == []
+
+
 # --- the summary mode -------------------------------------------------------------
 
 
