@@ -69,8 +69,8 @@ def main() -> None:
     sides = {"base": args.base.resolve(), "new": Path.cwd()}
     picked: dict[str, list[list[str]]] = {side: [] for side in sides}
     for pair in range(1, args.pairs + 1):
-        # Which side runs first alternates: a run seems to pay for the one before it
-        # (docs/performance.md, "Comparing two versions").
+        # Which side runs first alternates: a run pays for the one before it
+        # (docs/performance.md, "How to reproduce").
         order = list(sides.items()) if pair % 2 else list(sides.items())[::-1]
         for side, checkout in order:
             extra = (args.base_args if side == "base" else args.new_args).split()
