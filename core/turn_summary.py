@@ -28,7 +28,6 @@ MODIFYING_OPS = ("write", "edit", "create", "delete")
 # Words in a tool's name that say it changes the files it names.
 CHANGING_WORDS = ("write", "edit", "create", "delete", "remove", "patch", "apply", "move", "rename")
 KEYS = ("actions_taken", "decisions", "files_read", "files_modified", "outcome")
-LISTED_KINDS = frozenset({"action", "file", "decision"})  # the events a summary lists
 
 Summary = dict[str, Any]
 
@@ -43,8 +42,8 @@ def summarize(
     line = outcome
     if outcome == "completed" and (said := first_line(reply, OUTCOME_CHARS)):
         line = f"completed: {said}"
-    if not tool_calls and not any(kind in LISTED_KINDS for kind, _ in events):
-        # Most turns call no tool and report nothing listed: only the outcome is said.
+    actions, decisions, read, modified = _listed(tool_calls, events)
+    if not actions and not decisions:  # most turns: nothing to list (a path comes with an action)
         return {
             "actions_taken": [],
             "decisions": [],
@@ -52,15 +51,21 @@ def summarize(
             "files_modified": [],
             "outcome": line,
         }
-    return _walk(line, tool_calls, events)
+    changed = _once(modified)
+    return {
+        "actions_taken": _once(actions)[:MAX_ITEMS],
+        "decisions": _once(decisions)[:MAX_ITEMS],
+        "files_read": [p for p in _once(read) if p not in changed][:MAX_ITEMS],
+        "files_modified": changed[:MAX_ITEMS],
+        "outcome": line,
+    }
 
 
-def _walk(
-    line: str,
+def _listed(
     tool_calls: Sequence[ToolCall],
     events: Sequence[tuple[str, Mapping[str, Any]]],
-) -> Summary:
-    """The summary, its lists made from every call and event."""
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Actions, decisions, files read and files modified, in order, repeats kept."""
     actions: list[str] = []
     decisions: list[str] = []
     read: list[str] = []
@@ -88,14 +93,7 @@ def _walk(
                 read.append(path)
         elif kind == "decision" and (text := _text(payload)):
             decisions.append(first_line(text, TEXT_CHARS))
-    changed = _once(modified)
-    return {
-        "actions_taken": _once(actions)[:MAX_ITEMS],
-        "decisions": _once(decisions)[:MAX_ITEMS],
-        "files_read": [p for p in _once(read) if p not in changed][:MAX_ITEMS],
-        "files_modified": changed[:MAX_ITEMS],
-        "outcome": line,
-    }
+    return actions, decisions, read, modified
 
 
 def render(title: str | None, summary: Mapping[str, Any]) -> str:

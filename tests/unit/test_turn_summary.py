@@ -86,15 +86,18 @@ def test_every_list_is_bounded_and_holds_each_entry_once(names: list[str]) -> No
     st.text(max_size=300),
     st.lists(st.sampled_from(["intent", "llm", "error", "progress"]), max_size=4),
 )
-def test_a_turn_with_nothing_listed_gets_what_the_whole_walk_gives(
+def test_a_turn_with_nothing_listed_says_the_outcome_a_listing_turn_would(
     outcome: str, reply: str, kinds: list[str]
 ) -> None:
-    # Such a turn takes a short path; a `file` event without a path takes the whole
-    # walk and adds nothing, so the two must agree.
+    # Such a turn returns early, without the lists' clean-up; events a summary does not
+    # list (and a `file` event without a path) change nothing, and one decision more
+    # takes the whole way and says the same outcome.
     events: list[tuple[str, dict[str, Any]]] = [(k, {"text": "x"}) for k in kinds]
     short = summarize(outcome, reply, [], events)
     assert short == summarize(outcome, reply, [], [*events, ("file", {})])
     assert short["actions_taken"] == short["files_modified"] == []
+    listing = summarize(outcome, reply, [], [*events, ("decision", {"text": "keep it"})])
+    assert listing == {**short, "decisions": ["keep it"]}
 
 
 # --- the summary mode -------------------------------------------------------------
