@@ -108,7 +108,7 @@ def process_alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie is dead, just not reaped yet)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped between open and read: ESRCH
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 

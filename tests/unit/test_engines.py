@@ -331,7 +331,7 @@ def is_dead(pid: int) -> bool:
     """Gone, or a zombie waiting for a parent (init, for orphans) to reap it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped between open and read: ESRCH
         return True
     return stat.rpartition(")")[2].split()[0] == "Z"
 
