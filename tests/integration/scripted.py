@@ -106,7 +106,9 @@ class Scripted:
             return await c.op(name, **args)
 
     async def say(self, text: str, msg_id: str, sender: str = "+1") -> dict[str, Any]:
-        """One message from `sender`; its reply (the `deliver` frame), confirmed."""
+        """One message from `sender`; its reply (the `deliver` frame), confirmed. A reply
+        to someone else that this connection is offered first (a worker's, in the
+        session a tool call reached) is left unconfirmed, for its own adapter."""
         async with await BrokerClient.connect(self.d.socket, role="adapter", channel="sms") as c:
             await c.send(
                 {
@@ -120,7 +122,9 @@ class Scripted:
                 }
             )
             with anyio.fail_after(20):
-                while (frame := await c.recv())["type"] != "deliver":
+                while (frame := await c.recv())["type"] != "deliver" or (
+                    frame["peer_id"] != sender
+                ):
                     pass
             await c.send({"type": "delivered", "out_id": frame["out_id"]})
             return frame
