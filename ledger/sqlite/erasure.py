@@ -36,12 +36,16 @@ VACUUMED = (
 
 
 def vacuum(dsn: str) -> None:
-    """VACUUM the tables an erasure touches, so dead tuples leave their pages."""
+    """VACUUM the tables an erasure touches, so dead tuples leave their pages; and the
+    planner's statistics, where the role may, for those deleted by PG migration 0020."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in VACUUMED:
             conn.execute(f"VACUUM (FULL) {table}")  # a new file: no dead tuple's bytes stay
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        if row is not None and row[0]:
+            conn.execute("VACUUM (FULL) pg_catalog.pg_statistic")
         conn.execute("CHECKPOINT")
 
 

@@ -11,7 +11,7 @@ from ledger.port.protocols import LedgerPort
 from ledger.sqlite.store import Ledger
 from plumbing.ids import new_id
 from tests.conformance.records import inbound, ingest, tick, turn
-from tests.conformance.test_erasure import pg_table_bytes
+from tests.conformance.test_erasure import pg_analyze, pg_table_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +61,7 @@ async def test_expiry_leaves_stubs_and_keeps_what_the_session_goes_on_from(
     if path is not None:
         assert b"old words" in raw_bytes(path) and b"old reply" in raw_bytes(path)
     if ledger_backend == "postgres":
+        pg_analyze(request)  # its sample values of the columns stay out of the catalog
         assert b"old words" in pg_table_bytes(request)
 
     cutoff = tick()
