@@ -36,16 +36,28 @@ VACUUMED = (
 
 
 def vacuum(dsn: str) -> None:
-    """VACUUM the tables an erasure touches, so dead tuples leave their pages; and the
-    planner's statistics, where the role may, for those deleted by PG migration 0020."""
+    """VACUUM the tables an erasure touches, so dead tuples leave their pages; then the
+    planner's statistics of the messages' words, gathered again without what was
+    deleted, and the old ones' bytes out of `pg_statistic` (PG migration 0020), which
+    only the database's owner or a superuser may rewrite."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in VACUUMED:
             conn.execute(f"VACUUM (FULL) {table}")  # a new file: no dead tuple's bytes stay
-        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
-        if row is not None and row[0]:
+        conn.execute("ANALYZE messages")
+        may = conn.execute(
+            "SELECT rolsuper OR pg_has_role(current_user, (SELECT datdba FROM pg_database"
+            " WHERE datname = current_database()), 'USAGE') FROM pg_roles"
+            " WHERE rolname = current_user"
+        ).fetchone()
+        if may is not None and may[0]:
             conn.execute("VACUUM (FULL) pg_catalog.pg_statistic")
+        else:
+            log.warning(
+                "the ledger's role neither owns its database nor is a superuser: the words"
+                " of what was deleted may stay in pg_statistic's old rows (docs/forgetting.md)"
+            )
         conn.execute("CHECKPOINT")
 
 
