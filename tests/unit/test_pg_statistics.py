@@ -129,3 +129,34 @@ def test_the_owner_s_migration_stops_gathering_and_warns_of_what_stays(cluster: 
     assert _sampled(dsn, marker) == ["timers.text"]  # left for a superuser, as it says
     _write(dsn, f"{marker}b")
     assert _sampled(dsn, f"{marker}b") == []
+
+
+def test_the_owner_s_clean_up_runs_and_another_role_s_skips_are_logged(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from ledger.sqlite import erasure
+
+    owner_dsn = _database(cluster, "stats_other", owner=OWNER)
+    _migrate(owner_dsn, through=None)
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute(
+            "DO $$ BEGIN CREATE ROLE other_role LOGIN; EXCEPTION WHEN duplicate_object"
+            " THEN NULL; END $$"
+        )
+    warned: list[str] = []
+
+    class Log:
+        def warning(self, event: str, **fields: object) -> None:
+            warned.append(f"{event}: {fields['notice']}")
+
+    monkeypatch.setattr(erasure, "log", Log())
+    vacuum(owner_dsn)
+    assert warned == []
+    vacuum(owner_dsn.replace(f"{OWNER}@", "other_role@"))
+    assert (
+        'PostgreSQL skipped a step of the clean-up: skipping "pg_statistic" --- only'
+        " superuser or database owner can vacuum it" in warned
+    )
+    assert len(warned) > 1 and all(" skipped a step " in w for w in warned)  # the tables too
