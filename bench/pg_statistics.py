@@ -15,7 +15,6 @@ order, and the median milliseconds are printed, with each plan's first line.
 from __future__ import annotations
 
 import argparse
-import os
 
 from bench import pg_words
 from bench.recall import Generator
@@ -52,9 +51,7 @@ def main() -> None:
                 scan = next(r[0].strip() for r in plan if "Scan" in r[0] and "Subquery" not in r[0])
                 print(f"plan {side.name:9} {label:12} {scan}")
         pg_words.search_rounds(sides, args.rounds, rare)
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        for side in sides:
-            side.conn.close()
+        pg_words.close(sides)
     finally:
         cluster.destroy()
 

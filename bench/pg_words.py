@@ -199,6 +199,13 @@ def migration(side: Side) -> None:
     print(f"migration 0004 on {count} messages: {wall:.2f} s wall, {cpu:.2f} s backend CPU")
 
 
+def close(sides: list[Side]) -> None:
+    """Print the load average the figures were taken at; close the sides' connections."""
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for side in sides:
+        side.conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=8)
@@ -218,9 +225,7 @@ def main() -> None:
         rare = Generator(seed=12, messages=0).words[-5]
         search_rounds(sides, args.rounds * 4, rare)
         migration(sides[0])
-        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        for side in sides:
-            side.conn.close()
+        close(sides)
     finally:
         cluster.destroy()
 
