@@ -82,7 +82,8 @@ def test_no_text_column_of_the_ledger_keeps_planner_statistics(
 ) -> None:
     """A column added later without a statistics target of 0 fails here, by name. The
     messages' words keep theirs, for the search's plan; an erasure or expiry gathers
-    them again and rewrites the catalog (the test above and below)."""
+    them again and rewrites the catalog (the erasure test below, and the expiry's in
+    test_retention.py)."""
     import psycopg
 
     with psycopg.connect(pg_conformance) as conn:
@@ -94,7 +95,7 @@ def test_no_text_column_of_the_ledger_keeps_planner_statistics(
             " AND format_type(a.atttypid, NULL) = ANY(%s) ORDER BY 1",
             ([*TEXT_TYPES, "tsvector"],),
         ).fetchall()
-    gathered = [name for name, none in targets if not none]
+    gathered = [name for name, off in targets if not off]
     assert gathered == ["messages.words"]
     assert ("messages.content", True) in targets and len(targets) > 150
 
