@@ -65,22 +65,12 @@ def migrated(
 ) -> PgConnection:
     dsn = devcluster.fresh_database(cluster, name)
     conn = PgConnection(dsn, reader=False)
-    conn.execute("CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)")
-    migrate(conn, through)
+    schema.migrate(conn, through)
     if then:
         conn.executescript(then)
     # Messages without their turns: the index is what is measured, not the keys.
     conn.execute("SET session_replication_role = replica")
     return conn
-
-
-def migrate(conn: PgConnection, through: int, since: int = 0) -> None:
-    for migration in schema.load_migrations():
-        if since < migration.version <= through:
-            conn.execute("BEGIN")
-            conn.executescript(migration.sql)
-            conn.execute("INSERT INTO ledger_schema (version) VALUES (?)", (migration.version,))
-            conn.execute("COMMIT")
 
 
 def backend_cpu(conn: PgConnection) -> Callable[[], float]:
@@ -194,7 +184,7 @@ def search_rounds(sides: list[Side], rounds: int, rare: str) -> None:
 def migration(side: Side) -> None:
     count = side.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     wall, cpu = time.perf_counter(), side.cpu()
-    migrate(side.conn, 4, since=3)
+    schema.migrate(side.conn, through=4)
     wall, cpu = time.perf_counter() - wall, side.cpu() - cpu
     print(f"migration 0004 on {count} messages: {wall:.2f} s wall, {cpu:.2f} s backend CPU")
 

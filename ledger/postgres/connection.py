@@ -136,7 +136,15 @@ def connect_pg(dsn: str) -> psycopg.Connection[Any]:
         bounded, autocommit=True, cursor_factory=ClientCursor, connect_timeout=CONNECT_TIMEOUT_S
     )
     conn.adapters.register_loader("numeric", _NumericLoader)
+    conn.add_notice_handler(_log_warning)
     return conn
+
+
+def _log_warning(diag: psycopg.errors.Diagnostic) -> None:
+    """A server WARNING (a migration's, a VACUUM skipped for want of rights) goes to the
+    log; psycopg drops notices nobody handles. Lesser notices stay unlogged."""
+    if diag.severity_nonlocalized == "WARNING":
+        log.warning("the PostgreSQL server warned", notice=diag.message_primary)
 
 
 class PgCursor:

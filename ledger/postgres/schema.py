@@ -26,8 +26,9 @@ def schema_version(conn: PgConnection) -> int:
     return int(row[0] or 0)
 
 
-def migrate(conn: PgConnection) -> list[str]:
-    """Apply pending migrations; return the names applied."""
+def migrate(conn: PgConnection, through: int | None = None) -> list[str]:
+    """Apply pending migrations (those up to version `through` when given); return the
+    names applied."""
     migrations = load_migrations()
     latest = migrations[-1].version if migrations else 0
     applied = []
@@ -42,7 +43,7 @@ def migrate(conn: PgConnection) -> list[str]:
                     f"ledger schema version {current} is newer than this broker knows "
                     f"({latest}); refusing to touch it"
                 )
-            if current < migration.version:
+            if current < migration.version and (through is None or migration.version <= through):
                 conn.executescript(migration.sql)
                 conn.execute("INSERT INTO ledger_schema (version) VALUES (?)", (migration.version,))
                 applied.append(f"{migration.version:04d}_{migration.name}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,6 +33,7 @@ from ledger.port.protocols import WriterStats
 from ledger.port.records import LedgerReport
 from ledger.postgres.connection import PgConnection
 from ledger.postgres.schema import load_migrations, migrate, schema_version
+from ledger.postgres.vacuum import vacuum
 from ledger.sqlite.connections import ReaderPool
 from ledger.sqlite.store import Ledger
 from ledger.writer.group_commit import LedgerWriter, ThreadLink
@@ -120,7 +122,7 @@ class PgLedger(Ledger):
         ledger = cls(Path(address_of(dsn)), link, pool, None, write_fail_exit_s, writer_queue)
         ledger.writer_wait_s = writer_wait_s
         ledger.location = address_of(dsn)
-        ledger.dsn = dsn  # for the VACUUM after an erasure (ledger/sqlite/erasure.py)
+        ledger.vacuum = partial(vacuum, dsn)  # after an erasure or an expiry
         ledger.migrations_applied = applied
         ledger.lease_writer = LedgerWriter(
             ThreadLink(Transactor(cast(Any, lease_conn))), fail_exit_s=write_fail_exit_s

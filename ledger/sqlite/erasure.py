@@ -13,6 +13,7 @@ resumes the erasure at its next step and clears the bytes again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -26,41 +27,6 @@ from plumbing import logs
 from plumbing.ids import now_ms
 
 log = logs.get("ledger.erasure")
-VACUUMED = (
-    "messages", "tool_calls", "turn_events", "turns", "inbound", "queue_items", "outbox",
-    "file_snapshots", "blobs", "compactions", "turn_state", "turn_progress", "sessions",
-    "contacts", "entities", "timers", "timer_firings", "scratchpad", "session_history",
-    "session_aliases", "route_bindings", "bridge_notes", "thread_seeds", "threads",
-    "person_activity", "dispatches", "adk_sessions", "embeddings",
-)  # fmt: skip
-
-
-def vacuum(dsn: str) -> None:
-    """VACUUM the tables an erasure touches, so dead tuples leave their pages; then the
-    planner's statistics of the messages' words, gathered again without what was
-    deleted, and the old ones' bytes out of `pg_statistic` (PG migration 0020). What
-    the server skips for want of rights (a role that owns neither the tables nor the
-    database) is logged as a warning; the CHECKPOINT, which a role needs
-    `pg_checkpoint` for, is left to the server's next one where it may not."""
-    import psycopg
-
-    def skipped(diag: psycopg.errors.Diagnostic) -> None:
-        if diag.severity == "WARNING":
-            log.warning("PostgreSQL skipped a step of the clean-up", notice=diag.message_primary)
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.add_notice_handler(skipped)
-        for table in VACUUMED:
-            conn.execute(f"VACUUM (FULL) {table}")  # a new file: no dead tuple's bytes stay
-        conn.execute("ANALYZE messages")
-        conn.execute("VACUUM (FULL) pg_catalog.pg_statistic")
-        may = conn.execute(
-            "SELECT rolsuper OR CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname ="
-            " 'pg_checkpoint') THEN pg_has_role('pg_checkpoint', 'USAGE') ELSE false END"
-            " FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-        if may is not None and may[0]:
-            conn.execute("CHECKPOINT")  # the files as they are now, for whoever reads them
 
 
 class SqliteErasure(Connected):
@@ -68,7 +34,9 @@ class SqliteErasure(Connected):
 
     path: Path
     key: Key | None = None  # an encrypted ledger's
-    dsn: str | None = None  # set by the PostgreSQL ledger
+    # Set by the PostgreSQL ledger: its tables' VACUUM (ledger/postgres/vacuum.py), which
+    # clears the bytes instead of the WAL's truncation.
+    vacuum: Callable[[], None] | None = None
 
     async def erase_entity(
         self, entity: str, confirm: str, now: int, marked: Marked | None = None
@@ -108,7 +76,7 @@ class SqliteErasure(Connected):
         return counts
 
     def _scrub(self) -> None:
-        if self.dsn is not None:
-            vacuum(self.dsn)
+        if self.vacuum is not None:
+            self.vacuum()
         else:
             truncate_wal(self.path, self.key)

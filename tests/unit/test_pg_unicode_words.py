@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ledger.postgres import schema
 from ledger.postgres.recall import QUERY, tsquery
 from ledger.recall import search as recall
 from tests.unicode61 import CODE_POINTS, Tokenizer, sqlite_tokenizer
@@ -41,22 +42,6 @@ def _database(cluster: Any, name: str, locale: str) -> Any:
     return PgConnection(cluster.dsn(name), reader=False)
 
 
-def _migrate(conn: Any, through: int | None = None) -> None:
-    """schema.migrate's steps (each in one transaction), stopping after `through` when given."""
-    from ledger.postgres import schema
-
-    if through is None:
-        schema.migrate(conn)
-        return
-    conn.execute("CREATE TABLE IF NOT EXISTS ledger_schema (version integer NOT NULL)")
-    for migration in schema.load_migrations():
-        if migration.version <= through:
-            conn.execute("BEGIN")
-            conn.executescript(migration.sql)
-            conn.execute("INSERT INTO ledger_schema (version) VALUES (?)", (migration.version,))
-            conn.execute("COMMIT")
-
-
 def _words(tsv: str) -> list[str]:
     """The words of a tsvector's text, in the order of their positions."""
     at: list[tuple[int, str]] = []
@@ -75,7 +60,7 @@ def test_every_code_point_splits_and_folds_as_sqlite_does(
 ) -> None:
     conn = _database(cluster, f"words_{locale.replace('.', '_')}", locale)
     try:
-        _migrate(conn)
+        schema.migrate(conn)
         rows = conn.execute(
             "SELECT cp, ledger_tsv('a' || chr(cp) || 'b')::text FROM generate_series(1, 1114111)"
             " AS cp WHERE cp NOT BETWEEN 55296 AND 57343 ORDER BY cp"
@@ -111,7 +96,7 @@ def test_ascii_text_splits_as_sqlite_does(cluster: Any) -> None:
     db.executemany("INSERT INTO f (rowid, x) VALUES (?, ?)", enumerate(texts))
     conn = _database(cluster, "ascii", "C.utf8")
     try:
-        _migrate(conn)
+        schema.migrate(conn)
         for n, text in enumerate(texts):
             want = [
                 r[0] for r in db.execute("SELECT term FROM v WHERE doc = ? ORDER BY offset", (n,))
@@ -152,13 +137,13 @@ def test_rows_written_under_migration_0003_are_found_by_their_new_words(cluster:
         " VALUES ('t', ?, 'user', ?, 0)"
     )
     try:
-        _migrate(conn, through=3)
+        schema.migrate(conn, through=3)
         for session in (conn, other):
             session.execute("SET session_replication_role = replica")  # rows without their turn
         texts = ["Le Héron wades", "naïve—café", "ÉTÉ Москва", "plain ascii words"]
         for n, text in enumerate(texts, 1):
             (other if n == 1 else conn).execute(insert, (n, text))
-        _migrate(conn)
+        schema.migrate(conn)
         other.execute(insert, (5, "Héron again"))
         conn.execute("SET enable_seqscan = off")  # the index answers, not a scan
         found = {

@@ -8,9 +8,10 @@
 --   target of 0, with which ANALYZE skips the column. Numbers and times keep
 --   theirs; lookups by key go through unique indexes, which need none.
 -- * `messages.words` keeps its statistics: without them a search for a common word
---   reads every message that has it (docs/performance.md, "PG statistics"). After an erasure or expiry the ledger
---   analyzes `messages` again and rewrites `pg_statistic` (ledger/sqlite/erasure.py
---   `vacuum`), so the words of what was deleted leave the catalog with it.
+--   reads every message that has it (docs/performance.md, "PG statistics"). After
+--   an erasure or expiry the ledger analyzes `messages` again and rewrites
+--   `pg_statistic` (ledger/postgres/vacuum.py), so the words of what was deleted
+--   leave the catalog with it.
 -- * A later migration that adds such a column sets it to 0 as well;
 --   tests/conformance/test_erasure.py checks every column of the schema.
 -- * Statistics gathered before this migration are deleted where the migrating role
