@@ -236,6 +236,13 @@ async def test_a_crash_mid_turn_runs_the_inputs_again_once(
     async with await Adapter.connect(d, channel) as a:
         session = (await a.send_inbound(slow, "slow", uniq("+")))["session"]
         assert (await a.delta(session=session))["text"] == "working"
+
+    # The turn's `running` mark is queued on the writer, not waited for
+    # (broker/mailbox/session_ports.py): a kill before it commits leaves no cut turn.
+    async def marked() -> bool:
+        return any(status == "running" for status, _, _ in items(d, session).values())
+
+    await wait_until(marked, f"a turn of {session} marked running")
     assert d.proc is not None
     d.proc.send_signal(signal.SIGKILL)
     d.proc.wait()
